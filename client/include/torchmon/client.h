@@ -1,0 +1,173 @@
+// torchmon C++ client: torch.monitor's Stat / Event API, recorded in the
+// training process and aggregated out of process by torchmond.
+//
+//   torchmon::Stat loss("train.loss", {torchmon::Aggregation::MEAN},
+//                       std::chrono::seconds(10));
+//   loss.add(0.25);                              // never blocks, never throws
+//   torchmon::log_event(torchmon::Event("epoch_end", {{"epoch", int64_t{3}}}));
+//
+// Thread-safety: Client, Stat and log_event may be used from any number of
+// threads. Stat::add from several threads on the same Stat is safe.
+#ifndef TORCHMON_CLIENT_H_
+#define TORCHMON_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace torchmon {
+
+namespace detail {
+class ClientCore;
+struct StatState;
+}  // namespace detail
+
+// Mirrors torch.monitor.Aggregation.
+enum class Aggregation : int { VALUE = 1, MEAN = 2, COUNT = 3, SUM = 4, MAX = 5, MIN = 6 };
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// torch.monitor's data_value_t: str, float, int or bool.
+using EventValue = std::variant<std::string, double, int64_t, bool>;
+
+// A named, timestamped event with typed data (torch.monitor.Event).
+struct Event {
+  Event() = default;
+  // Timestamp defaults to now.
+  Event(std::string name, std::map<std::string, EventValue> data,
+        std::chrono::system_clock::time_point timestamp = std::chrono::system_clock::now());
+
+  std::string name;
+  std::chrono::system_clock::time_point timestamp;
+  std::map<std::string, EventValue> data;
+  // Extra labels for this event, merged over the client's identity labels.
+  Labels labels;
+};
+
+struct ClientOptions {
+  // Daemon address: "unix:///abs/path" or "host:port". Empty: $TORCHMON_TARGET,
+  // else the default socket (torchmon::protocol::DefaultSocketPath()).
+  std::string target;
+  // Identity labels. Merged over the environment's (see IdentityLabelsFromEnvironment)
+  // unless labels_from_environment is false; these win on conflict.
+  Labels labels;
+  bool labels_from_environment = true;
+  // Per-Stat buffer between add() and the sender thread, in samples (rounded
+  // up to a power of two). When full, add() drops and counts the sample.
+  size_t stat_buffer_samples = 1 << 14;
+  // Events buffered while waiting to be sent; beyond this they are dropped
+  // and counted (Client::Stats().events_dropped).
+  size_t max_buffered_events = 10000;
+  // How often the sender thread drains buffers and sends a batch.
+  std::chrono::milliseconds send_interval{20};
+  // Reconnect backoff: starts at initial_backoff, doubles up to max_backoff.
+  std::chrono::milliseconds initial_backoff{50};
+  std::chrono::milliseconds max_backoff{5000};
+  // How long the destructor waits to deliver what is buffered.
+  std::chrono::milliseconds destructor_flush_timeout{2000};
+  // Shown in daemon logs; never a label.
+  std::string client_name;
+};
+
+// Counters of one Client, all cumulative since construction.
+struct ClientStats {
+  uint64_t samples_added = 0;      // add() calls on all its Stats
+  uint64_t samples_sent = 0;       // samples written to a daemon stream
+  uint64_t samples_dropped = 0;    // dropped by the client (buffer full, send failed)
+  uint64_t events_logged = 0;
+  uint64_t events_sent = 0;
+  uint64_t events_dropped = 0;
+  uint64_t batches_sent = 0;
+  uint64_t batches_acked = 0;
+  uint64_t errors = 0;             // parts of batches the daemon refused
+  uint64_t connects = 0;           // streams opened successfully
+};
+
+// Owns the connection to torchmond and the sender thread.
+// Thread-safe. Destruction flushes (bounded by destructor_flush_timeout) and
+// stops the sender; Stats created on it stay valid but stop delivering.
+class Client {
+ public:
+  explicit Client(ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The process-wide client used by Stat and log_event when none is given,
+  // created on first use from the environment and flushed at exit.
+  static Client& Default();
+
+  // Waits until everything added or logged before the call has been
+  // acknowledged by the daemon. OK on success; DeadlineExceeded if `timeout`
+  // passed first (nothing is lost: buffered samples stay queued). Never
+  // waits longer than `timeout`. Releases no locks held by callers of add().
+  absl::Status Flush(std::chrono::milliseconds timeout);
+
+  // Logs an event (torch.monitor.log_event). Never blocks on I/O.
+  void LogEvent(const Event& event);
+
+  ClientStats Stats() const;
+
+  // Messages of the daemon's refusals (IngestError) not yet taken, oldest
+  // first, as "code: message". At most the 1000 most recent are kept.
+  std::vector<std::string> TakeErrors();
+
+  // The resolved target and identity labels.
+  const std::string& target() const;
+  const Labels& labels() const;
+
+ private:
+  friend class Stat;
+  std::shared_ptr<detail::ClientCore> core_;
+};
+
+// A stat recorded in windows by the daemon (torch.monitor.Stat).
+// Stats with the same name and labels, in any process, feed one series if
+// their definitions agree; the daemon refuses a conflicting definition.
+class Stat {
+ public:
+  // max_samples: cap per window; 0 = unlimited.
+  Stat(Client& client, std::string name, std::vector<Aggregation> aggregations,
+       std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
+  // Uses Client::Default().
+  Stat(std::string name, std::vector<Aggregation> aggregations,
+       std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
+  ~Stat();
+  Stat(const Stat&) = delete;
+  Stat& operator=(const Stat&) = delete;
+
+  // Records a sample stamped now. Never blocks, throws, allocates or makes a
+  // syscall; when the buffer is full the sample is dropped and counted.
+  void add(double value) noexcept;
+  // Records a sample with an explicit timestamp (Unix microseconds).
+  void add(double value, int64_t timestamp_us) noexcept;
+
+  const std::string& name() const;
+  // Samples added through this Stat, and how many of them were dropped by
+  // the client so far.
+  uint64_t added() const;
+  uint64_t dropped() const;
+
+ private:
+  std::shared_ptr<detail::StatState> state_;
+};
+
+// Logs an event on Client::Default().
+void log_event(const Event& event);
+
+// Identity labels from the environment, in increasing precedence:
+// host (hostname); SLURM_JOB_ID→job, SLURM_PROCID→rank, SLURM_LOCALID→local_rank;
+// TORCHELASTIC_RUN_ID→job, RANK→rank, LOCAL_RANK→local_rank; TORCHMON_LABELS (k=v,k=v).
+// An invalid TORCHMON_LABELS entry is reported on stderr once and ignored.
+Labels IdentityLabelsFromEnvironment();
+
+}  // namespace torchmon
+
+#endif  // TORCHMON_CLIENT_H_

@@ -1,0 +1,216 @@
+#include "torchmon/protocol/protocol.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace torchmon::protocol {
+
+absl::Status ValidateLabelKey(std::string_view key) {
+  if (key.empty()) return absl::InvalidArgumentError("label key is empty");
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("label key \"", key, "\" ", why));
+  };
+  if (!(std::isalpha(static_cast<unsigned char>(key[0])) || key[0] == '_')) {
+    return bad("must start with a letter or '_'");
+  }
+  for (char c : key) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
+      return bad("may only contain letters, digits and '_'");
+    }
+  }
+  if (absl::StartsWith(key, "__")) return bad("must not start with \"__\" (reserved)");
+  for (std::string_view reserved : kReservedLabelKeys) {
+    if (key == reserved) return bad("is reserved by the exposition");
+  }
+  return absl::OkStatus();
+}
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int len;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (int k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong encodings, surrogates and values past U+10FFFF are invalid.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+absl::Status ValidateName(std::string_view what, std::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
+  if (!IsValidUtf8(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is not valid UTF-8"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSpec(const v1::StatSpec& spec) {
+  if (spec.aggregations().empty()) {
+    return absl::InvalidArgumentError("aggregations is empty: give at least one");
+  }
+  for (int a : spec.aggregations()) {
+    if (a < v1::VALUE || a > v1::MIN) {
+      return absl::InvalidArgumentError(absl::StrCat("aggregation ", a, " is not a known aggregation"));
+    }
+  }
+  if (spec.window_size_ms() < kMinWindowMs || spec.window_size_ms() > kMaxWindowMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window_size_ms ", spec.window_size_ms(), " is outside [", kMinWindowMs, ", ",
+        kMaxWindowMs, "]"));
+  }
+  if (spec.max_samples() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_samples ", spec.max_samples(), " is negative (0 means unlimited)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<std::string, std::string>> ParseLabel(std::string_view text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("label \"", text, "\" is not of the form key=value"));
+  }
+  std::string key(absl::StripAsciiWhitespace(text.substr(0, eq)));
+  std::string value(absl::StripAsciiWhitespace(text.substr(eq + 1)));
+  if (absl::Status s = ValidateLabelKey(key); !s.ok()) return s;
+  if (!IsValidUtf8(value)) {
+    return absl::InvalidArgumentError(absl::StrCat("value of label \"", key, "\" is not valid UTF-8"));
+  }
+  return std::make_pair(std::move(key), std::move(value));
+}
+
+absl::StatusOr<LabelList> ParseLabelList(std::string_view text) {
+  LabelList out;
+  for (std::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    auto label = ParseLabel(part);
+    if (!label.ok()) return label.status();
+    bool replaced = false;
+    for (auto& [k, v] : out) {
+      if (k == label->first) {
+        v = label->second;
+        replaced = true;
+      }
+    }
+    if (!replaced) out.push_back(*std::move(label));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> ParseDurationMs(std::string_view text) {
+  std::string_view t = absl::StripAsciiWhitespace(text);
+  struct Unit {
+    std::string_view suffix;
+    double ms;
+  };
+  // "ms" must be tried before "s" and "m".
+  static constexpr Unit kUnits[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+  for (const Unit& unit : kUnits) {
+    if (!absl::EndsWith(t, unit.suffix)) continue;
+    std::string_view number = t.substr(0, t.size() - unit.suffix.size());
+    double value;
+    if (number.empty() || !absl::SimpleAtod(number, &value) || !std::isfinite(value) || value < 0) {
+      break;
+    }
+    const double ms = value * unit.ms;
+    if (ms > 9.2e18 || ms != std::floor(ms)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("duration \"", text, "\" is not a whole number of milliseconds"));
+    }
+    return static_cast<int64_t>(ms);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "duration \"", text, "\" is not a number followed by ms, s, m or h (e.g. 500ms, 2s, 1m)"));
+}
+
+std::string FormatDurationMs(int64_t ms) {
+  if (ms != 0 && ms % 3600000 == 0) return absl::StrCat(ms / 3600000, "h");
+  if (ms != 0 && ms % 60000 == 0) return absl::StrCat(ms / 60000, "m");
+  if (ms != 0 && ms % 1000 == 0) return absl::StrCat(ms / 1000, "s");
+  return absl::StrCat(ms, "ms");
+}
+
+std::string_view AggregationName(v1::Aggregation aggregation) {
+  switch (aggregation) {
+    case v1::VALUE: return "value";
+    case v1::MEAN: return "mean";
+    case v1::COUNT: return "count";
+    case v1::SUM: return "sum";
+    case v1::MAX: return "max";
+    case v1::MIN: return "min";
+    default: return "unspecified";
+  }
+}
+
+absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregationList(std::string_view text) {
+  std::vector<v1::Aggregation> out;
+  for (std::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(part));
+    bool found = false;
+    for (int a = v1::VALUE; a <= v1::MIN; ++a) {
+      if (AggregationName(static_cast<v1::Aggregation>(a)) == name) {
+        out.push_back(static_cast<v1::Aggregation>(a));
+        found = true;
+      }
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "aggregation \"", part, "\" is not one of value, mean, count, sum, max, min"));
+    }
+  }
+  if (out.empty()) return absl::InvalidArgumentError("aggregation list is empty");
+  return out;
+}
+
+std::string DefaultSocketPath() {
+  if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime) {
+    return absl::StrCat(runtime, "/torchmon/torchmond.sock");
+  }
+  if (getuid() == 0) return "/run/torchmon/torchmond.sock";
+  return absl::StrCat("/tmp/torchmon-", getuid(), "/torchmond.sock");
+}
+
+std::string DefaultTarget() {
+  if (const char* target = std::getenv("TORCHMON_TARGET"); target != nullptr && *target) {
+    return target;
+  }
+  return absl::StrCat("unix://", DefaultSocketPath());
+}
+
+}  // namespace torchmon::protocol

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything torchmon needs to build and test, from Debian bookworm packages only.
+# Idempotent: skips apt when every package is already present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git curl
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev libboost-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
