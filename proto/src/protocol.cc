@@ -15,9 +15,9 @@
 
 namespace torchmon::protocol {
 
-absl::Status ValidateLabelKey(std::string_view key) {
+absl::Status ValidateLabelKey(absl::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("label key is empty");
-  auto bad = [&](std::string_view why) {
+  auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("label key \"", key, "\" ", why));
   };
   if (!(std::isalpha(static_cast<unsigned char>(key[0])) || key[0] == '_')) {
@@ -29,13 +29,13 @@ absl::Status ValidateLabelKey(std::string_view key) {
     }
   }
   if (absl::StartsWith(key, "__")) return bad("must not start with \"__\" (reserved)");
-  for (std::string_view reserved : kReservedLabelKeys) {
+  for (absl::string_view reserved : kReservedLabelKeys) {
     if (key == reserved) return bad("is reserved by the exposition");
   }
   return absl::OkStatus();
 }
 
-bool IsValidUtf8(std::string_view s) {
+bool IsValidUtf8(absl::string_view s) {
   size_t i = 0;
   const size_t n = s.size();
   while (i < n) {
@@ -73,7 +73,7 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
-absl::Status ValidateName(std::string_view what, std::string_view name) {
+absl::Status ValidateName(absl::string_view what, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
   if (!IsValidUtf8(name)) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is not valid UTF-8"));
@@ -102,9 +102,9 @@ absl::Status ValidateSpec(const v1::StatSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<std::string, std::string>> ParseLabel(std::string_view text) {
+absl::StatusOr<std::pair<std::string, std::string>> ParseLabel(absl::string_view text) {
   const size_t eq = text.find('=');
-  if (eq == std::string_view::npos) {
+  if (eq == absl::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrCat("label \"", text, "\" is not of the form key=value"));
   }
   std::string key(absl::StripAsciiWhitespace(text.substr(0, eq)));
@@ -116,9 +116,9 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseLabel(std::string_view 
   return std::make_pair(std::move(key), std::move(value));
 }
 
-absl::StatusOr<LabelList> ParseLabelList(std::string_view text) {
+absl::StatusOr<LabelList> ParseLabelList(absl::string_view text) {
   LabelList out;
-  for (std::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     auto label = ParseLabel(part);
     if (!label.ok()) return label.status();
     bool replaced = false;
@@ -133,17 +133,17 @@ absl::StatusOr<LabelList> ParseLabelList(std::string_view text) {
   return out;
 }
 
-absl::StatusOr<int64_t> ParseDurationMs(std::string_view text) {
-  std::string_view t = absl::StripAsciiWhitespace(text);
+absl::StatusOr<int64_t> ParseDurationMs(absl::string_view text) {
+  absl::string_view t = absl::StripAsciiWhitespace(text);
   struct Unit {
-    std::string_view suffix;
+    absl::string_view suffix;
     double ms;
   };
   // "ms" must be tried before "s" and "m".
   static constexpr Unit kUnits[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
   for (const Unit& unit : kUnits) {
     if (!absl::EndsWith(t, unit.suffix)) continue;
-    std::string_view number = t.substr(0, t.size() - unit.suffix.size());
+    absl::string_view number = t.substr(0, t.size() - unit.suffix.size());
     double value;
     if (number.empty() || !absl::SimpleAtod(number, &value) || !std::isfinite(value) || value < 0) {
       break;
@@ -166,7 +166,7 @@ std::string FormatDurationMs(int64_t ms) {
   return absl::StrCat(ms, "ms");
 }
 
-std::string_view AggregationName(v1::Aggregation aggregation) {
+absl::string_view AggregationName(v1::Aggregation aggregation) {
   switch (aggregation) {
     case v1::VALUE: return "value";
     case v1::MEAN: return "mean";
@@ -178,9 +178,9 @@ std::string_view AggregationName(v1::Aggregation aggregation) {
   }
 }
 
-absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregationList(std::string_view text) {
+absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregationList(absl::string_view text) {
   std::vector<v1::Aggregation> out;
-  for (std::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(part));
     bool found = false;
     for (int a = v1::VALUE; a <= v1::MIN; ++a) {

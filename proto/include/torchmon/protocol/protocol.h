@@ -10,7 +10,7 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
@@ -25,21 +25,21 @@ inline constexpr int64_t kMinWindowMs = 10;
 inline constexpr int64_t kMaxWindowMs = 24 * 3600 * 1000;
 
 // Label keys a user cannot set: the exposition uses them itself.
-inline constexpr std::string_view kReservedLabelKeys[] = {
+inline constexpr absl::string_view kReservedLabelKeys[] = {
     "stat", "agg", "reason", "event", "field"};
 
 using LabelList = std::vector<std::pair<std::string, std::string>>;
 
 // OK if `key` matches [a-zA-Z_][a-zA-Z0-9_]*, is not reserved and does not
 // start with "__"; otherwise InvalidArgument naming the key.
-absl::Status ValidateLabelKey(std::string_view key);
+absl::Status ValidateLabelKey(absl::string_view key);
 
 // True if `s` is well-formed UTF-8.
-bool IsValidUtf8(std::string_view s);
+bool IsValidUtf8(absl::string_view s);
 
 // OK if `name` is a usable stat or event name: non-empty, valid UTF-8.
 // `what` names the field in the error ("stat name", "event name").
-absl::Status ValidateName(std::string_view what, std::string_view name);
+absl::Status ValidateName(absl::string_view what, absl::string_view name);
 
 // Validates a StatSpec: at least one known aggregation, window size within
 // bounds, max_samples ≥ 0.
@@ -47,23 +47,23 @@ absl::Status ValidateSpec(const v1::StatSpec& spec);
 
 // Parses "k=v,k=v" (TORCHMON_LABELS, --label). Keys are validated; an empty
 // string gives an empty list. Later duplicates override earlier ones.
-absl::StatusOr<LabelList> ParseLabelList(std::string_view text);
+absl::StatusOr<LabelList> ParseLabelList(absl::string_view text);
 
 // Parses one "k=v".
-absl::StatusOr<std::pair<std::string, std::string>> ParseLabel(std::string_view text);
+absl::StatusOr<std::pair<std::string, std::string>> ParseLabel(absl::string_view text);
 
 // Parses "500ms", "2s", "1.5s", "1m", "1h" into milliseconds. A bare number
 // is refused (the unit is mandatory) so that "60" is never ambiguous.
-absl::StatusOr<int64_t> ParseDurationMs(std::string_view text);
+absl::StatusOr<int64_t> ParseDurationMs(absl::string_view text);
 
 // Formats milliseconds the shortest exact way: "500ms", "2s", "1m", "1h".
 std::string FormatDurationMs(int64_t ms);
 
 // Lower-case name of an aggregation ("mean"); "unspecified" for 0.
-std::string_view AggregationName(v1::Aggregation aggregation);
+absl::string_view AggregationName(v1::Aggregation aggregation);
 
 // Parses "mean,max" (case-insensitive) into aggregations, in the given order.
-absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregationList(std::string_view text);
+absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregationList(absl::string_view text);
 
 // The daemon's default Unix socket path:
 //   $XDG_RUNTIME_DIR/torchmon/torchmond.sock   if XDG_RUNTIME_DIR is set,

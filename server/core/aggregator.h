@@ -1,0 +1,174 @@
+// The aggregation core: the table of series, their open windows, the
+// per-series history of closed windows and the exact accounting of every
+// sample. Pure: no I/O, no threads of its own; time comes from a Clock.
+//
+// Thread-safe: every method may be called concurrently (one internal mutex;
+// AddSamples holds it once per block of samples, not per sample).
+#ifndef TORCHMON_SERVER_CORE_AGGREGATOR_H_
+#define TORCHMON_SERVER_CORE_AGGREGATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "server/core/clock.h"
+#include "server/core/selector.h"
+#include "server/core/types.h"
+
+namespace torchmon::server {
+
+struct AggregatorOptions {
+  // A window [start, end) closes once the daemon clock reaches end + grace_ms.
+  int64_t grace_ms = 2000;
+  // A series with no sample, drop report or definition for this long, and no
+  // open window, is forgotten.
+  int64_t series_ttl_ms = 10 * 60 * 1000;
+  // Closed windows kept per series for queries (≥ 1).
+  size_t history_windows = 360;
+  // Samples stamped more than this far ahead of the daemon clock are skewed.
+  int64_t max_future_skew_ms = 60 * 1000;
+};
+
+using SeriesId = uint64_t;
+
+// What happened to the samples of one AddSamples call.
+struct AddResult {
+  uint64_t accepted = 0;
+  uint64_t capped = 0;
+  uint64_t late = 0;
+  uint64_t skewed = 0;
+};
+
+// A consistent copy of one series' state.
+struct SeriesSnapshot {
+  std::shared_ptr<const SeriesKey> key;
+  StatSpec spec;
+  SeriesCounters counters;
+  bool has_last_window = false;  // false until a window has closed
+  ClosedWindow last_window;
+  int64_t last_update_ms = 0;
+};
+
+class Aggregator {
+ public:
+  Aggregator(AggregatorOptions options, const Clock& clock);
+  Aggregator(const Aggregator&) = delete;
+  Aggregator& operator=(const Aggregator&) = delete;
+
+  const AggregatorOptions& options() const { return options_; }
+
+  // Finds the series `key` or creates it with `spec`. Defining an existing
+  // series identically is a no-op returning its id; a different spec is
+  // AlreadyExists with a message naming the series and both definitions.
+  // `key.labels` must be sorted by key; `spec` must be valid.
+  absl::StatusOr<SeriesId> Define(const SeriesKey& key, const StatSpec& spec)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Aggregates samples (values[i] stamped timestamps_us[i], Unix µs) into
+  // series `id`, classifying each as accepted, capped, late or skewed.
+  // NotFound if the series expired since Define (define it again).
+  absl::StatusOr<AddResult> AddSamples(SeriesId id, absl::Span<const double> values,
+                                       absl::Span<const int64_t> timestamps_us)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Records samples the client dropped before sending. NotFound as above.
+  absl::Status AddClientDrops(SeriesId id, uint64_t dropped) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Closes every window whose end + grace has passed, appends them to their
+  // series' history and returns them, oldest deadline first.
+  std::vector<ClosedWindow> CloseDueWindows() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Closes every open window now, marked partial (shutdown).
+  std::vector<ClosedWindow> CloseAllWindows() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Forgets idle series (see AggregatorOptions::series_ttl_ms). Returns how
+  // many were removed.
+  size_t ExpireIdleSeries() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Series matching `selector`, sorted by stat name then labels.
+  std::vector<SeriesSnapshot> ListSeries(const Selector& selector) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Closed windows of the matching series with start_ms ≥ start_ms and
+  // end_ms ≤ end_ms (0 = unbounded), at most `limit_per_series` most recent
+  // per series (0 = all), grouped by series (sorted), oldest first.
+  std::vector<ClosedWindow> GetWindows(const Selector& selector, int64_t start_ms, int64_t end_ms,
+                                       size_t limit_per_series) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A closed window as kept in a series' history (the series and its spec
+  // give the rest: end = start + window, aggregations).
+  struct WindowRecord {
+    int64_t start_ms;
+    WindowStats stats;
+    bool partial;
+  };
+
+  // Read-only view of one series for the exposition; valid only during the
+  // callback of ForEachSeries.
+  struct SeriesView {
+    const SeriesKey& key;
+    const StatSpec& spec;
+    const SeriesCounters& counters;
+    // The last closed window, or null if none closed yet.
+    const WindowRecord* last_window;
+  };
+  // Calls `fn` for every series, in no particular order, holding the lock:
+  // `fn` must be quick and must not call back into the Aggregator.
+  void ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  size_t series_count() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct OpenWindow {
+    int64_t index;
+    WindowStats stats;
+  };
+  struct Series {
+    SeriesId id;
+    std::shared_ptr<const SeriesKey> key;
+    StatSpec spec;
+    SeriesCounters counters;
+    int64_t last_update_ms;
+    // Windows at or below this index are closed: their samples are late.
+    int64_t last_closed_index;
+    // Usually one, more when samples straddle a boundary within the grace.
+    absl::InlinedVector<OpenWindow, 1> open;  // sorted by index
+    std::deque<WindowRecord> history;         // oldest first
+  };
+
+  int64_t DeadlineMs(const Series& s, int64_t index) const {
+    return (index + 1) * s.spec.window_ms + options_.grace_ms;
+  }
+  // Closes the open windows of `s` with deadline ≤ now_ms (all if
+  // `everything`), appending them to history and to `out`.
+  void CloseWindows(Series& s, int64_t now_ms, bool everything, std::vector<ClosedWindow>& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static SeriesSnapshot Snapshot(const Series& s);
+  static ClosedWindow ToClosedWindow(const Series& s, const WindowRecord& r);
+
+  const AggregatorOptions options_;
+  const Clock& clock_;
+
+  mutable absl::Mutex mu_;
+  SeriesId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<SeriesId, std::unique_ptr<Series>> series_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(mu_);
+  // Close deadline (ms) → series with an open window due then. Entries may be
+  // stale (series expired or window already closed); they are skipped.
+  absl::btree_multimap<int64_t, SeriesId> deadlines_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_CORE_AGGREGATOR_H_

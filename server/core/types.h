@@ -1,0 +1,125 @@
+// Value types of the aggregation core: series identity, stat definitions and
+// the running state of one window. No I/O, no protobuf.
+#ifndef TORCHMON_SERVER_CORE_TYPES_H_
+#define TORCHMON_SERVER_CORE_TYPES_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torchmon::server {
+
+// Label pairs sorted by key, keys unique.
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// Aggregations, numbered as torchmon.v1.Aggregation.
+enum class Aggregation : uint8_t { kValue = 1, kMean = 2, kCount = 3, kSum = 4, kMax = 5, kMin = 6 };
+inline constexpr Aggregation kAllAggregations[] = {Aggregation::kValue, Aggregation::kMean,
+                                                    Aggregation::kCount, Aggregation::kSum,
+                                                    Aggregation::kMax,   Aggregation::kMin};
+
+// A set of aggregations as a bit mask (bit n = Aggregation n).
+using AggregationSet = uint8_t;
+constexpr AggregationSet AggregationBit(Aggregation a) {
+  return static_cast<AggregationSet>(1u << static_cast<unsigned>(a));
+}
+constexpr bool Contains(AggregationSet set, Aggregation a) { return (set & AggregationBit(a)) != 0; }
+
+// Lower-case name: "value", "mean", ...
+const char* AggregationName(Aggregation a);
+
+// A series: stat name plus its full label set.
+struct SeriesKey {
+  std::string stat;
+  Labels labels;
+
+  friend bool operator==(const SeriesKey& a, const SeriesKey& b) {
+    return a.stat == b.stat && a.labels == b.labels;
+  }
+  friend bool operator<(const SeriesKey& a, const SeriesKey& b) {
+    return a.stat != b.stat ? a.stat < b.stat : a.labels < b.labels;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const SeriesKey& k) {
+    return H::combine(std::move(h), k.stat, k.labels);
+  }
+  // train.loss{rank="0",job="j"} — for error messages and logs.
+  std::string ToString() const;
+};
+
+// How a series is aggregated.
+struct StatSpec {
+  AggregationSet aggregations = 0;
+  int64_t window_ms = 0;
+  int64_t max_samples = 0;  // 0 = unlimited
+
+  friend bool operator==(const StatSpec& a, const StatSpec& b) {
+    return a.aggregations == b.aggregations && a.window_ms == b.window_ms &&
+           a.max_samples == b.max_samples;
+  }
+  friend bool operator!=(const StatSpec& a, const StatSpec& b) { return !(a == b); }
+  // "aggregations=[mean,max] window=1s max_samples=unlimited".
+  std::string ToString() const;
+};
+
+// The running aggregates of one window. MIN and MAX follow NaN: once a NaN is
+// accepted they report NaN, so a NaN loss cannot hide behind a finite max.
+struct WindowStats {
+  uint64_t accepted = 0;
+  uint64_t capped = 0;
+  double sum = 0;
+  double min = std::numeric_limits<double>::infinity();
+  double max = -std::numeric_limits<double>::infinity();
+  double last = 0;
+  bool saw_nan = false;
+
+  // Accepts `v` unless the window already holds `max_samples` samples
+  // (0 = unlimited), in which case it is counted as capped. Returns whether
+  // it was accepted.
+  bool Add(double v, int64_t max_samples) {
+    if (max_samples > 0 && accepted >= static_cast<uint64_t>(max_samples)) {
+      ++capped;
+      return false;
+    }
+    ++accepted;
+    sum += v;
+    last = v;
+    if (v != v) {
+      saw_nan = true;
+    } else {
+      if (v < min) min = v;
+      if (v > max) max = v;
+    }
+    return true;
+  }
+
+  // The value of one aggregation. Only meaningful when accepted > 0.
+  double Get(Aggregation a) const;
+};
+
+// A window that has closed, with everything needed to report it.
+struct ClosedWindow {
+  std::shared_ptr<const SeriesKey> series;
+  AggregationSet aggregations = 0;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  WindowStats stats;
+  bool partial = false;
+};
+
+// Cumulative accounting of one series. For every series:
+// samples sent = accepted + capped + late + skewed + client_dropped.
+struct SeriesCounters {
+  uint64_t accepted = 0;
+  uint64_t capped = 0;
+  uint64_t late = 0;
+  uint64_t skewed = 0;
+  uint64_t client_dropped = 0;
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_CORE_TYPES_H_

@@ -1,0 +1,209 @@
+#include "server/daemon/daemon.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace torchmon::server {
+namespace {
+
+constexpr auto kTickInterval = std::chrono::milliseconds(50);
+constexpr int64_t kExpiryIntervalMs = 1000;
+
+void Log(const std::string& line) { std::cerr << "torchmond: " << line << std::endl; }
+
+// True if something accepts connections on the Unix socket at `path`.
+bool SocketIsLive(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonOptions options)
+    : options_(std::move(options)),
+      aggregator_(options_.aggregator, clock_),
+      events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
+      ingest_service_(aggregator_, events_, stats_, events_out_),
+      query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
+      collector_(std::make_shared<MetricsCollector>(aggregator_, events_, stats_,
+                                                    TORCHMON_VERSION)),
+      timer_(io_),
+      signals_(io_, SIGINT, SIGTERM) {
+  stats_.start_time_ms.store(clock_.NowMs(), std::memory_order_relaxed);
+}
+
+Daemon::~Daemon() {
+  if (server_) server_->Shutdown(std::chrono::system_clock::now());
+}
+
+absl::Status Daemon::PrepareUnixSocket(const std::string& path) {
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ",
+                                                   sizeof(sockaddr_un::sun_path) - 1, " bytes"));
+  }
+  const std::string dir = path.substr(0, path.rfind('/'));
+  struct stat st;
+  if (!dir.empty() && stat(dir.c_str(), &st) != 0) {
+    // A directory we create is private: only the daemon's user reaches the
+    // socket unless the operator chose another place.
+    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create socket directory ", dir, ": ", std::strerror(errno)));
+    }
+  }
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
+    }
+    if (SocketIsLive(path)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(path, " is in use by another process (is torchmond already running?)"));
+    }
+    unlink(path.c_str());  // stale socket of a daemon that died
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::Start() {
+  grpc::ServerBuilder builder;
+  std::vector<std::unique_ptr<int>> ports;
+  for (const ListenAddress& addr : options_.listen) {
+    if (addr.kind == ListenAddress::Kind::kUnix) {
+      if (absl::Status s = PrepareUnixSocket(addr.path); !s.ok()) return s;
+    }
+    ports.push_back(std::make_unique<int>(0));
+    builder.AddListeningPort(addr.ToGrpcUri(), grpc::InsecureServerCredentials(),
+                             ports.back().get());
+  }
+  builder.RegisterService(&ingest_service_);
+  builder.RegisterService(&query_service_);
+  builder.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+  server_ = builder.BuildAndStart();
+  if (!server_) {
+    std::vector<std::string> uris;
+    for (const ListenAddress& addr : options_.listen) uris.push_back(addr.ToGrpcUri());
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", absl::StrJoin(uris, ", "),
+                                               " (address in use or not permitted?)"));
+  }
+  for (size_t i = 0; i < options_.listen.size(); ++i) {
+    const ListenAddress& addr = options_.listen[i];
+    if (addr.kind == ListenAddress::Kind::kUnix) {
+      if (chmod(addr.path.c_str(), options_.socket_mode) != 0) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot chmod ", addr.path, ": ", std::strerror(errno)));
+      }
+      grpc_addresses_.push_back(addr.ToGrpcUri());
+    } else {
+      if (*ports[i] == 0) {
+        return absl::UnavailableError(absl::StrCat("cannot listen on ", addr.ToGrpcUri()));
+      }
+      ListenAddress bound = addr;
+      bound.port = *ports[i];
+      grpc_addresses_.push_back(bound.ToGrpcUri());
+    }
+  }
+
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics_listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", options_.metrics_listen,
+                                               ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(collector_);
+  const std::vector<int> metrics_ports = exposer_->GetListeningPorts();
+  if (metrics_ports.empty()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", options_.metrics_listen));
+  }
+  metrics_address_ = absl::StrCat(
+      options_.metrics_listen.substr(0, options_.metrics_listen.rfind(':')), ":",
+      metrics_ports.front());
+  return absl::OkStatus();
+}
+
+std::string Daemon::ReadyLine() const {
+  return absl::StrCat("torchmond ready grpc=", absl::StrJoin(grpc_addresses_, ","),
+                      " metrics=", metrics_address_);
+}
+
+void Daemon::PublishClosed(std::vector<ClosedWindow> windows) {
+  stats_.windows_closed.fetch_add(windows.size(), std::memory_order_relaxed);
+  for (const ClosedWindow& w : windows) {
+    stats_.watch_items_dropped.fetch_add(windows_out_.Publish(w), std::memory_order_relaxed);
+  }
+}
+
+void Daemon::ScheduleTick() {
+  timer_.expires_after(kTickInterval);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;  // cancelled at shutdown
+    Tick();
+    ScheduleTick();
+  });
+}
+
+void Daemon::Tick() {
+  PublishClosed(aggregator_.CloseDueWindows());
+  const int64_t now = clock_.NowMs();
+  if (now >= next_expiry_ms_) {
+    next_expiry_ms_ = now + kExpiryIntervalMs;
+    stats_.series_expired.fetch_add(aggregator_.ExpireIdleSeries(), std::memory_order_relaxed);
+    events_.ExpireIdle();
+  }
+}
+
+void Daemon::RequestStop() {
+  boost::asio::post(io_, [this] {
+    signals_.cancel();
+    timer_.cancel();
+  });
+}
+
+void Daemon::Run() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (!ec) Log(absl::StrCat("received ", strsignal(signal), "; shutting down"));
+    timer_.cancel();
+  });
+  ScheduleTick();
+  io_.run();
+  Shutdown();
+}
+
+void Daemon::Shutdown() {
+  // Watchers first, so they end cleanly instead of holding up the drain.
+  windows_out_.Close();
+  events_out_.Close();
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(options_.drain_timeout_ms));
+  server_->Wait();
+  std::vector<ClosedWindow> closed = aggregator_.CloseDueWindows();
+  const size_t on_time = closed.size();
+  std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
+  stats_.windows_closed.fetch_add(on_time + partial.size(), std::memory_order_relaxed);
+  Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial.size(),
+                   " open windows closed as partial"));
+  for (const ListenAddress& addr : options_.listen) {
+    if (addr.kind == ListenAddress::Kind::kUnix) unlink(addr.path.c_str());
+  }
+}
+
+}  // namespace torchmon::server

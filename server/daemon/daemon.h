@@ -1,0 +1,82 @@
+// torchmond wired together: the aggregation core, the gRPC services, the
+// Prometheus exposer, the window-closing timer and signal handling.
+#ifndef TORCHMON_SERVER_DAEMON_DAEMON_H_
+#define TORCHMON_SERVER_DAEMON_DAEMON_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "absl/status/status.h"
+#include "grpcpp/server.h"
+#include "prometheus/exposer.h"
+#include "server/core/aggregator.h"
+#include "server/core/clock.h"
+#include "server/core/event_log.h"
+#include "server/daemon/options.h"
+#include "server/service/broadcaster.h"
+#include "server/service/daemon_stats.h"
+#include "server/service/ingest_service.h"
+#include "server/service/metrics_collector.h"
+#include "server/service/query_service.h"
+
+namespace torchmon::server {
+
+// Not thread-safe except RequestStop(). Start once, Run once.
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options);
+  ~Daemon();
+
+  // Binds every listener. On failure nothing is left listening and the
+  // status names the address that failed.
+  absl::Status Start();
+
+  // "torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>", with the
+  // real bound ports. Valid after Start().
+  std::string ReadyLine() const;
+
+  // Closes windows on time until SIGTERM/SIGINT or RequestStop(), then shuts
+  // down: stops accepting, lets open streams deliver for --drain-timeout,
+  // closes every open window as partial. Returns when done.
+  void Run();
+
+  void RequestStop();
+
+ private:
+  void ScheduleTick();
+  void Tick();
+  void PublishClosed(std::vector<ClosedWindow> windows);
+  void Shutdown();
+  absl::Status PrepareUnixSocket(const std::string& path);
+
+  const DaemonOptions options_;
+  SystemClock clock_;
+  DaemonStats stats_;
+  Aggregator aggregator_;
+  EventLog events_;
+  Broadcaster<ClosedWindow> windows_out_;
+  Broadcaster<EventRecord> events_out_;
+  IngestService ingest_service_;
+  QueryService query_service_;
+  std::shared_ptr<MetricsCollector> collector_;
+
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::vector<std::string> grpc_addresses_;
+  std::string metrics_address_;
+
+  boost::asio::io_context io_;
+  boost::asio::steady_timer timer_;
+  boost::asio::signal_set signals_;
+  int64_t next_expiry_ms_ = 0;
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_DAEMON_DAEMON_H_

@@ -1,0 +1,29 @@
+// torchmond: the torchmon daemon. See `torchmond --help` and docs/.
+#include <iostream>
+
+#include "server/daemon/daemon.h"
+#include "server/daemon/options.h"
+
+int main(int argc, char** argv) {
+  auto options = torchmon::server::ParseDaemonOptions(argc, argv);
+  if (!options.ok()) {
+    std::cerr << "torchmond: " << options.status().message() << "\n";
+    return 2;
+  }
+  if (options->help) {
+    std::cout << torchmon::server::DaemonUsage();
+    return 0;
+  }
+  if (options->version) {
+    std::cout << "torchmond " << TORCHMON_VERSION << "\n";
+    return 0;
+  }
+  torchmon::server::Daemon daemon(*std::move(options));
+  if (absl::Status s = daemon.Start(); !s.ok()) {
+    std::cerr << "torchmond: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << daemon.ReadyLine() << std::endl;
+  daemon.Run();
+  return 0;
+}

@@ -1,0 +1,179 @@
+#include "server/daemon/options.h"
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "torchmon/protocol/protocol.h"
+
+namespace torchmon::server {
+
+std::string ListenAddress::ToGrpcUri() const {
+  if (kind == Kind::kUnix) return absl::StrCat("unix://", path);
+  return absl::StrCat(host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host,
+                      ":", port);
+}
+
+absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text) {
+  ListenAddress out;
+  if (absl::StartsWith(text, "unix:")) {
+    std::string path = text.substr(5);
+    if (absl::StartsWith(path, "//")) path = path.substr(2);
+    if (path.empty() || path[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen \"", text, "\": a Unix socket needs an absolute path, e.g. unix:///run/torchmon/torchmond.sock"));
+    }
+    out.kind = ListenAddress::Kind::kUnix;
+    out.path = path;
+    return out;
+  }
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen \"", text, "\" is neither unix:///path nor host:port"));
+  }
+  std::string host = text.substr(0, colon);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
+  int port;
+  if (!absl::SimpleAtoi(text.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen \"", text, "\": port must be a number in [0, 65535]"));
+  }
+  out.kind = ListenAddress::Kind::kTcp;
+  out.host = host.empty() ? "127.0.0.1" : host;  // loopback unless told otherwise
+  out.port = port;
+  return out;
+}
+
+std::string DaemonUsage() {
+  return absl::StrCat(
+      "Usage: torchmond [FLAGS]\n"
+      "\n"
+      "torchmond aggregates torchmon stat samples from training processes in\n"
+      "epoch-aligned windows and serves them to Prometheus and to queries.\n"
+      "\n"
+      "Flags (DURATION: 500ms, 2s, 1m, 1h):\n"
+      "  --listen ADDR          gRPC address, repeatable: unix:///abs/path or host:port\n"
+      "                         (\":port\" binds 127.0.0.1; port 0 picks a free port).\n"
+      "                         Default: unix://", protocol::DefaultSocketPath(), "\n"
+      "  --metrics-listen HOST:PORT\n"
+      "                         Prometheus /metrics endpoint (port 0 picks a free port).\n"
+      "                         Default: 127.0.0.1:9464\n"
+      "  --grace DURATION       How long after its end a window stays open for late\n"
+      "                         samples before it closes. Default: 2s\n"
+      "  --series-ttl DURATION  Forget a series (and drop it from /metrics) after this\n"
+      "                         long without samples. Default: 10m\n"
+      "  --history N            Closed windows kept per series for queries. Default: 120\n"
+      "  --max-skew DURATION    Samples stamped further than this in the daemon's future\n"
+      "                         are counted as skewed. Default: 60s\n"
+      "  --max-events N         Events kept in the queryable event log. Default: 10000\n"
+      "  --socket-mode OCTAL    File mode of Unix sockets. Default: 0600 (owner only)\n"
+      "  --drain-timeout DURATION\n"
+      "                         On SIGTERM/SIGINT, how long open streams may keep\n"
+      "                         delivering before they are cut. Default: 1s\n"
+      "  --version              Print the version and exit.\n"
+      "  -h, --help             Print this help and exit.\n"
+      "\n"
+      "When every listener is up, torchmond prints one line to stdout:\n"
+      "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
+      "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n");
+}
+
+absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
+  DaemonOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_inline_value = false;
+    if (absl::StartsWith(arg, "--")) {
+      if (size_t eq = arg.find('='); eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+        has_inline_value = true;
+      }
+    }
+    auto next = [&]() -> absl::StatusOr<std::string> {
+      if (has_inline_value) return value;
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      return std::string(argv[++i]);
+    };
+    auto duration = [&]() -> absl::StatusOr<int64_t> {
+      auto v = next();
+      if (!v.ok()) return v.status();
+      auto ms = protocol::ParseDurationMs(*v);
+      if (!ms.ok()) return absl::InvalidArgumentError(absl::StrCat(arg, ": ", ms.status().message()));
+      return *ms;
+    };
+    auto count = [&]() -> absl::StatusOr<int64_t> {
+      auto v = next();
+      if (!v.ok()) return v.status();
+      int64_t n;
+      if (!absl::SimpleAtoi(*v, &n) || n < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(arg, " \"", *v, "\" is not a positive integer"));
+      }
+      return n;
+    };
+#define TORCHMON_ASSIGN(lhs, expr)         \
+  do {                                     \
+    auto _v = (expr);                      \
+    if (!_v.ok()) return _v.status();      \
+    lhs = *_v;                             \
+  } while (0)
+    if (arg == "-h" || arg == "--help") {
+      options.help = true;
+    } else if (arg == "--version") {
+      options.version = true;
+    } else if (arg == "--listen") {
+      std::string text;
+      TORCHMON_ASSIGN(text, next());
+      ListenAddress addr;
+      TORCHMON_ASSIGN(addr, ParseListenAddress(text));
+      options.listen.push_back(addr);
+    } else if (arg == "--metrics-listen") {
+      TORCHMON_ASSIGN(options.metrics_listen, next());
+      if (options.metrics_listen.rfind(':') == std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--metrics-listen \"", options.metrics_listen, "\" is not HOST:PORT"));
+      }
+    } else if (arg == "--grace") {
+      TORCHMON_ASSIGN(options.aggregator.grace_ms, duration());
+    } else if (arg == "--series-ttl") {
+      TORCHMON_ASSIGN(options.aggregator.series_ttl_ms, duration());
+      if (options.aggregator.series_ttl_ms < 1000) {
+        return absl::InvalidArgumentError("--series-ttl must be at least 1s");
+      }
+    } else if (arg == "--history") {
+      TORCHMON_ASSIGN(options.aggregator.history_windows, count());
+    } else if (arg == "--max-skew") {
+      TORCHMON_ASSIGN(options.aggregator.max_future_skew_ms, duration());
+    } else if (arg == "--max-events") {
+      TORCHMON_ASSIGN(options.max_events, count());
+    } else if (arg == "--drain-timeout") {
+      TORCHMON_ASSIGN(options.drain_timeout_ms, duration());
+    } else if (arg == "--socket-mode") {
+      std::string text;
+      TORCHMON_ASSIGN(text, next());
+      char* end = nullptr;
+      const long mode = std::strtol(text.c_str(), &end, 8);
+      if (text.empty() || *end != '\0' || mode < 0 || mode > 0777) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--socket-mode \"", text, "\" is not an octal file mode such as 0600"));
+      }
+      options.socket_mode = static_cast<uint32_t>(mode);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag \"", argv[i], "\" (see torchmond --help)"));
+    }
+#undef TORCHMON_ASSIGN
+  }
+  if (options.listen.empty()) {
+    ListenAddress addr;
+    addr.kind = ListenAddress::Kind::kUnix;
+    addr.path = protocol::DefaultSocketPath();
+    options.listen.push_back(addr);
+  }
+  return options;
+}
+
+}  // namespace torchmon::server

@@ -1,0 +1,46 @@
+// torchmond's command line: every flag, its default and its validation.
+#ifndef TORCHMON_SERVER_DAEMON_OPTIONS_H_
+#define TORCHMON_SERVER_DAEMON_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/aggregator.h"
+
+namespace torchmon::server {
+
+// A gRPC listening address, resolved from a --listen value.
+struct ListenAddress {
+  enum class Kind { kUnix, kTcp };
+  Kind kind = Kind::kTcp;
+  std::string path;     // kUnix: absolute socket path
+  std::string host;     // kTcp
+  int port = 0;         // kTcp; 0 picks a free port
+  std::string ToGrpcUri() const;
+};
+
+// Parses "unix:///abs/path", "host:port", ":port" (loopback), "[::1]:port".
+absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text);
+
+struct DaemonOptions {
+  std::vector<ListenAddress> listen;   // default: the default Unix socket
+  std::string metrics_listen = "127.0.0.1:9464";
+  AggregatorOptions aggregator;
+  size_t max_events = 10000;
+  uint32_t socket_mode = 0600;
+  int64_t drain_timeout_ms = 1000;
+  bool help = false;
+  bool version = false;
+};
+
+// Parses argv. On error the message names the flag and the bad value.
+absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv);
+
+// The --help text, with the defaults.
+std::string DaemonUsage();
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_DAEMON_OPTIONS_H_

@@ -1,0 +1,121 @@
+// Fans items (closed windows, events) out to watchers. Each subscriber has a
+// bounded queue: a slow watcher loses its oldest items (counted), it never
+// slows the publisher or other watchers.
+//
+// Thread-safe. `notify` callbacks run on the publishing thread while the
+// broadcaster's lock is held: they must be quick and must not call back into
+// the Broadcaster. After Unsubscribe returns, `notify` is never called again.
+#ifndef TORCHMON_SERVER_SERVICE_BROADCASTER_H_
+#define TORCHMON_SERVER_SERVICE_BROADCASTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace torchmon::server {
+
+template <typename T>
+class Broadcaster {
+ public:
+  class Subscription {
+   public:
+    // The oldest queued item, if any.
+    std::optional<T> Pop() ABSL_LOCKS_EXCLUDED(mu_) {
+      absl::MutexLock lock(&mu_);
+      if (queue_.empty()) return std::nullopt;
+      T item = std::move(queue_.front());
+      queue_.pop_front();
+      return item;
+    }
+    // True once the broadcaster closed (shutdown) and the queue is drained.
+    bool Finished() const ABSL_LOCKS_EXCLUDED(mu_) {
+      absl::MutexLock lock(&mu_);
+      return closed_ && queue_.empty();
+    }
+
+   private:
+    friend class Broadcaster;
+    std::function<bool(const T&)> filter_;
+    std::function<void()> notify_;
+    size_t capacity_ = 0;
+    mutable absl::Mutex mu_;
+    std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
+    bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
+  // Items for which `filter` is true are queued (at most `capacity`) and
+  // `notify` is called.
+  std::shared_ptr<Subscription> Subscribe(std::function<bool(const T&)> filter,
+                                          std::function<void()> notify, size_t capacity)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    auto sub = std::make_shared<Subscription>();
+    sub->filter_ = std::move(filter);
+    sub->notify_ = std::move(notify);
+    sub->capacity_ = capacity < 1 ? 1 : capacity;
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      absl::MutexLock sub_lock(&sub->mu_);
+      sub->closed_ = true;
+    }
+    subscribers_.push_back(sub);
+    return sub;
+  }
+
+  void Unsubscribe(const std::shared_ptr<Subscription>& sub) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = subscribers_.begin(); it != subscribers_.end(); ++it) {
+      if (*it == sub) {
+        subscribers_.erase(it);
+        return;
+      }
+    }
+  }
+
+  // Queues `item` for every matching subscriber. Returns how many queued
+  // items were discarded because a subscriber's queue was full.
+  uint64_t Publish(const T& item) ABSL_LOCKS_EXCLUDED(mu_) {
+    uint64_t dropped = 0;
+    absl::MutexLock lock(&mu_);
+    for (const auto& sub : subscribers_) {
+      if (!sub->filter_(item)) continue;
+      {
+        absl::MutexLock sub_lock(&sub->mu_);
+        sub->queue_.push_back(item);
+        if (sub->queue_.size() > sub->capacity_) {
+          sub->queue_.pop_front();
+          ++dropped;
+        }
+      }
+      sub->notify_();
+    }
+    return dropped;
+  }
+
+  // Marks every subscription closed (they finish once drained) and wakes them.
+  void Close() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    for (const auto& sub : subscribers_) {
+      {
+        absl::MutexLock sub_lock(&sub->mu_);
+        sub->closed_ = true;
+      }
+      sub->notify_();
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<Subscription>> subscribers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_SERVICE_BROADCASTER_H_

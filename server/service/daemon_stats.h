@@ -1,0 +1,33 @@
+// Self-metrics of the daemon, updated by the services and read by the
+// exposition. Plain relaxed atomics: each is an independent counter.
+#ifndef TORCHMON_SERVER_SERVICE_DAEMON_STATS_H_
+#define TORCHMON_SERVER_SERVICE_DAEMON_STATS_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace torchmon::server {
+
+struct DaemonStats {
+  std::atomic<int64_t> ingest_streams_active{0};
+  std::atomic<uint64_t> ingest_streams_total{0};
+  std::atomic<uint64_t> batches_received{0};
+  std::atomic<uint64_t> batches_with_errors{0};
+  std::atomic<uint64_t> samples_received{0};
+  // Samples refused with their batch part (unknown or refused stat, bad block).
+  std::atomic<uint64_t> samples_refused{0};
+  std::atomic<uint64_t> definitions_refused{0};
+  std::atomic<uint64_t> events_received{0};
+  std::atomic<uint64_t> events_refused{0};
+  std::atomic<uint64_t> windows_closed{0};
+  std::atomic<uint64_t> series_expired{0};
+  std::atomic<int64_t> watchers_active{0};
+  // Items a slow watcher missed because its queue was full.
+  std::atomic<uint64_t> watch_items_dropped{0};
+  std::atomic<uint64_t> queries{0};
+  std::atomic<int64_t> start_time_ms{0};
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_SERVICE_DAEMON_STATS_H_

@@ -1,0 +1,243 @@
+#include "server/service/ingest_session.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/service/convert.h"
+#include "torchmon/protocol/protocol.h"
+
+namespace torchmon::server {
+namespace {
+
+void AddError(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id, absl::StatusCode code,
+              std::string message, uint64_t samples_refused) {
+  v1::IngestError* e = ack->add_errors();
+  e->set_sequence(sequence);
+  e->set_stat_id(stat_id);
+  e->set_code(static_cast<int32_t>(code));
+  e->set_message(std::move(message));
+  e->set_samples_refused(samples_refused);
+}
+
+}  // namespace
+
+IngestSession::IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
+                             Broadcaster<EventRecord>* events_out)
+    : aggregator_(aggregator), events_(events), stats_(stats), events_out_(events_out) {}
+
+void IngestSession::Apply(const v1::IngestBatch& batch, v1::IngestAck* ack) {
+  const uint64_t seq = batch.sequence();
+  const int errors_before = ack->errors_size();
+  stats_.batches_received.fetch_add(1, std::memory_order_relaxed);
+  if (batch.has_hello()) {
+    if (!first_batch_) {
+      AddError(ack, seq, 0, absl::StatusCode::kInvalidArgument,
+               absl::StrCat("batch ", seq, ": hello is only valid in the first batch of a stream; ignored"),
+               0);
+    } else if (auto labels = LabelsFromProto(batch.hello().labels()); !labels.ok()) {
+      AddError(ack, seq, 0, absl::StatusCode::kInvalidArgument,
+               absl::StrCat("hello.labels: ", labels.status().message(),
+                            "; the stream continues without identity labels"),
+               0);
+    } else {
+      identity_ = *std::move(labels);
+      client_name_ = batch.hello().client_name();
+    }
+  }
+  first_batch_ = false;
+  for (const auto& def : batch.definitions()) Define(def, seq, ack);
+  for (const auto& block : batch.samples()) AddBlock(block, seq, ack);
+  for (const auto& drops : batch.drops()) AddDrops(drops, seq, ack);
+  for (const auto& event : batch.events()) AddEvent(event, seq, ack);
+  if (ack->errors_size() != errors_before) {
+    stats_.batches_with_errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (seq > ack->sequence()) ack->set_sequence(seq);
+}
+
+void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack) {
+  auto refuse = [&](absl::StatusCode code, std::string message) {
+    stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
+    AddError(ack, sequence, def.id(), code, message, 0);
+    // Keep the binding so later samples under this id are refused with the
+    // same reason instead of "unknown id".
+    Binding& b = bindings_[def.id()];
+    b = Binding{};
+    b.key.stat = def.name();
+    b.refusal = std::move(message);
+  };
+  if (def.id() == 0) {
+    return refuse(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("definition of stat \"", def.name(), "\": id 0 is reserved"));
+  }
+  if (auto it = bindings_.find(def.id()); it != bindings_.end() && it->second.refusal.empty()) {
+    if (it->second.key.stat == def.name()) {
+      // Re-sending the same definition (e.g. after a retry) is harmless when
+      // it agrees; the aggregator checks the spec.
+    } else {
+      AddError(ack, sequence, def.id(), absl::StatusCode::kAlreadyExists,
+               absl::StrCat("stat id ", def.id(), " is already bound to \"", it->second.key.stat,
+                            "\" on this stream; refusing to rebind it to \"", def.name(), "\""),
+               0);
+      stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  if (absl::Status s = protocol::ValidateName("stat name", def.name()); !s.ok()) {
+    return refuse(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("definition of stat id ", def.id(), ": ", s.message()));
+  }
+  auto spec = SpecFromProto(def.spec());
+  if (!spec.ok()) {
+    return refuse(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("definition of stat \"", def.name(), "\": ", spec.status().message()));
+  }
+  auto own = LabelsFromProto(def.labels());
+  if (!own.ok()) {
+    return refuse(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("definition of stat \"", def.name(), "\": ", own.status().message()));
+  }
+  auto labels = MergeLabels(identity_, *own);
+  if (!labels.ok()) {
+    return refuse(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("definition of stat \"", def.name(), "\": ", labels.status().message()));
+  }
+  Binding b;
+  b.key = SeriesKey{def.name(), *std::move(labels)};
+  b.spec = *spec;
+  auto id = aggregator_.Define(b.key, b.spec);
+  if (!id.ok()) return refuse(static_cast<absl::StatusCode>(id.status().code()), std::string(id.status().message()));
+  b.id = *id;
+  bindings_[def.id()] = std::move(b);
+}
+
+IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples, uint64_t sequence,
+                                             v1::IngestAck* ack) {
+  auto it = bindings_.find(stat_id);
+  if (it == bindings_.end()) {
+    AddError(ack, sequence, stat_id, absl::StatusCode::kNotFound,
+             absl::StrCat("stat id ", stat_id, " was never defined on this stream; ", samples,
+                          " samples refused"),
+             samples);
+    stats_.samples_refused.fetch_add(samples, std::memory_order_relaxed);
+    return nullptr;
+  }
+  if (!it->second.refusal.empty()) {
+    AddError(ack, sequence, stat_id, absl::StatusCode::kFailedPrecondition,
+             absl::StrCat("stat \"", it->second.key.stat, "\" (id ", stat_id, ") was refused (",
+                          it->second.refusal, "); ", samples, " samples refused"),
+             samples);
+    stats_.samples_refused.fetch_add(samples, std::memory_order_relaxed);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+absl::Status IngestSession::Redefine(Binding& b) {
+  auto id = aggregator_.Define(b.key, b.spec);
+  if (!id.ok()) return id.status();
+  b.id = *id;
+  return absl::OkStatus();
+}
+
+void IngestSession::AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1::IngestAck* ack) {
+  const uint64_t n = static_cast<uint64_t>(block.values_size());
+  stats_.samples_received.fetch_add(n, std::memory_order_relaxed);
+  Binding* b = Bound(block.stat_id(), n, sequence, ack);
+  if (b == nullptr) return;
+  if (block.time_deltas_us_size() != 0 && static_cast<uint64_t>(block.time_deltas_us_size()) != n) {
+    AddError(ack, sequence, block.stat_id(), absl::StatusCode::kInvalidArgument,
+             absl::StrCat("samples of stat \"", b->key.stat, "\": time_deltas_us has ",
+                          block.time_deltas_us_size(), " entries for ", n,
+                          " values (must be equal or empty); block refused"),
+             n);
+    stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
+    return;
+  }
+  timestamps_.resize(n);
+  // Unsigned arithmetic: hostile deltas may overflow, which must wrap, not
+  // be undefined behaviour; such samples end up skewed or late.
+  uint64_t t = static_cast<uint64_t>(block.base_time_us());
+  for (uint64_t i = 0; i < n; ++i) {
+    if (block.time_deltas_us_size() != 0) t += static_cast<uint64_t>(block.time_deltas_us(static_cast<int>(i)));
+    timestamps_[i] = static_cast<int64_t>(t);
+  }
+  auto result = aggregator_.AddSamples(b->id, block.values(), timestamps_);
+  if (absl::IsNotFound(result.status())) {
+    if (absl::Status s = Redefine(*b); !s.ok()) {
+      AddError(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(s.code()),
+               std::string(s.message()), n);
+      stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
+      return;
+    }
+    result = aggregator_.AddSamples(b->id, block.values(), timestamps_);
+  }
+  if (!result.ok()) {
+    AddError(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(result.status().code()),
+             std::string(result.status().message()), n);
+    stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+void IngestSession::AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack) {
+  auto it = bindings_.find(drops.stat_id());
+  if (it == bindings_.end() || !it->second.refusal.empty()) {
+    AddError(ack, sequence, drops.stat_id(), absl::StatusCode::kNotFound,
+             absl::StrCat("drop report for stat id ", drops.stat_id(),
+                          ", which is not a defined stat on this stream; ignored"),
+             0);
+    return;
+  }
+  Binding& b = it->second;
+  absl::Status s = aggregator_.AddClientDrops(b.id, drops.dropped());
+  if (absl::IsNotFound(s) && Redefine(b).ok()) s = aggregator_.AddClientDrops(b.id, drops.dropped());
+  if (!s.ok()) {
+    AddError(ack, sequence, drops.stat_id(), static_cast<absl::StatusCode>(s.code()),
+             std::string(s.message()), 0);
+  }
+}
+
+void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack) {
+  stats_.events_received.fetch_add(1, std::memory_order_relaxed);
+  auto refuse = [&](absl::string_view why) {
+    stats_.events_refused.fetch_add(1, std::memory_order_relaxed);
+    AddError(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+             absl::StrCat("event \"", protocol::IsValidUtf8(event.name()) ? event.name() : "<invalid UTF-8>",
+                          "\": ", why, "; event refused"),
+             0);
+  };
+  if (absl::Status s = protocol::ValidateName("event name", event.name()); !s.ok()) {
+    return refuse(s.message());
+  }
+  auto own = LabelsFromProto(event.labels());
+  if (!own.ok()) return refuse(own.status().message());
+  auto labels = MergeLabels(identity_, *own);
+  if (!labels.ok()) return refuse(labels.status().message());
+  EventRecord record;
+  record.name = event.name();
+  record.timestamp_us = event.timestamp_us();
+  record.labels = *std::move(labels);
+  for (const auto& [key, value] : event.data()) {
+    if (absl::Status s = protocol::ValidateName("data key", key); !s.ok()) return refuse(s.message());
+    switch (value.kind_case()) {
+      case v1::EventValue::kStringValue:
+        if (!protocol::IsValidUtf8(value.string_value())) {
+          return refuse(absl::StrCat("data[\"", key, "\"] is not valid UTF-8"));
+        }
+        record.data.emplace_back(key, value.string_value());
+        break;
+      case v1::EventValue::kDoubleValue: record.data.emplace_back(key, value.double_value()); break;
+      case v1::EventValue::kIntValue: record.data.emplace_back(key, value.int_value()); break;
+      case v1::EventValue::kBoolValue: record.data.emplace_back(key, value.bool_value()); break;
+      case v1::EventValue::KIND_NOT_SET:
+        return refuse(absl::StrCat("data[\"", key, "\"] has no value"));
+    }
+  }
+  std::sort(record.data.begin(), record.data.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  const uint64_t seq = events_.Append(record);
+  if (events_out_ != nullptr) {
+    record.sequence = seq;
+    stats_.watch_items_dropped.fetch_add(events_out_->Publish(record), std::memory_order_relaxed);
+  }
+}
+
+}  // namespace torchmon::server

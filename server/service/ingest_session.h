@@ -1,0 +1,67 @@
+// The state of one ingest stream and the rules for applying its batches:
+// decoding packed samples, binding per-stream stat ids to series, and
+// refusing bad parts with a message that names them while applying the rest.
+// No gRPC here, so it can be tested and fuzzed directly.
+//
+// Thread-compatible: one session per stream, used by one thread at a time.
+#ifndef TORCHMON_SERVER_SERVICE_INGEST_SESSION_H_
+#define TORCHMON_SERVER_SERVICE_INGEST_SESSION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "server/core/aggregator.h"
+#include "server/core/event_log.h"
+#include "server/service/broadcaster.h"
+#include "server/service/daemon_stats.h"
+#include "torchmon/v1/torchmon.pb.h"
+
+namespace torchmon::server {
+
+class IngestSession {
+ public:
+  // `events_out` (may be null) receives every event appended to `events`.
+  IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
+                Broadcaster<EventRecord>* events_out);
+
+  // Applies `batch`; sets ack->sequence and appends an IngestError to `ack`
+  // for every part refused. Never fails as a whole.
+  void Apply(const v1::IngestBatch& batch, v1::IngestAck* ack);
+
+  const std::string& client_name() const { return client_name_; }
+
+ private:
+  struct Binding {
+    SeriesKey key;
+    StatSpec spec;
+    SeriesId id = 0;
+    // Non-empty when the definition was refused; samples under it are too.
+    std::string refusal;
+  };
+
+  void Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack);
+  void AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1::IngestAck* ack);
+  void AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack);
+  void AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack);
+  // Looks up `stat_id`, reporting unknown or refused ids against `samples`.
+  Binding* Bound(uint32_t stat_id, uint64_t samples, uint64_t sequence, v1::IngestAck* ack);
+  // Re-creates a series that expired while this stream still uses it.
+  absl::Status Redefine(Binding& b);
+
+  Aggregator& aggregator_;
+  EventLog& events_;
+  DaemonStats& stats_;
+  Broadcaster<EventRecord>* events_out_;
+
+  bool first_batch_ = true;
+  Labels identity_;
+  std::string client_name_;
+  absl::flat_hash_map<uint32_t, Binding> bindings_;
+  std::vector<int64_t> timestamps_;  // reused decode buffer
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_SERVICE_INGEST_SESSION_H_

@@ -1,0 +1,174 @@
+#include "server/service/query_service.h"
+
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/service/convert.h"
+
+namespace torchmon::server {
+namespace {
+
+grpc::Status InvalidArgument(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// Streams the items of one Broadcaster subscription, converted to `Proto`,
+// one write at a time, until the client cancels or the daemon shuts down.
+template <typename Item, typename Proto>
+class WatchReactor final : public grpc::ServerWriteReactor<Proto> {
+ public:
+  using Convert = std::function<void(const Item&, Proto*)>;
+
+  WatchReactor(Broadcaster<Item>& source, std::function<bool(const Item&)> filter,
+               Convert convert, DaemonStats& stats)
+      : source_(source), convert_(std::move(convert)), stats_(stats) {
+    stats_.watchers_active.fetch_add(1, std::memory_order_relaxed);
+    subscription_ = source_.Subscribe(
+        std::move(filter), [this] { OnItem(); }, QueryService::kWatchQueueCapacity);
+    OnItem();  // the broadcaster may already be closed
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    source_.Unsubscribe(subscription_);
+    stats_.watchers_active.fetch_sub(1, std::memory_order_relaxed);
+    delete this;
+  }
+
+ private:
+  void OnItem() {
+    absl::MutexLock lock(&mu_);
+    WriteNextLocked();
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return;
+    if (std::optional<Item> item = subscription_->Pop()) {
+      message_.Clear();
+      convert_(*item, &message_);
+      writing_ = true;
+      this->StartWrite(&message_);
+    } else if (subscription_->Finished()) {
+      FinishLocked(grpc::Status::OK);
+    }
+  }
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    this->Finish(status);
+  }
+
+  Broadcaster<Item>& source_;
+  Convert convert_;
+  DaemonStats& stats_;
+  std::shared_ptr<typename Broadcaster<Item>::Subscription> subscription_;
+  absl::Mutex mu_;
+  Proto message_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+QueryService::QueryService(const Aggregator& aggregator, const EventLog& events,
+                           DaemonStats& stats, Broadcaster<ClosedWindow>& windows,
+                           Broadcaster<EventRecord>& events_out)
+    : aggregator_(aggregator),
+      events_(events),
+      stats_(stats),
+      windows_out_(windows),
+      events_out_(events_out) {}
+
+grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* context,
+                                                   const v1::ListSeriesRequest* request,
+                                                   v1::ListSeriesResponse* response) {
+  stats_.queries.fetch_add(1, std::memory_order_relaxed);
+  for (const SeriesSnapshot& s : aggregator_.ListSeries(SelectorFromProto(request->selector()))) {
+    SeriesToProto(s, response->add_series());
+  }
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* context,
+                                                   const v1::GetWindowsRequest* request,
+                                                   v1::GetWindowsResponse* response) {
+  stats_.queries.fetch_add(1, std::memory_order_relaxed);
+  auto* reactor = context->DefaultReactor();
+  if (request->limit_per_series() < 0) {
+    reactor->Finish(InvalidArgument(
+        absl::StrCat("limit_per_series ", request->limit_per_series(), " is negative")));
+    return reactor;
+  }
+  if (request->end_ms() != 0 && request->end_ms() < request->start_ms()) {
+    reactor->Finish(InvalidArgument(absl::StrCat("end_ms ", request->end_ms(),
+                                                 " is before start_ms ", request->start_ms())));
+    return reactor;
+  }
+  for (const ClosedWindow& w :
+       aggregator_.GetWindows(SelectorFromProto(request->selector()), request->start_ms(),
+                              request->end_ms(), static_cast<size_t>(request->limit_per_series()))) {
+    WindowToProto(w, response->add_windows());
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* context,
+                                                  const v1::GetEventsRequest* request,
+                                                  v1::GetEventsResponse* response) {
+  stats_.queries.fetch_add(1, std::memory_order_relaxed);
+  auto* reactor = context->DefaultReactor();
+  if (request->limit() < 0) {
+    reactor->Finish(InvalidArgument(absl::StrCat("limit ", request->limit(), " is negative")));
+    return reactor;
+  }
+  for (const EventRecord& e : events_.Get(SelectorFromProto(request->selector()),
+                                          request->after_sequence(),
+                                          static_cast<size_t>(request->limit()))) {
+    EventToProto(e, response->add_events());
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::WindowSummary>* QueryService::WatchWindows(
+    grpc::CallbackServerContext* /*context*/, const v1::WatchWindowsRequest* request) {
+  stats_.queries.fetch_add(1, std::memory_order_relaxed);
+  Selector selector = SelectorFromProto(request->selector());
+  return new WatchReactor<ClosedWindow, v1::WindowSummary>(
+      windows_out_,
+      [selector](const ClosedWindow& w) { return selector.Matches(*w.series); },
+      [](const ClosedWindow& w, v1::WindowSummary* out) { WindowToProto(w, out); }, stats_);
+}
+
+grpc::ServerWriteReactor<v1::Event>* QueryService::WatchEvents(
+    grpc::CallbackServerContext* /*context*/, const v1::WatchEventsRequest* request) {
+  stats_.queries.fetch_add(1, std::memory_order_relaxed);
+  Selector selector = SelectorFromProto(request->selector());
+  return new WatchReactor<EventRecord, v1::Event>(
+      events_out_,
+      [selector](const EventRecord& e) { return selector.Matches(e.name, e.labels); },
+      [](const EventRecord& e, v1::Event* out) { EventToProto(e, out); }, stats_);
+}
+
+}  // namespace torchmon::server

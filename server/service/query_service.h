@@ -1,0 +1,47 @@
+// gRPC edge of queries: unary reads of the aggregator and the event log, and
+// server streams that follow closed windows and events as they happen.
+#ifndef TORCHMON_SERVER_SERVICE_QUERY_SERVICE_H_
+#define TORCHMON_SERVER_SERVICE_QUERY_SERVICE_H_
+
+#include "server/core/aggregator.h"
+#include "server/core/event_log.h"
+#include "server/service/broadcaster.h"
+#include "server/service/daemon_stats.h"
+#include "torchmon/v1/torchmon.grpc.pb.h"
+
+namespace torchmon::server {
+
+// Thread-safe; outlives every call it serves.
+class QueryService final : public v1::Query::CallbackService {
+ public:
+  // A watcher that falls this many items behind loses its oldest ones.
+  static constexpr size_t kWatchQueueCapacity = 10000;
+
+  QueryService(const Aggregator& aggregator, const EventLog& events, DaemonStats& stats,
+               Broadcaster<ClosedWindow>& windows, Broadcaster<EventRecord>& events_out);
+
+  grpc::ServerUnaryReactor* ListSeries(grpc::CallbackServerContext* context,
+                                       const v1::ListSeriesRequest* request,
+                                       v1::ListSeriesResponse* response) override;
+  grpc::ServerUnaryReactor* GetWindows(grpc::CallbackServerContext* context,
+                                       const v1::GetWindowsRequest* request,
+                                       v1::GetWindowsResponse* response) override;
+  grpc::ServerWriteReactor<v1::WindowSummary>* WatchWindows(
+      grpc::CallbackServerContext* context, const v1::WatchWindowsRequest* request) override;
+  grpc::ServerUnaryReactor* GetEvents(grpc::CallbackServerContext* context,
+                                      const v1::GetEventsRequest* request,
+                                      v1::GetEventsResponse* response) override;
+  grpc::ServerWriteReactor<v1::Event>* WatchEvents(grpc::CallbackServerContext* context,
+                                                   const v1::WatchEventsRequest* request) override;
+
+ private:
+  const Aggregator& aggregator_;
+  const EventLog& events_;
+  DaemonStats& stats_;
+  Broadcaster<ClosedWindow>& windows_out_;
+  Broadcaster<EventRecord>& events_out_;
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_SERVICE_QUERY_SERVICE_H_
