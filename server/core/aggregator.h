@@ -35,7 +35,7 @@ struct AggregatorOptions {
   // open window, is forgotten.
   int64_t series_ttl_ms = 10 * 60 * 1000;
   // Closed windows kept per series for queries (≥ 1).
-  size_t history_windows = 360;
+  size_t history_windows = 120;
   // Samples stamped more than this far ahead of the daemon clock are skewed.
   int64_t max_future_skew_ms = 60 * 1000;
 };

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -189,18 +190,31 @@ void Daemon::Run() {
 }
 
 void Daemon::Shutdown() {
-  // Watchers first, so they end cleanly instead of holding up the drain.
+  // Stop accepting calls. Open calls get drain_timeout to end by themselves
+  // (clients finish their streams) and one more second for watchers to
+  // receive the partial windows; whatever is still open then is cancelled.
+  const auto drain = std::chrono::milliseconds(options_.drain_timeout_ms);
+  const auto drain_end = std::chrono::steady_clock::now() + drain;
+  std::thread stopper([this, drain] {
+    server_->Shutdown(std::chrono::system_clock::now() + drain + std::chrono::seconds(1));
+  });
+  while (stats_.ingest_streams_active.load(std::memory_order_relaxed) > 0 &&
+         std::chrono::steady_clock::now() < drain_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  PublishClosed(aggregator_.CloseDueWindows());
+  std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
+  const size_t partial_count = partial.size();
+  PublishClosed(std::move(partial));
+  // Watchers end once they have written what is queued.
   windows_out_.Close();
   events_out_.Close();
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(options_.drain_timeout_ms));
+  stopper.join();
   server_->Wait();
-  std::vector<ClosedWindow> closed = aggregator_.CloseDueWindows();
-  const size_t on_time = closed.size();
-  std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
-  stats_.windows_closed.fetch_add(on_time + partial.size(), std::memory_order_relaxed);
-  Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial.size(),
-                   " open windows closed as partial"));
+  // Streams cut at the deadline may have opened windows after the close above.
+  const size_t stragglers = aggregator_.CloseAllWindows().size();
+  Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ",
+                   partial_count + stragglers, " open windows closed as partial"));
   for (const ListenAddress& addr : options_.listen) {
     if (addr.kind == ListenAddress::Kind::kUnix) unlink(addr.path.c_str());
   }

@@ -74,6 +74,10 @@ struct ClientOptions {
   std::chrono::milliseconds destructor_flush_timeout{2000};
   // Shown in daemon logs; never a label.
   std::string client_name;
+  // Print refusals and connection problems to stderr (each distinct message
+  // once). Tools that report errors themselves turn this off; the messages
+  // are always available from Client::TakeErrors().
+  bool log_to_stderr = true;
 };
 
 // Counters of one Client, all cumulative since construction.

@@ -1,0 +1,553 @@
+#include "cli/command_line.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+
+namespace torchmon::cli {
+namespace {
+
+enum class Flag {
+  kTarget,
+  kJson,
+  kTimeout,
+  kHelp,
+  kStat,
+  kLabel,
+  kLast,
+  kSince,
+  kAgg,
+  kWindow,
+  kMaxSamples
+};
+
+struct FlagSpec {
+  absl::string_view name;
+  Flag flag;
+  bool takes_value;
+};
+
+constexpr FlagSpec kGlobalFlags[] = {
+    {"--target", Flag::kTarget, true},   {"--json", Flag::kJson, false},
+    {"--timeout", Flag::kTimeout, true}, {"--help", Flag::kHelp, false},
+    {"-h", Flag::kHelp, false},
+};
+
+constexpr FlagSpec kLabelFlag = {"--label", Flag::kLabel, true};
+constexpr FlagSpec kLastFlag = {"--last", Flag::kLast, true};
+
+struct CommandSpec {
+  absl::string_view name;
+  std::vector<FlagSpec> flags;
+};
+
+const std::vector<CommandSpec>& Commands() {
+  static const auto* commands = new std::vector<CommandSpec>{
+      {"series", {{"--stat", Flag::kStat, true}, kLabelFlag}},
+      {"windows", {kLabelFlag, kLastFlag, {"--since", Flag::kSince, true}}},
+      {"events", {kLabelFlag, kLastFlag}},
+      {"watch", {kLabelFlag}},
+      {"push",
+       {{"--agg", Flag::kAgg, true},
+        {"--window", Flag::kWindow, true},
+        {"--max-samples", Flag::kMaxSamples, true},
+        kLabelFlag}},
+      {"event", {kLabelFlag}},
+  };
+  return *commands;
+}
+
+const CommandSpec* FindCommand(absl::string_view name) {
+  for (const CommandSpec& command : Commands()) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+const FlagSpec* FindFlag(absl::Span<const FlagSpec> flags, absl::string_view name) {
+  for (const FlagSpec& flag : flags) {
+    if (flag.name == name) return &flag;
+  }
+  return nullptr;
+}
+
+absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
+
+// The command line split into its parts, before each command checks its own.
+struct SplitCommandLine {
+  std::string command;
+  std::vector<std::string> positionals;
+  std::vector<std::pair<Flag, std::string>> flags;  // command flags, in order
+};
+
+// Adds `label` ("k=v") to `labels`; a later value for the same key wins.
+absl::Status AddLabel(absl::string_view text, protocol::LabelList& labels) {
+  auto label = protocol::ParseLabel(text);
+  if (!label.ok()) return UsageError(absl::StrCat("--label: ", label.status().message()));
+  for (auto& [key, value] : labels) {
+    if (key == label->first) {
+      value = label->second;
+      return absl::OkStatus();
+    }
+  }
+  labels.push_back(*std::move(label));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ParseDurationFlag(absl::string_view flag, absl::string_view text) {
+  auto ms = protocol::ParseDurationMs(text);
+  if (!ms.ok()) return UsageError(absl::StrCat(flag, ": ", ms.status().message()));
+  return *ms;
+}
+
+absl::StatusOr<int32_t> ParseLast(absl::string_view text) {
+  int32_t n;
+  if (!absl::SimpleAtoi(text, &n) || n < 1) {
+    return UsageError(absl::StrCat("--last: \"", text, "\" is not a positive integer"));
+  }
+  return n;
+}
+
+absl::Status CheckName(absl::string_view what, absl::string_view name) {
+  if (absl::Status s = protocol::ValidateName(what, name); !s.ok()) {
+    return UsageError(s.message());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositionalCount(const SplitCommandLine& line, size_t min, size_t max,
+                                  absl::string_view what) {
+  if (line.positionals.size() < min) {
+    return UsageError(absl::StrCat(line.command, " needs ", what));
+  }
+  if (line.positionals.size() > max) {
+    return UsageError(
+        absl::StrCat(line.command, ": unexpected argument \"", line.positionals[max], "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Command> BuildSeries(const SplitCommandLine& line) {
+  SeriesCommand command;
+  if (absl::Status s = CheckPositionalCount(line, 0, 0, ""); !s.ok()) return s;
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kStat) {
+      if (!protocol::IsValidUtf8(value)) return UsageError("--stat is not valid UTF-8");
+      command.stat_glob = value;
+    } else if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    }
+  }
+  return command;
+}
+
+absl::StatusOr<Command> BuildWindows(const SplitCommandLine& line) {
+  WindowsCommand command;
+  if (absl::Status s = CheckPositionalCount(line, 1, 1, "a STAT (name or glob)"); !s.ok()) {
+    return s;
+  }
+  command.stat = line.positionals[0];
+  if (absl::Status s = CheckName("STAT", command.stat); !s.ok()) return s;
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    } else if (flag == Flag::kLast) {
+      auto n = ParseLast(value);
+      if (!n.ok()) return n.status();
+      command.last = *n;
+    } else if (flag == Flag::kSince) {
+      auto ms = ParseDurationFlag("--since", value);
+      if (!ms.ok()) return ms.status();
+      command.since_ms = *ms;
+    }
+  }
+  return command;
+}
+
+absl::StatusOr<Command> BuildEvents(const SplitCommandLine& line) {
+  EventsCommand command;
+  if (absl::Status s = CheckPositionalCount(line, 0, 1, ""); !s.ok()) return s;
+  if (!line.positionals.empty()) {
+    command.name = line.positionals[0];
+    if (absl::Status s = CheckName("NAME", command.name); !s.ok()) return s;
+  }
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    } else if (flag == Flag::kLast) {
+      auto n = ParseLast(value);
+      if (!n.ok()) return n.status();
+      command.last = *n;
+    }
+  }
+  return command;
+}
+
+absl::StatusOr<Command> BuildWatch(const SplitCommandLine& line) {
+  WatchCommand command;
+  if (absl::Status s = CheckPositionalCount(line, 0, 1, ""); !s.ok()) return s;
+  if (!line.positionals.empty()) {
+    command.stat = line.positionals[0];
+    if (absl::Status s = CheckName("STAT", command.stat); !s.ok()) return s;
+  }
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    }
+  }
+  return command;
+}
+
+absl::StatusOr<Command> BuildPush(const SplitCommandLine& line) {
+  PushCommand command;
+  if (absl::Status s = CheckPositionalCount(line, 2, std::numeric_limits<size_t>::max(),
+                                            "a STAT and at least one VALUE");
+      !s.ok()) {
+    return s;
+  }
+  command.stat = line.positionals[0];
+  if (absl::Status s = CheckName("STAT", command.stat); !s.ok()) return s;
+  for (size_t i = 1; i < line.positionals.size(); ++i) {
+    auto value = ParseSampleValue(line.positionals[i]);
+    if (!value.ok()) return UsageError(absl::StrCat("VALUE: ", value.status().message()));
+    command.values.push_back(*value);
+  }
+
+  absl::string_view aggregations = kDefaultPushAggregations;
+  int64_t window_ms = kDefaultPushWindowMs;
+  int64_t max_samples = 0;
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kAgg) {
+      aggregations = value;
+    } else if (flag == Flag::kWindow) {
+      auto ms = ParseDurationFlag("--window", value);
+      if (!ms.ok()) return ms.status();
+      window_ms = *ms;
+    } else if (flag == Flag::kMaxSamples) {
+      if (!absl::SimpleAtoi(value, &max_samples) || max_samples < 0) {
+        return UsageError(absl::StrCat("--max-samples: \"", value,
+                                       "\" is not a non-negative integer (0 means unlimited)"));
+      }
+    } else if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    }
+  }
+  auto parsed = protocol::ParseAggregationList(aggregations);
+  if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
+  for (v1::Aggregation aggregation : *parsed) command.spec.add_aggregations(aggregation);
+  command.spec.set_window_size_ms(window_ms);
+  command.spec.set_max_samples(max_samples);
+  if (window_ms < protocol::kMinWindowMs || window_ms > protocol::kMaxWindowMs) {
+    return UsageError(absl::StrCat("--window: ", protocol::FormatDurationMs(window_ms),
+                                   " is outside [",
+                                   protocol::FormatDurationMs(protocol::kMinWindowMs), ", ",
+                                   protocol::FormatDurationMs(protocol::kMaxWindowMs), "]"));
+  }
+  if (absl::Status s = protocol::ValidateSpec(command.spec); !s.ok()) {
+    return UsageError(s.message());
+  }
+  return command;
+}
+
+absl::StatusOr<Command> BuildEvent(const SplitCommandLine& line) {
+  EventCommand command;
+  if (absl::Status s =
+          CheckPositionalCount(line, 1, std::numeric_limits<size_t>::max(), "an event NAME");
+      !s.ok()) {
+    return s;
+  }
+  command.name = line.positionals[0];
+  if (absl::Status s = CheckName("NAME", command.name); !s.ok()) return s;
+  for (size_t i = 1; i < line.positionals.size(); ++i) {
+    const std::string& item = line.positionals[i];
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return UsageError(absl::StrCat("event data \"", item, "\" is not of the form key=value"));
+    }
+    std::string key = item.substr(0, eq);
+    if (!protocol::IsValidUtf8(item)) {
+      return UsageError(absl::StrCat("event data \"", key, "\" is not valid UTF-8"));
+    }
+    if (command.data.count(key) != 0) {
+      return UsageError(absl::StrCat("event data key \"", key, "\" is given twice"));
+    }
+    command.data.emplace(std::move(key), InferEventValue(absl::string_view(item).substr(eq + 1)));
+  }
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    }
+  }
+  return command;
+}
+
+absl::StatusOr<Command> BuildCommand(const SplitCommandLine& line) {
+  if (line.command == "series") return BuildSeries(line);
+  if (line.command == "windows") return BuildWindows(line);
+  if (line.command == "events") return BuildEvents(line);
+  if (line.command == "watch") return BuildWatch(line);
+  if (line.command == "push") return BuildPush(line);
+  return BuildEvent(line);
+}
+
+// True for the decimal grammar [+-]? (D+ (. D*)? | . D+) ([eE] [+-]? D+)?.
+bool IsDecimalNumber(absl::string_view s) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i - start;
+  };
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  size_t mantissa_digits = digits();
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    mantissa_digits += digits();
+  }
+  if (mantissa_digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == s.size();
+}
+
+bool IsIntegerLiteral(absl::string_view s) {
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) s.remove_prefix(1);
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<double> ParseSampleValue(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  absl::string_view unsigned_part = lower;
+  bool negative = false;
+  if (!unsigned_part.empty() && (unsigned_part[0] == '+' || unsigned_part[0] == '-')) {
+    negative = unsigned_part[0] == '-';
+    unsigned_part.remove_prefix(1);
+  }
+  if (unsigned_part == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (unsigned_part == "inf" || unsigned_part == "infinity") {
+    return negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+  }
+  if (!IsDecimalNumber(lower)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", text, "\" is not a decimal number, nan, inf or -inf"));
+  }
+  // strtod follows the "C" locale: torchmonctl never calls setlocale.
+  const double value = std::strtod(lower.c_str(), nullptr);
+  if (std::isinf(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", text, "\" is out of the range of a double"));
+  }
+  return value;
+}
+
+EventValue InferEventValue(absl::string_view text) {
+  if (IsIntegerLiteral(text)) {
+    int64_t n;
+    if (absl::SimpleAtoi(text, &n)) return n;
+  }
+  if (auto number = ParseSampleValue(text); number.ok()) return *number;
+  if (text == "true") return true;
+  if (text == "false") return false;
+  return std::string(text);
+}
+
+absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args,
+                                            std::string default_target) {
+  Invocation invocation;
+  bool target_given = false;
+  SplitCommandLine line;
+  const CommandSpec* command = nullptr;
+  bool flags_ended = false;
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!flags_ended && arg == "--") {
+      flags_ended = true;
+      continue;
+    }
+    // "-" alone and negative numbers ("-1", "-inf") are values, not flags.
+    const bool is_flag =
+        !flags_ended && arg.size() > 1 && arg[0] == '-' && !ParseSampleValue(arg).ok();
+    if (!is_flag) {
+      if (command == nullptr) {
+        command = FindCommand(arg);
+        if (command == nullptr) {
+          return UsageError(absl::StrCat("unknown command \"", arg, "\""));
+        }
+        line.command = arg;
+      } else {
+        line.positionals.push_back(arg);
+      }
+      continue;
+    }
+
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const FlagSpec* spec = FindFlag(kGlobalFlags, name);
+    if (spec == nullptr && command != nullptr) spec = FindFlag(command->flags, name);
+    if (spec == nullptr) {
+      if (command == nullptr) {
+        return UsageError(
+            absl::StrCat("unknown flag ", name, " (flags of a command go after the command)"));
+      }
+      return UsageError(absl::StrCat("unknown flag ", name, " for command ", command->name));
+    }
+    std::string value;
+    if (spec->takes_value) {
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return UsageError(absl::StrCat("flag ", name, " needs a value"));
+      }
+    } else if (eq != std::string::npos) {
+      return UsageError(absl::StrCat("flag ", name, " takes no value"));
+    }
+
+    switch (spec->flag) {
+      case Flag::kHelp:
+        invocation.command = HelpRequest{line.command};
+        return invocation;
+      case Flag::kTarget:
+        if (value.empty()) return UsageError("--target is empty");
+        invocation.global.target = value;
+        target_given = true;
+        break;
+      case Flag::kJson:
+        invocation.global.json = true;
+        break;
+      case Flag::kTimeout: {
+        auto ms = ParseDurationFlag("--timeout", value);
+        if (!ms.ok()) return ms.status();
+        if (*ms <= 0) return UsageError("--timeout must be longer than 0ms");
+        invocation.global.timeout_ms = *ms;
+        break;
+      }
+      default:
+        line.flags.emplace_back(spec->flag, std::move(value));
+    }
+  }
+
+  if (!target_given) invocation.global.target = std::move(default_target);
+  if (absl::StartsWith(invocation.global.target, "/")) {
+    invocation.global.target = absl::StrCat("unix://", invocation.global.target);
+  }
+  if (command == nullptr) return UsageError("no command given");
+
+  auto built = BuildCommand(line);
+  if (!built.ok()) return built.status();
+  invocation.command = *std::move(built);
+  return invocation;
+}
+
+bool IsCommand(absl::string_view name) { return FindCommand(name) != nullptr; }
+
+std::string UsageText(absl::string_view command) {
+  constexpr absl::string_view kGlobal =
+      "Global flags (before or after the command):\n"
+      "  --target ADDR       daemon address: unix:///path, /path or host:port\n"
+      "                      (default: $TORCHMON_TARGET, else the default socket)\n"
+      "  --json              machine-readable JSON output (see docs/cli.md)\n"
+      "  --timeout DURATION  deadline of each request, and how long push/event wait\n"
+      "                      for the daemon's acknowledgement (default 5s)\n"
+      "  -h, --help          show this help\n";
+  constexpr absl::string_view kLabels =
+      "  --label k=v         only series whose label k equals v; repeatable\n";
+
+  if (command == "series") {
+    return absl::StrCat(
+        "Usage: torchmonctl series [--stat GLOB] [--label k=v]...\n\n"
+        "Lists the series matching the selector: definition, counters and last window.\n\n"
+        "  --stat GLOB         stat name, exact or a glob (* any run, ? one character)\n",
+        kLabels, "\n", kGlobal);
+  }
+  if (command == "windows") {
+    return absl::StrCat(
+        "Usage: torchmonctl windows STAT [--label k=v]... [--last N] [--since DURATION]\n\n"
+        "Shows closed windows of the series whose stat matches STAT (exact or glob),\n"
+        "oldest first within each series.\n\n",
+        kLabels,
+        "  --last N            only the N most recent windows of each series\n"
+        "  --since DURATION    only windows that started at most DURATION ago (e.g. 10m)\n\n",
+        kGlobal);
+  }
+  if (command == "events") {
+    return absl::StrCat(
+        "Usage: torchmonctl events [NAME] [--label k=v]... [--last N]\n\n"
+        "Shows events from the daemon's event log, oldest first. NAME is exact or a glob.\n\n",
+        "  --label k=v         only events whose label k equals v; repeatable\n"
+        "  --last N            only the N most recent events\n\n",
+        kGlobal);
+  }
+  if (command == "watch") {
+    return absl::StrCat(
+        "Usage: torchmonctl watch [STAT] [--label k=v]...\n\n"
+        "Prints each window of the matching series as it closes, one line each (one JSON\n"
+        "object per line with --json), until Ctrl-C or the daemon ends the stream.\n\n",
+        kLabels, "\n", kGlobal);
+  }
+  if (command == "push") {
+    return absl::StrCat(
+        "Usage: torchmonctl push STAT VALUE... [--agg LIST] [--window DURATION]\n"
+        "                        [--max-samples N] [--label k=v]...\n\n"
+        "Sends each VALUE as a sample of STAT, stamped now, and waits until the daemon\n"
+        "has acknowledged them. VALUE is a decimal number, nan, inf or -inf.\n\n"
+        "  --agg LIST          aggregations, comma-separated from value, mean, count, sum,\n"
+        "                      max, min (default: all six)\n"
+        "  --window DURATION   window length, 10ms to 24h (default 10s)\n"
+        "  --max-samples N     samples accepted per window; 0 = unlimited (default 0)\n"
+        "  --label k=v         a label of the stat, added to the identity labels taken\n"
+        "                      from the environment; repeatable\n\n",
+        kGlobal);
+  }
+  if (command == "event") {
+    return absl::StrCat(
+        "Usage: torchmonctl event NAME [key=value]... [--label k=v]...\n\n"
+        "Logs an event and waits until the daemon has acknowledged it. Each value is\n"
+        "an int64 if it is an integer literal, a double if it is another number\n"
+        "(including nan, inf, -inf), a bool if it is true or false, else a string.\n\n"
+        "  --label k=v         a label of the event, merged over the identity labels;\n"
+        "                      repeatable\n\n",
+        kGlobal);
+  }
+  return absl::StrCat(
+      "Usage: torchmonctl [--target ADDR] [--json] [--timeout DURATION] COMMAND ...\n\n"
+      "Queries and feeds torchmond, the torchmon daemon.\n\n"
+      "Commands:\n"
+      "  series [--stat GLOB] [--label k=v]...\n"
+      "      list series: definition, counters, last window\n"
+      "  windows STAT [--label k=v]... [--last N] [--since DURATION]\n"
+      "      closed windows of the matching series\n"
+      "  events [NAME] [--label k=v]... [--last N]\n"
+      "      events from the daemon's event log\n"
+      "  watch [STAT] [--label k=v]...\n"
+      "      print windows as they close, until Ctrl-C\n"
+      "  push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--label k=v]...\n"
+      "      send samples of a stat\n"
+      "  event NAME [key=value]... [--label k=v]...\n"
+      "      log an event\n\n",
+      kGlobal,
+      "\nExit status: 0 success; 1 the daemon answered with an error or refused\n"
+      "something; 2 usage error; 3 the daemon could not be reached in time.\n"
+      "Run 'torchmonctl COMMAND --help' for a command's flags.\n");
+}
+
+}  // namespace torchmon::cli

@@ -1,0 +1,463 @@
+#include "cli/output.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "torchmon/protocol/protocol.h"
+
+namespace torchmon::cli {
+namespace {
+
+// Length in bytes of the well-formed UTF-8 sequence at s[i], or 0 if the
+// bytes there are not one.
+size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t len;
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  return protocol::IsValidUtf8(s.substr(i, len)) ? len : 0;
+}
+
+size_t DisplayWidth(absl::string_view s) {
+  size_t width = 0;
+  for (char c : s) {
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++width;
+  }
+  return width;
+}
+
+// Escapes control characters so that a cell stays on one line.
+std::string Printable(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> SortedLabels(
+    const google::protobuf::Map<std::string, std::string>& labels) {
+  std::vector<std::pair<std::string, std::string>> sorted(labels.begin(), labels.end());
+  std::sort(sorted.begin(), sorted.end());
+  return sorted;
+}
+
+std::string JsonLabels(const google::protobuf::Map<std::string, std::string>& labels) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [key, value] : SortedLabels(labels)) {
+    absl::StrAppend(&out, first ? "" : ",", JsonString(key), ":", JsonString(value));
+    first = false;
+  }
+  out += "}";
+  return out;
+}
+
+std::string JsonBool(bool b) { return b ? "true" : "false"; }
+
+std::string AggregateList(const v1::WindowSummary& window) {
+  std::vector<std::string> parts;
+  for (const v1::AggregateValue& aggregate : window.aggregates()) {
+    parts.push_back(absl::StrCat(protocol::AggregationName(aggregate.aggregation()), "=",
+                                 FormatNumber(aggregate.value())));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
+std::string WindowJson(const v1::WindowSummary& window) {
+  std::string aggregates = "{";
+  bool first = true;
+  for (const v1::AggregateValue& aggregate : window.aggregates()) {
+    absl::StrAppend(&aggregates, first ? "" : ",",
+                    JsonString(protocol::AggregationName(aggregate.aggregation())), ":",
+                    JsonNumber(aggregate.value()));
+    first = false;
+  }
+  aggregates += "}";
+  return absl::StrCat("{\"stat\":", JsonString(window.series().stat()),
+                      ",\"labels\":", JsonLabels(window.series().labels()),
+                      ",\"start_ms\":", window.start_ms(), ",\"end_ms\":", window.end_ms(),
+                      ",\"aggregates\":", aggregates, ",\"accepted\":", window.accepted(),
+                      ",\"capped\":", window.capped(), ",\"partial\":", JsonBool(window.partial()),
+                      "}");
+}
+
+// Joins JSON values as the elements of `{"<key>":[...]}`, one per line.
+std::string JsonDocument(absl::string_view key, const std::vector<std::string>& elements) {
+  if (elements.empty()) return absl::StrCat("{", JsonString(key), ":[]}\n");
+  return absl::StrCat("{", JsonString(key), ":[\n", absl::StrJoin(elements, ",\n"), "\n]}\n");
+}
+
+std::string EventValueText(const v1::EventValue& value) {
+  switch (value.kind_case()) {
+    case v1::EventValue::kStringValue:
+      return JsonString(value.string_value());
+    case v1::EventValue::kDoubleValue:
+      return FormatNumber(value.double_value());
+    case v1::EventValue::kIntValue:
+      return absl::StrCat(value.int_value());
+    case v1::EventValue::kBoolValue:
+      return JsonBool(value.bool_value());
+    case v1::EventValue::KIND_NOT_SET:
+      break;
+  }
+  return "null";
+}
+
+std::string EventValueJson(const v1::EventValue& value) {
+  switch (value.kind_case()) {
+    case v1::EventValue::kStringValue:
+      return JsonString(value.string_value());
+    case v1::EventValue::kDoubleValue:
+      return JsonNumber(value.double_value());
+    case v1::EventValue::kIntValue:
+      return absl::StrCat(value.int_value());
+    case v1::EventValue::kBoolValue:
+      return JsonBool(value.bool_value());
+    case v1::EventValue::KIND_NOT_SET:
+      break;
+  }
+  return "null";
+}
+
+absl::string_view EventValueType(const v1::EventValue& value) {
+  switch (value.kind_case()) {
+    case v1::EventValue::kStringValue:
+      return "string";
+    case v1::EventValue::kDoubleValue:
+      return "double";
+    case v1::EventValue::kIntValue:
+      return "int";
+    case v1::EventValue::kBoolValue:
+      return "bool";
+    case v1::EventValue::KIND_NOT_SET:
+      break;
+  }
+  return "null";
+}
+
+template <typename Value>
+std::vector<std::pair<std::string, const Value*>> SortedByKey(
+    const google::protobuf::Map<std::string, Value>& map) {
+  std::vector<std::pair<std::string, const Value*>> sorted;
+  for (const auto& [key, value] : map) sorted.emplace_back(key, &value);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return sorted;
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+}  // namespace
+
+Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+
+void Table::AddRow(std::vector<std::string> cells) {
+  cells.resize(columns_.size());
+  for (std::string& cell : cells) cell = Printable(cell);
+  rows_.push_back(std::move(cells));
+}
+
+std::string Table::Render() const {
+  std::vector<size_t> widths(columns_.size());
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    widths[c] = DisplayWidth(columns_[c].header);
+    for (const auto& row : rows_) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
+  }
+  std::string out;
+  auto append_line = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const std::string padding(widths[c] - DisplayWidth(cells[c]), ' ');
+      if (c > 0) line += "  ";
+      if (columns_[c].align_right) {
+        absl::StrAppend(&line, padding, cells[c]);
+      } else {
+        absl::StrAppend(&line, cells[c], padding);
+      }
+    }
+    absl::StrAppend(&out, absl::StripTrailingAsciiWhitespace(line), "\n");
+  };
+  std::vector<std::string> header;
+  for (const Column& column : columns_) header.push_back(column.header);
+  append_line(header);
+  for (const auto& row : rows_) append_line(row);
+  return out;
+}
+
+std::string FormatLocalTime(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(FloorDiv(unix_ms, 1000));
+  const int millis = static_cast<int>(unix_ms - FloorDiv(unix_ms, 1000) * 1000);
+  std::tm tm{};
+  if (localtime_r(&seconds, &tm) == nullptr) return absl::StrCat(unix_ms, "ms");
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
+  const long offset = tm.tm_gmtoff;
+  const long offset_abs = offset < 0 ? -offset : offset;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s.%03d%c%02ld:%02ld", date, millis, offset < 0 ? '-' : '+',
+                offset_abs / 3600, (offset_abs % 3600) / 60);
+  return buf;
+}
+
+std::string FormatNumber(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", value);
+  return buf;
+}
+
+std::string FormatLabels(const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : SortedLabels(labels))
+    parts.push_back(absl::StrCat(key, "=", value));
+  return absl::StrJoin(parts, ",");
+}
+
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  out.reserve(s.size() + 2);
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t len = Utf8SequenceLength(s, i);
+      if (len == 0) {
+        out += "\\ufffd";
+        ++i;
+      } else {
+        out.append(s.data() + i, len);
+        i += len;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7F) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  out += "\"";
+  return out;
+}
+
+std::string JsonNumber(double value) {
+  if (std::isnan(value)) return "\"NaN\"";
+  if (std::isinf(value)) return value > 0 ? "\"+Inf\"" : "\"-Inf\"";
+  char buf[32];
+  // Whole numbers print without an exponent ("100", not "1e+02") while that
+  // is still exact.
+  if (value == std::floor(value) && std::fabs(value) < 1e17) {
+    std::snprintf(buf, sizeof buf, "%.0f", value);
+    return buf;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
+}
+
+std::string RenderSeriesTable(const v1::ListSeriesResponse& response) {
+  Table table({{"STAT"},
+               {"LABELS"},
+               {"AGGS"},
+               {"WINDOW", true},
+               {"MAX_SAMPLES", true},
+               {"ACCEPTED", true},
+               {"CAPPED", true},
+               {"LATE", true},
+               {"SKEWED", true},
+               {"CLIENT_DROPPED", true},
+               {"LAST_WINDOW"}});
+  for (const v1::SeriesInfo& info : response.series()) {
+    std::vector<std::string> aggregations;
+    for (int aggregation : info.spec().aggregations()) {
+      aggregations.emplace_back(
+          protocol::AggregationName(static_cast<v1::Aggregation>(aggregation)));
+    }
+    const v1::SeriesCounters& counters = info.counters();
+    std::string last_window = "-";
+    if (info.has_last_window()) {
+      last_window = absl::StrCat(FormatLocalTime(info.last_window().end_ms()), " ",
+                                 AggregateList(info.last_window()));
+    }
+    table.AddRow(
+        {info.series().stat(), FormatLabels(info.series().labels()),
+         absl::StrJoin(aggregations, ","), protocol::FormatDurationMs(info.spec().window_size_ms()),
+         info.spec().max_samples() == 0 ? "unlimited" : absl::StrCat(info.spec().max_samples()),
+         absl::StrCat(counters.accepted()), absl::StrCat(counters.capped()),
+         absl::StrCat(counters.late()), absl::StrCat(counters.skewed()),
+         absl::StrCat(counters.client_dropped()), last_window});
+  }
+  return table.Render();
+}
+
+std::string RenderSeriesJson(const v1::ListSeriesResponse& response) {
+  std::vector<std::string> elements;
+  for (const v1::SeriesInfo& info : response.series()) {
+    std::vector<std::string> aggregations;
+    for (int aggregation : info.spec().aggregations()) {
+      aggregations.push_back(
+          JsonString(protocol::AggregationName(static_cast<v1::Aggregation>(aggregation))));
+    }
+    const v1::SeriesCounters& counters = info.counters();
+    elements.push_back(absl::StrCat(
+        "{\"stat\":", JsonString(info.series().stat()),
+        ",\"labels\":", JsonLabels(info.series().labels()), ",\"aggregations\":[",
+        absl::StrJoin(aggregations, ","), "],\"window_ms\":", info.spec().window_size_ms(),
+        ",\"max_samples\":", info.spec().max_samples(), ",\"counters\":{\"accepted\":",
+        counters.accepted(), ",\"capped\":", counters.capped(), ",\"late\":", counters.late(),
+        ",\"skewed\":", counters.skewed(), ",\"client_dropped\":", counters.client_dropped(),
+        "},\"last_update_ms\":", info.last_update_ms(), ",\"last_window\":",
+        info.has_last_window() ? WindowJson(info.last_window()) : "null", "}"));
+  }
+  return JsonDocument("series", elements);
+}
+
+std::string RenderWindowsTable(const v1::GetWindowsResponse& response) {
+  // One column per aggregation present in any window, in Aggregation order.
+  std::set<int> present;
+  for (const v1::WindowSummary& window : response.windows()) {
+    for (const v1::AggregateValue& aggregate : window.aggregates()) {
+      present.insert(aggregate.aggregation());
+    }
+  }
+  std::vector<Table::Column> columns = {{"STAT"}, {"LABELS"}, {"START"}, {"END"}};
+  for (int aggregation : present) {
+    columns.push_back({absl::AsciiStrToUpper(
+                           protocol::AggregationName(static_cast<v1::Aggregation>(aggregation))),
+                       true});
+  }
+  columns.push_back({"ACCEPTED", true});
+  columns.push_back({"CAPPED", true});
+  columns.push_back({"PARTIAL"});
+  Table table(std::move(columns));
+  for (const v1::WindowSummary& window : response.windows()) {
+    std::vector<std::string> row = {window.series().stat(), FormatLabels(window.series().labels()),
+                                    FormatLocalTime(window.start_ms()),
+                                    FormatLocalTime(window.end_ms())};
+    for (int aggregation : present) {
+      std::string cell = "-";
+      for (const v1::AggregateValue& aggregate : window.aggregates()) {
+        if (aggregate.aggregation() == aggregation) cell = FormatNumber(aggregate.value());
+      }
+      row.push_back(cell);
+    }
+    row.push_back(absl::StrCat(window.accepted()));
+    row.push_back(absl::StrCat(window.capped()));
+    row.push_back(window.partial() ? "yes" : "no");
+    table.AddRow(std::move(row));
+  }
+  return table.Render();
+}
+
+std::string RenderWindowsJson(const v1::GetWindowsResponse& response) {
+  std::vector<std::string> elements;
+  for (const v1::WindowSummary& window : response.windows()) elements.push_back(WindowJson(window));
+  return JsonDocument("windows", elements);
+}
+
+std::string RenderEventsTable(const v1::GetEventsResponse& response) {
+  Table table({{"SEQ", true}, {"TIME"}, {"NAME"}, {"LABELS"}, {"DATA"}});
+  for (const v1::Event& event : response.events()) {
+    std::vector<std::string> data;
+    for (const auto& [key, value] : SortedByKey(event.data())) {
+      data.push_back(absl::StrCat(key, "=", EventValueText(*value)));
+    }
+    table.AddRow({absl::StrCat(event.sequence()),
+                  FormatLocalTime(FloorDiv(event.timestamp_us(), 1000)), event.name(),
+                  FormatLabels(event.labels()), data.empty() ? "-" : absl::StrJoin(data, " ")});
+  }
+  return table.Render();
+}
+
+std::string RenderEventsJson(const v1::GetEventsResponse& response) {
+  std::vector<std::string> elements;
+  for (const v1::Event& event : response.events()) {
+    std::string data = "{";
+    std::string types = "{";
+    bool first = true;
+    for (const auto& [key, value] : SortedByKey(event.data())) {
+      const char* separator = first ? "" : ",";
+      absl::StrAppend(&data, separator, JsonString(key), ":", EventValueJson(*value));
+      absl::StrAppend(&types, separator, JsonString(key), ":", JsonString(EventValueType(*value)));
+      first = false;
+    }
+    data += "}";
+    types += "}";
+    elements.push_back(absl::StrCat(
+        "{\"sequence\":", event.sequence(), ",\"name\":", JsonString(event.name()),
+        ",\"timestamp_us\":", event.timestamp_us(), ",\"labels\":", JsonLabels(event.labels()),
+        ",\"data\":", data, ",\"data_types\":", types, "}"));
+  }
+  return JsonDocument("events", elements);
+}
+
+std::string RenderWindowLine(const v1::WindowSummary& window) {
+  return absl::StrCat(
+      Printable(absl::StrCat(FormatLocalTime(window.end_ms()), "  ", window.series().stat(), "  ",
+                             FormatLabels(window.series().labels()), "  ", AggregateList(window),
+                             "  accepted=", window.accepted(), " capped=", window.capped(),
+                             window.partial() ? " partial" : "")),
+      "\n");
+}
+
+std::string RenderWindowJsonLine(const v1::WindowSummary& window) {
+  return absl::StrCat(WindowJson(window), "\n");
+}
+
+}  // namespace torchmon::cli

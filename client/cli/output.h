@@ -1,0 +1,76 @@
+// What torchmonctl prints: aligned tables for people, JSON for scripts. The
+// JSON schema of every command is documented in docs/cli.md; a change here
+// is a change of that contract.
+//
+// Pure functions of their arguments, except that local times use the process
+// time zone (TZ). Safe to call from any thread.
+#ifndef TORCHMON_CLI_OUTPUT_H_
+#define TORCHMON_CLI_OUTPUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "torchmon/v1/torchmon.pb.h"
+
+namespace torchmon::cli {
+
+// Columns separated by two spaces, each as wide as its widest cell (counted
+// in code points); no trailing spaces. Control characters in cells are
+// escaped so a row always stays on one line.
+class Table {
+ public:
+  struct Column {
+    std::string header;
+    bool align_right = false;
+  };
+
+  explicit Table(std::vector<Column> columns);
+
+  // A row with fewer cells than columns is padded with empty cells.
+  void AddRow(std::vector<std::string> cells);
+
+  // The header line and every row, each ending in '\n'.
+  std::string Render() const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "2024-05-01T12:00:10.250+02:00": local time, millisecond precision, offset.
+std::string FormatLocalTime(int64_t unix_ms);
+
+// printf's %g, except that non-finite values print as NaN, +Inf and -Inf.
+std::string FormatNumber(double value);
+
+// "k=v,k=v" sorted by key; "-" for no labels.
+std::string FormatLabels(const google::protobuf::Map<std::string, std::string>& labels);
+
+// `s` as a JSON string literal. Invalid UTF-8 bytes become U+FFFD.
+std::string JsonString(absl::string_view s);
+
+// The shortest decimal that reads back as `value`; NaN and ±Inf, which JSON
+// cannot express as numbers, become the strings "NaN", "+Inf" and "-Inf".
+std::string JsonNumber(double value);
+
+// series
+std::string RenderSeriesTable(const v1::ListSeriesResponse& response);
+std::string RenderSeriesJson(const v1::ListSeriesResponse& response);
+
+// windows
+std::string RenderWindowsTable(const v1::GetWindowsResponse& response);
+std::string RenderWindowsJson(const v1::GetWindowsResponse& response);
+
+// events
+std::string RenderEventsTable(const v1::GetEventsResponse& response);
+std::string RenderEventsJson(const v1::GetEventsResponse& response);
+
+// watch: one line per window, ending in '\n'.
+std::string RenderWindowLine(const v1::WindowSummary& window);
+std::string RenderWindowJsonLine(const v1::WindowSummary& window);
+
+}  // namespace torchmon::cli
+
+#endif  // TORCHMON_CLI_OUTPUT_H_

@@ -1,0 +1,170 @@
+// series, windows, events and watch: thin shells around the Query service.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "grpcpp/grpcpp.h"
+#include "torchmon/protocol/protocol.h"
+#include "torchmon/v1/torchmon.grpc.pb.h"
+
+namespace torchmon::cli {
+namespace {
+
+std::unique_ptr<v1::Query::Stub> NewQueryStub(const GlobalOptions& global) {
+  return v1::Query::NewStub(grpc::CreateChannel(global.target, grpc::InsecureChannelCredentials()));
+}
+
+void SetDeadline(const GlobalOptions& global, grpc::ClientContext& context) {
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(global.timeout_ms));
+}
+
+template <typename Matchers>
+void AddEqualMatchers(const protocol::LabelList& labels, Matchers* matchers) {
+  for (const auto& [key, value] : labels) {
+    v1::LabelMatcher* matcher = matchers->Add();
+    matcher->set_key(key);
+    matcher->set_value(value);
+    matcher->set_op(v1::EQUAL);
+  }
+}
+
+void FillSelector(const std::string& stat, const protocol::LabelList& labels,
+                  v1::Selector* selector) {
+  selector->set_stat(stat);
+  AddEqualMatchers(labels, selector->mutable_labels());
+}
+
+// Prints the failed call's status and maps it to an exit status: a daemon
+// that is absent or silent is kExitUnreachable, any other error kExitFailed.
+int ReportRpcError(const GlobalOptions& global, const grpc::Status& status) {
+  std::string message = status.error_message();
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    message = absl::StrCat("no answer from torchmond at ", global.target, " within ",
+                           protocol::FormatDurationMs(global.timeout_ms));
+  } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    message = absl::StrCat("cannot reach torchmond at ", global.target, ": ", message);
+  } else if (message.empty()) {
+    message = absl::StrCat("request failed with gRPC status ", status.error_code());
+  }
+  std::fprintf(stderr, "torchmonctl: %s\n", message.c_str());
+  return status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                 status.error_code() == grpc::StatusCode::UNAVAILABLE
+             ? kExitUnreachable
+             : kExitFailed;
+}
+
+void Print(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+}  // namespace
+
+int RunSeries(const GlobalOptions& global, const SeriesCommand& command) {
+  v1::ListSeriesRequest request;
+  FillSelector(command.stat_glob, command.labels, request.mutable_selector());
+  v1::ListSeriesResponse response;
+  grpc::ClientContext context;
+  SetDeadline(global, context);
+  const grpc::Status status = NewQueryStub(global)->ListSeries(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(global, status);
+  Print(global.json ? RenderSeriesJson(response) : RenderSeriesTable(response));
+  return kExitOk;
+}
+
+int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
+  v1::GetWindowsRequest request;
+  FillSelector(command.stat, command.labels, request.mutable_selector());
+  request.set_limit_per_series(command.last);
+  if (command.since_ms.has_value()) {
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    // 0 means "no lower bound", so a start at or before the epoch becomes 1.
+    request.set_start_ms(std::max<int64_t>(now_ms - *command.since_ms, 1));
+  }
+  v1::GetWindowsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(global, context);
+  const grpc::Status status = NewQueryStub(global)->GetWindows(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(global, status);
+  Print(global.json ? RenderWindowsJson(response) : RenderWindowsTable(response));
+  return kExitOk;
+}
+
+int RunEvents(const GlobalOptions& global, const EventsCommand& command) {
+  v1::GetEventsRequest request;
+  request.mutable_selector()->set_name(command.name);
+  AddEqualMatchers(command.labels, request.mutable_selector()->mutable_labels());
+  request.set_limit(command.last);
+  v1::GetEventsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(global, context);
+  const grpc::Status status = NewQueryStub(global)->GetEvents(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(global, status);
+  Print(global.json ? RenderEventsJson(response) : RenderEventsTable(response));
+  return kExitOk;
+}
+
+void BlockTerminationSignals() {
+  const sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int RunWatch(const GlobalOptions& global, const WatchCommand& command) {
+  v1::WatchWindowsRequest request;
+  FillSelector(command.stat, command.labels, request.mutable_selector());
+  auto stub = NewQueryStub(global);
+  grpc::ClientContext context;  // no deadline: a watch lasts until it is stopped
+
+  // SIGINT/SIGTERM are blocked (BlockTerminationSignals), so this thread can
+  // await them and cancel the call; a signal handler could not.
+  std::atomic<bool> stream_ended{false};
+  std::atomic<bool> interrupted{false};
+  std::thread signal_waiter([&] {
+    const sigset_t set = TerminationSignals();
+    const timespec poll_interval = {0, 100 * 1000 * 1000};
+    while (!stream_ended.load()) {
+      if (sigtimedwait(&set, nullptr, &poll_interval) > 0) {
+        interrupted.store(true);
+        context.TryCancel();
+        return;
+      }
+    }
+  });
+
+  std::unique_ptr<grpc::ClientReader<v1::WindowSummary>> reader =
+      stub->WatchWindows(&context, request);
+  v1::WindowSummary window;
+  while (reader->Read(&window)) {
+    Print(global.json ? RenderWindowJsonLine(window) : RenderWindowLine(window));
+  }
+  const grpc::Status status = reader->Finish();
+  stream_ended.store(true);
+  signal_waiter.join();
+
+  if (interrupted.load() || status.ok()) return kExitOk;
+  return ReportRpcError(global, status);
+}
+
+}  // namespace torchmon::cli

@@ -1,0 +1,813 @@
+#include "detail/client_core.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "torchmon/protocol/protocol.h"
+
+namespace torchmon::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Batches are cut at about this much payload: large enough that per-message
+// costs vanish, far below gRPC's 4 MiB default receive limit.
+constexpr size_t kBatchBudgetBytes = size_t{1} << 20;
+// Wire bytes budgeted per sample: 8 for the value plus a zigzag varint delta
+// that is 1-3 bytes for realistic spacing. A generous 16 caps a batch at
+// 65536 samples while keeping even pathological deltas under ~1.2 MiB.
+constexpr size_t kSampleBytes = 16;
+constexpr size_t kBlockOverheadBytes = 32;
+constexpr size_t kDropReportBytes = 16;
+
+constexpr size_t kMaxKeptErrors = 1000;
+// Distinct messages printed to stderr; a daemon refusing every batch with a
+// slightly different message must not flood the training log.
+constexpr size_t kMaxPrintedMessages = 100;
+// Losses remembered for Flush; more during one Flush is reported as a loss.
+constexpr size_t kMaxLostRanges = 64;
+
+// How long a connect wait goes without checking for stop or a new flush.
+constexpr milliseconds kPollInterval{50};
+// How long Shutdown lets the sender wind down before cancelling the call it
+// may be blocked in.
+constexpr milliseconds kStopGrace{500};
+// How long a stopping stream waits for the daemon to end the call after the
+// half-close, so the daemon sees a clean end rather than a cancellation.
+constexpr milliseconds kHalfCloseGrace{250};
+// A cycle that found a producer mid-push retries this soon; the producer
+// finishes in nanoseconds unless it was preempted.
+constexpr milliseconds kIncompleteRetry{1};
+// The sender aims to find every ring at most this full. A busier stat
+// shortens the time to the next cycle (down to none), so the default
+// 16k-sample ring sustains tens of millions of samples per second instead
+// of capacity / send_interval.
+constexpr double kTargetRingFill = 0.25;
+// Tag and length bytes around a hello, definition or event, on top of its
+// own ByteSizeLong().
+constexpr size_t kFieldOverheadBytes = 8;
+
+std::string CodeName(int code) {
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? absl::StrCat("CODE_", code) : name;
+}
+
+absl::Duration Remaining(Clock::time_point deadline) {
+  return absl::FromChrono(std::max(Clock::duration::zero(), deadline - Clock::now()));
+}
+
+void PrintLine(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+ClientOptions Normalize(ClientOptions options) {
+  constexpr milliseconds kOneMs{1};
+  options.send_interval = std::max(options.send_interval, kOneMs);
+  options.initial_backoff = std::max(options.initial_backoff, kOneMs);
+  options.max_backoff = std::max(options.max_backoff, options.initial_backoff);
+  options.destructor_flush_timeout =
+      std::max(options.destructor_flush_timeout, milliseconds::zero());
+  if (options.target.empty()) options.target = protocol::DefaultTarget();
+  return options;
+}
+
+void SetLabel(Labels& labels, const std::string& key, const std::string& value) {
+  for (auto& [k, v] : labels) {
+    if (k == key) {
+      v = value;
+      return;
+    }
+  }
+  labels.emplace_back(key, value);
+}
+
+Labels ResolveLabels(const ClientOptions& options, std::vector<std::string>* errors) {
+  Labels labels = options.labels_from_environment ? IdentityLabelsFromEnvironment() : Labels{};
+  for (const auto& [key, value] : options.labels) {
+    absl::Status status = protocol::ValidateLabelKey(key);
+    if (status.ok() && !protocol::IsValidUtf8(value)) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("value of label \"", key, "\" is not valid UTF-8"));
+    }
+    if (!status.ok()) {
+      errors->push_back(absl::StrCat("INVALID_ARGUMENT: client label ignored: ", status.message()));
+      continue;
+    }
+    SetLabel(labels, key, value);
+  }
+  return labels;
+}
+
+absl::Status ValidateStatLabels(const Labels& stat_labels, const Labels& identity) {
+  for (const auto& [key, value] : stat_labels) {
+    if (absl::Status s = protocol::ValidateLabelKey(key); !s.ok()) return s;
+    if (!protocol::IsValidUtf8(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("value of label \"", key, "\" is not valid UTF-8"));
+    }
+    for (const auto& [identity_key, identity_value] : identity) {
+      if (key == identity_key) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("label \"", key, "\" is also an identity label of the client (", key,
+                         "=\"", identity_value, "\"); a series cannot carry it twice"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Reconnect delays: doubling from initial to max, each drawn with ±20%
+// jitter so that the ranks of a job do not reconnect in lockstep.
+class ClientCore::Backoff {
+ public:
+  Backoff(milliseconds initial, milliseconds max)
+      : initial_(initial),
+        max_(max),
+        current_(initial),
+        rng_(static_cast<uint32_t>(getpid()) ^
+             static_cast<uint32_t>(Clock::now().time_since_epoch().count())) {}
+
+  milliseconds Next() {
+    std::uniform_real_distribution<double> jitter(0.8, 1.2);
+    return milliseconds(std::max<int64_t>(
+        1, static_cast<int64_t>(static_cast<double>(current_.count()) * jitter(rng_))));
+  }
+  void Grow() { current_ = std::min(current_ * 2, max_); }
+  void Reset() { current_ = initial_; }
+
+ private:
+  const milliseconds initial_;
+  const milliseconds max_;
+  milliseconds current_;
+  std::minstd_rand rng_;
+};
+
+struct ClientCore::StreamState {
+  Stream* stream;
+  // Distinguishes streams for StatState::defined_on_stream.
+  uint64_t generation;
+  bool hello_sent = false;
+};
+
+// One IngestBatch being filled, with what to account once its write
+// succeeds or fails.
+struct ClientCore::OutgoingBatch {
+  struct StatPart {
+    StatState* stat;
+    uint64_t samples = 0;
+    uint64_t drops = 0;
+    bool defines = false;
+  };
+
+  bool empty() const { return bytes == 0; }
+  void Reset() {
+    batch.Clear();
+    parts.clear();
+    bytes = 0;
+    samples = 0;
+    events = 0;
+    has_hello = false;
+  }
+
+  v1::IngestBatch batch;
+  std::vector<StatPart> parts;
+  size_t bytes = 0;  // estimated payload; > 0 whenever anything was added
+  uint64_t samples = 0;
+  uint64_t events = 0;
+  bool has_hello = false;
+};
+
+ClientCore::ClientCore(ClientOptions options)
+    : options_(Normalize(std::move(options))),
+      target_(options_.target),
+      client_name_(options_.client_name.empty() ? absl::StrCat("torchmon-cpp/0.1 pid=", getpid())
+                                                : options_.client_name),
+      owner_pid_(getpid()) {
+  std::vector<std::string> label_errors;
+  labels_ = ResolveLabels(options_, &label_errors);
+  for (std::string& error : label_errors) RecordLocalError(std::move(error));
+
+  // gRPC's own reconnect backoff defaults to 1 s growing to 120 s; a daemon
+  // that comes back must be found within our max_backoff instead.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(options_.initial_backoff.count()));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(options_.initial_backoff.count()));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(std::min<int64_t>(options_.max_backoff.count(), INT32_MAX)));
+  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::Ingest::NewStub(channel_);
+  sender_ = std::thread([this] { SenderMain(); });
+}
+
+ClientCore::~ClientCore() { Shutdown(); }
+
+bool ClientCore::InForkedChild() const { return getpid() != owner_pid_; }
+
+std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
+                                                    const std::vector<Aggregation>& aggregations,
+                                                    std::chrono::milliseconds window_size,
+                                                    int64_t max_samples, const Labels& labels) {
+  v1::StatDefinition def;
+  def.set_name(name);
+  v1::StatSpec* spec = def.mutable_spec();
+  for (Aggregation a : aggregations) {
+    spec->add_aggregations(static_cast<v1::Aggregation>(static_cast<int>(a)));
+  }
+  spec->set_window_size_ms(window_size.count());
+  spec->set_max_samples(max_samples);
+  for (const auto& [key, value] : labels) (*def.mutable_labels())[key] = value;
+
+  absl::Status status = protocol::ValidateName("stat name", name);
+  if (status.ok()) status = protocol::ValidateSpec(*spec);
+  if (status.ok()) status = ValidateStatLabels(labels, labels_);
+
+  uint32_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_stat_id_++;
+  }
+  def.set_id(id);
+  // The ring is allocated outside the lock: it can be megabytes.
+  auto state =
+      std::make_shared<StatState>(std::move(def), status.ok(), options_.stat_buffer_samples);
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.push_back(state);
+  }
+  if (!status.ok()) {
+    RecordLocalError(
+        absl::StrCat("INVALID_ARGUMENT: stat \"", name,
+                     "\" is invalid and its samples will be dropped: ", status.message()));
+  }
+  return state;
+}
+
+void ClientCore::LogEvent(const Event& event) {
+  v1::Event wire;
+  const absl::Status status = EventToProto(event, &wire);
+  bool queue_full = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.events_logged;
+    if (status.ok() && !stop_ && events_.size() < options_.max_buffered_events) {
+      events_.push_back(std::move(wire));
+      ++events_queued_;
+      return;
+    }
+    ++counters_.events_dropped;
+    queue_full = status.ok() && !stop_;
+  }
+  if (!status.ok()) {
+    RecordLocalError(absl::StrCat("INVALID_ARGUMENT: event dropped: ", status.message()));
+  } else if (queue_full) {
+    PrintOnce(absl::StrCat(
+        "torchmon: event queue full (max_buffered_events=", options_.max_buffered_events,
+        "); dropping events until the daemon at ", target_, " takes them"));
+  }
+}
+
+ClientStats ClientCore::Stats() const {
+  absl::MutexLock lock(&mu_);
+  ClientStats stats = counters_;
+  stats.samples_added = retired_added_;
+  stats.samples_dropped = retired_dropped_;
+  for (const auto& stat : stats_) {
+    stats.samples_added += stat->added();
+    stats.samples_dropped += stat->dropped();
+  }
+  return stats;
+}
+
+std::vector<std::string> ClientCore::TakeErrors() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> errors(std::make_move_iterator(errors_.begin()),
+                                  std::make_move_iterator(errors_.end()));
+  errors_.clear();
+  return errors;
+}
+
+bool ClientCore::HasPendingLocked() const {
+  if (events_queued_ != events_resolved_ || !in_flight_.empty()) return true;
+  for (const auto& stat : stats_) {
+    if (stat->HasPending()) return true;
+  }
+  return false;
+}
+
+bool ClientCore::WaitProgressLocked(Clock::time_point deadline) {
+  if (Clock::now() >= deadline) return false;
+  progress_cv_.WaitWithTimeout(&mu_, Remaining(deadline));
+  return true;
+}
+
+absl::Status ClientCore::FlushTimeoutStatus(std::chrono::milliseconds timeout) const {
+  if (connected_) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("torchmon: flush timed out after ", timeout.count(),
+                     "ms waiting for the daemon at ", target_, " to acknowledge"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("torchmon: flush timed out after ",
+                                                  timeout.count(), "ms; daemon at ", target_,
+                                                  " unreachable"));
+}
+
+absl::Status ClientCore::Flush(std::chrono::milliseconds timeout) {
+  timeout = std::max(timeout, milliseconds::zero());
+  const Clock::time_point deadline = Clock::now() + timeout;
+  absl::MutexLock lock(&mu_);
+  if (!HasPendingLocked()) return absl::OkStatus();
+
+  const uint64_t ticket = ++flush_requested_;
+  const uint64_t losses_before = lost_ranges_base_ + lost_ranges_.size();
+  sender_cv_.Signal();
+
+  while (flush_written_ < ticket) {
+    if (!WaitProgressLocked(deadline)) return FlushTimeoutStatus(timeout);
+  }
+  // Everything this flush covers went out in batches up to this sequence.
+  const uint64_t sequence = written_sequence_;
+  while (!in_flight_.empty() && in_flight_.front() <= sequence) {
+    if (!WaitProgressLocked(deadline)) return FlushTimeoutStatus(timeout);
+  }
+
+  // Resolved, but possibly by a stream breaking before the daemon
+  // acknowledged: those batches may or may not have been recorded.
+  bool lost = losses_before < lost_ranges_base_;
+  for (uint64_t i = std::max(losses_before, lost_ranges_base_) - lost_ranges_base_;
+       i < lost_ranges_.size() && !lost; ++i) {
+    lost = lost_ranges_[i].first <= sequence;
+  }
+  if (lost) {
+    return absl::UnavailableError(absl::StrCat(
+        "torchmon: the connection to the daemon at ", target_,
+        " broke before it acknowledged batches this flush waited for; their samples and "
+        "events may not have been recorded"));
+  }
+  return absl::OkStatus();
+}
+
+void ClientCore::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  const absl::Status flushed = Flush(options_.destructor_flush_timeout);
+  if (!flushed.ok() && options_.log_to_stderr) PrintLine(std::string(flushed.message()));
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    sender_cv_.SignalAll();
+    const Clock::time_point deadline = Clock::now() + kStopGrace;
+    while (!sender_exited_) {
+      if (!WaitProgressLocked(deadline)) break;
+    }
+    // Blocked in a Write to a daemon that stopped reading: only a
+    // cancellation gets the sender out.
+    if (!sender_exited_ && active_context_ != nullptr) active_context_->TryCancel();
+  }
+  sender_.join();
+  absl::MutexLock lock(&mu_);
+  for (const auto& stat : stats_) stat->accepting.store(false, std::memory_order_release);
+}
+
+bool ClientCore::Stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+std::string ClientCore::ShouldPrintLocked(const std::string& line) {
+  if (!options_.log_to_stderr) return "";
+  if (printed_.size() >= kMaxPrintedMessages || !printed_.insert(line).second) return "";
+  if (printed_.size() == kMaxPrintedMessages) {
+    return absl::StrCat(line, "\ntorchmon: further distinct messages are not printed; ",
+                        "see Client::TakeErrors()");
+  }
+  return line;
+}
+
+void ClientCore::RecordErrorLocked(std::string message) {
+  errors_.push_back(std::move(message));
+  if (errors_.size() > kMaxKeptErrors) errors_.pop_front();
+}
+
+void ClientCore::RecordLocalError(std::string message) {
+  std::string line;
+  {
+    absl::MutexLock lock(&mu_);
+    line = ShouldPrintLocked(absl::StrCat("torchmon: ", message));
+    RecordErrorLocked(std::move(message));
+  }
+  if (!line.empty()) PrintLine(line);
+}
+
+void ClientCore::PrintOnce(const std::string& line) {
+  std::string to_print;
+  {
+    absl::MutexLock lock(&mu_);
+    to_print = ShouldPrintLocked(line);
+  }
+  if (!to_print.empty()) PrintLine(to_print);
+}
+
+// --- sender thread ---
+
+void ClientCore::SenderMain() {
+  Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  // Each Flush may cut one pause short; more would let a daemon that ends
+  // every stream at once turn a waiting Flush into a reconnect loop.
+  uint64_t flush_that_cut_pause = 0;
+  while (!Stopping()) {
+    if (!WaitForChannel(backoff.Next())) {
+      if (!Stopping()) {
+        PrintOnce(absl::StrCat("torchmon: daemon at ", target_,
+                               " is unreachable; buffering samples and retrying"));
+      }
+      backoff.Grow();
+      continue;
+    }
+    if (RunStream()) {
+      backoff.Reset();
+    } else {
+      backoff.Grow();
+    }
+    // Pause before reopening, so a daemon that ends every stream at once is
+    // not hammered; a flush or stop cuts the pause short.
+    absl::MutexLock lock(&mu_);
+    const Clock::time_point resume = Clock::now() + backoff.Next();
+    while (!stop_ && Clock::now() < resume) {
+      if (flush_requested_ > flush_written_ && flush_requested_ > flush_that_cut_pause) {
+        flush_that_cut_pause = flush_requested_;
+        break;
+      }
+      sender_cv_.WaitWithTimeout(&mu_, Remaining(resume));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  sender_exited_ = true;
+  progress_cv_.SignalAll();
+}
+
+bool ClientCore::WaitForChannel(milliseconds budget) {
+  const Clock::time_point deadline = Clock::now() + budget;
+  uint64_t flushes_seen;
+  {
+    absl::MutexLock lock(&mu_);
+    flushes_seen = flush_requested_;
+  }
+  for (;;) {
+    bool flush_waiting = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return false;
+      if (flush_requested_ != flushes_seen) {
+        flushes_seen = flush_requested_;
+        flush_waiting = true;
+      }
+    }
+    // Someone is waiting on delivery: try now rather than when the channel's
+    // own backoff timer (up to max_backoff) next fires.
+    if (flush_waiting) grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
+    const Clock::time_point now = Clock::now();
+    const auto slice = std::min<Clock::duration>(kPollInterval, deadline - now);
+    if (channel_->WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
+    if (Clock::now() >= deadline) return false;
+  }
+}
+
+bool ClientCore::RunStream() {
+  grpc::ClientContext context;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return false;
+    active_context_ = &context;
+    read_done_ = false;
+    acked_on_stream_ = false;
+  }
+  std::unique_ptr<Stream> stream = stub_->Stream(&context);
+  StreamState state{stream.get(), ++stream_generation_};
+  std::thread reader([this, s = stream.get()] { ReaderMain(s); });
+
+  bool healthy = true;
+  CycleResult cycle;
+  Clock::time_point last_cycle_start = Clock::now();
+  Clock::time_point next_cycle = last_cycle_start;  // the hello goes out at once
+  for (;;) {
+    uint64_t ticket;
+    {
+      absl::MutexLock lock(&mu_);
+      for (;;) {
+        if (stop_ || read_done_) break;
+        const Clock::time_point now = Clock::now();
+        if (now >= next_cycle || (cycle.complete && flush_requested_ > flush_written_)) break;
+        sender_cv_.WaitWithTimeout(&mu_, absl::FromChrono(next_cycle - now));
+      }
+      if (stop_ || read_done_) break;
+      ticket = flush_requested_;
+    }
+    const Clock::time_point cycle_start = Clock::now();
+    const Clock::duration since_last = cycle_start - last_cycle_start;
+    last_cycle_start = cycle_start;
+    healthy = RunCycle(state, &cycle);
+    if (!healthy) break;
+    if (cycle.complete) {
+      {
+        absl::MutexLock lock(&mu_);
+        flush_written_ = std::max(flush_written_, ticket);
+        written_sequence_ = last_sequence_;
+        progress_cv_.SignalAll();
+      }
+      // Proportional: the gap that would have found the fullest ring at the
+      // target fill, at the rate it filled since the last cycle.
+      Clock::duration delay = options_.send_interval;
+      if (cycle.max_ring_fill > 0) {
+        delay = std::min(delay, std::chrono::duration_cast<Clock::duration>(
+                                    since_last * (kTargetRingFill / cycle.max_ring_fill)));
+      }
+      next_cycle = cycle_start + delay;
+    } else {
+      next_cycle = Clock::now() + kIncompleteRetry;
+    }
+    RetireClosedStats();
+  }
+
+  const bool stopping = Stopping();
+  if (healthy && stopping) {
+    stream->WritesDone();
+    absl::MutexLock lock(&mu_);
+    const Clock::time_point deadline = Clock::now() + kHalfCloseGrace;
+    while (!read_done_ && Clock::now() < deadline) {
+      sender_cv_.WaitWithTimeout(&mu_, Remaining(deadline));
+    }
+  }
+  bool read_done;
+  {
+    absl::MutexLock lock(&mu_);
+    read_done = read_done_;
+  }
+  // The reader is blocked in Read until the call ends; end it.
+  if (!read_done) context.TryCancel();
+  reader.join();
+  const grpc::Status status = stream->Finish();
+
+  bool acked;
+  {
+    absl::MutexLock lock(&mu_);
+    active_context_ = nullptr;
+    connected_ = false;
+    if (!in_flight_.empty()) {
+      lost_ranges_.emplace_back(in_flight_.front(), in_flight_.back());
+      in_flight_.clear();
+      if (lost_ranges_.size() > kMaxLostRanges) {
+        lost_ranges_.pop_front();
+        ++lost_ranges_base_;
+      }
+      progress_cv_.SignalAll();
+    }
+    acked = acked_on_stream_;
+  }
+  if (!stopping && !status.ok()) {
+    PrintOnce(absl::StrCat("torchmon: stream to daemon at ", target_,
+                           " ended: ", CodeName(status.error_code()), ": ", status.error_message(),
+                           "; reconnecting"));
+  }
+  return acked;
+}
+
+bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
+  *result = CycleResult{};
+  // Raw pointers are safe: only this thread removes stats from the
+  // registry (RetireClosedStats, between cycles), and Shutdown only after
+  // joining it.
+  std::vector<StatState*> stats;
+  std::deque<v1::Event> events;
+  {
+    absl::MutexLock lock(&mu_);
+    stats.reserve(stats_.size());
+    for (const auto& stat : stats_) stats.push_back(stat.get());
+    events.swap(events_);
+  }
+
+  OutgoingBatch out;
+  auto write = [&]() {
+    if (out.empty()) return true;
+    const bool ok = WriteBatch(state, out);
+    out.Reset();
+    return ok;
+  };
+  auto fail = [&]() {
+    RequeueEvents(events);
+    return false;
+  };
+
+  if (!state.hello_sent) {
+    v1::IngestHello* hello = out.batch.mutable_hello();
+    for (const auto& [key, value] : labels_) (*hello->mutable_labels())[key] = value;
+    hello->set_client_name(client_name_);
+    out.has_hello = true;
+    out.bytes += hello->ByteSizeLong() + kFieldOverheadBytes;
+  }
+
+  // Definitions first, so every id is known before a sample or drop report
+  // uses it; on a new stream they all ride with the hello.
+  for (StatState* stat : stats) {
+    if (!stat->valid || stat->defined_on_stream == state.generation) continue;
+    const size_t size = stat->definition.ByteSizeLong() + kFieldOverheadBytes;
+    if (out.bytes + size > kBatchBudgetBytes && !write()) return fail();
+    *out.batch.add_definitions() = stat->definition;
+    stat->defined_on_stream = state.generation;
+    out.parts.push_back({stat, 0, 0, true});
+    out.bytes += size;
+  }
+
+  for (StatState* stat : stats) {
+    if (!stat->valid) continue;
+    // Samples pushed after this point wait for the next cycle, so a busy
+    // producer cannot keep the cycle (and the flush it serves) going.
+    const uint64_t target = stat->ring.pushed();
+    result->max_ring_fill =
+        std::max(result->max_ring_fill, static_cast<double>(target - stat->ring.popped()) /
+                                            static_cast<double>(stat->ring.capacity()));
+    while (stat->ring.popped() < target) {
+      const size_t used = out.bytes + kBlockOverheadBytes;
+      const size_t room = used >= kBatchBudgetBytes ? 0 : (kBatchBudgetBytes - used) / kSampleBytes;
+      if (room == 0) {
+        if (!write()) return fail();
+        continue;
+      }
+      const uint64_t want = std::min<uint64_t>(room, target - stat->ring.popped());
+      size_t taken = AppendSamples(*stat, want, out);
+      // Zero means a producer has claimed the next cell and not yet
+      // published it; give it a moment before leaving it for a later cycle.
+      for (int spin = 0; taken == 0 && spin < 64; ++spin) {
+        std::this_thread::yield();
+        taken = AppendSamples(*stat, want, out);
+      }
+      if (taken == 0) {
+        result->complete = false;
+        break;
+      }
+    }
+    if (const uint64_t drops = stat->unreported_drops(); drops > 0) {
+      if (out.bytes + kDropReportBytes > kBatchBudgetBytes && !write()) return fail();
+      v1::DropReport* report = out.batch.add_drops();
+      report->set_stat_id(stat->definition.id());
+      report->set_dropped(drops);
+      out.parts.push_back({stat, 0, drops, false});
+      out.bytes += kDropReportBytes;
+    }
+  }
+
+  while (!events.empty()) {
+    const size_t size = events.front().ByteSizeLong() + kFieldOverheadBytes;
+    if (out.bytes + size > kBatchBudgetBytes && !write()) return fail();
+    *out.batch.add_events() = std::move(events.front());
+    events.pop_front();
+    ++out.events;
+    out.bytes += size;
+  }
+  if (!write()) return fail();
+  return true;
+}
+
+size_t ClientCore::AppendSamples(StatState& stat, uint64_t max, OutgoingBatch& out) {
+  v1::SampleBlock* block = out.batch.add_samples();
+  auto* values = block->mutable_values();
+  auto* deltas = block->mutable_time_deltas_us();
+  values->Reserve(static_cast<int>(max));
+  deltas->Reserve(static_cast<int>(max));
+  int64_t base = 0;
+  int64_t previous = 0;
+  bool all_at_base = true;
+  const size_t n = stat.ring.PopMany(max, [&](const Sample& sample) {
+    if (values->empty()) base = previous = sample.timestamp_us;
+    // Unsigned arithmetic: explicit timestamps may be anything, and the
+    // daemon's modulo-2^64 running sum restores them exactly.
+    const auto delta = static_cast<int64_t>(static_cast<uint64_t>(sample.timestamp_us) -
+                                            static_cast<uint64_t>(previous));
+    values->AddAlreadyReserved(sample.value);
+    deltas->AddAlreadyReserved(delta);
+    all_at_base = all_at_base && delta == 0;
+    previous = sample.timestamp_us;
+  });
+  if (n == 0) {
+    out.batch.mutable_samples()->RemoveLast();
+    return 0;
+  }
+  block->set_stat_id(stat.definition.id());
+  block->set_base_time_us(base);
+  if (all_at_base) deltas->Clear();
+  out.parts.push_back({&stat, n, 0, false});
+  out.samples += n;
+  out.bytes += kBlockOverheadBytes + n * kSampleBytes;
+  return n;
+}
+
+bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
+  const uint64_t sequence = ++last_sequence_;
+  out.batch.set_sequence(sequence);
+  {
+    // Registered before the write: the ack can arrive before Write returns.
+    absl::MutexLock lock(&mu_);
+    in_flight_.push_back(sequence);
+  }
+  const bool ok = state.stream->Write(out.batch);
+
+  absl::MutexLock lock(&mu_);
+  events_resolved_ += out.events;
+  if (ok) {
+    ++counters_.batches_sent;
+    counters_.samples_sent += out.samples;
+    counters_.events_sent += out.events;
+    for (const OutgoingBatch::StatPart& part : out.parts) {
+      StatState& stat = *part.stat;
+      stat.sent.store(stat.sent.load(std::memory_order_relaxed) + part.samples,
+                      std::memory_order_relaxed);
+      stat.drops_reported.store(stat.drops_reported.load(std::memory_order_relaxed) + part.drops,
+                                std::memory_order_relaxed);
+      if (part.defines) stat.ever_defined.store(true, std::memory_order_relaxed);
+    }
+    if (out.has_hello) {
+      state.hello_sent = true;
+      connected_ = true;
+      ++counters_.connects;
+    }
+    return true;
+  }
+  // The stream is broken and the batch never left: its samples are lost
+  // (and will be reported as drops on the next stream), its drop reports
+  // were not delivered and stay unreported.
+  if (!in_flight_.empty() && in_flight_.back() == sequence) in_flight_.pop_back();
+  for (const OutgoingBatch::StatPart& part : out.parts) {
+    StatState& stat = *part.stat;
+    stat.lost.store(stat.lost.load(std::memory_order_relaxed) + part.samples,
+                    std::memory_order_relaxed);
+  }
+  counters_.events_dropped += out.events;
+  return false;
+}
+
+void ClientCore::RequeueEvents(std::deque<v1::Event>& events) {
+  if (events.empty()) return;
+  absl::MutexLock lock(&mu_);
+  events_.insert(events_.begin(), std::make_move_iterator(events.begin()),
+                 std::make_move_iterator(events.end()));
+  events.clear();
+}
+
+void ClientCore::RetireClosedStats() {
+  absl::MutexLock lock(&mu_);
+  size_t kept = 0;
+  for (size_t i = 0; i < stats_.size(); ++i) {
+    StatState& stat = *stats_[i];
+    if (stat.closed.load(std::memory_order_acquire) && !stat.HasPending()) {
+      retired_added_ += stat.added();
+      retired_dropped_ += stat.dropped();
+      continue;
+    }
+    if (kept != i) stats_[kept] = std::move(stats_[i]);
+    ++kept;
+  }
+  stats_.resize(kept);
+}
+
+// --- reader thread ---
+
+void ClientCore::ReaderMain(Stream* stream) {
+  v1::IngestAck ack;
+  while (stream->Read(&ack)) OnAck(ack);
+  absl::MutexLock lock(&mu_);
+  read_done_ = true;
+  sender_cv_.SignalAll();
+}
+
+void ClientCore::OnAck(const v1::IngestAck& ack) {
+  std::vector<std::string> to_print;
+  {
+    absl::MutexLock lock(&mu_);
+    acked_on_stream_ = true;
+    while (!in_flight_.empty() && in_flight_.front() <= ack.sequence()) {
+      in_flight_.pop_front();
+      ++counters_.batches_acked;
+    }
+    for (const v1::IngestError& error : ack.errors()) {
+      ++counters_.errors;
+      std::string message = absl::StrCat(CodeName(error.code()), ": ", error.message());
+      std::string line = ShouldPrintLocked(absl::StrCat("torchmon: daemon refused: ", message));
+      if (!line.empty()) to_print.push_back(std::move(line));
+      RecordErrorLocked(std::move(message));
+    }
+    progress_cv_.SignalAll();
+  }
+  for (const std::string& line : to_print) PrintLine(line);
+}
+
+}  // namespace torchmon::detail

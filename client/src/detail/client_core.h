@@ -1,0 +1,195 @@
+// The engine behind torchmon::Client: the stat registry, the event queue,
+// the sender thread that streams batches to torchmond, and the flush
+// bookkeeping.
+#ifndef TORCHMON_CLIENT_DETAIL_CLIENT_CORE_H_
+#define TORCHMON_CLIENT_DETAIL_CLIENT_CORE_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "detail/stat_state.h"
+#include "grpcpp/grpcpp.h"
+#include "torchmon/client.h"
+#include "torchmon/v1/torchmon.grpc.pb.h"
+#include "torchmon/v1/torchmon.pb.h"
+
+namespace torchmon::detail {
+
+// Converts an Event to its wire form, validating what the daemon would
+// refuse (names, label keys, UTF-8, size).
+absl::Status EventToProto(const Event& event, v1::Event* out);
+
+// Thread-safe. Starts its sender thread on construction; Shutdown() (or the
+// destructor) flushes, stops it and detaches every registered Stat.
+//
+// Threads: the sender thread owns the gRPC stream and is the only consumer
+// of the stat rings; a reader thread per stream reads IngestAcks. Everything
+// they share with API callers is guarded by mu_.
+//
+// Flush protocol: Flush takes a ticket and wakes the sender. A send cycle
+// records the newest ticket before draining; once the cycle has written
+// everything that was buffered when it started, tickets up to that one are
+// "written" as of the last sequence the cycle used. The Flush then waits for
+// that sequence to be acknowledged (or lost with its stream, which it
+// reports).
+class ClientCore {
+ public:
+  explicit ClientCore(ClientOptions options);
+  ~ClientCore();
+  ClientCore(const ClientCore&) = delete;
+  ClientCore& operator=(const ClientCore&) = delete;
+
+  // Validates the definition, registers it and returns its state. Never
+  // fails: an invalid stat gets a state that drops and counts every sample,
+  // and the reason is recorded (TakeErrors) and printed once.
+  std::shared_ptr<StatState> RegisterStat(std::string name,
+                                          const std::vector<Aggregation>& aggregations,
+                                          std::chrono::milliseconds window_size,
+                                          int64_t max_samples, const Labels& labels);
+
+  absl::Status Flush(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  void LogEvent(const Event& event) ABSL_LOCKS_EXCLUDED(mu_);
+  ClientStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> TakeErrors() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::string& target() const { return target_; }
+  const Labels& labels() const { return labels_; }
+
+  // True in a child forked after this core was made: its threads do not
+  // exist there, so it must be neither flushed nor joined.
+  bool InForkedChild() const;
+
+  // Flushes (bounded by destructor_flush_timeout) and stops the threads.
+  // Idempotent.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  using Stream = grpc::ClientReaderWriter<v1::IngestBatch, v1::IngestAck>;
+  class Backoff;
+  struct StreamState;
+  struct OutgoingBatch;
+
+  // --- sender thread ---
+  void SenderMain() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits up to `budget` for the channel to connect; false on timeout or stop.
+  bool WaitForChannel(std::chrono::milliseconds budget) ABSL_LOCKS_EXCLUDED(mu_);
+  // Opens a stream and sends on it until it breaks or the client stops.
+  // Returns true if the daemon acknowledged anything on it.
+  bool RunStream() ABSL_LOCKS_EXCLUDED(mu_);
+  struct CycleResult {
+    // False if a sample buffered at the start could not be taken yet (a
+    // producer was mid-push): the cycle does not complete a flush.
+    bool complete = true;
+    // The largest fraction of a ring found occupied, for pacing.
+    double max_ring_fill = 0;
+  };
+  // Drains rings and the event queue into batches and writes them. False if
+  // a write failed (the stream is broken).
+  bool RunCycle(StreamState& stream, CycleResult* result) ABSL_LOCKS_EXCLUDED(mu_);
+  bool WriteBatch(StreamState& stream, OutgoingBatch& out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Puts events taken for a cycle but never written back at the queue head.
+  void RequeueEvents(std::deque<v1::Event>& events) ABSL_LOCKS_EXCLUDED(mu_);
+  void RetireClosedStats() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- reader thread ---
+  void ReaderMain(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAck(const v1::IngestAck& ack) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Samples of `stat` for the current batch: pops up to `max` into a new
+  // SampleBlock of `out`. Returns how many (0: nothing published yet).
+  size_t AppendSamples(StatState& stat, uint64_t max, OutgoingBatch& out);
+
+  // --- any thread ---
+  bool HasPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for progress_cv_ unless `deadline` has passed; false if it has.
+  bool WaitProgressLocked(std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Stopping() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Keeps `message` for TakeErrors (the newest kMaxKeptErrors).
+  void RecordErrorLocked(std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What to print for `line`: "" if it was printed before or the printing
+  // budget is spent, else the line (plus a notice when the budget runs out).
+  std::string ShouldPrintLocked(const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a client-side error and prints it once, prefixed "torchmon: ".
+  void RecordLocalError(std::string message) ABSL_LOCKS_EXCLUDED(mu_);
+  // Prints `line` to stderr unless it was printed before.
+  void PrintOnce(const std::string& line) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FlushTimeoutStatus(std::chrono::milliseconds timeout) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ClientOptions options_;
+  const std::string target_;
+  // Set by the constructor, immutable afterwards.
+  Labels labels_;
+  const std::string client_name_;
+  const pid_t owner_pid_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Ingest::Stub> stub_;
+
+  // Sender thread only.
+  uint64_t last_sequence_ = 0;
+  uint64_t stream_generation_ = 0;
+
+  mutable absl::Mutex mu_;
+  // Wakes the sender: flush requested, stop, stream ended by the daemon.
+  absl::CondVar sender_cv_;
+  // Wakes Flush and Shutdown: batches written, acknowledged or lost;
+  // sender exited.
+  absl::CondVar progress_cv_;
+
+  std::vector<std::shared_ptr<StatState>> stats_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_stat_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Counts of stats that were closed and left the registry.
+  uint64_t retired_added_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
+  // Events accepted into the queue, and those since written or dropped.
+  uint64_t events_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t events_resolved_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Flush tickets: the last one handed out, and the last one whose data has
+  // all been written; written_sequence_ is the newest batch at that point.
+  uint64_t flush_requested_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t flush_written_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t written_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sequences written on the current stream and not yet acknowledged.
+  std::deque<uint64_t> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Sequence ranges [first, last] written but never acknowledged because
+  // their stream broke. Index i of the deque is loss number
+  // lost_ranges_base_ + i; old ones are forgotten.
+  std::deque<std::pair<uint64_t, uint64_t>> lost_ranges_ ABSL_GUARDED_BY(mu_);
+  uint64_t lost_ranges_base_ ABSL_GUARDED_BY(mu_) = 0;
+
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool sender_exited_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool acked_on_stream_ ABSL_GUARDED_BY(mu_) = false;
+  // The live stream's context, so Shutdown can cancel a blocked Write.
+  grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  // The non-sample counters; sample counts are summed from the stats.
+  ClientStats counters_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> errors_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> printed_ ABSL_GUARDED_BY(mu_);
+
+  std::thread sender_;
+};
+
+}  // namespace torchmon::detail
+
+#endif  // TORCHMON_CLIENT_DETAIL_CLIENT_CORE_H_
