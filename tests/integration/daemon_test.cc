@@ -1,0 +1,309 @@
+// Integration tests: the real torchmond binary on a temp Unix socket and
+// loopback port 0, fed by the real C++ client, read back over real gRPC and
+// real HTTP scrapes. Windows are short (500 ms, grace 500 ms) and every wait
+// is a bounded poll on a condition.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <csignal>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/support/daemon_fixture.h"
+#include "torchmon/client.h"
+
+namespace torchmon::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+using DaemonTest = DaemonFixture;
+
+
+TEST_F(DaemonTest, ReadyLineNamesEveryListenerWithItsRealPort) {
+  StartDaemon();
+  EXPECT_EQ(daemon_->unix_target(), "unix://" + daemon_->socket_path());
+  EXPECT_TRUE(absl::StartsWith(daemon_->tcp_target(), "127.0.0.1:"));
+  EXPECT_NE(daemon_->tcp_target(), "127.0.0.1:0");
+  EXPECT_TRUE(absl::StartsWith(daemon_->metrics_address(), "127.0.0.1:"));
+  EXPECT_NE(daemon_->metrics_address(), "127.0.0.1:0");
+  EXPECT_TRUE(HttpGet(daemon_->metrics_address(), "/metrics").ok());
+}
+
+TEST_F(DaemonTest, UnixSocketIsOwnerOnlyByDefault) {
+  StartDaemon();
+  struct stat st;
+  ASSERT_EQ(stat(daemon_->socket_path().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(DaemonTest, ClientSamplesAreQueryableAndScrapedOnceTheWindowCloses) {
+  StartDaemon();
+  Client client(Options());
+  Stat loss(client, "train.loss", {Aggregation::MEAN, Aggregation::MAX, Aggregation::COUNT},
+            std::chrono::milliseconds(kWindowMs));
+  const int64_t t0 = NextWindowStartUs();
+  for (double v : {0.5, 1.5, 4.0}) loss.add(v, t0 + 1000);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+
+  // No further samples: the window still closes on the daemon's timer.
+  auto windows = WaitForWindows("train.loss", 1);
+  ASSERT_EQ(windows.size(), 1u);
+  EXPECT_EQ(windows[0].start_ms(), t0 / 1000);
+  EXPECT_EQ(windows[0].end_ms(), t0 / 1000 + kWindowMs);
+  EXPECT_DOUBLE_EQ(Aggregate(windows[0], v1::MEAN), 2.0);
+  EXPECT_DOUBLE_EQ(Aggregate(windows[0], v1::MAX), 4.0);
+  EXPECT_DOUBLE_EQ(Aggregate(windows[0], v1::COUNT), 3.0);
+  EXPECT_EQ(windows[0].series().labels().at("rank"), "0");
+
+  const std::string scrape = Scrape();
+  auto mean = ScrapeValue(scrape, "torchmon_stat",
+                          {"stat=\"train.loss\"", "agg=\"mean\"", "rank=\"0\""});
+  ASSERT_TRUE(mean.ok()) << mean.status() << "\n" << scrape;
+  EXPECT_DOUBLE_EQ(*mean, 2.0);
+  EXPECT_EQ(Scraped(scrape, "torchmon_samples_accepted_total", {"stat=\"train.loss\""}), 3.0);
+}
+
+TEST_F(DaemonTest, TcpListenerServesTheSameDaemon) {
+  StartDaemon();
+  ClientOptions o = Options();
+  o.target = daemon_->tcp_target();
+  Client client(o);
+  Stat s(client, "tcp.stat", {Aggregation::SUM}, std::chrono::milliseconds(kWindowMs));
+  s.add(2.0);
+  s.add(5.0);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(OnlySeries("tcp.stat").counters().accepted(), 2u);
+}
+
+TEST_F(DaemonTest, ConflictingDefinitionIsRefusedNamingBothAndTheFirstKeepsWorking) {
+  StartDaemon();
+  Client first(Options()), second(Options());
+  Stat a(first, "step_time", {Aggregation::MEAN}, std::chrono::milliseconds(kWindowMs));
+  a.add(1.0);
+  ASSERT_TRUE(first.Flush(std::chrono::seconds(5)).ok());
+  Stat b(second, "step_time", {Aggregation::MEAN}, std::chrono::seconds(2));
+  b.add(2.0);
+  ASSERT_TRUE(second.Flush(std::chrono::seconds(5)).ok());
+  const std::vector<std::string> errors = second.TakeErrors();
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors[0], HasSubstr("window=500ms"));
+  EXPECT_THAT(errors[0], HasSubstr("window=2s"));
+  EXPECT_THAT(errors[0], HasSubstr("step_time"));
+  a.add(3.0);
+  ASSERT_TRUE(first.Flush(std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(first.TakeErrors().empty());
+  EXPECT_EQ(OnlySeries("step_time").counters().accepted(), 2u);
+}
+
+TEST_F(DaemonTest, MalformedBatchIsRefusedWithAReasonAndTheStreamCarriesOn) {
+  StartDaemon();
+  auto stub = v1::Ingest::NewStub(
+      grpc::CreateChannel(daemon_->unix_target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  auto stream = stub->Stream(&ctx);
+  v1::IngestBatch bad;
+  bad.set_sequence(1);
+  v1::SampleBlock* orphan = bad.add_samples();
+  orphan->set_stat_id(42);
+  orphan->add_values(1.0);
+  ASSERT_TRUE(stream->Write(bad));
+  v1::IngestAck ack;
+  ASSERT_TRUE(stream->Read(&ack));
+  EXPECT_EQ(ack.sequence(), 1u);
+  ASSERT_EQ(ack.errors_size(), 1);
+  EXPECT_EQ(ack.errors(0).code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("stat id 42"));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 1u);
+
+  v1::IngestBatch good;
+  good.set_sequence(2);
+  v1::StatDefinition* def = good.add_definitions();
+  def->set_id(1);
+  def->set_name("raw.stat");
+  def->mutable_spec()->add_aggregations(v1::SUM);
+  def->mutable_spec()->set_window_size_ms(kWindowMs);
+  v1::SampleBlock* block = good.add_samples();
+  block->set_stat_id(1);
+  block->set_base_time_us(NowMs() * 1000);
+  block->add_values(1.0);
+  block->add_values(2.0);
+  ASSERT_TRUE(stream->Write(good));
+  ASSERT_TRUE(stream->Read(&ack));
+  EXPECT_EQ(ack.sequence(), 2u);
+  EXPECT_EQ(ack.errors_size(), 0);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(OnlySeries("raw.stat").counters().accepted(), 2u);
+  EXPECT_EQ(Scraped(Scrape(), "torchmon_daemon_samples_refused_total", {}), 1.0);
+}
+
+TEST_F(DaemonTest, WatchWindowsStreamsEachWindowAsItCloses) {
+  StartDaemon();
+  auto stub = daemon_->QueryStub();
+  grpc::ClientContext ctx;
+  v1::WatchWindowsRequest req;
+  req.mutable_selector()->set_stat("watch.*");
+  auto reader = stub->WatchWindows(&ctx, req);
+
+  Client client(Options());
+  Stat s(client, "watch.me", {Aggregation::VALUE}, std::chrono::milliseconds(kWindowMs));
+  Stat other(client, "ignored", {Aggregation::VALUE}, std::chrono::milliseconds(kWindowMs));
+  const int64_t t0 = NextWindowStartUs();
+  s.add(7.0, t0);
+  other.add(1.0, t0);
+  s.add(8.0, t0 + kWindowMs * 1000);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+
+  v1::WindowSummary w;
+  ASSERT_TRUE(reader->Read(&w));
+  EXPECT_EQ(w.series().stat(), "watch.me");
+  EXPECT_EQ(w.start_ms(), t0 / 1000);
+  EXPECT_DOUBLE_EQ(w.aggregates(0).value(), 7.0);
+  ASSERT_TRUE(reader->Read(&w));
+  EXPECT_EQ(w.series().stat(), "watch.me");
+  EXPECT_EQ(w.start_ms(), t0 / 1000 + kWindowMs);
+  EXPECT_DOUBLE_EQ(w.aggregates(0).value(), 8.0);
+  ctx.TryCancel();
+}
+
+TEST_F(DaemonTest, EventsAreQueryableAndExposedWithTheirNumericFields) {
+  StartDaemon();
+  Client client(Options({{"rank", "3"}, {"job", "j1"}}));
+  client.LogEvent(Event("epoch_end", {{"epoch", int64_t{2}}, {"loss", 0.25}, {"tag", std::string("best")},
+                                      {"saved", true}}));
+  client.LogEvent(Event("epoch_end", {{"epoch", int64_t{3}}, {"loss", 0.125}}));
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+
+  auto stub = daemon_->QueryStub();
+  v1::GetEventsRequest req;
+  req.mutable_selector()->set_name("epoch_end");
+  v1::GetEventsResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->GetEvents(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.events_size(), 2);
+  EXPECT_EQ(resp.events(0).data().at("epoch").int_value(), 2);
+  EXPECT_EQ(resp.events(0).data().at("tag").string_value(), "best");
+  EXPECT_TRUE(resp.events(0).data().at("saved").bool_value());
+  EXPECT_EQ(resp.events(0).labels().at("rank"), "3");
+  EXPECT_LT(resp.events(0).sequence(), resp.events(1).sequence());
+
+  const std::string scrape = Scrape();
+  EXPECT_EQ(Scraped(scrape, "torchmon_events_total", {"event=\"epoch_end\"", "rank=\"3\""}), 2.0);
+  EXPECT_EQ(Scraped(scrape, "torchmon_event_value",
+                          {"event=\"epoch_end\"", "field=\"loss\"", "job=\"j1\""}), 0.125);
+}
+
+TEST_F(DaemonTest, LateAndSkewedSamplesAreCountedAndNeverMovedToAnotherWindow) {
+  StartDaemon();
+  Client client(Options());
+  Stat s(client, "timing", {Aggregation::COUNT}, std::chrono::milliseconds(kWindowMs));
+  const int64_t t0 = NextWindowStartUs();
+  s.add(1.0, t0);
+  s.add(1.0, t0 - 3600LL * 1000 * 1000);   // an hour ago: its window is long closed
+  s.add(1.0, t0 + 3600LL * 1000 * 1000);   // an hour ahead: beyond --max-skew (60s)
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  auto windows = WaitForWindows("timing", 1);
+  ASSERT_EQ(windows.size(), 1u);
+  EXPECT_DOUBLE_EQ(windows[0].aggregates(0).value(), 1.0);
+  const v1::SeriesCounters c = OnlySeries("timing").counters();
+  EXPECT_EQ(c.accepted(), 1u);
+  EXPECT_EQ(c.late(), 1u);
+  EXPECT_EQ(c.skewed(), 1u);
+  const std::string scrape = Scrape();
+  EXPECT_EQ(Scraped(scrape, "torchmon_samples_dropped_total", {"stat=\"timing\"", "reason=\"late\""}), 1.0);
+  EXPECT_EQ(Scraped(scrape, "torchmon_samples_dropped_total", {"stat=\"timing\"", "reason=\"skewed\""}), 1.0);
+}
+
+TEST_F(DaemonTest, ClientDropsAreReportedSoAccountingStaysExact) {
+  StartDaemon();
+  ClientOptions o = Options();
+  o.stat_buffer_samples = 16;
+  o.send_interval = std::chrono::milliseconds(200);
+  Client client(o);
+  Stat s(client, "bursty", {Aggregation::COUNT}, std::chrono::seconds(10));
+  for (int i = 0; i < 10000; ++i) s.add(1.0);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  ASSERT_GT(s.dropped(), 0u);
+  const v1::SeriesCounters c = OnlySeries("bursty").counters();
+  EXPECT_EQ(c.client_dropped(), s.dropped());
+  EXPECT_EQ(c.accepted() + c.capped() + c.late() + c.skewed() + c.client_dropped(), 10000u);
+}
+
+TEST_F(DaemonTest, IdleSeriesExpireFromQueriesAndTheScrape) {
+  StartDaemon({"--grace", "100ms", "--series-ttl", "1s"});
+  Client client(Options());
+  Stat s(client, "short.lived", {Aggregation::VALUE}, std::chrono::milliseconds(100));
+  s.add(1.0);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  ASSERT_THAT(Scrape(), HasSubstr("stat=\"short.lived\""));
+  EXPECT_TRUE(WaitFor([&] { return !absl::StrContains(Scrape(), "short.lived"); },
+                      std::chrono::seconds(10)));
+  auto stub = daemon_->QueryStub();
+  v1::ListSeriesResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->ListSeries(&ctx, v1::ListSeriesRequest(), &resp).ok());
+  EXPECT_EQ(resp.series_size(), 0);
+}
+
+TEST_F(DaemonTest, SigtermClosesOpenWindowsAsPartialAndExitsZero) {
+  StartDaemon({"--grace", "30s"});
+  Client client(Options());
+  Stat s(client, "open.window", {Aggregation::SUM}, std::chrono::seconds(10));
+  s.add(1.0);
+  s.add(2.0);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  auto status = daemon_->Stop(SIGTERM, std::chrono::seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  EXPECT_THAT(daemon_->Stderr(), HasSubstr("1 open windows closed as partial"));
+}
+
+TEST_F(DaemonTest, WatchersReceiveThePartialWindowsOfAShutdown) {
+  StartDaemon({"--grace", "30s"});
+  auto stub = daemon_->QueryStub();
+  grpc::ClientContext ctx;
+  auto reader = stub->WatchWindows(&ctx, v1::WatchWindowsRequest());
+  Client client(Options());
+  Stat s(client, "cut.short", {Aggregation::COUNT}, std::chrono::seconds(10));
+  s.add(1.0);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  std::vector<v1::WindowSummary> received;
+  std::thread watcher([&] {
+    v1::WindowSummary w;
+    while (reader->Read(&w)) received.push_back(w);
+  });
+  auto status = daemon_->Stop(SIGTERM, std::chrono::seconds(10));
+  watcher.join();
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].series().stat(), "cut.short");
+  EXPECT_TRUE(received[0].partial());
+  EXPECT_DOUBLE_EQ(received[0].aggregates(0).value(), 1.0);
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
+TEST_F(DaemonTest, HelpExplainsEveryFlag) {
+  const std::string cmd = TorchmondPath() + " --help";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0);
+  for (const char* flag : {"--listen", "--metrics-listen", "--grace", "--series-ttl", "--history",
+                           "--max-skew", "--max-events", "--socket-mode", "--drain-timeout"}) {
+    EXPECT_THAT(out, HasSubstr(flag));
+  }
+}
+
+}  // namespace
+}  // namespace torchmon::testing

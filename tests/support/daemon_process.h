@@ -1,0 +1,81 @@
+// Test support: runs the real torchmond binary as a child process on a
+// private temp Unix socket and loopback port 0, and talks to it over real
+// sockets. Every wait is bounded; the destructor always reaps the child.
+#ifndef TORCHMON_TESTS_SUPPORT_DAEMON_PROCESS_H_
+#define TORCHMON_TESTS_SUPPORT_DAEMON_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "torchmon/v1/torchmon.grpc.pb.h"
+
+namespace torchmon::testing {
+
+// Path of the torchmond binary under test (set by CMake).
+std::string TorchmondPath();
+
+// A fresh private directory under $TMPDIR, removed with its contents by the
+// destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class DaemonProcess {
+ public:
+  // Starts torchmond with a Unix socket in `dir`, a TCP listener on
+  // 127.0.0.1:0, metrics on 127.0.0.1:0 and `extra_flags`; waits (≤ 10 s)
+  // for its ready line.
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(
+      const TempDir& dir, const std::vector<std::string>& extra_flags = {});
+  ~DaemonProcess();
+
+  const std::string& unix_target() const { return unix_target_; }
+  const std::string& tcp_target() const { return tcp_target_; }
+  const std::string& metrics_address() const { return metrics_address_; }
+  const std::string& ready_line() const { return ready_line_; }
+  const std::string& socket_path() const { return socket_path_; }
+
+  // Sends `signal` and waits (≤ timeout) for exit. Returns the exit status
+  // as from waitpid, or DeadlineExceeded.
+  absl::StatusOr<int> Stop(int signal, std::chrono::milliseconds timeout);
+  // Everything the daemon wrote to stderr so far.
+  std::string Stderr() const;
+
+  std::unique_ptr<v1::Query::Stub> QueryStub() const;
+
+ private:
+  DaemonProcess() = default;
+  pid_t pid_ = -1;
+  std::string stderr_path_;
+  std::string unix_target_, tcp_target_, metrics_address_, ready_line_, socket_path_;
+};
+
+// GET http://address/path over a real TCP connection (HTTP/1.0, ≤ 5 s).
+absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path);
+
+// Polls `condition` every 10 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
+
+// The value of the first sample line in a Prometheus text scrape whose
+// metric name is `name` and which carries every `labels` pair
+// (e.g. {"stat=\"train.loss\"", "agg=\"mean\""}). NotFound if none.
+absl::StatusOr<double> ScrapeValue(const std::string& scrape, const std::string& name,
+                                   const std::vector<std::string>& labels);
+
+int64_t NowMs();
+
+}  // namespace torchmon::testing
+
+#endif  // TORCHMON_TESTS_SUPPORT_DAEMON_PROCESS_H_
