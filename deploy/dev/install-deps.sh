@@ -3,12 +3,17 @@
 # Idempotent: skips apt when every package is already present.
 set -euo pipefail
 
+# Usage: install-deps.sh [--test]
+#   --test  also install what the test suite uses (promtool from Debian's prometheus)
 packages=(
   build-essential cmake pkg-config git curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(prometheus)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,9 +4,11 @@
 // is a bounded poll on a condition.
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <csignal>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -288,6 +290,39 @@ TEST_F(DaemonTest, WatchersReceiveThePartialWindowsOfAShutdown) {
   EXPECT_TRUE(received[0].partial());
   EXPECT_DOUBLE_EQ(received[0].aggregates(0).value(), 1.0);
   EXPECT_TRUE(reader->Finish().ok());
+}
+
+TEST_F(DaemonTest, ScrapeWithEveryMetricFamilyPassesPromtool) {
+  if (access("/usr/bin/promtool", X_OK) != 0) {
+    GTEST_SKIP() << "promtool not installed (deploy/dev/test.sh installs it)";
+  }
+  StartDaemon();
+  Client client(Options({{"rank", "0"}, {"job", "lint"}}));
+  Stat loss(client, "train/loss with spaces \"quoted\"", {Aggregation::MEAN, Aggregation::MAX},
+            std::chrono::milliseconds(kWindowMs), /*max_samples=*/2);
+  const int64_t t0 = NextWindowStartUs();
+  for (double v : {1.0, std::nan(""), 3.0}) loss.add(v, t0);
+  loss.add(1.0, t0 - 3600LL * 1000 * 1000);
+  client.LogEvent(Event("epoch_end", {{"epoch", int64_t{1}}, {"ok", true}}));
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  ASSERT_EQ(WaitForWindows("train/loss*", 1).size(), 1u);
+  const std::string scrape = Scrape();
+  ASSERT_THAT(scrape, HasSubstr("torchmon_stat{"));
+  ASSERT_THAT(scrape, HasSubstr("torchmon_event_value{"));
+  const std::string path = dir_.path() + "/scrape.txt";
+  {
+    std::ofstream out(path);
+    out << scrape;
+  }
+  const std::string cmd = "/usr/bin/promtool check metrics < " + path + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string report;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) report.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << report;
+  EXPECT_EQ(report, "") << scrape;
 }
 
 TEST_F(DaemonTest, HelpExplainsEveryFlag) {
