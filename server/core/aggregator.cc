@@ -140,6 +140,10 @@ std::vector<ClosedWindow> Aggregator::CloseDueWindows() {
     if (s != series_.end()) CloseWindows(*s->second, now, /*everything=*/false, out);
   }
   deadlines_.erase(deadlines_.begin(), end);
+  // One series may contribute several windows: order across series too.
+  std::stable_sort(out.begin(), out.end(), [](const ClosedWindow& a, const ClosedWindow& b) {
+    return a.end_ms < b.end_ms;
+  });
   return out;
 }
 

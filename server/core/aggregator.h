@@ -86,7 +86,7 @@ class Aggregator {
   absl::Status AddClientDrops(SeriesId id, uint64_t dropped) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Closes every window whose end + grace has passed, appends them to their
-  // series' history and returns them, oldest deadline first.
+  // series' history and returns them, oldest deadline (earliest end) first.
   std::vector<ClosedWindow> CloseDueWindows() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Closes every open window now, marked partial (shutdown).

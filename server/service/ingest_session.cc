@@ -57,9 +57,12 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   auto refuse = [&](absl::StatusCode code, std::string message) {
     stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
     AddError(ack, sequence, def.id(), code, message, 0);
-    // Keep the binding so later samples under this id are refused with the
-    // same reason instead of "unknown id".
     Binding& b = bindings_[def.id()];
+    // A working binding survives a conflicting re-definition of its id: the
+    // definition that came first wins, as between streams.
+    if (b.id != 0 && b.refusal.empty()) return;
+    // Otherwise remember the refusal so later samples under this id are
+    // refused with the same reason instead of "unknown id".
     b = Binding{};
     b.key.stat = def.name();
     b.refusal = std::move(message);

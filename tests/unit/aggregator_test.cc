@@ -1,0 +1,685 @@
+// The window rules of the aggregation core, driven by a ManualClock. Every
+// expected number is worked out by hand in the test from the rule it checks.
+#include "server/core/aggregator.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/clock.h"
+
+namespace torchmon::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// A realistic "now": 2023-11-14T22:13:20Z, a multiple of every window used.
+constexpr int64_t kT0 = 1'700'000'000'000;  // ms
+constexpr int64_t kW = 1000;                // window ms
+constexpr int64_t kGrace = 2000;
+
+int64_t Us(int64_t ms) { return ms * 1000; }
+
+constexpr AggregationSet kAll =
+    AggregationBit(Aggregation::kValue) | AggregationBit(Aggregation::kMean) |
+    AggregationBit(Aggregation::kCount) | AggregationBit(Aggregation::kSum) |
+    AggregationBit(Aggregation::kMax) | AggregationBit(Aggregation::kMin);
+
+AggregatorOptions TestOptions() {
+  AggregatorOptions o;
+  o.grace_ms = kGrace;
+  o.series_ttl_ms = 10'000;
+  o.history_windows = 100;
+  o.max_future_skew_ms = 60'000;
+  return o;
+}
+
+std::vector<int64_t> Starts(const std::vector<ClosedWindow>& windows) {
+  std::vector<int64_t> out;
+  for (const ClosedWindow& w : windows) out.push_back(w.start_ms);
+  return out;
+}
+
+class AggregatorTest : public ::testing::Test {
+ protected:
+  AggregatorTest() { Reset(TestOptions()); }
+
+  void Reset(AggregatorOptions options) {
+    aggregator_ = std::make_unique<Aggregator>(options, clock_);
+  }
+
+  SeriesId Define(const std::string& name, Labels labels = {{"rank", "0"}},
+                  int64_t window_ms = kW, int64_t max_samples = 0,
+                  AggregationSet aggregations = kAll) {
+    auto id = aggregator_->Define(SeriesKey{name, std::move(labels)},
+                                  StatSpec{aggregations, window_ms, max_samples});
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+
+  AddResult Add(SeriesId id, std::vector<double> values, std::vector<int64_t> timestamps_us) {
+    auto r = aggregator_->AddSamples(id, values, timestamps_us);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.value_or(AddResult{});
+  }
+
+  // Adds one sample stamped `ms` (Unix milliseconds).
+  AddResult AddAt(SeriesId id, double value, int64_t ms) { return Add(id, {value}, {Us(ms)}); }
+
+  std::vector<ClosedWindow> AllWindows() const {
+    return aggregator_->GetWindows(Selector{}, 0, 0, 0);
+  }
+
+  SeriesCounters Counters(const std::string& name) const {
+    Selector s;
+    s.name = name;
+    auto list = aggregator_->ListSeries(s);
+    EXPECT_THAT(list, SizeIs(1));
+    return list.empty() ? SeriesCounters{} : list[0].counters;
+  }
+
+  ManualClock clock_{kT0};
+  std::unique_ptr<Aggregator> aggregator_;
+};
+
+// --- Epoch alignment -------------------------------------------------------
+
+TEST_F(AggregatorTest, WindowsAreAlignedToTheEpochNotToTheFirstSample) {
+  const SeriesId id = Define("s", {}, /*window_ms=*/300);
+  // 1'700'000'000'123 / 300 = 5'666'666'667.07 -> window 5'666'666'667,
+  // which starts at 5'666'666'667 * 300 = 1'700'000'000'100.
+  AddAt(id, 1, kT0 + 123);
+  clock_.Set(kT0 + 400 + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].start_ms, 1'700'000'000'100);
+  EXPECT_EQ(closed[0].end_ms, 1'700'000'000'400);
+}
+
+TEST_F(AggregatorTest, WindowCoversItsStartUpToButExcludingItsEnd) {
+  const SeriesId id = Define("s");
+  Add(id, {1, 2}, {Us(kT0), Us(kT0 + kW) - 1});
+  clock_.Set(kT0 + 2 * kW + kGrace);
+  aggregator_->CloseDueWindows();
+  const auto windows = AllWindows();
+  ASSERT_THAT(windows, SizeIs(1));
+  EXPECT_EQ(windows[0].start_ms, kT0);
+  EXPECT_EQ(windows[0].end_ms, kT0 + kW);
+  EXPECT_EQ(windows[0].stats.accepted, 2u);
+}
+
+TEST_F(AggregatorTest, OneMicrosecondBeforeABoundaryIsInThePreviousWindow) {
+  const SeriesId id = Define("s");
+  Add(id, {1, 2}, {Us(kT0) - 1, Us(kT0)});
+  clock_.Set(kT0 + kW + kGrace);
+  aggregator_->CloseDueWindows();
+  const auto windows = AllWindows();
+  ASSERT_THAT(windows, SizeIs(2));
+  EXPECT_EQ(windows[0].start_ms, kT0 - kW);
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kValue), 1);
+  EXPECT_EQ(windows[1].start_ms, kT0);
+  EXPECT_EQ(windows[1].stats.Get(Aggregation::kValue), 2);
+}
+
+TEST_F(AggregatorTest, NegativeTimestampsFloorToTheEarlierWindow) {
+  clock_.Set(-10'000);
+  const SeriesId id = Define("s", {});
+  // -1 µs is -0.001 ms: window [-1000, 0), not [0, 1000) as truncation would give.
+  // -1'000'000 µs is exactly -1000 ms: the start of [-1000, 0).
+  // -1'000'001 µs is -1000.001 ms: window [-2000, -1000).
+  // 0 µs: window [0, 1000).
+  Add(id, {1, 2, 3, 4}, {-1, -1'000'000, -1'000'001, 0});
+  clock_.Set(1000 + kGrace);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), SizeIs(3));
+  const auto windows = AllWindows();
+  EXPECT_THAT(Starts(windows), ElementsAre(-2000, -1000, 0));
+  ASSERT_THAT(windows, SizeIs(3));
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kValue), 3);
+  EXPECT_EQ(windows[0].end_ms, -1000);
+  EXPECT_EQ(windows[1].stats.accepted, 2u);
+  EXPECT_EQ(windows[1].stats.Get(Aggregation::kSum), 3);
+  EXPECT_EQ(windows[2].stats.Get(Aggregation::kValue), 4);
+}
+
+// --- Closing ---------------------------------------------------------------
+
+TEST_F(AggregatorTest, WindowStaysOpenOneMillisecondBeforeEndPlusGrace) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 500);
+  clock_.Set(kT0 + kW + kGrace - 1);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+  EXPECT_THAT(AllWindows(), IsEmpty());
+}
+
+TEST_F(AggregatorTest, WindowClosesWhenClockReachesEndPlusGrace) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 500);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].start_ms, kT0);
+  EXPECT_EQ(closed[0].end_ms, kT0 + kW);
+  EXPECT_EQ(closed[0].series->stat, "s");
+  EXPECT_FALSE(closed[0].partial);
+}
+
+TEST_F(AggregatorTest, CloseDueWindowsReturnsAWindowOnlyOnce) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 500);
+  clock_.Set(kT0 + kW + kGrace);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), SizeIs(1));
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+  clock_.Advance(60'000);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+  EXPECT_THAT(AllWindows(), SizeIs(1));
+}
+
+TEST_F(AggregatorTest, LastWindowOfAStatThatStopsReceivingSamplesClosesOnTheTimer) {
+  const SeriesId quiet = Define("quiet");
+  AddAt(quiet, 7, kT0 + 10);
+  // No further sample of "quiet": only time passes.
+  clock_.Advance(3'600'000);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].series->stat, "quiet");
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kValue), 7);
+}
+
+TEST_F(AggregatorTest, SampleWithinTheGraceStillCountsInItsOwnWindow) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 100);
+  clock_.Set(kT0 + kW + 500);  // window k has ended, its grace has not
+  AddAt(id, 2, kT0 + kW + 400);
+  const AddResult r = AddAt(id, 3, kT0 + 900);
+  EXPECT_EQ(r.accepted, 1u);
+  EXPECT_EQ(r.late, 0u);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));  // window k+1 is not due until kT0 + 2W + grace
+  EXPECT_EQ(closed[0].start_ms, kT0);
+  EXPECT_EQ(closed[0].stats.accepted, 2u);
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kSum), 4);  // 1 + 3
+}
+
+TEST_F(AggregatorTest, DueWindowsOfEverySeriesCloseTogether) {
+  const SeriesId a = Define("a");
+  const SeriesId b = Define("b", {}, /*window_ms=*/500);
+  AddAt(a, 1, kT0 + 100);  // [kT0, kT0+1000), due kT0+3000
+  AddAt(b, 2, kT0 + 100);  // [kT0, kT0+500), due kT0+2500
+  clock_.Set(kT0 + 3000);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(2));
+  // Oldest deadline first.
+  EXPECT_EQ(closed[0].series->stat, "b");
+  EXPECT_EQ(closed[0].end_ms, kT0 + 500);
+  EXPECT_EQ(closed[1].series->stat, "a");
+}
+
+TEST_F(AggregatorTest, SeveralDueWindowsOfOneSeriesInterleaveWithOthersByEnd) {
+  const SeriesId a = Define("a");                          // W = 1000
+  const SeriesId b = Define("b", {}, /*window_ms=*/2000);  // W = 2000; kT0 is a multiple
+  AddAt(a, 1, kT0 + 100);           // a: [kT0, kT0+1000)
+  AddAt(a, 2, kT0 + 2100);          // a: [kT0+2000, kT0+3000)
+  AddAt(b, 3, kT0 + 100);           // b: [kT0, kT0+2000)
+  clock_.Set(kT0 + 3000 + kGrace);  // all three are due (the timer stalled)
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(3));
+  EXPECT_EQ(closed[0].series->stat, "a");
+  EXPECT_EQ(closed[0].end_ms, kT0 + 1000);
+  EXPECT_EQ(closed[1].series->stat, "b");
+  EXPECT_EQ(closed[1].end_ms, kT0 + 2000);
+  EXPECT_EQ(closed[2].series->stat, "a");
+  EXPECT_EQ(closed[2].end_ms, kT0 + 3000);
+}
+
+TEST_F(AggregatorTest, CloseAllWindowsClosesOpenWindowsMarkedPartial) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 100);
+  AddAt(id, 2, kT0 + kW + 100);
+  const auto closed = aggregator_->CloseAllWindows();
+  ASSERT_THAT(closed, SizeIs(2));
+  EXPECT_TRUE(closed[0].partial);
+  EXPECT_TRUE(closed[1].partial);
+  const auto windows = AllWindows();
+  ASSERT_THAT(windows, SizeIs(2));
+  EXPECT_TRUE(windows[0].partial);
+  EXPECT_EQ(windows[0].start_ms, kT0);
+  EXPECT_EQ(windows[1].start_ms, kT0 + kW);
+  // Nothing is left to close on the timer.
+  clock_.Advance(60'000);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+}
+
+TEST_F(AggregatorTest, WindowsClosedOnTheTimerAreNotPartial) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 100);
+  clock_.Set(kT0 + kW + kGrace);
+  aggregator_->CloseDueWindows();
+  ASSERT_THAT(AllWindows(), SizeIs(1));
+  EXPECT_FALSE(AllWindows()[0].partial);
+}
+
+// --- Aggregations ----------------------------------------------------------
+
+TEST_F(AggregatorTest, ClosedWindowHoldsTheSixAggregationsOfItsSamples) {
+  const SeriesId id = Define("s");
+  Add(id, {2, 8, -4, 10}, {Us(kT0 + 1), Us(kT0 + 2), Us(kT0 + 3), Us(kT0 + 4)});
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  const WindowStats& s = closed[0].stats;
+  // sum = 2 + 8 - 4 + 10 = 16; mean = 16 / 4 = 4.
+  EXPECT_EQ(s.Get(Aggregation::kSum), 16);
+  EXPECT_EQ(s.Get(Aggregation::kCount), 4);
+  EXPECT_EQ(s.Get(Aggregation::kMean), 4);
+  EXPECT_EQ(s.Get(Aggregation::kMin), -4);
+  EXPECT_EQ(s.Get(Aggregation::kMax), 10);
+  EXPECT_EQ(s.Get(Aggregation::kValue), 10);
+}
+
+TEST_F(AggregatorTest, ValueIsTheLastSampleInArrivalOrderNotTheLatestTimestamp) {
+  const SeriesId id = Define("s");
+  Add(id, {1, 2}, {Us(kT0 + 900), Us(kT0 + 100)});
+  AddAt(id, 3, kT0 + 500);
+  AddAt(id, 4, kT0 + 50);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kValue), 4);
+}
+
+TEST_F(AggregatorTest, ClosedWindowCarriesOnlyTheRequestedAggregations) {
+  const AggregationSet mean_max = AggregationBit(Aggregation::kMean) |
+                                  AggregationBit(Aggregation::kMax);
+  const SeriesId id = Define("s", {}, kW, 0, mean_max);
+  AddAt(id, 1, kT0 + 1);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].aggregations, mean_max);
+}
+
+TEST_F(AggregatorTest, NaNSampleIsAcceptedAndMakesSumMeanMinMaxNaN) {
+  const SeriesId id = Define("s");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const AddResult r = Add(id, {1, nan, 2}, {Us(kT0 + 1), Us(kT0 + 2), Us(kT0 + 3)});
+  EXPECT_EQ(r.accepted, 3u);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_TRUE(std::isnan(closed[0].stats.Get(Aggregation::kSum)));
+  EXPECT_TRUE(std::isnan(closed[0].stats.Get(Aggregation::kMean)));
+  EXPECT_TRUE(std::isnan(closed[0].stats.Get(Aggregation::kMin)));
+  EXPECT_TRUE(std::isnan(closed[0].stats.Get(Aggregation::kMax)));
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kCount), 3);
+}
+
+// --- max_samples -----------------------------------------------------------
+
+TEST_F(AggregatorTest, AcceptsTheFirstMaxSamplesOfAWindowAndCapsTheRest) {
+  const SeriesId id = Define("s", {}, kW, /*max_samples=*/3);
+  const AddResult r = Add(id, {1, 2, 3, 4, 5},
+                          {Us(kT0 + 1), Us(kT0 + 2), Us(kT0 + 3), Us(kT0 + 4), Us(kT0 + 5)});
+  EXPECT_EQ(r.accepted, 3u);
+  EXPECT_EQ(r.capped, 2u);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].stats.accepted, 3u);
+  EXPECT_EQ(closed[0].stats.capped, 2u);
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kSum), 6);  // 1 + 2 + 3
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kMean), 2);  // 6 / 3 accepted
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kValue), 3);
+}
+
+TEST_F(AggregatorTest, ReachingMaxSamplesDoesNotCloseTheWindowEarly) {
+  const SeriesId id = Define("s", {}, kW, /*max_samples=*/1);
+  AddAt(id, 1, kT0 + 1);
+  clock_.Set(kT0 + kW + kGrace - 1);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+  // Still the same window: later samples are capped in it, not late, not moved.
+  const AddResult r = AddAt(id, 2, kT0 + 999);
+  EXPECT_EQ(r.capped, 1u);
+  EXPECT_EQ(r.late, 0u);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].start_ms, kT0);
+  EXPECT_EQ(closed[0].stats.accepted, 1u);
+  EXPECT_EQ(closed[0].stats.capped, 1u);
+}
+
+TEST_F(AggregatorTest, NextWindowAcceptsAgainAfterACappedWindow) {
+  const SeriesId id = Define("s", {}, kW, /*max_samples=*/2);
+  Add(id, {1, 2, 3}, {Us(kT0 + 1), Us(kT0 + 2), Us(kT0 + 3)});
+  const AddResult r = Add(id, {4, 5}, {Us(kT0 + kW + 1), Us(kT0 + kW + 2)});
+  EXPECT_EQ(r.accepted, 2u);
+  EXPECT_EQ(r.capped, 0u);
+}
+
+TEST_F(AggregatorTest, CappedCounterTotalsEveryWindow) {
+  const SeriesId id = Define("s", {}, kW, /*max_samples=*/2);
+  Add(id, {1, 2, 3}, {Us(kT0 + 1), Us(kT0 + 2), Us(kT0 + 3)});                 // 1 capped
+  Add(id, {1, 2, 3, 4}, {Us(kT0 + kW), Us(kT0 + kW), Us(kT0 + kW), Us(kT0 + kW)});  // 2 capped
+  const SeriesCounters c = Counters("s");
+  EXPECT_EQ(c.capped, 3u);
+  EXPECT_EQ(c.accepted, 4u);
+}
+
+// --- Empty windows ---------------------------------------------------------
+
+TEST_F(AggregatorTest, WindowWithoutSamplesProducesNoSummary) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 10);
+  AddAt(id, 2, kT0 + 2 * kW + 10);  // nothing in [kT0+W, kT0+2W)
+  clock_.Set(kT0 + 3 * kW + kGrace);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), SizeIs(2));
+  EXPECT_THAT(Starts(AllWindows()), ElementsAre(kT0, kT0 + 2 * kW));
+}
+
+TEST_F(AggregatorTest, SeriesWithoutSamplesHasNoWindowAndNoLastWindow) {
+  Define("s");
+  clock_.Advance(60'000);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+  const auto list = aggregator_->ListSeries(Selector{});
+  ASSERT_THAT(list, SizeIs(1));
+  EXPECT_FALSE(list[0].has_last_window);
+}
+
+// --- Late and skewed -------------------------------------------------------
+
+TEST_F(AggregatorTest, SampleForAWindowPastItsEndPlusGraceIsLate) {
+  const SeriesId id = Define("s");
+  clock_.Set(kT0 + kW + kGrace);  // window [kT0, kT0+W) is due, never opened
+  const AddResult r = AddAt(id, 1, kT0 + 500);
+  EXPECT_EQ(r.late, 1u);
+  EXPECT_EQ(r.accepted, 0u);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+  EXPECT_THAT(aggregator_->CloseAllWindows(), IsEmpty());  // not moved anywhere
+  EXPECT_EQ(Counters("s").late, 1u);
+}
+
+TEST_F(AggregatorTest, SampleForAClosedWindowIsLateAndNotMovedToAnotherWindow) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 500);
+  clock_.Set(kT0 + kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(1));
+  EXPECT_EQ(AddAt(id, 100, kT0 + 600).late, 1u);
+  EXPECT_EQ(AddAt(id, 5, kT0 + 3 * kW).accepted, 1u);
+  clock_.Set(kT0 + 4 * kW + kGrace);
+  aggregator_->CloseDueWindows();
+  const auto windows = AllWindows();
+  ASSERT_THAT(windows, SizeIs(2));
+  EXPECT_EQ(windows[0].stats.accepted, 1u);
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kSum), 1);
+  EXPECT_EQ(windows[1].stats.accepted, 1u);
+  EXPECT_EQ(windows[1].stats.Get(Aggregation::kSum), 5);
+}
+
+TEST_F(AggregatorTest, SampleForAWindowClosedAtShutdownIsLateEvenBeforeItsDeadline) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0 + 100);
+  ASSERT_THAT(aggregator_->CloseAllWindows(), SizeIs(1));
+  const AddResult r = AddAt(id, 2, kT0 + 200);  // deadline kT0+3000 not reached
+  EXPECT_EQ(r.late, 1u);
+  EXPECT_EQ(r.accepted, 0u);
+}
+
+TEST_F(AggregatorTest, SampleExactlyMaxSkewAheadIsAccepted) {
+  const SeriesId id = Define("s");
+  const AddResult r = AddAt(id, 1, kT0 + 60'000);
+  EXPECT_EQ(r.accepted, 1u);
+  EXPECT_EQ(r.skewed, 0u);
+}
+
+TEST_F(AggregatorTest, SampleMoreThanMaxSkewAheadIsSkewedAndOpensNoWindow) {
+  const SeriesId id = Define("s");
+  const AddResult r = AddAt(id, 1, kT0 + 60'001);
+  EXPECT_EQ(r.skewed, 1u);
+  EXPECT_EQ(r.accepted, 0u);
+  EXPECT_THAT(aggregator_->CloseAllWindows(), IsEmpty());
+  EXPECT_EQ(Counters("s").skewed, 1u);
+}
+
+TEST_F(AggregatorTest, EverySampleSentIsAccountedForExactlyOnce) {
+  const SeriesId id = Define("s", {}, kW, /*max_samples=*/2);
+  uint64_t sent = 0;
+  // Window k: 3 samples, 2 accepted + 1 capped.
+  Add(id, {1, 2, 3}, {Us(kT0 + 1), Us(kT0 + 2), Us(kT0 + 3)});
+  sent += 3;
+  // Window k+1: 1 accepted. Two skewed samples in the same call.
+  Add(id, {4, 5, 6}, {Us(kT0 + kW), Us(kT0 + 120'000), Us(kT0 + 61'000)});
+  sent += 3;
+  // The client dropped 4 before sending.
+  ASSERT_TRUE(aggregator_->AddClientDrops(id, 4).ok());
+  sent += 4;
+  // Both windows close; 2 late samples for them, 1 accepted in window k+5.
+  clock_.Set(kT0 + 4000);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(2));
+  Add(id, {7, 8, 9}, {Us(kT0 + 999), Us(kT0 + 5000), Us(kT0 + 1500)});
+  sent += 3;
+
+  const SeriesCounters c = Counters("s");
+  EXPECT_EQ(c.accepted, 4u);
+  EXPECT_EQ(c.capped, 1u);
+  EXPECT_EQ(c.late, 2u);
+  EXPECT_EQ(c.skewed, 2u);
+  EXPECT_EQ(c.client_dropped, 4u);
+  EXPECT_EQ(c.accepted + c.capped + c.late + c.skewed + c.client_dropped, sent);
+}
+
+TEST_F(AggregatorTest, MismatchedValueAndTimestampCountsAreInvalidArgument) {
+  const SeriesId id = Define("s");
+  const std::vector<double> values = {1, 2};
+  const std::vector<int64_t> timestamps = {Us(kT0)};
+  auto r = aggregator_->AddSamples(id, values, timestamps);
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+}
+
+// --- Definitions -----------------------------------------------------------
+
+TEST_F(AggregatorTest, IdenticalRedefinitionReturnsTheSameSeries) {
+  const SeriesId first = Define("train.loss");
+  AddAt(first, 1, kT0);
+  const SeriesId again = Define("train.loss");
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(aggregator_->series_count(), 1u);
+  EXPECT_EQ(Counters("train.loss").accepted, 1u);  // nothing was reset
+}
+
+TEST_F(AggregatorTest, SameNameWithOtherLabelsIsAnotherSeries) {
+  const SeriesId rank0 = Define("train.loss", {{"rank", "0"}});
+  const SeriesId rank1 = Define("train.loss", {{"rank", "1"}});
+  EXPECT_NE(rank0, rank1);
+  EXPECT_EQ(aggregator_->series_count(), 2u);
+}
+
+TEST_F(AggregatorTest, ConflictingDefinitionIsAlreadyExistsNamingSeriesAndBothSpecs) {
+  const SeriesKey key{"train.loss", {{"rank", "0"}}};
+  ASSERT_TRUE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kMean), 1000, 0}).ok());
+  auto conflict = aggregator_->Define(
+      key, StatSpec{AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax), 2000,
+                    10});
+  ASSERT_TRUE(absl::IsAlreadyExists(conflict.status())) << conflict.status();
+  const std::string message(conflict.status().message());
+  EXPECT_THAT(message, HasSubstr("train.loss{rank=\"0\"}"));
+  EXPECT_THAT(message, HasSubstr("aggregations=[mean] window=1s max_samples=unlimited"));
+  EXPECT_THAT(message, HasSubstr("aggregations=[mean,max] window=2s max_samples=10"));
+}
+
+TEST_F(AggregatorTest, ConflictingDefinitionLeavesTheFirstSpecInPlace) {
+  const SeriesKey key{"s", {}};
+  const StatSpec first{AggregationBit(Aggregation::kSum), 1000, 0};
+  ASSERT_TRUE(aggregator_->Define(key, first).ok());
+  EXPECT_FALSE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kSum), 1000, 5}).ok());
+  const auto list = aggregator_->ListSeries(Selector{});
+  ASSERT_THAT(list, SizeIs(1));
+  EXPECT_EQ(list[0].spec, first);
+}
+
+// --- TTL -------------------------------------------------------------------
+
+TEST_F(AggregatorTest, SeriesIdleLessThanTheTtlIsKept) {
+  Define("s");
+  clock_.Set(kT0 + 10'000 - 1);
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 0u);
+  EXPECT_EQ(aggregator_->series_count(), 1u);
+}
+
+TEST_F(AggregatorTest, SeriesIdleForTheTtlIsRemoved) {
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0);
+  clock_.Set(kT0 + 10'000);
+  aggregator_->CloseDueWindows();
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+  EXPECT_EQ(aggregator_->series_count(), 0u);
+  EXPECT_THAT(aggregator_->ListSeries(Selector{}), IsEmpty());
+  EXPECT_THAT(AllWindows(), IsEmpty());
+}
+
+TEST_F(AggregatorTest, SeriesWithAnOpenWindowIsNotExpired) {
+  AggregatorOptions options = TestOptions();
+  options.series_ttl_ms = 1000;
+  Reset(options);
+  const SeriesId id = Define("s");
+  AddAt(id, 1, kT0);  // window due at kT0 + W + grace = kT0 + 3000
+  clock_.Set(kT0 + 2000);  // idle 2000 ms ≥ ttl, but the window is still open
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 0u);
+  clock_.Set(kT0 + 3000);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(1));
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+}
+
+TEST_F(AggregatorTest, ClientDropReportKeepsASeriesAlive) {
+  const SeriesId id = Define("s");
+  clock_.Set(kT0 + 5000);
+  ASSERT_TRUE(aggregator_->AddClientDrops(id, 1).ok());
+  clock_.Set(kT0 + 14'999);
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 0u);
+  clock_.Set(kT0 + 15'000);
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+}
+
+TEST_F(AggregatorTest, AddSamplesToAnExpiredSeriesIsNotFound) {
+  const SeriesId id = Define("s");
+  clock_.Set(kT0 + 10'000);
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+  const std::vector<double> values = {1};
+  const std::vector<int64_t> timestamps = {Us(kT0 + 10'000)};
+  EXPECT_TRUE(absl::IsNotFound(aggregator_->AddSamples(id, values, timestamps).status()));
+  EXPECT_TRUE(absl::IsNotFound(aggregator_->AddClientDrops(id, 1)));
+}
+
+TEST_F(AggregatorTest, RedefiningAnExpiredSeriesStartsItAfresh) {
+  const SeriesId old_id = Define("s");
+  AddAt(old_id, 1, kT0);
+  clock_.Set(kT0 + 10'000);
+  aggregator_->CloseDueWindows();
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+  const SeriesId new_id = Define("s");
+  EXPECT_NE(new_id, old_id);
+  EXPECT_EQ(Counters("s").accepted, 0u);
+}
+
+// --- History and GetWindows ------------------------------------------------
+
+class AggregatorHistoryTest : public AggregatorTest {
+ protected:
+  // One sample (value i) in each of the windows [kT0 + i·W, kT0 + (i+1)·W),
+  // i = 0..n-1, all closed.
+  void FillWindows(SeriesId id, int n) {
+    for (int i = 0; i < n; ++i) AddAt(id, i, kT0 + i * kW + 1);
+    clock_.Set(kT0 + n * kW + kGrace);
+    ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(n));
+  }
+};
+
+TEST_F(AggregatorHistoryTest, HistoryKeepsOnlyTheNewestWindows) {
+  AggregatorOptions options = TestOptions();
+  options.history_windows = 3;
+  Reset(options);
+  FillWindows(Define("s"), 5);
+  EXPECT_THAT(Starts(AllWindows()), ElementsAre(kT0 + 2 * kW, kT0 + 3 * kW, kT0 + 4 * kW));
+}
+
+TEST_F(AggregatorHistoryTest, LastWindowIsTheNewestClosed) {
+  FillWindows(Define("s"), 3);
+  const auto list = aggregator_->ListSeries(Selector{});
+  ASSERT_THAT(list, SizeIs(1));
+  ASSERT_TRUE(list[0].has_last_window);
+  EXPECT_EQ(list[0].last_window.start_ms, kT0 + 2 * kW);
+  EXPECT_EQ(list[0].last_window.stats.Get(Aggregation::kValue), 2);
+}
+
+TEST_F(AggregatorHistoryTest, LimitPerSeriesKeepsTheMostRecentOldestFirst) {
+  FillWindows(Define("s"), 4);
+  EXPECT_THAT(Starts(aggregator_->GetWindows(Selector{}, 0, 0, 2)),
+              ElementsAre(kT0 + 2 * kW, kT0 + 3 * kW));
+}
+
+TEST_F(AggregatorHistoryTest, StartFilterKeepsWindowsStartingAtOrAfterIt) {
+  FillWindows(Define("s"), 4);
+  EXPECT_THAT(Starts(aggregator_->GetWindows(Selector{}, kT0 + kW, 0, 0)),
+              ElementsAre(kT0 + kW, kT0 + 2 * kW, kT0 + 3 * kW));
+}
+
+TEST_F(AggregatorHistoryTest, EndFilterKeepsWindowsEndingAtOrBeforeIt) {
+  FillWindows(Define("s"), 4);
+  EXPECT_THAT(Starts(aggregator_->GetWindows(Selector{}, 0, kT0 + 2 * kW, 0)),
+              ElementsAre(kT0, kT0 + kW));
+}
+
+TEST_F(AggregatorHistoryTest, LimitKeepsTheMostRecentWithinTheTimeRange) {
+  FillWindows(Define("s"), 4);
+  EXPECT_THAT(Starts(aggregator_->GetWindows(Selector{}, kT0 + kW, kT0 + 3 * kW, 1)),
+              ElementsAre(kT0 + 2 * kW));
+}
+
+TEST_F(AggregatorHistoryTest, WindowsAreGroupedBySeriesInSortedOrderOldestFirst) {
+  const SeriesId b = Define("b", {{"rank", "0"}});
+  const SeriesId a1 = Define("a", {{"rank", "1"}});
+  const SeriesId a0 = Define("a", {{"rank", "0"}});
+  for (int i = 0; i < 2; ++i) {
+    AddAt(b, 10 + i, kT0 + i * kW);
+    AddAt(a1, 20 + i, kT0 + i * kW);
+    AddAt(a0, 30 + i, kT0 + i * kW);
+  }
+  clock_.Set(kT0 + 2 * kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(6));
+  std::vector<double> values;
+  for (const ClosedWindow& w : AllWindows()) values.push_back(w.stats.Get(Aggregation::kValue));
+  EXPECT_THAT(values, ElementsAre(30, 31, 20, 21, 10, 11));
+}
+
+TEST_F(AggregatorHistoryTest, SelectorRestrictsTheWindowsReturned) {
+  FillWindows(Define("train.loss"), 1);
+  const SeriesId other = Define("eval.loss");
+  AddAt(other, 1, clock_.NowMs());
+  clock_.Advance(kW + kGrace);
+  aggregator_->CloseDueWindows();
+  Selector s;
+  s.name = "train.*";
+  const auto windows = aggregator_->GetWindows(s, 0, 0, 0);
+  ASSERT_THAT(windows, SizeIs(1));
+  EXPECT_EQ(windows[0].series->stat, "train.loss");
+}
+
+TEST_F(AggregatorTest, ListSeriesIsSortedByNameThenLabels) {
+  Define("b");
+  Define("a", {{"rank", "1"}});
+  Define("a", {{"rank", "0"}});
+  std::vector<std::string> keys;
+  for (const SeriesSnapshot& s : aggregator_->ListSeries(Selector{})) {
+    keys.push_back(s.key->ToString());
+  }
+  EXPECT_THAT(keys, ElementsAre("a{rank=\"0\"}", "a{rank=\"1\"}", "b{rank=\"0\"}"));
+}
+
+}  // namespace
+}  // namespace torchmon::server

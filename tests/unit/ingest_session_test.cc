@@ -1,0 +1,413 @@
+// Applying torchmon.v1 IngestBatch messages: decoding, binding stat ids to
+// series, and refusing bad parts by name while applying the rest.
+#include "server/service/ingest_session.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/clock.h"
+
+namespace torchmon::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr int64_t kT0 = 1'700'000'000'000;  // ms
+constexpr int64_t kGrace = 2000;
+
+int32_t Code(absl::StatusCode code) { return static_cast<int32_t>(code); }
+
+v1::StatDefinition* AddDefinition(v1::IngestBatch& batch, uint32_t id, const std::string& name,
+                                  std::vector<v1::Aggregation> aggregations,
+                                  int64_t window_ms = 1000, int64_t max_samples = 0) {
+  v1::StatDefinition* def = batch.add_definitions();
+  def->set_id(id);
+  def->set_name(name);
+  for (v1::Aggregation a : aggregations) def->mutable_spec()->add_aggregations(a);
+  def->mutable_spec()->set_window_size_ms(window_ms);
+  def->mutable_spec()->set_max_samples(max_samples);
+  return def;
+}
+
+void AddSamples(v1::IngestBatch& batch, uint32_t stat_id, int64_t base_time_us,
+                std::vector<double> values, std::vector<int64_t> deltas_us = {}) {
+  v1::SampleBlock* block = batch.add_samples();
+  block->set_stat_id(stat_id);
+  block->set_base_time_us(base_time_us);
+  for (double v : values) block->add_values(v);
+  for (int64_t d : deltas_us) block->add_time_deltas_us(d);
+}
+
+void SetHello(v1::IngestBatch& batch, std::vector<std::pair<std::string, std::string>> labels) {
+  for (const auto& [k, v] : labels) (*batch.mutable_hello()->mutable_labels())[k] = v;
+  batch.mutable_hello()->set_client_name("test-client");
+}
+
+class IngestSessionTest : public ::testing::Test {
+ protected:
+  static AggregatorOptions Options() {
+    AggregatorOptions o;
+    o.grace_ms = kGrace;
+    o.series_ttl_ms = 10'000;
+    o.max_future_skew_ms = 60'000;
+    return o;
+  }
+
+  v1::IngestAck Apply(const v1::IngestBatch& batch) {
+    v1::IngestAck ack;
+    session_.Apply(batch, &ack);
+    return ack;
+  }
+
+  // Applies `batch` as the daemon receives it: encoded and decoded again, so
+  // sint64 deltas go through their zigzag wire encoding.
+  v1::IngestAck ApplyFromWire(const v1::IngestBatch& batch) {
+    v1::IngestBatch decoded;
+    EXPECT_TRUE(decoded.ParseFromString(batch.SerializeAsString()));
+    return Apply(decoded);
+  }
+
+  std::vector<ClosedWindow> CloseEverythingDue(int64_t now_ms) {
+    clock_.Set(now_ms);
+    aggregator_.CloseDueWindows();
+    return aggregator_.GetWindows(Selector{}, 0, 0, 0);
+  }
+
+  SeriesSnapshot Series(const std::string& name) {
+    Selector s;
+    s.name = name;
+    auto list = aggregator_.ListSeries(s);
+    EXPECT_THAT(list, SizeIs(1)) << name;
+    return list.empty() ? SeriesSnapshot{} : list[0];
+  }
+
+  ManualClock clock_{kT0};
+  Aggregator aggregator_{Options(), clock_};
+  EventLog events_{100, 60'000, clock_};
+  DaemonStats stats_;
+  IngestSession session_{aggregator_, events_, stats_, nullptr};
+};
+
+TEST_F(IngestSessionTest, HelloDefinitionAndZigzagDeltasLandInTheRightWindows) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  SetHello(batch, {{"job", "j"}, {"rank", "0"}});
+  AddDefinition(batch, 1, "train.loss", {v1::MEAN, v1::COUNT, v1::VALUE});
+  // t = base + 100 ms, + 950 ms (= 1050 ms), - 100 ms (= 950 ms).
+  AddSamples(batch, 1, kT0 * 1000, {1, 2, 3}, {100'000, 950'000, -100'000});
+  clock_.Set(kT0 + 1100);
+  const v1::IngestAck ack = ApplyFromWire(batch);
+  EXPECT_THAT(ack.errors(), IsEmpty());
+  EXPECT_EQ(session_.client_name(), "test-client");
+
+  const auto windows = CloseEverythingDue(kT0 + 2000 + kGrace);
+  ASSERT_THAT(windows, SizeIs(2));
+  EXPECT_EQ(windows[0].series->ToString(), "train.loss{job=\"j\",rank=\"0\"}");
+  // [kT0, kT0+1000): samples 1 (100 ms) and 3 (950 ms).
+  EXPECT_EQ(windows[0].start_ms, kT0);
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kCount), 2);
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kMean), 2);
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kValue), 3);
+  // [kT0+1000, kT0+2000): sample 2 (1050 ms).
+  EXPECT_EQ(windows[1].start_ms, kT0 + 1000);
+  EXPECT_EQ(windows[1].stats.Get(Aggregation::kValue), 2);
+  EXPECT_EQ(windows[1].stats.Get(Aggregation::kCount), 1);
+}
+
+TEST_F(IngestSessionTest, EmptyTimeDeltasStampEverySampleAtTheBaseTime) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::SUM});
+  AddSamples(batch, 1, (kT0 + 999) * 1000, {1, 2, 4});
+  Apply(batch);
+  const auto windows = CloseEverythingDue(kT0 + 1000 + kGrace);
+  ASSERT_THAT(windows, SizeIs(1));
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kSum), 7);
+}
+
+TEST_F(IngestSessionTest, AckSequenceIsTheBatchSequence) {
+  v1::IngestBatch batch;
+  batch.set_sequence(42);
+  EXPECT_EQ(Apply(batch).sequence(), 42u);
+}
+
+TEST_F(IngestSessionTest, UnknownStatIdIsNotFoundAndTheRestOfTheBatchIsApplied) {
+  v1::IngestBatch batch;
+  batch.set_sequence(3);
+  AddDefinition(batch, 1, "s", {v1::COUNT});
+  AddSamples(batch, 7, kT0 * 1000, {1, 2, 3, 4});
+  AddSamples(batch, 1, kT0 * 1000, {5, 6});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  const v1::IngestError& e = ack.errors(0);
+  EXPECT_EQ(e.code(), Code(absl::StatusCode::kNotFound));
+  EXPECT_EQ(e.stat_id(), 7u);
+  EXPECT_EQ(e.sequence(), 3u);
+  EXPECT_EQ(e.samples_refused(), 4u);
+  EXPECT_THAT(e.message(), HasSubstr("stat id 7"));
+  EXPECT_EQ(stats_.samples_refused.load(), 4u);
+  EXPECT_EQ(stats_.samples_received.load(), 6u);
+  EXPECT_EQ(stats_.batches_with_errors.load(), 1u);
+  EXPECT_EQ(Series("s").counters.accepted, 2u);
+}
+
+TEST_F(IngestSessionTest, ConflictingRedefinitionOnTheSameStreamKeepsTheFirstBinding) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "loss", {v1::SUM}, /*window_ms=*/1000);
+  AddSamples(first, 1, kT0 * 1000 + 100, {1.0});
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  AddDefinition(second, 1, "loss", {v1::SUM}, /*window_ms=*/2000);
+  AddSamples(second, 1, kT0 * 1000 + 200, {2.0});
+  const v1::IngestAck ack = Apply(second);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 0u);
+  // The samples after the refused re-definition still reach the first one.
+  EXPECT_EQ(Series("loss").counters.accepted, 2u);
+  EXPECT_EQ(Series("loss").spec.window_ms, 1000);
+}
+
+TEST_F(IngestSessionTest, ConflictingDefinitionIsAlreadyExistsNamingBothAndOtherStatsApply) {
+  ASSERT_TRUE(aggregator_
+                  .Define(SeriesKey{"train.loss", {{"rank", "0"}}},
+                          StatSpec{AggregationBit(Aggregation::kMean), 1000, 0})
+                  .ok());
+  v1::IngestBatch batch;
+  SetHello(batch, {{"rank", "0"}});
+  AddDefinition(batch, 1, "train.loss", {v1::SUM}, 2000);
+  AddDefinition(batch, 2, "train.lr", {v1::VALUE});
+  AddSamples(batch, 2, kT0 * 1000, {0.5});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  const v1::IngestError& e = ack.errors(0);
+  EXPECT_EQ(e.code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(e.stat_id(), 1u);
+  EXPECT_THAT(e.message(), HasSubstr("train.loss{rank=\"0\"}"));
+  EXPECT_THAT(e.message(), HasSubstr("aggregations=[mean] window=1s max_samples=unlimited"));
+  EXPECT_THAT(e.message(), HasSubstr("aggregations=[sum] window=2s max_samples=unlimited"));
+  EXPECT_EQ(stats_.definitions_refused.load(), 1u);
+  EXPECT_EQ(Series("train.lr").counters.accepted, 1u);
+}
+
+TEST_F(IngestSessionTest, SamplesUnderARefusedDefinitionAreRefusedWithItsReason) {
+  ASSERT_TRUE(aggregator_
+                  .Define(SeriesKey{"s", {}}, StatSpec{AggregationBit(Aggregation::kMean), 1000, 0})
+                  .ok());
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::MAX});
+  AddSamples(batch, 1, kT0 * 1000, {1, 2, 3});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(2));
+  const v1::IngestError& e = ack.errors(1);
+  EXPECT_EQ(e.code(), Code(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(e.samples_refused(), 3u);
+  EXPECT_THAT(e.message(), HasSubstr("already defined"));
+  EXPECT_EQ(Series("s").counters.accepted, 0u);
+}
+
+TEST_F(IngestSessionTest, MismatchedTimeDeltasLengthIsInvalidArgumentNamingTheField) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::COUNT});
+  AddSamples(batch, 1, kT0 * 1000, {1, 2, 3}, {0, 1});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 3u);
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("time_deltas_us"));
+  EXPECT_EQ(Series("s").counters.accepted, 0u);
+}
+
+TEST_F(IngestSessionTest, StatLabelAlsoSetByTheIdentityIsRefusedNamingTheKey) {
+  v1::IngestBatch batch;
+  SetHello(batch, {{"rank", "0"}});
+  v1::StatDefinition* def = AddDefinition(batch, 1, "s", {v1::COUNT});
+  (*def->mutable_labels())["rank"] = "1";
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("\"rank\""));
+  EXPECT_EQ(aggregator_.series_count(), 0u);
+}
+
+TEST_F(IngestSessionTest, StatLabelsAreMergedWithIdentityLabels) {
+  v1::IngestBatch batch;
+  SetHello(batch, {{"rank", "0"}});
+  v1::StatDefinition* def = AddDefinition(batch, 1, "s", {v1::COUNT});
+  (*def->mutable_labels())["device"] = "cuda:0";
+  EXPECT_THAT(Apply(batch).errors(), IsEmpty());
+  EXPECT_EQ(Series("s").key->labels, (Labels{{"device", "cuda:0"}, {"rank", "0"}}));
+}
+
+TEST_F(IngestSessionTest, InvalidLabelKeyIsRefusedNamingIt) {
+  v1::IngestBatch batch;
+  v1::StatDefinition* def = AddDefinition(batch, 1, "s", {v1::COUNT});
+  (*def->mutable_labels())["1bad"] = "x";
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("\"1bad\""));
+}
+
+TEST_F(IngestSessionTest, ReservedLabelKeyIsRefusedNamingIt) {
+  v1::IngestBatch batch;
+  v1::StatDefinition* def = AddDefinition(batch, 1, "s", {v1::COUNT});
+  (*def->mutable_labels())["stat"] = "x";
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("\"stat\""));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("reserved"));
+  EXPECT_EQ(aggregator_.series_count(), 0u);
+}
+
+TEST_F(IngestSessionTest, InvalidSpecIsRefusedNamingTheField) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::COUNT}, /*window_ms=*/5);
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("window_size_ms"));
+}
+
+TEST_F(IngestSessionTest, RebindingAStatIdToAnotherNameIsRefused) {
+  v1::IngestBatch first;
+  AddDefinition(first, 1, "a", {v1::COUNT});
+  Apply(first);
+  v1::IngestBatch second;
+  AddDefinition(second, 1, "b", {v1::COUNT});
+  AddSamples(second, 1, kT0 * 1000, {1});
+  const v1::IngestAck ack = Apply(second);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("\"a\""));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("\"b\""));
+  // The id still means "a".
+  EXPECT_EQ(Series("a").counters.accepted, 1u);
+}
+
+TEST_F(IngestSessionTest, EventWithInvalidUtf8NameIsRefusedNamingTheField) {
+  v1::IngestBatch batch;
+  batch.add_events()->set_name("bad\xff");
+  batch.add_events()->set_name("good");
+  // Applied in memory: the protobuf parser itself would refuse the bytes.
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("event name is not valid UTF-8"));
+  EXPECT_EQ(stats_.events_refused.load(), 1u);
+  const auto logged = events_.Get(Selector{}, 0, 0);
+  ASSERT_THAT(logged, SizeIs(1));
+  EXPECT_EQ(logged[0].name, "good");
+}
+
+TEST_F(IngestSessionTest, EventIsLoggedWithIdentityLabelsAndTypedData) {
+  v1::IngestBatch batch;
+  SetHello(batch, {{"rank", "2"}});
+  v1::Event* event = batch.add_events();
+  event->set_name("epoch_end");
+  event->set_timestamp_us(kT0 * 1000 + 5);
+  (*event->mutable_data())["epoch"].set_int_value(3);
+  (*event->mutable_data())["loss"].set_double_value(0.25);
+  (*event->mutable_data())["tag"].set_string_value("x");
+  EXPECT_THAT(Apply(batch).errors(), IsEmpty());
+  const auto logged = events_.Get(Selector{}, 0, 0);
+  ASSERT_THAT(logged, SizeIs(1));
+  EXPECT_EQ(logged[0].timestamp_us, kT0 * 1000 + 5);
+  EXPECT_EQ(logged[0].labels, (Labels{{"rank", "2"}}));
+  ASSERT_THAT(logged[0].data, SizeIs(3));
+  EXPECT_EQ(logged[0].data[0].first, "epoch");  // sorted by key
+  EXPECT_EQ(std::get<int64_t>(logged[0].data[0].second), 3);
+  EXPECT_EQ(std::get<double>(logged[0].data[1].second), 0.25);
+  EXPECT_EQ(std::get<std::string>(logged[0].data[2].second), "x");
+}
+
+TEST_F(IngestSessionTest, EventDataWithoutAValueIsRefusedNamingTheKey) {
+  v1::IngestBatch batch;
+  v1::Event* event = batch.add_events();
+  event->set_name("e");
+  (*event->mutable_data())["empty"];
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("data[\"empty\"]"));
+  EXPECT_EQ(events_.size(), 0u);
+}
+
+TEST_F(IngestSessionTest, DropReportsAddToClientDropped) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::COUNT});
+  v1::DropReport* d = batch.add_drops();
+  d->set_stat_id(1);
+  d->set_dropped(5);
+  Apply(batch);
+  v1::IngestBatch later;
+  d = later.add_drops();
+  d->set_stat_id(1);
+  d->set_dropped(7);
+  EXPECT_THAT(Apply(later).errors(), IsEmpty());
+  EXPECT_EQ(Series("s").counters.client_dropped, 12u);
+}
+
+TEST_F(IngestSessionTest, DropReportForAnUnknownStatIsReported) {
+  v1::IngestBatch batch;
+  v1::DropReport* d = batch.add_drops();
+  d->set_stat_id(9);
+  d->set_dropped(5);
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kNotFound));
+  EXPECT_EQ(ack.errors(0).stat_id(), 9u);
+}
+
+TEST_F(IngestSessionTest, HelloInALaterBatchIsReportedAndIgnored) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  SetHello(first, {{"rank", "0"}});
+  Apply(first);
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  SetHello(second, {{"rank", "5"}});
+  AddDefinition(second, 1, "s", {v1::COUNT});
+  const v1::IngestAck ack = Apply(second);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).sequence(), 2u);
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("hello"));
+  EXPECT_EQ(Series("s").key->labels, (Labels{{"rank", "0"}}));
+}
+
+TEST_F(IngestSessionTest, SamplesForASeriesThatExpiredRecreateIt) {
+  v1::IngestBatch first;
+  AddDefinition(first, 1, "s", {v1::COUNT});
+  Apply(first);
+  clock_.Set(kT0 + 10'000);
+  ASSERT_EQ(aggregator_.ExpireIdleSeries(), 1u);
+  v1::IngestBatch later;
+  AddSamples(later, 1, (kT0 + 10'000) * 1000, {1, 2});
+  EXPECT_THAT(Apply(later).errors(), IsEmpty());
+  EXPECT_EQ(Series("s").counters.accepted, 2u);
+}
+
+TEST_F(IngestSessionTest, SampleClassificationReachesTheSeriesCounters) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::COUNT}, 1000, /*max_samples=*/1);
+  // Two in the current window (one capped), one 1 h ahead (skewed), one an
+  // hour old (late).
+  AddSamples(batch, 1, kT0 * 1000, {1, 2, 3, 4}, {0, 0, 3'600'000'000, -7'200'000'000});
+  EXPECT_THAT(Apply(batch).errors(), IsEmpty());
+  const SeriesCounters c = Series("s").counters;
+  EXPECT_EQ(c.accepted, 1u);
+  EXPECT_EQ(c.capped, 1u);
+  EXPECT_EQ(c.skewed, 1u);
+  EXPECT_EQ(c.late, 1u);
+}
+
+}  // namespace
+}  // namespace torchmon::server

@@ -1,0 +1,242 @@
+// The shared conventions of torchmon.v1: durations, label lists and keys,
+// UTF-8, aggregation lists and spec bounds.
+#include "torchmon/protocol/protocol.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace torchmon::protocol {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Pair;
+
+int64_t DurationOrMinusOne(absl::string_view text) {
+  auto ms = ParseDurationMs(text);
+  return ms.ok() ? *ms : -1;
+}
+
+TEST(ParseDurationMsTest, AcceptsEachUnit) {
+  EXPECT_EQ(DurationOrMinusOne("500ms"), 500);
+  EXPECT_EQ(DurationOrMinusOne("2s"), 2'000);
+  EXPECT_EQ(DurationOrMinusOne("1m"), 60'000);
+  EXPECT_EQ(DurationOrMinusOne("1h"), 3'600'000);
+  EXPECT_EQ(DurationOrMinusOne("0s"), 0);
+}
+
+TEST(ParseDurationMsTest, AcceptsFractionsThatAreWholeMilliseconds) {
+  EXPECT_EQ(DurationOrMinusOne("1.5s"), 1'500);
+  EXPECT_EQ(DurationOrMinusOne("0.5m"), 30'000);
+  EXPECT_EQ(DurationOrMinusOne("0.001s"), 1);
+}
+
+TEST(ParseDurationMsTest, RefusesABareNumber) {
+  auto ms = ParseDurationMs("60");
+  ASSERT_FALSE(ms.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(ms.status()));
+  EXPECT_THAT(std::string(ms.status().message()), HasSubstr("\"60\""));
+}
+
+TEST(ParseDurationMsTest, RefusesMalformedDurations) {
+  EXPECT_FALSE(ParseDurationMs("").ok());
+  EXPECT_FALSE(ParseDurationMs("s").ok());
+  EXPECT_FALSE(ParseDurationMs("ms").ok());
+  EXPECT_FALSE(ParseDurationMs("-1s").ok());
+  EXPECT_FALSE(ParseDurationMs("1d").ok());
+  EXPECT_FALSE(ParseDurationMs("abc").ok());
+  EXPECT_FALSE(ParseDurationMs("infs").ok());
+  EXPECT_FALSE(ParseDurationMs("nans").ok());
+}
+
+TEST(ParseDurationMsTest, RefusesFractionsOfAMillisecond) {
+  EXPECT_FALSE(ParseDurationMs("1.5ms").ok());
+  EXPECT_FALSE(ParseDurationMs("0.0001s").ok());
+}
+
+TEST(FormatDurationMsTest, UsesTheLargestExactUnit) {
+  EXPECT_EQ(FormatDurationMs(500), "500ms");
+  EXPECT_EQ(FormatDurationMs(2'000), "2s");
+  EXPECT_EQ(FormatDurationMs(1'500), "1500ms");
+  EXPECT_EQ(FormatDurationMs(120'000), "2m");
+  EXPECT_EQ(FormatDurationMs(7'200'000), "2h");
+  EXPECT_EQ(FormatDurationMs(0), "0ms");
+}
+
+TEST(ParseLabelListTest, ParsesKeyValuePairsInOrder) {
+  auto labels = ParseLabelList("job=train, rank=0,host=node-1.example");
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_THAT(*labels, ElementsAre(Pair("job", "train"), Pair("rank", "0"),
+                                   Pair("host", "node-1.example")));
+}
+
+TEST(ParseLabelListTest, EmptyTextIsAnEmptyList) {
+  auto labels = ParseLabelList("");
+  ASSERT_TRUE(labels.ok());
+  EXPECT_THAT(*labels, IsEmpty());
+}
+
+TEST(ParseLabelListTest, LaterDuplicateOverridesEarlier) {
+  auto labels = ParseLabelList("rank=0,job=a,rank=3");
+  ASSERT_TRUE(labels.ok());
+  EXPECT_THAT(*labels, ElementsAre(Pair("rank", "3"), Pair("job", "a")));
+}
+
+TEST(ParseLabelListTest, ValueMayContainEqualsSign) {
+  auto labels = ParseLabelList("expr=a=b");
+  ASSERT_TRUE(labels.ok());
+  EXPECT_THAT(*labels, ElementsAre(Pair("expr", "a=b")));
+}
+
+TEST(ParseLabelListTest, RefusesAnItemWithoutEquals) {
+  auto labels = ParseLabelList("job=a,rank");
+  ASSERT_FALSE(labels.ok());
+  EXPECT_THAT(std::string(labels.status().message()), HasSubstr("\"rank\""));
+}
+
+TEST(ParseLabelListTest, RefusesAnInvalidKeyNamingIt) {
+  auto labels = ParseLabelList("job=a,1rank=0");
+  ASSERT_FALSE(labels.ok());
+  EXPECT_THAT(std::string(labels.status().message()), HasSubstr("\"1rank\""));
+}
+
+TEST(ValidateLabelKeyTest, AcceptsIdentifiers) {
+  EXPECT_TRUE(ValidateLabelKey("rank").ok());
+  EXPECT_TRUE(ValidateLabelKey("_private").ok());
+  EXPECT_TRUE(ValidateLabelKey("local_rank2").ok());
+  EXPECT_TRUE(ValidateLabelKey("Job").ok());
+}
+
+TEST(ValidateLabelKeyTest, RefusesNonIdentifiers) {
+  EXPECT_FALSE(ValidateLabelKey("").ok());
+  EXPECT_FALSE(ValidateLabelKey("1rank").ok());
+  EXPECT_FALSE(ValidateLabelKey("local-rank").ok());
+  EXPECT_FALSE(ValidateLabelKey("a.b").ok());
+  EXPECT_FALSE(ValidateLabelKey("r\xc3\xa9").ok());
+}
+
+TEST(ValidateLabelKeyTest, RefusesReservedKeysNamingThem) {
+  for (const char* key : {"stat", "agg", "reason", "event", "field"}) {
+    absl::Status s = ValidateLabelKey(key);
+    ASSERT_FALSE(s.ok()) << key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(std::string("\"") + key + "\""));
+  }
+}
+
+TEST(ValidateLabelKeyTest, RefusesDoubleUnderscorePrefix) {
+  EXPECT_FALSE(ValidateLabelKey("__name__").ok());
+  EXPECT_FALSE(ValidateLabelKey("__x").ok());
+}
+
+TEST(IsValidUtf8Test, AcceptsWellFormedText) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("train.loss"));
+  EXPECT_TRUE(IsValidUtf8("\xc3\xa9"));          // é, 2 bytes
+  EXPECT_TRUE(IsValidUtf8("\xe2\x82\xac"));      // €, 3 bytes
+  EXPECT_TRUE(IsValidUtf8("\xf0\x9f\x98\x80"));  // 😀, 4 bytes
+  EXPECT_TRUE(IsValidUtf8("\xf4\x8f\xbf\xbf"));  // U+10FFFF, the last code point
+  EXPECT_TRUE(IsValidUtf8(absl::string_view("a\0b", 3)));
+}
+
+TEST(IsValidUtf8Test, RefusesOverlongEncodings) {
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // '/' in 2 bytes
+  EXPECT_FALSE(IsValidUtf8("\xc1\xbf"));
+  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));      // '/' in 3 bytes
+  EXPECT_FALSE(IsValidUtf8("\xf0\x82\x82\xac"));  // € in 4 bytes
+}
+
+TEST(IsValidUtf8Test, RefusesSurrogates) {
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));  // U+D800
+  EXPECT_FALSE(IsValidUtf8("\xed\xbf\xbf"));  // U+DFFF
+}
+
+TEST(IsValidUtf8Test, RefusesTruncatedSequences) {
+  EXPECT_FALSE(IsValidUtf8("\xe2\x82"));
+  EXPECT_FALSE(IsValidUtf8("ok\xf0\x9f\x98"));
+  EXPECT_FALSE(IsValidUtf8("\xc3"));
+}
+
+TEST(IsValidUtf8Test, RefusesStrayAndInvalidBytes) {
+  EXPECT_FALSE(IsValidUtf8("\x80"));              // lone continuation byte
+  EXPECT_FALSE(IsValidUtf8("\xc3\x28"));          // lead byte, then ASCII
+  EXPECT_FALSE(IsValidUtf8("\xff"));
+  EXPECT_FALSE(IsValidUtf8("\xf8\x88\x80\x80\x80"));  // 5-byte form
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // U+110000, past the last code point
+}
+
+TEST(ValidateNameTest, RefusesEmptyAndInvalidUtf8NamingTheField) {
+  absl::Status empty = ValidateName("stat name", "");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(std::string(empty.message()), HasSubstr("stat name"));
+  absl::Status bad = ValidateName("event name", "\xff");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("event name"));
+  EXPECT_TRUE(ValidateName("stat name", "train loss/π").ok());
+}
+
+TEST(ParseAggregationListTest, ParsesNamesCaseInsensitivelyInOrder) {
+  auto aggs = ParseAggregationList("mean, MAX,Count");
+  ASSERT_TRUE(aggs.ok()) << aggs.status();
+  EXPECT_THAT(*aggs, ElementsAre(v1::MEAN, v1::MAX, v1::COUNT));
+}
+
+TEST(ParseAggregationListTest, AcceptsAllSix) {
+  auto aggs = ParseAggregationList("value,mean,count,sum,max,min");
+  ASSERT_TRUE(aggs.ok());
+  EXPECT_THAT(*aggs, ElementsAre(v1::VALUE, v1::MEAN, v1::COUNT, v1::SUM, v1::MAX, v1::MIN));
+}
+
+TEST(ParseAggregationListTest, RefusesAnUnknownNameNamingIt) {
+  auto aggs = ParseAggregationList("mean,median");
+  ASSERT_FALSE(aggs.ok());
+  EXPECT_THAT(std::string(aggs.status().message()), HasSubstr("\"median\""));
+}
+
+TEST(ParseAggregationListTest, RefusesAnEmptyList) {
+  EXPECT_FALSE(ParseAggregationList("").ok());
+  EXPECT_FALSE(ParseAggregationList(" , ").ok());
+}
+
+v1::StatSpec Spec(int64_t window_ms, int64_t max_samples = 0) {
+  v1::StatSpec spec;
+  spec.add_aggregations(v1::MEAN);
+  spec.set_window_size_ms(window_ms);
+  spec.set_max_samples(max_samples);
+  return spec;
+}
+
+TEST(ValidateSpecTest, AcceptsWindowSizesWithinBounds) {
+  EXPECT_TRUE(ValidateSpec(Spec(10)).ok());
+  EXPECT_TRUE(ValidateSpec(Spec(86'400'000)).ok());
+}
+
+TEST(ValidateSpecTest, RefusesWindowSizesOutsideBoundsNamingTheField) {
+  for (int64_t w : {int64_t{0}, int64_t{9}, int64_t{86'400'001}, int64_t{-1000}}) {
+    absl::Status s = ValidateSpec(Spec(w));
+    ASSERT_FALSE(s.ok()) << w;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("window_size_ms")) << w;
+  }
+}
+
+TEST(ValidateSpecTest, RefusesNegativeMaxSamples) {
+  EXPECT_TRUE(ValidateSpec(Spec(1000, 0)).ok());
+  EXPECT_FALSE(ValidateSpec(Spec(1000, -1)).ok());
+}
+
+TEST(ValidateSpecTest, RefusesMissingOrUnknownAggregations) {
+  v1::StatSpec none = Spec(1000);
+  none.clear_aggregations();
+  EXPECT_FALSE(ValidateSpec(none).ok());
+  v1::StatSpec unspecified = Spec(1000);
+  unspecified.add_aggregations(v1::AGGREGATION_UNSPECIFIED);
+  EXPECT_FALSE(ValidateSpec(unspecified).ok());
+  v1::StatSpec unknown = Spec(1000);
+  unknown.add_aggregations(static_cast<v1::Aggregation>(7));
+  EXPECT_FALSE(ValidateSpec(unknown).ok());
+}
+
+}  // namespace
+}  // namespace torchmon::protocol
