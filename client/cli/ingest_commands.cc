@@ -90,9 +90,13 @@ int RunPush(const GlobalOptions& global, const PushCommand& command) {
 }
 
 int RunEvent(const GlobalOptions& global, const EventCommand& command) {
-  Client client(MakeClientOptions(global));
+  // --label overrides identity labels (docs/cli.md). The daemon refuses an
+  // event label that repeats an identity key, so the overrides go into the
+  // client's identity, which only this one event uses.
+  ClientOptions options = MakeClientOptions(global);
+  options.labels = command.labels;
+  Client client(options);
   Event event(command.name, command.data);
-  event.labels = command.labels;
   client.LogEvent(event);
   return FlushAndReport(global, client, absl::StrCat("event ", command.name));
 }

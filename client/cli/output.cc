@@ -113,28 +113,13 @@ std::string JsonDocument(absl::string_view key, const std::vector<std::string>& 
   return absl::StrCat("{", JsonString(key), ":[\n", absl::StrJoin(elements, ",\n"), "\n]}\n");
 }
 
-std::string EventValueText(const v1::EventValue& value) {
+// An event value as text; `number` formats doubles (table or JSON style).
+std::string EventValueString(const v1::EventValue& value, std::string (*number)(double)) {
   switch (value.kind_case()) {
     case v1::EventValue::kStringValue:
       return JsonString(value.string_value());
     case v1::EventValue::kDoubleValue:
-      return FormatNumber(value.double_value());
-    case v1::EventValue::kIntValue:
-      return absl::StrCat(value.int_value());
-    case v1::EventValue::kBoolValue:
-      return JsonBool(value.bool_value());
-    case v1::EventValue::KIND_NOT_SET:
-      break;
-  }
-  return "null";
-}
-
-std::string EventValueJson(const v1::EventValue& value) {
-  switch (value.kind_case()) {
-    case v1::EventValue::kStringValue:
-      return JsonString(value.string_value());
-    case v1::EventValue::kDoubleValue:
-      return JsonNumber(value.double_value());
+      return number(value.double_value());
     case v1::EventValue::kIntValue:
       return absl::StrCat(value.int_value());
     case v1::EventValue::kBoolValue:
@@ -416,7 +401,7 @@ std::string RenderEventsTable(const v1::GetEventsResponse& response) {
   for (const v1::Event& event : response.events()) {
     std::vector<std::string> data;
     for (const auto& [key, value] : SortedByKey(event.data())) {
-      data.push_back(absl::StrCat(key, "=", EventValueText(*value)));
+      data.push_back(absl::StrCat(key, "=", EventValueString(*value, FormatNumber)));
     }
     table.AddRow({absl::StrCat(event.sequence()),
                   FormatLocalTime(FloorDiv(event.timestamp_us(), 1000)), event.name(),
@@ -433,7 +418,7 @@ std::string RenderEventsJson(const v1::GetEventsResponse& response) {
     bool first = true;
     for (const auto& [key, value] : SortedByKey(event.data())) {
       const char* separator = first ? "" : ",";
-      absl::StrAppend(&data, separator, JsonString(key), ":", EventValueJson(*value));
+      absl::StrAppend(&data, separator, JsonString(key), ":", EventValueString(*value, JsonNumber));
       absl::StrAppend(&types, separator, JsonString(key), ":", JsonString(EventValueType(*value)));
       first = false;
     }

@@ -1,0 +1,435 @@
+// torchmonctl as a user runs it: the real binary as a child process, against
+// the real torchmond on a temp Unix socket, checking exit statuses, stderr
+// and the JSON documented in docs/cli.md. Windows are 500 ms with a 500 ms
+// grace; every wait is a bounded poll on a condition.
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/support/child_process.h"
+#include "tests/support/daemon_fixture.h"
+
+namespace torchmon::testing {
+namespace {
+
+using ::google::protobuf::Value;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr std::chrono::seconds kCommandTimeout{20};
+// The host label every torchmonctl child gets (TORCHMON_LABELS overrides it).
+constexpr char kHost[] = "cli-test";
+
+// Parses one JSON document (an object); a null value (and a test failure) if
+// it is not one.
+Value ParseJson(const std::string& text) {
+  Value doc;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, doc.mutable_struct_value());
+  EXPECT_TRUE(status.ok()) << status << "\n" << text;
+  if (!status.ok()) doc.Clear();
+  return doc;
+}
+
+// The field `key` of the object `v`; a null value (and a failure) if absent.
+Value At(const Value& v, const std::string& key) {
+  if (v.kind_case() != Value::kStructValue) {
+    ADD_FAILURE() << "not an object where \"" << key << "\" was expected: " << v.DebugString();
+    return Value();
+  }
+  const auto& fields = v.struct_value().fields();
+  const auto it = fields.find(key);
+  if (it == fields.end()) {
+    ADD_FAILURE() << "no key \"" << key << "\" in " << v.DebugString();
+    return Value();
+  }
+  return it->second;
+}
+
+// The elements of the array `v`; empty (and a failure) if not an array.
+std::vector<Value> Elements(const Value& v) {
+  if (v.kind_case() != Value::kListValue) {
+    ADD_FAILURE() << "not an array: " << v.DebugString();
+    return {};
+  }
+  return {v.list_value().values().begin(), v.list_value().values().end()};
+}
+
+double Number(const Value& v) {
+  EXPECT_EQ(v.kind_case(), Value::kNumberValue) << v.DebugString();
+  return v.number_value();
+}
+
+std::string String(const Value& v) {
+  EXPECT_EQ(v.kind_case(), Value::kStringValue) << v.DebugString();
+  return v.string_value();
+}
+
+bool Bool(const Value& v) {
+  EXPECT_EQ(v.kind_case(), Value::kBoolValue) << v.DebugString();
+  return v.bool_value();
+}
+
+// A JSON integer: a number with no fractional part.
+void ExpectInteger(const Value& v) {
+  ASSERT_EQ(v.kind_case(), Value::kNumberValue) << v.DebugString();
+  EXPECT_EQ(v.number_value(), static_cast<double>(static_cast<int64_t>(v.number_value())));
+}
+
+class CliTest : public DaemonFixture {
+ protected:
+  void SetUp() override { StartDaemon(); }
+
+  // The environment of every torchmonctl child: identity labels pinned to
+  // host=cli-test, whatever the machine running the tests sets.
+  static std::vector<std::string> ChildEnvironment() {
+    return EditEnvironment(CurrentEnvironment(),
+                           {"SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "TORCHELASTIC_RUN_ID",
+                            "RANK", "LOCAL_RANK", "TORCHMON_TARGET"},
+                           {absl::StrCat("TORCHMON_LABELS=host=", kHost)});
+  }
+
+  static std::vector<std::string> Argv(std::vector<std::string> args) {
+    args.insert(args.begin(), TORCHMONCTL_PATH);
+    return args;
+  }
+
+  // torchmonctl with `args`, no target given.
+  static CommandResult RunCtl(const std::vector<std::string>& args) {
+    auto result = RunCommand(Argv(args), kCommandTimeout, ChildEnvironment());
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : CommandResult{};
+  }
+
+  // torchmonctl --target <the daemon> `args`.
+  CommandResult Ctl(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--target", daemon_->unix_target()});
+    return RunCtl(args);
+  }
+
+  // `push` that must succeed.
+  void Push(std::vector<std::string> args) {
+    args.insert(args.begin(), "push");
+    const CommandResult r = Ctl(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  // Waits until the current 500 ms window has at least 450 ms left, so the
+  // samples of one push all land in the same window.
+  static void AwaitStartOfWindow() {
+    ASSERT_TRUE(WaitFor([] { return NowMs() % kWindowMs < 50; }, std::chrono::seconds(2)));
+  }
+
+  Value CtlJson(std::vector<std::string> args) {
+    args.push_back("--json");
+    const CommandResult r = Ctl(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return ParseJson(r.out);
+  }
+
+  // The one window `windows STAT --json` lists for `stat`, once it closed.
+  Value OnlyWindow(const std::string& stat) {
+    EXPECT_EQ(WaitForWindows(stat, 1).size(), 1u);
+    const std::vector<Value> windows = Elements(At(CtlJson({"windows", stat}), "windows"));
+    EXPECT_EQ(windows.size(), 1u);
+    return windows.empty() ? Value() : windows[0];
+  }
+
+  // Nothing reached the daemon: no ingest stream was ever opened and no
+  // series exists.
+  void ExpectNothingArrived() {
+    EXPECT_EQ(Scraped(Scrape(), "torchmon_daemon_streams_total", {}), 0.0);
+    EXPECT_TRUE(Elements(At(CtlJson({"series"}), "series")).empty());
+  }
+
+  double Watchers() { return Scraped(Scrape(), "torchmon_daemon_watchers", {}); }
+};
+
+TEST_F(CliTest, PushExitsZeroPrintsNothingAndTheDaemonAcceptsEverySample) {
+  const CommandResult r = Ctl({"push", "cli.push", "1", "2", "3", "--window", "500ms"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(OnlySeries("cli.push").counters().accepted(), 3u);
+}
+
+TEST_F(CliTest, WindowsJsonShowsTheExactAggregatesOnceTheWindowCloses) {
+  AwaitStartOfWindow();
+  Push({"cli.loss", "0.5", "1.5", "4", "--window", "500ms"});
+  const Value w = OnlyWindow("cli.loss");
+  EXPECT_EQ(String(At(w, "stat")), "cli.loss");
+  EXPECT_EQ(String(At(At(w, "labels"), "host")), kHost);
+  EXPECT_EQ(Number(At(w, "end_ms")) - Number(At(w, "start_ms")), kWindowMs);
+  const Value& aggregates = At(w, "aggregates");
+  EXPECT_EQ(aggregates.struct_value().fields_size(), 6);
+  EXPECT_EQ(Number(At(aggregates, "value")), 4.0);
+  EXPECT_EQ(Number(At(aggregates, "mean")), 2.0);
+  EXPECT_EQ(Number(At(aggregates, "count")), 3.0);
+  EXPECT_EQ(Number(At(aggregates, "sum")), 6.0);
+  EXPECT_EQ(Number(At(aggregates, "max")), 4.0);
+  EXPECT_EQ(Number(At(aggregates, "min")), 0.5);
+  EXPECT_EQ(Number(At(w, "accepted")), 3.0);
+  EXPECT_EQ(Number(At(w, "capped")), 0.0);
+  EXPECT_FALSE(Bool(At(w, "partial")));
+}
+
+TEST_F(CliTest, WindowsJsonWritesInfinitiesAndTheirNaNSumAsStrings) {
+  AwaitStartOfWindow();
+  Push({"cli.inf", "1", "inf", "-inf", "--window", "500ms"});
+  const Value& aggregates = At(OnlyWindow("cli.inf"), "aggregates");
+  EXPECT_EQ(String(At(aggregates, "value")), "-Inf");
+  EXPECT_EQ(String(At(aggregates, "mean")), "NaN");
+  EXPECT_EQ(Number(At(aggregates, "count")), 3.0);
+  EXPECT_EQ(String(At(aggregates, "sum")), "NaN");
+  EXPECT_EQ(String(At(aggregates, "max")), "+Inf");
+  EXPECT_EQ(String(At(aggregates, "min")), "-Inf");
+}
+
+TEST_F(CliTest, WindowsJsonShowsANaNSampleInEveryAggregateButCountAndValue) {
+  AwaitStartOfWindow();
+  Push({"cli.nan", "2", "NaN", "1", "--window", "500ms"});
+  const Value& aggregates = At(OnlyWindow("cli.nan"), "aggregates");
+  EXPECT_EQ(Number(At(aggregates, "value")), 1.0);
+  EXPECT_EQ(String(At(aggregates, "mean")), "NaN");
+  EXPECT_EQ(Number(At(aggregates, "count")), 3.0);
+  EXPECT_EQ(String(At(aggregates, "sum")), "NaN");
+  EXPECT_EQ(String(At(aggregates, "max")), "NaN");
+  EXPECT_EQ(String(At(aggregates, "min")), "NaN");
+}
+
+TEST_F(CliTest, ConflictingPushExitsOneAndStderrNamesBothDefinitions) {
+  Push({"cli.conflict", "1", "--window", "500ms"});
+  const CommandResult r = Ctl({"push", "cli.conflict", "2", "--window", "1s"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, StartsWith("torchmonctl: torchmond refused: "));
+  EXPECT_THAT(r.err, HasSubstr("cli.conflict"));
+  EXPECT_THAT(r.err, HasSubstr("window=500ms"));
+  EXPECT_THAT(r.err, HasSubstr("window=1s"));
+  EXPECT_EQ(OnlySeries("cli.conflict").counters().accepted(), 1u);
+}
+
+TEST_F(CliTest, PushToAnUnreachableDaemonExitsThreeNamingTheTarget) {
+  const std::string absent = absl::StrCat("unix://", dir_.path(), "/absent.sock");
+  const CommandResult r = RunCtl({"--target", absent, "--timeout", "300ms", "push", "cli.x", "1"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("could not deliver 1 sample"));
+  EXPECT_THAT(r.err, HasSubstr(absent));
+}
+
+TEST_F(CliTest, QueryOfAnUnreachableDaemonExitsThreeNamingTheTarget) {
+  const std::string absent = absl::StrCat("unix://", dir_.path(), "/absent.sock");
+  const CommandResult r = RunCtl({"--target", absent, "series"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot reach torchmond at " + absent));
+}
+
+TEST_F(CliTest, UnknownFlagIsAUsageErrorThatSendsNothing) {
+  const CommandResult r = Ctl({"push", "cli.usage", "1", "--bogus"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown flag --bogus for command push"));
+  EXPECT_THAT(r.err, HasSubstr("Run 'torchmonctl push --help' for usage."));
+  ExpectNothingArrived();
+}
+
+TEST_F(CliTest, WindowWithoutAUnitIsAUsageErrorThatSendsNothing) {
+  const CommandResult r = Ctl({"push", "cli.usage", "1", "--window", "10"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--window: duration \"10\""));
+  ExpectNothingArrived();
+}
+
+TEST_F(CliTest, NonNumericValueIsAUsageErrorThatSendsNothing) {
+  const CommandResult r = Ctl({"push", "cli.usage", "1", "abc"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("VALUE: \"abc\""));
+  ExpectNothingArrived();
+}
+
+TEST_F(CliTest, SeriesJsonHasTheDocumentedKeysAndTypes) {
+  AwaitStartOfWindow();
+  Push({"cli.schema", "1", "2", "--agg", "max,mean", "--window", "500ms", "--max-samples", "10",
+        "--label", "phase=eval"});
+  ASSERT_EQ(WaitForWindows("cli.schema", 1).size(), 1u);
+  const std::vector<Value> series = Elements(At(CtlJson({"series"}), "series"));
+  ASSERT_EQ(series.size(), 1u);
+  const Value& s = series[0];
+  EXPECT_EQ(String(At(s, "stat")), "cli.schema");
+  EXPECT_EQ(String(At(At(s, "labels"), "host")), kHost);
+  EXPECT_EQ(String(At(At(s, "labels"), "phase")), "eval");
+  EXPECT_EQ(At(s, "labels").struct_value().fields_size(), 2);
+  // Defined as max,mean; the daemon keeps the set and lists it in
+  // Aggregation order.
+  const std::vector<Value> aggregations = Elements(At(s, "aggregations"));
+  ASSERT_EQ(aggregations.size(), 2u);
+  EXPECT_EQ(String(aggregations[0]), "mean");
+  EXPECT_EQ(String(aggregations[1]), "max");
+  ExpectInteger(At(s, "window_ms"));
+  EXPECT_EQ(Number(At(s, "window_ms")), kWindowMs);
+  EXPECT_EQ(Number(At(s, "max_samples")), 10.0);
+  const Value& counters = At(s, "counters");
+  EXPECT_EQ(Number(At(counters, "accepted")), 2.0);
+  EXPECT_EQ(Number(At(counters, "capped")), 0.0);
+  EXPECT_EQ(Number(At(counters, "late")), 0.0);
+  EXPECT_EQ(Number(At(counters, "skewed")), 0.0);
+  EXPECT_EQ(Number(At(counters, "client_dropped")), 0.0);
+  ExpectInteger(At(s, "last_update_ms"));
+  EXPECT_NEAR(Number(At(s, "last_update_ms")), static_cast<double>(NowMs()), 60000.0);
+
+  const Value& last = At(s, "last_window");
+  EXPECT_EQ(String(At(last, "stat")), "cli.schema");
+  EXPECT_EQ(String(At(At(last, "labels"), "phase")), "eval");
+  ExpectInteger(At(last, "start_ms"));
+  EXPECT_EQ(Number(At(last, "end_ms")) - Number(At(last, "start_ms")), kWindowMs);
+  EXPECT_EQ(Number(At(At(last, "aggregates"), "max")), 2.0);
+  EXPECT_EQ(Number(At(At(last, "aggregates"), "mean")), 1.5);
+  EXPECT_EQ(Number(At(last, "accepted")), 2.0);
+  EXPECT_EQ(Number(At(last, "capped")), 0.0);
+  EXPECT_FALSE(Bool(At(last, "partial")));
+}
+
+TEST_F(CliTest, SeriesJsonLastWindowIsNullBeforeAnyWindowCloses) {
+  Push({"cli.open", "1", "--window", "1m"});
+  const std::vector<Value> series = Elements(At(CtlJson({"series"}), "series"));
+  ASSERT_EQ(series.size(), 1u);
+  EXPECT_EQ(At(series[0], "last_window").kind_case(), Value::kNullValue);
+}
+
+TEST_F(CliTest, LabelFlagSelectsOnlySeriesWithThatLabel) {
+  Push({"cli.phase", "1", "--window", "500ms", "--label", "phase=train"});
+  Push({"cli.phase", "2", "--window", "500ms", "--label", "phase=eval"});
+  ASSERT_EQ(Elements(At(CtlJson({"series"}), "series")).size(), 2u);
+  const std::vector<Value> series =
+      Elements(At(CtlJson({"series", "--label", "phase=eval"}), "series"));
+  ASSERT_EQ(series.size(), 1u);
+  EXPECT_EQ(String(At(At(series[0], "labels"), "phase")), "eval");
+  EXPECT_EQ(Number(At(At(series[0], "counters"), "accepted")), 1.0);
+}
+
+TEST_F(CliTest, EventDataTypesAreInferredFromTheirText) {
+  const CommandResult r =
+      Ctl({"event", "cli.ckpt", "step=12000", "neg=-7", "loss=0.25", "big=99999999999999999999",
+           "ratio=nan", "final=false", "path=/ckpt/12000.pt", "shout=True", "note=", "expr=a=b"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  const std::vector<Value> events = Elements(At(CtlJson({"events", "cli.ckpt"}), "events"));
+  ASSERT_EQ(events.size(), 1u);
+  const Value& data = At(events[0], "data");
+  const Value& types = At(events[0], "data_types");
+  EXPECT_EQ(String(At(events[0], "name")), "cli.ckpt");
+  EXPECT_EQ(data.struct_value().fields_size(), 10);
+
+  EXPECT_EQ(String(At(types, "step")), "int");
+  EXPECT_EQ(Number(At(data, "step")), 12000.0);
+  EXPECT_EQ(String(At(types, "neg")), "int");
+  EXPECT_EQ(Number(At(data, "neg")), -7.0);
+  EXPECT_EQ(String(At(types, "loss")), "double");
+  EXPECT_EQ(Number(At(data, "loss")), 0.25);
+  EXPECT_EQ(String(At(types, "big")), "double");
+  EXPECT_EQ(Number(At(data, "big")), 1e20);
+  EXPECT_EQ(String(At(types, "ratio")), "double");
+  EXPECT_EQ(String(At(data, "ratio")), "NaN");
+  EXPECT_EQ(String(At(types, "final")), "bool");
+  EXPECT_FALSE(Bool(At(data, "final")));
+  EXPECT_EQ(String(At(types, "path")), "string");
+  EXPECT_EQ(String(At(data, "path")), "/ckpt/12000.pt");
+  EXPECT_EQ(String(At(types, "shout")), "string");
+  EXPECT_EQ(String(At(data, "shout")), "True");
+  EXPECT_EQ(String(At(types, "note")), "string");
+  EXPECT_EQ(String(At(data, "note")), "");
+  EXPECT_EQ(String(At(types, "expr")), "string");
+  EXPECT_EQ(String(At(data, "expr")), "a=b");
+}
+
+TEST_F(CliTest, EventLabelsAreMergedOverTheIdentityLabels) {
+  const CommandResult r =
+      Ctl({"event", "cli.labelled", "--label", "stage=save", "--label", "host=override"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<Value> events = Elements(At(CtlJson({"events", "cli.labelled"}), "events"));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(String(At(At(events[0], "labels"), "stage")), "save");
+  EXPECT_EQ(String(At(At(events[0], "labels"), "host")), "override");
+}
+
+TEST_F(CliTest, EventsLabelFilterSelectsOnlyMatchingEvents) {
+  ASSERT_EQ(Ctl({"event", "cli.step", "n=1", "--label", "phase=train"}).exit_code, 0);
+  ASSERT_EQ(Ctl({"event", "cli.step", "n=2", "--label", "phase=eval"}).exit_code, 0);
+  const std::vector<Value> events =
+      Elements(At(CtlJson({"events", "cli.step", "--label", "phase=eval"}), "events"));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(Number(At(At(events[0], "data"), "n")), 2.0);
+}
+
+TEST_F(CliTest, WatchJsonPrintsEachWindowAsItCloses) {
+  auto watch = ChildProcess::Start(
+      Argv({"--target", daemon_->unix_target(), "watch", "cli.watch", "--json"}),
+      ChildEnvironment());
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE(WaitFor([&] { return Watchers() == 1.0; }, std::chrono::seconds(10)));
+
+  AwaitStartOfWindow();
+  Push({"cli.watch", "5", "7", "--agg", "sum", "--window", "500ms"});
+  Push({"cli.other", "1", "--agg", "sum", "--window", "500ms"});
+  auto line = (*watch)->ReadLine(std::chrono::seconds(10));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const Value w = ParseJson(*line);
+  EXPECT_EQ(String(At(w, "stat")), "cli.watch");
+  EXPECT_EQ(Number(At(At(w, "aggregates"), "sum")), 12.0);
+  EXPECT_EQ(Number(At(w, "accepted")), 2.0);
+  EXPECT_FALSE(Bool(At(w, "partial")));
+
+  (*watch)->Signal(SIGINT);
+  auto ended = (*watch)->Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->exit_code, 0) << ended->err;
+  // Only the one window of cli.watch: cli.other does not match.
+  EXPECT_EQ(ended->out, "");
+}
+
+TEST_F(CliTest, WatchEndedBySigintExitsZero) {
+  auto watch = ChildProcess::Start(Argv({"--target", daemon_->unix_target(), "watch", "--json"}),
+                                   ChildEnvironment());
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE(WaitFor([&] { return Watchers() == 1.0; }, std::chrono::seconds(10)));
+  (*watch)->Signal(SIGINT);
+  auto ended = (*watch)->Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->term_signal, 0);
+  EXPECT_EQ(ended->exit_code, 0) << ended->err;
+  EXPECT_EQ(ended->err, "");
+}
+
+TEST_F(CliTest, WatchEndsWithStatusZeroWhenTheDaemonShutsDown) {
+  auto watch = ChildProcess::Start(Argv({"--target", daemon_->unix_target(), "watch", "--json"}),
+                                   ChildEnvironment());
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE(WaitFor([&] { return Watchers() == 1.0; }, std::chrono::seconds(10)));
+  auto stopped = daemon_->Stop(SIGTERM, std::chrono::seconds(10));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  auto ended = (*watch)->Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->exit_code, 0) << ended->err;
+}
+
+TEST_F(CliTest, HelpPrintsUsageOnStdoutAndExitsZero) {
+  const CommandResult r = RunCtl({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, StartsWith("Usage: torchmonctl "));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CliTest, CommandHelpPrintsThatCommandsUsageAndExitsZero) {
+  const CommandResult r = RunCtl({"push", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, StartsWith("Usage: torchmonctl push STAT VALUE..."));
+  EXPECT_THAT(r.out, HasSubstr("--window DURATION"));
+  EXPECT_EQ(r.err, "");
+}
+
+}  // namespace
+}  // namespace torchmon::testing

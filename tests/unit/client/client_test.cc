@@ -1,0 +1,196 @@
+// torchmon::Client and Stat without a daemon: what a training process sees
+// when torchmond is not running, and how invalid definitions are reported.
+#include "torchmon/client.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace torchmon {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// A target that no daemon listens on: a socket path in a fresh empty
+// directory.
+class ClientWithoutDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/torchmon-client-test.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    target_ = "unix://" + dir_ + "/absent.sock";
+  }
+  void TearDown() override { rmdir(dir_.c_str()); }
+
+  ClientOptions Options() const {
+    ClientOptions o;
+    o.target = target_;
+    o.labels = {{"rank", "0"}};
+    o.labels_from_environment = false;
+    o.log_to_stderr = false;
+    o.destructor_flush_timeout = std::chrono::milliseconds(0);
+    return o;
+  }
+
+  std::string dir_;
+  std::string target_;
+};
+
+TEST_F(ClientWithoutDaemonTest, FlushReturnsDeadlineExceededAfterItsTimeoutNamingTheTarget) {
+  Client client(Options());
+  Stat stat(client, "loss", {Aggregation::MEAN}, std::chrono::seconds(1));
+  stat.add(1.0);
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status status = client.Flush(std::chrono::milliseconds(200));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(target_));
+  EXPECT_GE(elapsed, std::chrono::milliseconds(200));
+  EXPECT_LT(elapsed, std::chrono::milliseconds(1500));
+}
+
+TEST_F(ClientWithoutDaemonTest, FlushWithNothingRecordedSucceedsAtOnce) {
+  Client client(Options());
+  EXPECT_TRUE(client.Flush(std::chrono::milliseconds(200)).ok());
+}
+
+TEST_F(ClientWithoutDaemonTest, StatsCountEverySampleAddedAndNothingSent) {
+  Client client(Options());
+  Stat a(client, "a", {Aggregation::SUM}, std::chrono::seconds(1));
+  Stat b(client, "b", {Aggregation::MAX}, std::chrono::seconds(1));
+  for (int i = 0; i < 3; ++i) a.add(i);
+  for (int i = 0; i < 5; ++i) b.add(i, 1000 + i);
+  client.LogEvent(Event("epoch_end", {{"epoch", int64_t{1}}}));
+  const ClientStats stats = client.Stats();
+  EXPECT_EQ(stats.samples_added, 8u);
+  EXPECT_EQ(stats.samples_sent, 0u);
+  EXPECT_EQ(stats.samples_dropped, 0u);
+  EXPECT_EQ(stats.events_logged, 1u);
+  EXPECT_EQ(stats.events_sent, 0u);
+  EXPECT_EQ(stats.batches_sent, 0u);
+  EXPECT_EQ(stats.connects, 0u);
+  EXPECT_EQ(a.added(), 3u);
+  EXPECT_EQ(b.added(), 5u);
+}
+
+TEST_F(ClientWithoutDaemonTest, AddBeyondTheBufferDropsAndCountsEveryExtraSample) {
+  ClientOptions o = Options();
+  o.stat_buffer_samples = 4;
+  Client client(o);
+  Stat stat(client, "busy", {Aggregation::COUNT}, std::chrono::seconds(1));
+  for (int i = 0; i < 100; ++i) stat.add(i);
+  EXPECT_EQ(stat.added(), 100u);
+  EXPECT_EQ(stat.dropped(), 96u);
+  EXPECT_EQ(client.Stats().samples_added, 100u);
+  EXPECT_EQ(client.Stats().samples_dropped, 96u);
+}
+
+TEST_F(ClientWithoutDaemonTest, StatOutlivingItsClientCountsLaterSamplesAsDropped) {
+  auto client = std::make_unique<Client>(Options());
+  Stat stat(*client, "orphan", {Aggregation::SUM}, std::chrono::seconds(1));
+  stat.add(1.0);
+  client.reset();
+  stat.add(2.0);
+  stat.add(3.0, 12345);
+  EXPECT_EQ(stat.added(), 3u);
+  EXPECT_EQ(stat.dropped(), 3u);
+  EXPECT_EQ(stat.name(), "orphan");
+}
+
+TEST_F(ClientWithoutDaemonTest, EventBeyondTheQueueIsDroppedAndCounted) {
+  ClientOptions o = Options();
+  o.max_buffered_events = 2;
+  Client client(o);
+  for (int i = 0; i < 5; ++i) client.LogEvent(Event("tick", {{"i", int64_t{i}}}));
+  const ClientStats stats = client.Stats();
+  EXPECT_EQ(stats.events_logged, 5u);
+  EXPECT_EQ(stats.events_dropped, 3u);
+}
+
+TEST_F(ClientWithoutDaemonTest, TargetAndLabelsAreTheResolvedOnes) {
+  ClientOptions o = Options();
+  o.labels = {{"rank", "3"}, {"job", "j1"}};
+  Client client(o);
+  EXPECT_EQ(client.target(), target_);
+  EXPECT_THAT(client.labels(), ElementsAre(std::make_pair(std::string("rank"), std::string("3")),
+                                           std::make_pair(std::string("job"), std::string("j1"))));
+}
+
+class InvalidStatTest : public ClientWithoutDaemonTest {
+ protected:
+  // The one error TakeErrors reports for `stat`, which must drop its samples.
+  std::string OnlyError(Client& client, Stat& stat) {
+    stat.add(1.0);
+    stat.add(2.0);
+    EXPECT_EQ(stat.added(), 2u);
+    EXPECT_EQ(stat.dropped(), 2u);
+    std::vector<std::string> errors = client.TakeErrors();
+    EXPECT_THAT(errors, SizeIs(1));
+    EXPECT_THAT(client.TakeErrors(), IsEmpty());
+    return errors.empty() ? "" : errors[0];
+  }
+};
+
+TEST_F(InvalidStatTest, EmptyNameIsRecordedAsAnError) {
+  Client client(Options());
+  Stat stat(client, "", {Aggregation::MEAN}, std::chrono::seconds(1));
+  EXPECT_THAT(OnlyError(client, stat),
+              AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("stat name is empty")));
+}
+
+TEST_F(InvalidStatTest, WindowBelowTheMinimumIsRecordedAsAnError) {
+  Client client(Options());
+  Stat stat(client, "fast", {Aggregation::MEAN}, std::chrono::milliseconds(1));
+  EXPECT_THAT(OnlyError(client, stat),
+              AllOf(HasSubstr("\"fast\""), HasSubstr("window_size_ms 1 is outside")));
+}
+
+TEST_F(InvalidStatTest, ReservedLabelKeyIsRecordedAsAnError) {
+  Client client(Options());
+  Stat stat(client, "tagged", {Aggregation::MEAN}, std::chrono::seconds(1), 0, {{"stat", "x"}});
+  EXPECT_THAT(OnlyError(client, stat),
+              AllOf(HasSubstr("\"tagged\""), HasSubstr("label key \"stat\" is reserved")));
+}
+
+TEST_F(InvalidStatTest, LabelThatIsAlsoAnIdentityLabelIsRecordedAsAnError) {
+  Client client(Options());
+  Stat stat(client, "dup", {Aggregation::MEAN}, std::chrono::seconds(1), 0, {{"rank", "1"}});
+  EXPECT_THAT(OnlyError(client, stat), HasSubstr("label \"rank\" is also an identity label"));
+}
+
+TEST_F(InvalidStatTest, NoAggregationsIsRecordedAsAnError) {
+  Client client(Options());
+  Stat stat(client, "none", {}, std::chrono::seconds(1));
+  EXPECT_THAT(OnlyError(client, stat), HasSubstr("aggregations is empty"));
+}
+
+TEST_F(InvalidStatTest, InvalidStatDoesNotHoldUpFlush) {
+  Client client(Options());
+  Stat stat(client, "", {Aggregation::MEAN}, std::chrono::seconds(1));
+  stat.add(1.0);
+  EXPECT_TRUE(client.Flush(std::chrono::milliseconds(200)).ok());
+}
+
+TEST_F(ClientWithoutDaemonTest, InvalidClientLabelIsRecordedAndIgnored) {
+  ClientOptions o = Options();
+  o.labels = {{"rank", "0"}, {"agg", "x"}};
+  Client client(o);
+  EXPECT_THAT(client.labels(), ElementsAre(std::make_pair(std::string("rank"), std::string("0"))));
+  EXPECT_THAT(client.TakeErrors(),
+              ElementsAre(AllOf(HasSubstr("client label ignored"), HasSubstr("\"agg\""))));
+}
+
+}  // namespace
+}  // namespace torchmon
