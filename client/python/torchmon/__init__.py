@@ -1,0 +1,293 @@
+"""torchmon: torch.monitor, out of process.
+
+A drop-in for ``torch.monitor``: swap ``import torch.monitor as monitor`` for
+``import torchmon as monitor`` and every ``Stat`` is aggregated by the
+torchmond daemon beside the job, exposed to Prometheus and queryable with
+``torchmonctl``. The same C++ client as the C++ API does the work; ``add``
+never blocks, raises or waits for the network.
+
+The default client connects lazily to ``$TORCHMON_TARGET`` (else the default
+socket) with identity labels from ``$TORCHMON_LABELS``, torchrun/SLURM
+variables and the hostname, and flushes at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import os
+import sys
+import threading
+import weakref
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from . import _torchmon
+from ._torchmon import Aggregation
+
+__all__ = [
+    "Aggregation", "VALUE", "MEAN", "COUNT", "SUM", "MAX", "MIN", "STAT_EVENT",
+    "Client", "Stat", "Event", "EventHandlerHandle", "data_value_t",
+    "log_event", "register_event_handler", "unregister_event_handler",
+    "default_client", "set_default_client", "flush",
+]
+
+VALUE = Aggregation.VALUE
+MEAN = Aggregation.MEAN
+COUNT = Aggregation.COUNT
+SUM = Aggregation.SUM
+MAX = Aggregation.MAX
+MIN = Aggregation.MIN
+
+#: Name of the events a Stat logs when one of its windows completes.
+STAT_EVENT = "torch.monitor.Stat"
+
+data_value_t = Union[str, float, int, bool]
+
+#: How long the interpreter waits at exit for the daemon to acknowledge.
+EXIT_FLUSH_TIMEOUT = 5.0
+
+
+def _seconds(timeout: Union[float, _dt.timedelta]) -> float:
+    if isinstance(timeout, _dt.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def _timestamp_us(timestamp: _dt.datetime) -> int:
+    # Naive datetimes are local time, as datetime.timestamp() assumes and as
+    # torch.monitor stamps its events.
+    return int(round(timestamp.timestamp() * 1_000_000))
+
+
+class Event:
+    """A named, timestamped event with typed data (torch.monitor.Event)."""
+
+    __slots__ = ("name", "timestamp", "data")
+
+    def __init__(self, name: str, timestamp: _dt.datetime,
+                 data: Mapping[str, data_value_t]) -> None:
+        self.name = name
+        self.timestamp = timestamp
+        self.data = dict(data)
+
+    def __repr__(self) -> str:
+        return f"Event(name={self.name!r}, timestamp={self.timestamp!r}, data={self.data!r})"
+
+
+class EventHandlerHandle:
+    """Returned by register_event_handler; pass it to unregister_event_handler."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: Callable[[Event], None]) -> None:
+        self._callback = callback
+
+
+_handlers_lock = threading.Lock()
+_handlers: List[EventHandlerHandle] = []
+
+
+def register_event_handler(callback: Callable[[Event], None]) -> EventHandlerHandle:
+    """Calls ``callback(event)`` for every event logged in this process.
+
+    As with torch.monitor, handlers run synchronously inside ``log_event``
+    and when a Stat's local window completes (a ``torch.monitor.Stat`` event
+    with ``{"<name>.<agg>": value}`` data). Keep them quick. Window summaries
+    computed by the daemon across processes are not pushed back here; read
+    them with the Query API or ``torchmonctl watch``.
+    """
+    handle = EventHandlerHandle(callback)
+    with _handlers_lock:
+        _handlers.append(handle)
+    return handle
+
+
+def unregister_event_handler(handle: EventHandlerHandle) -> None:
+    """Stops calling the handler; unknown handles are ignored."""
+    with _handlers_lock:
+        if handle in _handlers:
+            _handlers.remove(handle)
+
+
+def _call_handlers(event: Event) -> None:
+    with _handlers_lock:
+        handlers = list(_handlers)
+    for handle in handlers:
+        handle._callback(event)
+
+
+def _stat_window_completed(data: Dict[str, float]) -> None:
+    if _handlers:
+        _call_handlers(Event(STAT_EVENT, _dt.datetime.now(), data))
+
+
+class Client:
+    """A connection to torchmond: one sender thread, one stream.
+
+    ``target`` is ``"unix:///abs/path"`` or ``"host:port"`` (default:
+    ``$TORCHMON_TARGET``, else the default socket). ``labels`` are identity
+    labels applied to every stat and event, merged over the ones found in
+    the environment unless ``labels_from_environment`` is False. A client
+    is usable as a context manager; leaving the block flushes.
+    """
+
+    def __init__(self, target: Optional[str] = None,
+                 labels: Optional[Mapping[str, str]] = None, *,
+                 labels_from_environment: bool = True,
+                 buffer_samples: int = 0) -> None:
+        self._native = _torchmon.Client(
+            target, dict(labels) if labels is not None else None, labels_from_environment,
+            buffer_samples, f"torchmon-python pid={os.getpid()}")
+
+    @property
+    def target(self) -> str:
+        return self._native.target
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        return self._native.labels
+
+    def flush(self, timeout: Union[float, _dt.timedelta] = 5.0) -> bool:
+        """Waits until everything recorded so far is acknowledged by the daemon.
+
+        Returns True if it was, False if ``timeout`` passed first (nothing is
+        lost: buffered samples keep being retried). The GIL is released while
+        waiting.
+        """
+        return self._native.flush(_seconds(timeout))
+
+    def log_event(self, event: Event, labels: Optional[Mapping[str, str]] = None) -> None:
+        """Sends ``event`` to the daemon (handlers are not called; see log_event)."""
+        self._native.log_event(event.name, _timestamp_us(event.timestamp), event.data,
+                               dict(labels) if labels is not None else None)
+
+    def stats(self) -> Dict[str, int]:
+        """Cumulative counters: samples added/sent/dropped, events, batches, errors."""
+        return self._native.stats()
+
+    def errors(self) -> List[str]:
+        """The daemon's refusals not yet taken, oldest first."""
+        return self._native.take_errors()
+
+    def close(self, timeout: Union[float, _dt.timedelta] = 5.0) -> bool:
+        """Flushes; the connection closes once no Stat uses the client."""
+        return self.flush(timeout)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_default_lock = threading.Lock()
+_default: Optional[Client] = None
+
+
+def default_client() -> Client:
+    """The process-wide client, created on first use from the environment."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+            if not _exit_hook_registered:
+                _register_exit_hook()
+        return _default
+
+
+def set_default_client(client: Optional[Client]) -> Optional[Client]:
+    """Makes ``client`` the one Stat, log_event and flush use by default
+    (None: create one from the environment on next use). Returns the previous
+    default. Stats already created keep the client they were created with."""
+    global _default
+    with _default_lock:
+        previous, _default = _default, client
+        if client is not None and not _exit_hook_registered:
+            _register_exit_hook()
+        return previous
+
+
+_exit_hook_registered = False
+
+
+def _register_exit_hook() -> None:
+    global _exit_hook_registered
+    _exit_hook_registered = True
+    atexit.register(_flush_at_exit)
+
+
+def _flush_at_exit() -> None:
+    client = _default
+    if client is None:
+        return
+    for stat in list(_live_stats):
+        stat._native.report_open_window()
+    if not client.flush(EXIT_FLUSH_TIMEOUT):
+        print(f"torchmon: could not deliver everything to {client.target} at exit "
+              f"within {EXIT_FLUSH_TIMEOUT}s", file=sys.stderr)
+
+
+def flush(timeout: Union[float, _dt.timedelta] = 5.0) -> bool:
+    """Flushes the default client (see Client.flush)."""
+    return default_client().flush(timeout)
+
+
+_live_stats: "weakref.WeakSet[Stat]" = weakref.WeakSet()
+
+
+class Stat:
+    """A stat aggregated in fixed windows by torchmond (torch.monitor.Stat).
+
+    ``window_size`` is a ``datetime.timedelta`` (millisecond precision, 10 ms
+    to 24 h). ``max_samples`` caps the samples accepted per window; unlike
+    torch.monitor the window is not closed early. ``labels`` are added to the
+    client's identity labels; ``client`` defaults to ``default_client()``.
+    """
+
+    __slots__ = ("_native", "add", "__weakref__")
+
+    def __init__(self, name: str, aggregations: Sequence[Aggregation],
+                 window_size: _dt.timedelta, max_samples: int = sys.maxsize, *,
+                 labels: Optional[Mapping[str, str]] = None,
+                 client: Optional[Client] = None) -> None:
+        client = client if client is not None else default_client()
+        self._native = _torchmon.Stat(
+            client._native, name, list(aggregations), window_size, max_samples,
+            dict(labels) if labels is not None else None, _stat_window_completed)
+        # The native method itself: add() costs one pybind11 call, no Python frame.
+        self.add = self._native.add
+        _live_stats.add(self)
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
+    def count(self) -> int:
+        """Samples added in the current window (this process only)."""
+        return self._native.count
+
+    def get(self) -> Dict[Aggregation, float]:
+        """This process's aggregates of the last completed window (zeros before one)."""
+        return self._native.get()
+
+    @property
+    def added(self) -> int:
+        """Samples added through this Stat."""
+        return self._native.added
+
+    @property
+    def dropped(self) -> int:
+        """Samples this process had to drop before sending (counted by the daemon too)."""
+        return self._native.dropped
+
+    def __del__(self) -> None:
+        native = getattr(self, "_native", None)
+        if native is not None:
+            native.report_open_window()
+
+
+def log_event(event: Event) -> None:
+    """Calls the registered handlers, then sends ``event`` to the daemon."""
+    _call_handlers(event)
+    default_client().log_event(event)

@@ -1,0 +1,169 @@
+"""The Python client against a real torchmond: aggregates queried back match
+what Python computes for the same samples; no failure of the daemon reaches
+the training loop."""
+
+import datetime
+import math
+import os
+import threading
+import time
+
+import torchmon
+from conftest import WINDOW_MS, run_python
+
+WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
+
+
+def wait_for_window_start(margin_ms=5):
+    """Sleeps until just after a window boundary, so a quick burst of adds
+    lands in one window."""
+    now_ms = time.time() * 1000
+    start = (now_ms // WINDOW_MS + 1) * WINDOW_MS
+    time.sleep((start + margin_ms - now_ms) / 1000)
+    return int(start)
+
+
+def expected(values):
+    finite = [v for v in values if not math.isnan(v)]
+    has_nan = len(finite) != len(values)
+    total = sum(values)
+    return {"value": values[-1], "mean": total / len(values), "count": float(len(values)),
+            "sum": total, "max": math.nan if has_nan else max(finite),
+            "min": math.nan if has_nan else min(finite)}
+
+
+def same(a, b):
+    if isinstance(b, float) and math.isnan(b):
+        return a == "NaN"
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0)
+
+
+def test_aggregates_queried_back_match_python(daemon):
+    client = torchmon.Client(target=daemon.target, labels={"rank": "0"},
+                             labels_from_environment=False)
+    all_aggs = [torchmon.VALUE, torchmon.MEAN, torchmon.COUNT, torchmon.SUM, torchmon.MAX,
+                torchmon.MIN]
+    loss = torchmon.Stat("train.loss", all_aggs, WINDOW, client=client)
+    grad = torchmon.Stat("grad_norm", all_aggs, WINDOW, client=client)
+    loss_values = [0.1 * i + 0.37 * (i % 7) for i in range(200)]
+    grad_values = [1.0, 2.5, math.nan, 0.5]
+    start_ms = wait_for_window_start()
+    for v in loss_values:
+        loss.add(v)
+    for v in grad_values:
+        grad.add(v)
+    assert client.flush(5)
+
+    for name, values in (("train.loss", loss_values), ("grad_norm", grad_values)):
+        windows = daemon.wait_windows(name, 1)
+        assert len(windows) == 1, windows
+        w = windows[0]
+        assert w["start_ms"] == start_ms
+        assert w["accepted"] == len(values)
+        for agg, value in expected(values).items():
+            assert same(w["aggregates"][agg], value), (name, agg, w["aggregates"][agg], value)
+        assert w["labels"] == {"rank": "0"}
+
+
+def test_max_samples_caps_and_accounting_is_exact(daemon):
+    client = torchmon.Client(target=daemon.target, labels_from_environment=False)
+    stat = torchmon.Stat("capped", [torchmon.COUNT], datetime.timedelta(seconds=60),
+                         max_samples=10, client=client)
+    for i in range(25):
+        stat.add(float(i))
+    assert client.flush(5)
+    (series,) = daemon.series("capped")
+    c = series["counters"]
+    assert c["accepted"] + c["capped"] + c["late"] + c["skewed"] + c["client_dropped"] == 25
+    assert c["accepted"] in (10, 20)  # 25 adds may straddle one window boundary
+    assert c["capped"] == 25 - c["accepted"]
+
+
+def test_add_never_raises_and_flush_returns_when_the_daemon_is_down():
+    client = torchmon.Client(target="unix:///nonexistent/torchmond.sock")
+    stat = torchmon.Stat("orphan", [torchmon.MEAN], WINDOW, client=client)
+    for i in range(10_000):
+        stat.add(float(i))
+    stat.add(math.nan)
+    start = time.monotonic()
+    assert client.flush(0.2) is False
+    assert time.monotonic() - start < 2
+    assert client.stats()["samples_added"] == 10_001
+
+
+def test_flush_releases_the_gil(daemon):
+    client = torchmon.Client(target="unix:///nonexistent/torchmond.sock")
+    stat = torchmon.Stat("pending", [torchmon.SUM], WINDOW, client=client)
+    stat.add(1.0)
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    client.flush(0.5)  # cannot succeed: the daemon is absent
+    stop.set()
+    t.join()
+    # Holding the GIL for 0.5 s would have left the thread a tick or two.
+    assert len(ticks) > 50
+
+
+def test_client_labels_and_context_manager(daemon):
+    with torchmon.Client(target=daemon.target, labels={"job": "ctx", "rank": "3"},
+                         labels_from_environment=False) as client:
+        torchmon.Stat("ctx.stat", [torchmon.SUM], WINDOW, labels={"phase": "eval"},
+                      client=client).add(2.0)
+    (series,) = daemon.series("ctx.stat")
+    assert series["labels"] == {"job": "ctx", "rank": "3", "phase": "eval"}
+    assert series["counters"]["accepted"] == 1
+
+
+def test_conflicting_definition_is_reported_not_raised(daemon):
+    client = torchmon.Client(target=daemon.target, labels_from_environment=False)
+    torchmon.Stat("dup", [torchmon.SUM], WINDOW, client=client).add(1.0)
+    torchmon.Stat("dup", [torchmon.MEAN], WINDOW, client=client).add(1.0)
+    client.flush(5)
+    errors = client.errors()
+    assert any("already defined" in e for e in errors), errors
+
+
+def test_events_arrive_typed(daemon):
+    client = torchmon.Client(target=daemon.target, labels_from_environment=False)
+    client.log_event(torchmon.Event("epoch_end", datetime.datetime.now(),
+                                    {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}))
+    assert client.flush(5)
+    (event,) = daemon.ctl("events", "epoch_end")["events"]
+    assert event["data"] == {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}
+    assert event["data_types"]["epoch"] == "int"
+    assert event["data_types"]["loss"] == "double"
+
+
+def test_default_client_flushes_at_exit_when_a_process_simply_ends(daemon, python_env):
+    code = (
+        "import datetime, torchmon\n"
+        "s = torchmon.Stat('exit.stat', [torchmon.COUNT], datetime.timedelta(seconds=60))\n"
+        "for i in range(1000): s.add(float(i))\n"
+        "torchmon.log_event(torchmon.Event('bye', datetime.datetime.now(), {'n': 1000}))\n"
+    )
+    out = run_python(code, python_env)
+    assert out.returncode == 0, out.stderr
+    (series,) = daemon.series("exit.stat")
+    assert series["counters"]["accepted"] == 1000
+    assert series["labels"]["job"] == "pytest"
+    assert [e["name"] for e in daemon.ctl("events", "bye")["events"]] == ["bye"]
+
+
+def test_module_flush_uses_the_default_client(daemon, python_env):
+    code = (
+        "import datetime, sys, torchmon\n"
+        "torchmon.Stat('mod.flush', [torchmon.SUM], datetime.timedelta(seconds=60)).add(4.0)\n"
+        "sys.exit(0 if torchmon.flush(5) else 1)\n"
+    )
+    out = run_python(code, python_env)
+    assert out.returncode == 0, out.stderr
+    (series,) = daemon.series("mod.flush")
+    assert series["counters"]["accepted"] == 1

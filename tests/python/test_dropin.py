@@ -1,0 +1,105 @@
+"""`import torchmon as monitor` is a drop-in for `import torch.monitor as monitor`:
+the same names, the same documented usage, the same event handler model."""
+
+import datetime
+import sys
+import time
+
+import torch.monitor
+import torchmon
+
+
+def documented_usage(monitor, client_kwargs):
+    """torch.monitor's documented API, exercised as its docs show it."""
+    events = []
+    handle = monitor.register_event_handler(events.append)
+    stat = monitor.Stat("train.loss", [monitor.Aggregation.MEAN, monitor.Aggregation.COUNT],
+                        datetime.timedelta(milliseconds=200), **client_kwargs)
+    assert stat.name == "train.loss"
+    for v in (1.0, 2.0, 3.0):
+        stat.add(v)
+    count_during_window = stat.count
+    values_before_a_window_completes = stat.get()
+    event = monitor.Event(name="epoch_end", timestamp=datetime.datetime.now(),
+                          data={"epoch": 1, "loss": 0.5, "tag": "best", "saved": True})
+    monitor.log_event(event)
+    monitor.unregister_event_handler(handle)
+    monitor.log_event(monitor.Event("after_unregister", datetime.datetime.now(), {}))
+    return stat, count_during_window, values_before_a_window_completes, events
+
+
+def test_every_torch_monitor_name_exists_in_torchmon():
+    public = {n for n in dir(torch.monitor) if not n.startswith("_")}
+    # Not mirrored: TensorboardEventHandler (torchmon's daemon has sinks) and
+    # TYPE_CHECKING (an import artefact).
+    missing = public - set(dir(torchmon)) - {"TensorboardEventHandler", "TYPE_CHECKING"}
+    assert missing == set()
+
+
+def test_aggregation_members_match_torch_monitor():
+    assert set(torchmon.Aggregation.__members__) == set(torch.monitor.Aggregation.__members__)
+    assert torchmon.Aggregation.MEAN.name == "MEAN"
+    assert torchmon.MEAN == torchmon.Aggregation.MEAN
+
+
+def test_documented_usage_behaves_the_same_with_either_module(daemon, default_client_for):
+    client = default_client_for
+    theirs = documented_usage(torch.monitor, {})
+    ours = documented_usage(torchmon, {})
+    # Three samples in the current window, nothing completed yet.
+    assert theirs[1] == ours[1]
+    assert {a.name for a in theirs[2]} == {a.name for a in ours[2]} == {"MEAN", "COUNT"}
+    # Handlers saw exactly the one event logged while registered.
+    for _, _, _, events in (theirs, ours):
+        assert [e.name for e in events] == ["epoch_end"]
+        assert events[0].data["epoch"] == 1 and events[0].data["tag"] == "best"
+    assert client.flush(5)
+    # What went through torchmon reached the daemon; the event logged after
+    # unregistering the handler too (handlers and delivery are independent).
+    assert daemon.series("train.loss")[0]["counters"]["accepted"] == 3
+    names = [e["name"] for e in daemon.ctl("events")["events"]]
+    assert names == ["epoch_end", "after_unregister"]
+
+
+def test_stat_window_events_reach_handlers_like_torch_monitor(daemon):
+    client = torchmon.Client(target=daemon.target)
+    events = []
+    handle = torchmon.register_event_handler(events.append)
+    try:
+        stat = torchmon.Stat("lr", [torchmon.MEAN, torchmon.MAX], datetime.timedelta(milliseconds=50),
+                             client=client)
+        stat.add(1.0)
+        stat.add(3.0)
+        # The local window completes on the first add after it ended, as in torch.monitor.
+        deadline = time.monotonic() + 5
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.06)
+            stat.add(10.0)
+    finally:
+        torchmon.unregister_event_handler(handle)
+    assert events, "no torch.monitor.Stat event within 5 s"
+    assert events[0].name == torchmon.STAT_EVENT == "torch.monitor.Stat"
+    assert events[0].data == {"lr.mean": 2.0, "lr.max": 3.0}
+    assert stat.get() in ({torchmon.MEAN: 2.0, torchmon.MAX: 3.0},
+                          {torchmon.MEAN: 10.0, torchmon.MAX: 10.0})
+
+
+def test_a_failing_handler_never_makes_add_raise_and_is_reported(daemon, monkeypatch):
+    client = torchmon.Client(target=daemon.target)
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+
+    def broken(event):
+        raise RuntimeError("handler bug")
+
+    handle = torchmon.register_event_handler(broken)
+    try:
+        stat = torchmon.Stat("x", [torchmon.SUM], datetime.timedelta(milliseconds=20),
+                             client=client)
+        for _ in range(5):
+            stat.add(1.0)
+            time.sleep(0.025)
+    finally:
+        torchmon.unregister_event_handler(handle)
+    assert stat.added == 5
+    assert reported and "handler bug" in str(reported[0].exc_value)
