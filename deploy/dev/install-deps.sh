@@ -4,15 +4,16 @@
 set -euo pipefail
 
 # Usage: install-deps.sh [--test]
-#   --test  also install what the test suite uses (promtool from Debian's prometheus)
+#   --test  also install what the test suite uses (promtool from Debian's prometheus, pytest)
 packages=(
   build-essential cmake pkg-config git curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-dev pybind11-dev python3-torch
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(prometheus)
+  packages+=(prometheus python3-pytest)
 fi
 
 missing=()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # From a fresh Debian bookworm machine to live stats in one command:
-# installs the build dependencies, builds torchmond, torchmonctl and the demo
-# client, starts torchmond and four demo "ranks" sending training stats, and
-# prints where to look. Ctrl-C stops everything.
+# installs the build dependencies, builds torchmond, torchmonctl, the demo
+# client and the Python module (installed for /usr/bin/python3), starts
+# torchmond and four demo "ranks" sending training stats, and prints where to
+# look. Ctrl-C stops everything.
 #
 #   TORCHMON_DEMO_SECONDS=N   stop by itself after N seconds (default: run until Ctrl-C)
 #   TORCHMON_DEMO_METRICS=H:P metrics address (default 127.0.0.1:9464; a busy port falls back to a free one)
@@ -12,7 +13,11 @@ build=${TORCHMON_BUILD_DIR:-$root/build}
 
 "$root/deploy/dev/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"$(nproc)" --target torchmond torchmonctl torchmon-demo
+cmake --build "$build" -j"$(nproc)" --target torchmond torchmonctl torchmon-demo _torchmon
+# The Python package, for /usr/bin/python3 (docs/python.md).
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+"${sudo_cmd[@]}" cmake --install "$build" --component python >/dev/null
 
 run=$(mktemp -d /tmp/torchmon-demo.XXXXXX)
 sock=$run/torchmond.sock
@@ -64,6 +69,7 @@ torchmond is running with 4 demo ranks (job=demo, rank=0..3) sending live stats.
   Prometheus metrics:  curl -s http://$metrics/metrics | grep '^torchmon_stat'
   Series:              $build/client/cli/torchmonctl --target unix://$sock series
   Windows as they close: $build/client/cli/torchmonctl --target unix://$sock watch 'train.*'
+  A PyTorch loop:      TORCHMON_TARGET=unix://$sock /usr/bin/python3 $root/client/python/examples/train.py
 
 A few lines of the scrape right now:
 TXT
