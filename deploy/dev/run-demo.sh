@@ -18,6 +18,15 @@ cmake --build "$build" -j"$(nproc)" --target torchmond torchmonctl torchmon-demo
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
 "${sudo_cmd[@]}" cmake --install "$build" --component python >/dev/null
+# If `python3` on PATH is another interpreter (pyenv, a venv) of the same
+# CPython ABI, make `python3 -c "import torchmon"` work there too.
+if py=$(command -v python3) && [[ "$(readlink -f "$py")" != "$(readlink -f /usr/bin/python3)" ]]; then
+  abi() { "$1" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'; }
+  if [[ "$(abi "$py")" == "$(abi /usr/bin/python3)" ]]; then
+    site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+    rm -rf "$site/torchmon" && cp -r "$build/client/python/torchmon" "$site/"
+  fi
+fi
 
 run=$(mktemp -d /tmp/torchmon-demo.XXXXXX)
 sock=$run/torchmond.sock
