@@ -1,4 +1,5 @@
 #include "detail/client_core.h"
+#include "detail/wall_clock.h"
 
 #include <unistd.h>
 
@@ -476,6 +477,8 @@ bool ClientCore::WaitForChannel(milliseconds budget) {
     // Someone is waiting on delivery: try now rather than when the channel's
     // own backoff timer (up to max_backoff) next fires.
     if (flush_waiting) grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
+    // Keep add()'s clock calibrated while disconnected too.
+    WallClock::Recalibrate();
     const Clock::time_point now = Clock::now();
     const auto slice = std::min<Clock::duration>(kPollInterval, deadline - now);
     if (channel_->WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
@@ -584,6 +587,7 @@ bool ClientCore::RunStream() {
 
 bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   *result = CycleResult{};
+  WallClock::Recalibrate();
   // Raw pointers are safe: only this thread removes stats from the
   // registry (RetireClosedStats, between cycles), and Shutdown only after
   // joining it.

@@ -53,22 +53,26 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
                                                    timestamps_us.size(), " timestamps"));
   }
   const int64_t now = clock_.NowMs();
-  const int64_t skew_limit = now + options_.max_future_skew_ms;
+  // floor(ts_us / 1000) > now + skew  ⟺  ts_us ≥ (now + skew + 1) · 1000.
+  const int64_t skew_limit_us = (now + options_.max_future_skew_ms + 1) * 1000;
   AddResult result;
   absl::MutexLock lock(&mu_);
   auto it = series_.find(id);
   if (it == series_.end()) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
   Series& s = *it->second;
   const int64_t w = s.spec.window_ms;
-  OpenWindow* cached = nullptr;  // samples of a block almost always share a window
+  // Samples of a block almost always share a window: while they fall in
+  // [cached_start_us, cached_end_us) no division is needed.
+  OpenWindow* cached = nullptr;
+  int64_t cached_start_us = 0, cached_end_us = 0;
   for (size_t i = 0; i < values.size(); ++i) {
-    const int64_t ts_ms = FloorDiv(timestamps_us[i], 1000);
-    if (ts_ms > skew_limit) {
+    const int64_t ts_us = timestamps_us[i];
+    if (ts_us >= skew_limit_us) {
       ++result.skewed;
       continue;
     }
-    const int64_t index = FloorDiv(ts_ms, w);
-    if (cached == nullptr || cached->index != index) {
+    if (cached == nullptr || ts_us < cached_start_us || ts_us >= cached_end_us) {
+      const int64_t index = FloorDiv(FloorDiv(ts_us, 1000), w);
       if (index <= s.last_closed_index || DeadlineMs(s, index) <= now) {
         ++result.late;
         continue;
@@ -80,6 +84,9 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
         deadlines_.emplace(DeadlineMs(s, index), s.id);
       }
       cached = &*pos;
+      // Not late, so the window is near now and these cannot overflow.
+      cached_start_us = index * w * 1000;
+      cached_end_us = cached_start_us + w * 1000;
     }
     if (cached->stats.Add(values[i], s.spec.max_samples)) {
       ++result.accepted;
