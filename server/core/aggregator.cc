@@ -41,7 +41,7 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   s->last_update_ms = now;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
   const SeriesId id = s->id;
-  ids_.emplace(key, id);
+  ids_.emplace(s->key.get(), id);
   series_.emplace(id, std::move(s));
   return id;
 }
@@ -172,7 +172,7 @@ size_t Aggregator::ExpireIdleSeries() {
   }
   for (SeriesId id : idle) {
     auto it = series_.find(id);
-    ids_.erase(*it->second->key);
+    ids_.erase(it->second->key.get());
     series_.erase(it);
   }
   return idle.size();

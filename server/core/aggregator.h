@@ -17,6 +17,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -163,7 +164,23 @@ class Aggregator {
   mutable absl::Mutex mu_;
   SeriesId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<SeriesId, std::unique_ptr<Series>> series_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(mu_);
+  // Keyed by the series' own key object (no second copy of every key),
+  // looked up by value.
+  struct KeyPtrHash {
+    using is_transparent = void;
+    size_t operator()(const SeriesKey& k) const { return absl::Hash<SeriesKey>()(k); }
+    size_t operator()(const SeriesKey* k) const { return (*this)(*k); }
+  };
+  struct KeyPtrEq {
+    using is_transparent = void;
+    static const SeriesKey& Deref(const SeriesKey& k) { return k; }
+    static const SeriesKey& Deref(const SeriesKey* k) { return *k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Deref(a) == Deref(b);
+    }
+  };
+  absl::flat_hash_map<const SeriesKey*, SeriesId, KeyPtrHash, KeyPtrEq> ids_ ABSL_GUARDED_BY(mu_);
   // Close deadline (ms) → series with an open window due then. Entries may be
   // stale (series expired or window already closed); they are skipped.
   absl::btree_multimap<int64_t, SeriesId> deadlines_ ABSL_GUARDED_BY(mu_);
