@@ -1,0 +1,20 @@
+# torchmon-loadgen — drives a torchmond through the real C++ client and
+# checks exact accounting (docs/loadgen.md). Built by default, never run by
+# the test command.
+
+add_executable(torchmon-loadgen
+  loadgen/daemon_launcher.cc
+  loadgen/forked_ranks.cc
+  loadgen/main.cc
+  loadgen/options.cc
+  loadgen/process_metrics.cc
+  loadgen/rank_worker.cc
+  loadgen/report.cc)
+# Headers are included as "loadgen/<name>.h".
+target_include_directories(torchmon-loadgen PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(torchmon-loadgen PRIVATE
+  torchmon::client torchmon::proto gRPC::grpc++
+  absl::status absl::statusor absl::strings absl::str_format
+  Threads::Threads)
+torchmon_strict(torchmon-loadgen)
+install(TARGETS torchmon-loadgen RUNTIME DESTINATION bin)

@@ -1,0 +1,203 @@
+// torchmon-loadgen: drives torchmond through the real client and checks that
+// every sample is accounted for. docs/loadgen.md describes flags and output.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/grpcpp.h"
+#include "loadgen/daemon_launcher.h"
+#include "loadgen/forked_ranks.h"
+#include "loadgen/options.h"
+#include "loadgen/process_metrics.h"
+#include "loadgen/rank_worker.h"
+#include "loadgen/report.h"
+#include "torchmon/v1/torchmon.grpc.pb.h"
+
+namespace torchmon::loadgen {
+namespace {
+
+// Lead time between telling the ranks to start and the start itself, so
+// that every producer thread is waiting when the clock starts.
+constexpr std::chrono::milliseconds kStartLead{100};
+constexpr std::chrono::milliseconds kDaemonReadyTimeout{10000};
+constexpr std::chrono::milliseconds kDaemonStopTimeout{10000};
+
+std::string RandomJob() {
+  std::random_device random;
+  return absl::StrFormat("loadgen-%08x", random());
+}
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "torchmon-loadgen: %s\n", message.c_str());
+  return code;
+}
+
+// Reads the daemon's CPU time, or -1 (with a warning once) if unknown.
+double DaemonCpu(pid_t pid) {
+  if (pid <= 0) return -1;
+  absl::StatusOr<double> cpu = ProcessCpuSeconds(pid);
+  if (!cpu.ok()) {
+    std::fprintf(stderr, "torchmon-loadgen: warning: %s\n",
+                 std::string(cpu.status().message()).c_str());
+    return -1;
+  }
+  return *cpu;
+}
+
+absl::StatusOr<v1::ListSeriesResponse> ListJobSeries(const std::string& target,
+                                                     const std::string& job,
+                                                     std::chrono::milliseconds timeout) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // many series make a large answer
+  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Query::NewStub(channel);
+  v1::ListSeriesRequest request;
+  v1::LabelMatcher* matcher = request.mutable_selector()->add_labels();
+  matcher->set_key("job");
+  matcher->set_value(job);
+  matcher->set_op(v1::EQUAL);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::ListSeriesResponse response;
+  const grpc::Status status = stub->ListSeries(&context, request, &response);
+  if (!status.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("ListSeries on ", target, " failed: ", status.error_message()));
+  }
+  return response;
+}
+
+int Run(int argc, char** argv) {
+  absl::StatusOr<LoadgenOptions> parsed = ParseLoadgenOptions(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "torchmon-loadgen: %s\n\n%s",
+                 std::string(parsed.status().message()).c_str(), LoadgenUsage().c_str());
+    return kExitUsage;
+  }
+  const LoadgenOptions& options = *parsed;
+  if (options.help) {
+    std::fputs(LoadgenUsage().c_str(), stdout);
+    return kExitExact;
+  }
+  signal(SIGPIPE, SIG_IGN);  // a dead rank must not kill the parent
+  const std::string job = RandomJob();
+  const std::chrono::milliseconds query_timeout(options.query_timeout_ms);
+
+  std::unique_ptr<SpawnedDaemon> daemon;
+  Measurements measurements;
+  measurements.target = options.target;
+  measurements.daemon_pid = options.daemon_pid;
+  if (!options.spawn_daemon.empty()) {
+    absl::StatusOr<std::unique_ptr<SpawnedDaemon>> started =
+        SpawnedDaemon::Start(options.spawn_daemon, options.daemon_args, kDaemonReadyTimeout);
+    if (!started.ok()) return Fail(kExitUnreachable, std::string(started.status().message()));
+    daemon = std::move(*started);
+    measurements.target = daemon->target();
+    measurements.daemon_pid = daemon->pid();
+  }
+  const std::string& target = measurements.target;
+  const double rate_per_thread =
+      options.rate / static_cast<double>(options.ranks * options.threads_per_rank);
+
+  // Forked ranks first: nothing in this process may have touched gRPC yet.
+  std::unique_ptr<ForkedRanks> forked;
+  std::vector<std::unique_ptr<RankWorker>> workers;
+  if (options.processes) {
+    absl::StatusOr<std::unique_ptr<ForkedRanks>> started = ForkedRanks::Start(options, target, job);
+    if (!started.ok()) return Fail(kExitUnreachable, std::string(started.status().message()));
+    forked = std::move(*started);
+    if (absl::Status s = forked->WaitReady(Clock::now() + query_timeout + std::chrono::seconds(5));
+        !s.ok()) {
+      return Fail(kExitUnreachable, std::string(s.message()));
+    }
+  } else {
+    for (int rank = 0; rank < options.ranks; ++rank) {
+      workers.push_back(std::make_unique<RankWorker>(options, target, job, rank));
+    }
+    // The clients connect in parallel; each wait is bounded.
+    for (auto& worker : workers) {
+      if (absl::Status s = worker->Connect(query_timeout); !s.ok()) {
+        return Fail(kExitUnreachable, std::string(s.message()));
+      }
+    }
+  }
+
+  // The measured phase: production and every rank's final flush.
+  const Clock::time_point start = Clock::now() + kStartLead;
+  std::vector<RankResult> results(static_cast<size_t>(options.ranks));
+  std::vector<std::thread> rank_threads;
+  if (forked) {
+    if (absl::Status s = forked->Go(start); !s.ok()) {
+      return Fail(kExitUnreachable, std::string(s.message()));
+    }
+  } else {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      rank_threads.emplace_back([&, i] { results[i] = workers[i]->Run(start, rate_per_thread); });
+    }
+  }
+  std::this_thread::sleep_until(start);
+  const double client_cpu_start = SelfCpuSeconds();
+  const double daemon_cpu_start = DaemonCpu(measurements.daemon_pid);
+
+  if (forked) {
+    // Every rank's flush is bounded; this bound only guards against a hung child.
+    const Clock::time_point deadline = start + std::chrono::milliseconds(options.duration_ms) +
+                                       std::chrono::milliseconds(options.flush_timeout_ms) +
+                                       std::chrono::seconds(30);
+    absl::StatusOr<std::vector<RankResult>> collected = forked->Collect(deadline);
+    if (!collected.ok()) return Fail(kExitMismatch, std::string(collected.status().message()));
+    results = std::move(*collected);
+  } else {
+    for (std::thread& t : rank_threads) t.join();
+  }
+
+  if (forked) {
+    measurements.client_cpu_seconds = 0;
+    for (const RankResult& r : results) measurements.client_cpu_seconds += r.cpu_seconds;
+  } else {
+    measurements.client_cpu_seconds = SelfCpuSeconds() - client_cpu_start;
+  }
+  if (const double end = DaemonCpu(measurements.daemon_pid); end >= 0 && daemon_cpu_start >= 0) {
+    measurements.daemon_cpu_seconds = end - daemon_cpu_start;
+  }
+  if (measurements.daemon_pid > 0) {
+    if (absl::StatusOr<ProcessMemory> memory = ReadProcessMemory(measurements.daemon_pid);
+        memory.ok()) {
+      measurements.daemon_peak_rss_bytes = memory->peak_rss_bytes;
+      measurements.daemon_rss_bytes = memory->current_rss_bytes;
+    }
+  }
+
+  absl::StatusOr<v1::ListSeriesResponse> series = ListJobSeries(target, job, query_timeout);
+  if (!series.ok()) return Fail(kExitUnreachable, std::string(series.status().message()));
+  const Report report = BuildReport(job, results, *series, measurements);
+
+  workers.clear();
+  if (daemon) {
+    absl::StatusOr<int> stopped = daemon->Stop(kDaemonStopTimeout);
+    if (!stopped.ok()) {
+      std::fprintf(stderr, "torchmon-loadgen: warning: %s\n",
+                   std::string(stopped.status().message()).c_str());
+    } else if (*stopped != 0) {
+      std::fprintf(stderr, "torchmon-loadgen: warning: torchmond exited with wait status %d\n",
+                   *stopped);
+    }
+  }
+  const std::string text = options.json ? FormatJson(options, report) : FormatText(options, report);
+  std::fputs(text.c_str(), stdout);
+  return report.exact() ? kExitExact : kExitMismatch;
+}
+
+}  // namespace
+}  // namespace torchmon::loadgen
+
+int main(int argc, char** argv) { return torchmon::loadgen::Run(argc, argv); }
