@@ -1,0 +1,167 @@
+// The aggregation core on its own (no I/O, ManualClock): ingesting samples,
+// closing the windows of many series, and querying a long history. Each
+// benchmark checks the aggregator's own accounting afterwards, so a result
+// cannot come from work that was skipped.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "server/core/aggregator.h"
+#include "server/core/clock.h"
+#include "server/core/selector.h"
+#include "server/core/types.h"
+
+namespace torchmon::server {
+namespace {
+
+constexpr int64_t kWindowMs = 10'000;
+// The middle of a window: [1'700'000'000'000, 1'700'000'010'000).
+constexpr int64_t kNowMs = 1'700'000'005'000;
+
+StatSpec MeanMaxMin() {
+  StatSpec spec;
+  spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
+                      AggregationBit(Aggregation::kMin);
+  spec.window_ms = kWindowMs;
+  return spec;
+}
+
+SeriesKey Key(int i) {
+  return SeriesKey{"bench.stat", {{"job", "bench"}, {"rank", std::to_string(i)}}};
+}
+
+uint64_t TotalAccepted(const Aggregator& agg) {
+  uint64_t n = 0;
+  for (const SeriesSnapshot& s : agg.ListSeries(Selector{})) n += s.counters.accepted;
+  return n;
+}
+
+// AddSamples per sample, one series, every sample inside the open window.
+// Arg: samples per call (block size).
+void BM_AggregatorAddSamples(benchmark::State& state) {
+  const size_t block = static_cast<size_t>(state.range(0));
+  ManualClock clock(kNowMs);
+  Aggregator agg(AggregatorOptions{}, clock);
+  auto id = agg.Define(Key(0), MeanMaxMin());
+  if (!id.ok()) return state.SkipWithError("Define failed");
+  std::vector<double> values(block);
+  std::vector<int64_t> timestamps(block);
+  for (size_t i = 0; i < block; ++i) {
+    values[i] = 0.5 + static_cast<double>(i % 100);
+    // Up to 1 s before now, all in the same window.
+    timestamps[i] = kNowMs * 1000 - static_cast<int64_t>(i % 1'000'000);
+  }
+  uint64_t accepted = 0;
+  for (auto _ : state) {
+    auto r = agg.AddSamples(*id, values, timestamps);
+    accepted += r->accepted;
+    benchmark::DoNotOptimize(r);
+  }
+  const uint64_t expected = state.iterations() * block;
+  if (accepted != expected || TotalAccepted(agg) != expected) {
+    state.SkipWithError("accounting mismatch: not every sample was accepted");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(expected));
+}
+BENCHMARK(BM_AggregatorAddSamples)->Arg(1)->Arg(64)->Arg(4096)->MinTime(0.2);
+
+// CloseDueWindows with N series each holding one open window that is due.
+// Only the close is timed; refilling the windows for the next iteration is
+// not. Arg: number of series.
+void BM_AggregatorCloseDueWindows(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  ManualClock clock(kNowMs);
+  AggregatorOptions options;
+  options.history_windows = 120;
+  Aggregator agg(options, clock);
+  std::vector<SeriesId> ids;
+  ids.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    auto id = agg.Define(Key(i), MeanMaxMin());
+    if (!id.ok()) return state.SkipWithError("Define failed");
+    ids.push_back(*id);
+  }
+  int64_t window_start = kNowMs - kNowMs % kWindowMs;
+  size_t closed = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    clock.Set(window_start + kWindowMs / 2);
+    const double v = 1.0;
+    const int64_t ts = (window_start + 1) * 1000;
+    for (SeriesId id : ids) {
+      benchmark::DoNotOptimize(agg.AddSamples(id, {&v, 1}, {&ts, 1}));
+    }
+    clock.Set(window_start + kWindowMs + options.grace_ms);
+    window_start += kWindowMs;
+    state.ResumeTiming();
+
+    std::vector<ClosedWindow> out = agg.CloseDueWindows();
+    closed += out.size();
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+
+    state.PauseTiming();
+    out = {};  // freeing the result is the caller's cost, not the close's
+    state.ResumeTiming();
+  }
+  if (closed != state.iterations() * static_cast<size_t>(n)) {
+    state.SkipWithError("closed a different number of windows than were due");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(closed));
+  state.counters["series"] = n;
+}
+BENCHMARK(BM_AggregatorCloseDueWindows)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.2);
+
+// GetWindows for one series holding 10'000 closed windows, among 1'000 other
+// series the selector must skip. Arg: limit_per_series (0 = all).
+void BM_AggregatorGetWindows(benchmark::State& state) {
+  const size_t limit = static_cast<size_t>(state.range(0));
+  constexpr int kHistory = 10'000;
+  int64_t window_start = kNowMs - kNowMs % kWindowMs;
+  ManualClock clock(window_start);
+  AggregatorOptions options;
+  options.history_windows = kHistory;
+  Aggregator agg(options, clock);
+  auto target =
+      agg.Define(SeriesKey{"train.loss", {{"job", "bench"}, {"rank", "0"}}}, MeanMaxMin());
+  if (!target.ok()) return state.SkipWithError("Define failed");
+  std::vector<SeriesId> others;
+  for (int i = 0; i < 1'000; ++i) others.push_back(*agg.Define(Key(i), MeanMaxMin()));
+  for (int w = 0; w < kHistory; ++w) {
+    const double v = w;
+    const int64_t ts = (window_start + 1) * 1000;
+    clock.Set(window_start + 1);
+    (void)agg.AddSamples(*target, {&v, 1}, {&ts, 1});
+    if (w == 0) {
+      for (SeriesId id : others) (void)agg.AddSamples(id, {&v, 1}, {&ts, 1});
+    }
+    window_start += kWindowMs;
+    clock.Set(window_start + options.grace_ms);
+    agg.CloseDueWindows();
+  }
+  Selector selector;
+  selector.name = "train.loss";
+  const size_t expected = limit == 0 ? kHistory : limit;
+  size_t returned = 0;
+  for (auto _ : state) {
+    std::vector<ClosedWindow> out = agg.GetWindows(selector, 0, 0, limit);
+    returned += out.size();
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  if (returned != state.iterations() * expected) {
+    state.SkipWithError("GetWindows returned a different number of windows");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(returned));
+  state.counters["windows_per_query"] = static_cast<double>(expected);
+}
+BENCHMARK(BM_AggregatorGetWindows)->Arg(100)->Arg(0)->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+
+}  // namespace
+}  // namespace torchmon::server

@@ -1,0 +1,25 @@
+# Google Benchmark micro-benchmarks: the client's Stat::add, the aggregation
+# core, the exposition and ingest decoding. Built with `all`, never registered
+# with CTest (speed is measured, not asserted). Run:
+#   torchmon_benchmarks --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+find_package(benchmark REQUIRED)
+
+add_executable(torchmon_benchmarks
+  ${CMAKE_CURRENT_SOURCE_DIR}/client_add_bench.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/aggregator_bench.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/exposition_bench.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/ingest_bench.cc)
+# client/src for detail/stat_state.h and detail/sample_ring.h, measured directly.
+target_include_directories(torchmon_benchmarks PRIVATE ${PROJECT_SOURCE_DIR}/client/src)
+# torchmon_test_support (tests/integration) starts the real torchmond for the
+# end-to-end Stat::add benchmark.
+target_link_libraries(torchmon_benchmarks PRIVATE
+  torchmon::server
+  torchmon::client
+  torchmon_test_support
+  prometheus-cpp::core
+  benchmark::benchmark
+  benchmark::benchmark_main
+  Threads::Threads)
+torchmon_strict(torchmon_benchmarks)
+add_dependencies(torchmon_benchmarks torchmond)

@@ -1,0 +1,228 @@
+// The cost of recording one sample in the training process: the clock read
+// alone (the floor), the StatState path behind Stat::add with a consumer
+// draining the ring as the sender thread does, and the real Stat::add with a
+// Client streaming to a real torchmond child process.
+//
+// Every benchmark reports items_per_second over all its threads; the
+// "dropped" counter is the fraction of adds that found the ring full (then
+// the figure measures the drop path, not the push, and should be discounted).
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "benchmark/benchmark.h"
+#include "detail/stat_state.h"
+#include "tests/support/daemon_process.h"
+#include "torchmon/client.h"
+#include "torchmon/v1/torchmon.pb.h"
+
+namespace torchmon {
+namespace {
+
+// The same clock read as Stat::add (client/src/stat.cc).
+inline int64_t NowMicros() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// Per-Stat ring of the end-to-end benchmark: 4 Mi samples (96 MiB), so a
+// short run does not outpace the sender and measure the drop path.
+constexpr size_t kRingSamples = size_t{1} << 22;
+
+void BM_ClockGettimeRealtime(benchmark::State& state) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(NowMicros());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ClockGettimeRealtime)->Threads(1)->MinTime(0.1);
+
+// --- StatState::Add (Stat::add after the timestamp) -------------------------
+//
+// The push alone: Stat::add minus the clock read and the out-of-line call.
+// No consumer runs concurrently: every kDrainEvery adds a thread drains the
+// rings with the timer paused, as the sender drains in bulk once per send
+// interval. A concurrent consumer thread that naps cannot keep up with
+// pushes of a few ns on two cores, and one that spins takes a core from the
+// producers; either way the figure would be the drop path's.
+
+constexpr int kDrainEvery = 4096;
+
+struct RingFixture {
+  explicit RingFixture(size_t ring_samples) {
+    for (int i = 0; i < 2; ++i) {
+      v1::StatDefinition def;
+      def.set_id(static_cast<uint32_t>(i + 1));
+      def.set_name("bench.stat");
+      stats.push_back(std::make_unique<detail::StatState>(def, true, ring_samples));
+    }
+  }
+  uint64_t added() const { return stats[0]->added() + stats[1]->added(); }
+  uint64_t rejected() const {
+    return stats[0]->rejected.load(std::memory_order_relaxed) +
+           stats[1]->rejected.load(std::memory_order_relaxed);
+  }
+  // The single consumer, whichever thread calls it.
+  void Drain() {
+    absl::MutexLock lock(&drain_mu);
+    for (const auto& s : stats) {
+      while (s->ring.PopMany(size_t{1} << 16,
+                             [&](const detail::Sample& x) { checksum += x.value; }) != 0) {
+      }
+    }
+  }
+  std::vector<std::unique_ptr<detail::StatState>> stats;
+  absl::Mutex drain_mu;
+  double checksum ABSL_GUARDED_BY(drain_mu) = 0;
+};
+
+// Shared by the threads of one run: the first thread to arrive creates it,
+// thread 0 lets go of the global after the loop and the last holder destroys
+// it.
+absl::Mutex g_ring_mu;
+std::shared_ptr<RingFixture> g_ring ABSL_GUARDED_BY(g_ring_mu);
+
+std::shared_ptr<RingFixture> AcquireRing(size_t ring_samples) {
+  absl::MutexLock lock(&g_ring_mu);
+  if (g_ring == nullptr) g_ring = std::make_shared<RingFixture>(ring_samples);
+  return g_ring;
+}
+
+void RunStatStateAdd(benchmark::State& state, bool shared_stat) {
+  const std::shared_ptr<RingFixture> ring = AcquireRing(size_t{1} << state.range(0));
+  // No thread adds before the loop's start barrier, so thread 0 reads
+  // quiescent counters here and after the loop's stop barrier.
+  const uint64_t added_before = ring->added();
+  const uint64_t rejected_before = ring->rejected();
+  detail::StatState& stat = *ring->stats[shared_stat ? 0 : state.thread_index() % 2];
+  double v = 0;
+  int64_t timestamp_us = 1'700'000'000'000'000;
+  int until_drain = kDrainEvery;
+  for (auto _ : state) {
+    stat.Add(v, timestamp_us);
+    v += 1;
+    ++timestamp_us;
+    if (--until_drain == 0) {
+      state.PauseTiming();
+      ring->Drain();
+      state.ResumeTiming();
+      until_drain = kDrainEvery;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    const uint64_t added = ring->added() - added_before;
+    const uint64_t rejected = ring->rejected() - rejected_before;
+    state.counters["dropped"] = added == 0 ? 0 : static_cast<double>(rejected) / added;
+    absl::MutexLock lock(&g_ring_mu);
+    g_ring.reset();
+  }
+}
+
+void BM_StatStateAdd_SeparateStats(benchmark::State& state) { RunStatStateAdd(state, false); }
+void BM_StatStateAdd_SameStat(benchmark::State& state) { RunStatStateAdd(state, true); }
+// Arg: log2 of the ring size: the default 2^14 (384 KiB, cache-resident) and
+// 2^21 (48 MiB, not).
+BENCHMARK(BM_StatStateAdd_SeparateStats)
+    ->Arg(14)
+    ->Arg(21)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime()
+    ->MinTime(0.1);
+BENCHMARK(BM_StatStateAdd_SameStat)->Arg(14)->Arg(21)->Threads(2)->UseRealTime()->MinTime(0.1);
+
+// --- Stat::add end to end ---------------------------------------------------
+
+// One torchmond child process and one Client for the whole run, created on
+// first use (only if these benchmarks are selected) and stopped at exit.
+struct DaemonFixture {
+  testing::TempDir dir;
+  std::unique_ptr<testing::DaemonProcess> daemon;
+  std::unique_ptr<Client> client;
+  std::vector<std::unique_ptr<Stat>> stats;
+
+  DaemonFixture() {
+    auto d = testing::DaemonProcess::Start(dir);
+    if (!d.ok()) {
+      std::fprintf(stderr, "cannot start torchmond: %s\n", d.status().ToString().c_str());
+      std::abort();
+    }
+    daemon = *std::move(d);
+    ClientOptions options;
+    options.target = daemon->unix_target();
+    options.labels_from_environment = false;
+    options.labels = {{"job", "bench"}};
+    options.stat_buffer_samples = kRingSamples;
+    options.client_name = "torchmon_benchmarks";
+    client = std::make_unique<Client>(options);
+    for (const char* name : {"bench.add0", "bench.add1"}) {
+      stats.push_back(std::make_unique<Stat>(
+          *client, name, std::vector<Aggregation>{Aggregation::MEAN}, std::chrono::seconds(10)));
+    }
+  }
+  ~DaemonFixture() {
+    stats.clear();
+    client.reset();  // flushes
+  }
+};
+
+DaemonFixture& Daemon() {
+  // Destroyed at exit: the Client flushes, then the daemon is stopped and
+  // reaped and its temp directory removed.
+  static DaemonFixture fixture;
+  return fixture;
+}
+
+void RunStatAdd(benchmark::State& state, bool shared_stat) {
+  DaemonFixture* f = nullptr;
+  uint64_t added_before = 0, dropped_before = 0;
+  if (state.thread_index() == 0) {
+    f = &Daemon();
+    // Start each run with empty rings so that the run measures pushes.
+    if (!f->client->Flush(std::chrono::seconds(10)).ok()) {
+      state.SkipWithError("Flush before the run failed");
+    }
+    for (const auto& s : f->stats) {
+      added_before += s->added();
+      dropped_before += s->dropped();
+    }
+  }
+  // Daemon() is a magic static: every thread sees the one fixture.
+  Stat* stat = Daemon().stats[shared_stat ? 0 : state.thread_index() % 2].get();
+  double v = 0;
+  for (auto _ : state) {
+    stat->add(v);
+    v += 1;
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    uint64_t added = 0, dropped = 0;
+    for (const auto& s : f->stats) {
+      added += s->added();
+      dropped += s->dropped();
+    }
+    added -= added_before;
+    dropped -= dropped_before;
+    state.counters["dropped"] = added == 0 ? 0 : static_cast<double>(dropped) / added;
+  }
+}
+
+void BM_StatAdd_SeparateStats(benchmark::State& state) { RunStatAdd(state, false); }
+void BM_StatAdd_SameStat(benchmark::State& state) { RunStatAdd(state, true); }
+// Short runs: a tight add() loop outpaces what the sender and daemon sustain
+// on two cores, and a run long enough to fill the ring measures drops.
+BENCHMARK(BM_StatAdd_SeparateStats)->Threads(1)->Threads(2)->UseRealTime()->MinTime(0.05);
+BENCHMARK(BM_StatAdd_SameStat)->Threads(2)->UseRealTime()->MinTime(0.05);
+
+}  // namespace
+}  // namespace torchmon

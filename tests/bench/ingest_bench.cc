@@ -1,0 +1,99 @@
+// The daemon's per-sample ingest cost, without gRPC: parsing a serialized
+// IngestBatch (the wire decode) and applying a parsed one (timestamp decode
+// plus aggregation). One block of 4096 samples, as the client sends.
+#include <cstdint>
+#include <string>
+
+#include "benchmark/benchmark.h"
+#include "server/core/aggregator.h"
+#include "server/core/clock.h"
+#include "server/core/event_log.h"
+#include "server/core/selector.h"
+#include "server/service/daemon_stats.h"
+#include "server/service/ingest_session.h"
+#include "torchmon/v1/torchmon.pb.h"
+
+namespace torchmon::server {
+namespace {
+
+constexpr int kBlockSamples = 4096;
+constexpr int64_t kWindowMs = 10'000;
+// The middle of a window: [1'700'000'000'000, 1'700'000'010'000).
+constexpr int64_t kNowMs = 1'700'000'005'000;
+
+v1::IngestBatch FirstBatch() {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  auto& labels = *batch.mutable_hello()->mutable_labels();
+  labels["job"] = "bench";
+  labels["rank"] = "0";
+  batch.mutable_hello()->set_client_name("torchmon_benchmarks");
+  v1::StatDefinition* def = batch.add_definitions();
+  def->set_id(1);
+  def->set_name("train.loss");
+  def->mutable_spec()->add_aggregations(v1::MEAN);
+  def->mutable_spec()->add_aggregations(v1::MAX);
+  def->mutable_spec()->set_window_size_ms(kWindowMs);
+  return batch;
+}
+
+// One block of 4096 samples over the last ~4 ms, 1 µs apart, as the client
+// encodes it (base time plus per-sample deltas).
+v1::IngestBatch SampleBatch() {
+  v1::IngestBatch batch;
+  batch.set_sequence(2);
+  v1::SampleBlock* block = batch.add_samples();
+  block->set_stat_id(1);
+  block->set_base_time_us(kNowMs * 1000 - 2 * kBlockSamples);
+  for (int i = 0; i < kBlockSamples; ++i) {
+    block->add_values(0.001 * i);
+    block->add_time_deltas_us(i == 0 ? 0 : 1);
+  }
+  return batch;
+}
+
+// IngestSession::Apply of a parsed batch, per sample.
+void BM_IngestApply(benchmark::State& state) {
+  ManualClock clock(kNowMs);
+  Aggregator aggregator(AggregatorOptions{}, clock);
+  EventLog events(1000, 600'000, clock);
+  DaemonStats stats;
+  IngestSession session(aggregator, events, stats, nullptr);
+  v1::IngestAck ack;
+  session.Apply(FirstBatch(), &ack);
+  if (ack.errors_size() != 0) return state.SkipWithError(ack.errors(0).message().c_str());
+  const v1::IngestBatch batch = SampleBatch();
+  for (auto _ : state) {
+    ack.Clear();
+    session.Apply(batch, &ack);
+    benchmark::DoNotOptimize(ack);
+  }
+  uint64_t accepted = 0;
+  for (const SeriesSnapshot& s : aggregator.ListSeries(Selector{})) accepted += s.counters.accepted;
+  const uint64_t expected = state.iterations() * uint64_t{kBlockSamples};
+  if (ack.errors_size() != 0 || accepted != expected) {
+    state.SkipWithError("accounting mismatch: not every sample was accepted");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(expected));
+}
+BENCHMARK(BM_IngestApply)->MinTime(0.2);
+
+// ParseFromString of the serialized batch into a reused message, per sample.
+void BM_IngestParse(benchmark::State& state) {
+  const std::string wire = SampleBatch().SerializeAsString();
+  v1::IngestBatch batch;
+  for (auto _ : state) {
+    if (!batch.ParseFromString(wire)) return state.SkipWithError("parse failed");
+    benchmark::DoNotOptimize(batch);
+  }
+  if (batch.samples_size() != 1 || batch.samples(0).values_size() != kBlockSamples) {
+    state.SkipWithError("parsed a different batch");
+  }
+  state.SetItemsProcessed(state.iterations() * kBlockSamples);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(wire.size()));
+  state.counters["wire_bytes_per_sample"] = static_cast<double>(wire.size()) / kBlockSamples;
+}
+BENCHMARK(BM_IngestParse)->MinTime(0.2);
+
+}  // namespace
+}  // namespace torchmon::server
