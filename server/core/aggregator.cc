@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace torchmon::server {
@@ -16,16 +17,45 @@ int64_t FloorDiv(int64_t a, int64_t b) {
   return q;
 }
 
+constexpr uint64_t kSlotMask = 0xffffffffu;
+
+SeriesId MakeId(uint32_t slot, uint32_t generation) {
+  return (uint64_t{generation} << 32) | slot;
+}
+
 }  // namespace
 
 Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
     : options_(std::move(options)), clock_(clock) {}
 
+Aggregator::Series* Aggregator::FindLocked(SeriesId id) const {
+  const uint64_t slot = id & kSlotMask;
+  if (slot >= slots_.size()) return nullptr;
+  const Slot& s = slots_[slot];
+  if (s.generation != (id >> 32)) return nullptr;
+  return s.series.get();
+}
+
+void Aggregator::RemoveLocked(uint32_t slot) {
+  Slot& s = slots_[slot];
+  ids_.erase(&s.series->key);
+  s.series.reset();
+  ++s.generation;
+  if (s.generation == 0) s.generation = 1;  // keeps ids non-zero
+  free_slots_.push_back(slot);
+  --series_count_;
+}
+
+LabelSet Aggregator::InternLocked(const LabelSet& labels) {
+  if (labels.empty()) return labels;
+  return *label_sets_.insert(labels).first;
+}
+
 absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec& spec) {
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
   if (auto it = ids_.find(key); it != ids_.end()) {
-    Series& s = *series_.at(it->second);
+    Series& s = *FindLocked(it->second);
     if (s.spec != spec) {
       return absl::AlreadyExistsError(absl::StrCat(
           "stat ", key.ToString(), " is already defined with ", s.spec.ToString(),
@@ -34,16 +64,29 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
     s.last_update_ms = now;
     return s.id;
   }
-  auto s = std::make_unique<Series>();
-  s->id = next_id_++;
-  s->key = std::make_shared<const SeriesKey>(key);
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    if (slots_.size() > kSlotMask) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot hold more than ", kSlotMask, " series; refusing ", key.ToString()));
+    }
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  auto s = std::make_shared<Series>();
+  s->key.stat = key.stat;
+  s->key.labels = InternLocked(key.labels);
+  s->id = MakeId(slot, slots_[slot].generation);
   s->spec = spec;
   s->last_update_ms = now;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
-  const SeriesId id = s->id;
-  ids_.emplace(s->key.get(), id);
-  series_.emplace(id, std::move(s));
-  return id;
+  ids_.emplace(&s->key, s->id);
+  slots_[slot].series = std::move(s);
+  ++series_count_;
+  return slots_[slot].series->id;
 }
 
 absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const double> values,
@@ -57,9 +100,9 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
   const int64_t skew_limit_us = (now + options_.max_future_skew_ms + 1) * 1000;
   AddResult result;
   absl::MutexLock lock(&mu_);
-  auto it = series_.find(id);
-  if (it == series_.end()) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
-  Series& s = *it->second;
+  Series* found = FindLocked(id);
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
+  Series& s = *found;
   const int64_t w = s.spec.window_ms;
   // Samples of a block almost always share a window: while they fall in
   // [cached_start_us, cached_end_us) no division is needed.
@@ -105,36 +148,38 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
 absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
-  auto it = series_.find(id);
-  if (it == series_.end()) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
-  it->second->counters.client_dropped += dropped;
-  it->second->last_update_ms = now;
+  Series* s = FindLocked(id);
+  if (s == nullptr) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
+  s->counters.client_dropped += dropped;
+  s->last_update_ms = now;
   return absl::OkStatus();
 }
 
-ClosedWindow Aggregator::ToClosedWindow(const Series& s, const WindowRecord& r) {
+ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s,
+                                        const WindowRecord& r) {
   ClosedWindow w;
-  w.series = s.key;
-  w.aggregations = s.spec.aggregations;
+  w.series = std::shared_ptr<const SeriesKey>(s, &s->key);
+  w.aggregations = s->spec.aggregations;
   w.start_ms = r.start_ms;
-  w.end_ms = r.start_ms + s.spec.window_ms;
+  w.end_ms = r.start_ms + s->spec.window_ms;
   w.stats = r.stats;
   w.partial = r.partial;
   return w;
 }
 
-void Aggregator::CloseWindows(Series& s, int64_t now_ms, bool everything,
-                              std::vector<ClosedWindow>& out) {
+void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t now_ms,
+                              bool everything, std::vector<ClosedWindow>& out) {
+  Series& s = *series;
+  const size_t limit = std::max<size_t>(options_.history_windows, 1);
   size_t closed = 0;
   for (const OpenWindow& o : s.open) {
     if (!everything && DeadlineMs(s, o.index) > now_ms) break;
-    s.history.push_back(WindowRecord{o.index * s.spec.window_ms, o.stats, everything});
-    out.push_back(ToClosedWindow(s, s.history.back()));
+    s.history.Push(WindowRecord{o.index * s.spec.window_ms, o.stats, everything}, limit);
+    out.push_back(ToClosedWindow(series, s.history.back()));
     s.last_closed_index = std::max(s.last_closed_index, o.index);
     ++closed;
   }
   s.open.erase(s.open.begin(), s.open.begin() + closed);
-  while (s.history.size() > std::max<size_t>(options_.history_windows, 1)) s.history.pop_front();
 }
 
 std::vector<ClosedWindow> Aggregator::CloseDueWindows() {
@@ -143,8 +188,8 @@ std::vector<ClosedWindow> Aggregator::CloseDueWindows() {
   absl::MutexLock lock(&mu_);
   auto end = deadlines_.upper_bound(now);
   for (auto it = deadlines_.begin(); it != end; ++it) {
-    auto s = series_.find(it->second);
-    if (s != series_.end()) CloseWindows(*s->second, now, /*everything=*/false, out);
+    if (FindLocked(it->second) == nullptr) continue;
+    CloseWindows(slots_[it->second & kSlotMask].series, now, /*everything=*/false, out);
   }
   deadlines_.erase(deadlines_.begin(), end);
   // One series may contribute several windows: order across series too.
@@ -158,36 +203,51 @@ std::vector<ClosedWindow> Aggregator::CloseAllWindows() {
   const int64_t now = clock_.NowMs();
   std::vector<ClosedWindow> out;
   absl::MutexLock lock(&mu_);
-  for (auto& [id, s] : series_) CloseWindows(*s, now, /*everything=*/true, out);
+  for (const Slot& slot : slots_) {
+    if (slot.series != nullptr) CloseWindows(slot.series, now, /*everything=*/true, out);
+  }
   deadlines_.clear();
   return out;
 }
 
 size_t Aggregator::ExpireIdleSeries() {
   const int64_t now = clock_.NowMs();
+  size_t removed = 0;
+  // Chunked like ForEachSeries: a million series must not stall ingestion
+  // for the whole scan.
+  for (size_t begin = 0;; begin += kWalkChunk) {
+    absl::MutexLock lock(&mu_);
+    if (begin >= slots_.size()) break;
+    const size_t end = std::min(slots_.size(), begin + kWalkChunk);
+    for (size_t i = begin; i < end; ++i) {
+      const Series* s = slots_[i].series.get();
+      if (s != nullptr && s->open.empty() && s->last_update_ms + options_.series_ttl_ms <= now) {
+        RemoveLocked(static_cast<uint32_t>(i));
+        ++removed;
+      }
+    }
+  }
   absl::MutexLock lock(&mu_);
-  std::vector<SeriesId> idle;
-  for (const auto& [id, s] : series_) {
-    if (s->open.empty() && s->last_update_ms + options_.series_ttl_ms <= now) idle.push_back(id);
+  // A label set only the table still holds belongs to no series. One still
+  // held elsewhere (a removed series pinned by a ClosedWindow in flight, a
+  // stream's binding) stays until a later scan; with more sets than series
+  // some are surely unused, so the sweep runs then too.
+  if (removed > 0 || label_sets_.size() > series_count_) {
+    absl::erase_if(label_sets_, [](const LabelSet& l) { return l.use_count() == 1; });
   }
-  for (SeriesId id : idle) {
-    auto it = series_.find(id);
-    ids_.erase(it->second->key.get());
-    series_.erase(it);
-  }
-  return idle.size();
+  return removed;
 }
 
-SeriesSnapshot Aggregator::Snapshot(const Series& s) {
+SeriesSnapshot Aggregator::Snapshot(const std::shared_ptr<Series>& s) {
   SeriesSnapshot snap;
-  snap.key = s.key;
-  snap.spec = s.spec;
-  snap.counters = s.counters;
-  if (!s.history.empty()) {
+  snap.key = std::shared_ptr<const SeriesKey>(s, &s->key);
+  snap.spec = s->spec;
+  snap.counters = s->counters;
+  if (!s->history.empty()) {
     snap.has_last_window = true;
-    snap.last_window = ToClosedWindow(s, s.history.back());
+    snap.last_window = ToClosedWindow(s, s->history.back());
   }
-  snap.last_update_ms = s.last_update_ms;
+  snap.last_update_ms = s->last_update_ms;
   return snap;
 }
 
@@ -195,8 +255,10 @@ std::vector<SeriesSnapshot> Aggregator::ListSeries(const Selector& selector) con
   std::vector<SeriesSnapshot> out;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, s] : series_) {
-      if (selector.Matches(*s->key)) out.push_back(Snapshot(*s));
+    for (const Slot& slot : slots_) {
+      if (slot.series != nullptr && selector.Matches(slot.series->key)) {
+        out.push_back(Snapshot(slot.series));
+      }
     }
   }
   std::sort(out.begin(), out.end(),
@@ -209,16 +271,18 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
   std::vector<std::vector<ClosedWindow>> per_series;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, s] : series_) {
-      if (!selector.Matches(*s->key)) continue;
+    for (const Slot& slot : slots_) {
+      const std::shared_ptr<Series>& s = slot.series;
+      if (s == nullptr || !selector.Matches(s->key)) continue;
       std::vector<ClosedWindow> windows;
       // Walk newest first so the limit keeps the most recent windows.
-      for (auto r = s->history.rbegin(); r != s->history.rend(); ++r) {
+      for (size_t i = s->history.size(); i-- > 0;) {
+        const WindowRecord& r = s->history[i];
         if (limit_per_series != 0 && windows.size() >= limit_per_series) break;
-        const int64_t end = r->start_ms + s->spec.window_ms;
-        if (start_ms != 0 && r->start_ms < start_ms) break;
+        const int64_t end = r.start_ms + s->spec.window_ms;
+        if (start_ms != 0 && r.start_ms < start_ms) break;
         if (end_ms != 0 && end > end_ms) continue;
-        windows.push_back(ToClosedWindow(*s, *r));
+        windows.push_back(ToClosedWindow(s, r));
       }
       if (windows.empty()) continue;
       std::reverse(windows.begin(), windows.end());
@@ -235,15 +299,27 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
 }
 
 void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) const {
-  absl::MutexLock lock(&mu_);
-  for (const auto& [id, s] : series_) {
-    fn(SeriesView{*s->key, s->spec, s->counters, s->history.empty() ? nullptr : &s->history.back()});
+  for (size_t begin = 0;; begin += kWalkChunk) {
+    absl::MutexLock lock(&mu_);
+    if (begin >= slots_.size()) return;
+    const size_t end = std::min(slots_.size(), begin + kWalkChunk);
+    for (size_t i = begin; i < end; ++i) {
+      const Series* s = slots_[i].series.get();
+      if (s == nullptr) continue;
+      fn(SeriesView{s->key, s->spec, s->counters,
+                    s->history.empty() ? nullptr : &s->history.back()});
+    }
   }
 }
 
 size_t Aggregator::series_count() const {
   absl::MutexLock lock(&mu_);
-  return series_.size();
+  return series_count_;
+}
+
+size_t Aggregator::label_set_count() const {
+  absl::MutexLock lock(&mu_);
+  return label_sets_.size();
 }
 
 }  // namespace torchmon::server

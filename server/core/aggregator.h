@@ -3,12 +3,12 @@
 // sample. Pure: no I/O, no threads of its own; time comes from a Clock.
 //
 // Thread-safe: every method may be called concurrently (one internal mutex;
-// AddSamples holds it once per block of samples, not per sample).
+// AddSamples holds it once per block of samples, not per sample; walks over
+// every series take it per chunk).
 #ifndef TORCHMON_SERVER_CORE_AGGREGATOR_H_
 #define TORCHMON_SERVER_CORE_AGGREGATOR_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/functional/function_ref.h"
@@ -26,6 +27,7 @@
 #include "server/core/clock.h"
 #include "server/core/selector.h"
 #include "server/core/types.h"
+#include "server/core/window_history.h"
 
 namespace torchmon::server {
 
@@ -41,6 +43,9 @@ struct AggregatorOptions {
   int64_t max_future_skew_ms = 60 * 1000;
 };
 
+// Never 0, so 0 can mean "no series". A series defined again after it
+// expired gets a new id (ids repeat only after one table slot has been
+// reused 2^32 times).
 using SeriesId = uint64_t;
 
 // What happened to the samples of one AddSamples call.
@@ -106,14 +111,6 @@ class Aggregator {
   std::vector<ClosedWindow> GetWindows(const Selector& selector, int64_t start_ms, int64_t end_ms,
                                        size_t limit_per_series) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // A closed window as kept in a series' history (the series and its spec
-  // give the rest: end = start + window, aggregations).
-  struct WindowRecord {
-    int64_t start_ms;
-    WindowStats stats;
-    bool partial;
-  };
-
   // Read-only view of one series for the exposition; valid only during the
   // callback of ForEachSeries.
   struct SeriesView {
@@ -123,10 +120,18 @@ class Aggregator {
     // The last closed window, or null if none closed yet.
     const WindowRecord* last_window;
   };
-  // Calls `fn` for every series, in no particular order, holding the lock:
-  // `fn` must be quick and must not call back into the Aggregator.
+  // Calls `fn` for every series, in no particular order, holding the lock
+  // for one chunk of series at a time (kWalkChunk), so that ingestion waits
+  // for at most one chunk rather than the whole walk. Each call sees one
+  // series in a consistent state; a series created or removed during the
+  // walk may or may not be visited. `fn` must be quick and must not call
+  // back into the Aggregator.
   void ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kWalkChunk = 1024;
+
+  // Distinct label sets held (interned) for the series in memory.
+  size_t label_set_count() const ABSL_LOCKS_EXCLUDED(mu_);
 
   size_t series_count() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -136,8 +141,10 @@ class Aggregator {
     WindowStats stats;
   };
   struct Series {
+    // Immutable once created, so ClosedWindow::series may read it without
+    // the lock (it points here, sharing ownership of the whole Series).
+    SeriesKey key;
     SeriesId id;
-    std::shared_ptr<const SeriesKey> key;
     StatSpec spec;
     SeriesCounters counters;
     int64_t last_update_ms;
@@ -145,25 +152,39 @@ class Aggregator {
     int64_t last_closed_index;
     // Usually one, more when samples straddle a boundary within the grace.
     absl::InlinedVector<OpenWindow, 1> open;  // sorted by index
-    std::deque<WindowRecord> history;         // oldest first
+    WindowHistory history;
+  };
+  // The series table: a series lives in a slot; its id is the slot index
+  // plus the slot's generation, which changes when the series is removed,
+  // so an id held by a stream after its series expired finds nothing (and
+  // the stream re-defines it). Lookup by id is an index, not a hash.
+  struct Slot {
+    std::shared_ptr<Series> series;  // null while free
+    uint32_t generation = 1;
   };
 
   int64_t DeadlineMs(const Series& s, int64_t index) const {
     return (index + 1) * s.spec.window_ms + options_.grace_ms;
   }
+  Series* FindLocked(SeriesId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees slot `slot` (which must hold a series) and forgets its key.
+  void RemoveLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stored copy of `labels`, shared by every series with these labels.
+  LabelSet InternLocked(const LabelSet& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open windows of `s` with deadline ≤ now_ms (all if
   // `everything`), appending them to history and to `out`.
-  void CloseWindows(Series& s, int64_t now_ms, bool everything, std::vector<ClosedWindow>& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static SeriesSnapshot Snapshot(const Series& s);
-  static ClosedWindow ToClosedWindow(const Series& s, const WindowRecord& r);
+  void CloseWindows(const std::shared_ptr<Series>& s, int64_t now_ms, bool everything,
+                    std::vector<ClosedWindow>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static SeriesSnapshot Snapshot(const std::shared_ptr<Series>& s);
+  static ClosedWindow ToClosedWindow(const std::shared_ptr<Series>& s, const WindowRecord& r);
 
   const AggregatorOptions options_;
   const Clock& clock_;
 
   mutable absl::Mutex mu_;
-  SeriesId next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<SeriesId, std::unique_ptr<Series>> series_ ABSL_GUARDED_BY(mu_);
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
+  size_t series_count_ ABSL_GUARDED_BY(mu_) = 0;
   // Keyed by the series' own key object (no second copy of every key),
   // looked up by value.
   struct KeyPtrHash {
@@ -181,6 +202,9 @@ class Aggregator {
     }
   };
   absl::flat_hash_map<const SeriesKey*, SeriesId, KeyPtrHash, KeyPtrEq> ids_ ABSL_GUARDED_BY(mu_);
+  // One stored copy per distinct label set; entries no series uses any more
+  // are swept by ExpireIdleSeries.
+  absl::flat_hash_set<LabelSet> label_sets_ ABSL_GUARDED_BY(mu_);
   // Close deadline (ms) → series with an open window due then. Entries may be
   // stale (series expired or window already closed); they are skipped.
   absl::btree_multimap<int64_t, SeriesId> deadlines_ ABSL_GUARDED_BY(mu_);

@@ -31,7 +31,7 @@ struct Selector {
   std::vector<LabelMatcher> labels;
 
   bool Matches(absl::string_view name, const Labels& labels) const;
-  bool Matches(const SeriesKey& key) const { return Matches(key.stat, key.labels); }
+  bool Matches(const SeriesKey& key) const { return Matches(key.stat, key.labels.get()); }
 };
 
 }  // namespace torchmon::server

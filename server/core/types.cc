@@ -17,6 +17,11 @@ const char* AggregationName(Aggregation a) {
   return "unknown";
 }
 
+const Labels& LabelSet::EmptyLabels() {
+  static const Labels* const empty = new Labels();
+  return *empty;
+}
+
 std::string SeriesKey::ToString() const {
   return absl::StrCat(stat, "{",
                       absl::StrJoin(labels, ",",

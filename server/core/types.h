@@ -4,6 +4,7 @@
 #define TORCHMON_SERVER_CORE_TYPES_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <string>
@@ -14,6 +15,45 @@ namespace torchmon::server {
 
 // Label pairs sorted by key, keys unique.
 using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// An immutable Labels value whose copies share one allocation. The
+// aggregator interns them, so the thousands of series of one rank hold one
+// copy of its identity labels between them instead of one each. Reads like
+// a const Labels; an empty set allocates nothing.
+//
+// Thread-safe: copies may be made, read and destroyed concurrently.
+class LabelSet {
+ public:
+  LabelSet() = default;
+  // Implicit: a LabelSet is a Labels value. `labels` must be sorted by key.
+  LabelSet(Labels labels)  // NOLINT(google-explicit-constructor)
+      : labels_(labels.empty() ? nullptr
+                               : std::make_shared<const Labels>(std::move(labels))) {}
+  LabelSet(std::initializer_list<Labels::value_type> labels) : LabelSet(Labels(labels)) {}
+
+  const Labels& get() const { return labels_ != nullptr ? *labels_ : EmptyLabels(); }
+  Labels::const_iterator begin() const { return get().begin(); }
+  Labels::const_iterator end() const { return get().end(); }
+  size_t size() const { return get().size(); }
+  bool empty() const { return labels_ == nullptr; }
+
+  // How many LabelSets share this one's storage (0 for an empty set).
+  long use_count() const { return labels_.use_count(); }
+
+  friend bool operator==(const LabelSet& a, const LabelSet& b) {
+    return a.labels_ == b.labels_ || a.get() == b.get();
+  }
+  friend bool operator!=(const LabelSet& a, const LabelSet& b) { return !(a == b); }
+  friend bool operator<(const LabelSet& a, const LabelSet& b) { return a.get() < b.get(); }
+  template <typename H>
+  friend H AbslHashValue(H h, const LabelSet& l) {
+    return H::combine(std::move(h), l.get());
+  }
+
+ private:
+  static const Labels& EmptyLabels();
+  std::shared_ptr<const Labels> labels_;  // null when empty
+};
 
 // Aggregations, numbered as torchmon.v1.Aggregation.
 enum class Aggregation : uint8_t { kValue = 1, kMean = 2, kCount = 3, kSum = 4, kMax = 5, kMin = 6 };
@@ -34,7 +74,7 @@ const char* AggregationName(Aggregation a);
 // A series: stat name plus its full label set.
 struct SeriesKey {
   std::string stat;
-  Labels labels;
+  LabelSet labels;
 
   friend bool operator==(const SeriesKey& a, const SeriesKey& b) {
     return a.stat == b.stat && a.labels == b.labels;
@@ -98,6 +138,14 @@ struct WindowStats {
 
   // The value of one aggregation. Only meaningful when accepted > 0.
   double Get(Aggregation a) const;
+};
+
+// A closed window as a series keeps it (the series' spec gives the rest:
+// end = start + window, aggregations).
+struct WindowRecord {
+  int64_t start_ms = 0;
+  WindowStats stats;
+  bool partial = false;
 };
 
 // A window that has closed, with everything needed to report it.

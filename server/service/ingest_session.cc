@@ -98,13 +98,18 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     return refuse(absl::StatusCode::kInvalidArgument,
                   absl::StrCat("definition of stat \"", def.name(), "\": ", own.status().message()));
   }
-  auto labels = MergeLabels(identity_, *own);
-  if (!labels.ok()) {
-    return refuse(absl::StatusCode::kInvalidArgument,
-                  absl::StrCat("definition of stat \"", def.name(), "\": ", labels.status().message()));
-  }
   Binding b;
-  b.key = SeriesKey{def.name(), *std::move(labels)};
+  b.key.stat = def.name();
+  if (own->empty()) {
+    b.key.labels = identity_;
+  } else {
+    auto labels = MergeLabels(identity_.get(), *own);
+    if (!labels.ok()) {
+      return refuse(absl::StatusCode::kInvalidArgument,
+                    absl::StrCat("definition of stat \"", def.name(), "\": ", labels.status().message()));
+    }
+    b.key.labels = *std::move(labels);
+  }
   b.spec = *spec;
   auto id = aggregator_.Define(b.key, b.spec);
   if (!id.ok()) return refuse(static_cast<absl::StatusCode>(id.status().code()), std::string(id.status().message()));
@@ -212,7 +217,7 @@ void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::Inge
   }
   auto own = LabelsFromProto(event.labels());
   if (!own.ok()) return refuse(own.status().message());
-  auto labels = MergeLabels(identity_, *own);
+  auto labels = MergeLabels(identity_.get(), *own);
   if (!labels.ok()) return refuse(labels.status().message());
   EventRecord record;
   record.name = event.name();

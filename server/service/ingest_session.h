@@ -56,7 +56,8 @@ class IngestSession {
   Broadcaster<EventRecord>* events_out_;
 
   bool first_batch_ = true;
-  Labels identity_;
+  // Shared by every series of the stream whose stat adds no labels.
+  LabelSet identity_;
   std::string client_name_;
   absl::flat_hash_map<uint32_t, Binding> bindings_;
   std::vector<int64_t> timestamps_;  // reused decode buffer

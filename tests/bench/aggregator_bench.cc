@@ -2,7 +2,11 @@
 // closing the windows of many series, and querying a long history. Each
 // benchmark checks the aggregator's own accounting afterwards, so a result
 // cannot come from work that was skipped.
+#include <malloc.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -162,6 +166,77 @@ void BM_AggregatorGetWindows(benchmark::State& state) {
   state.counters["windows_per_query"] = static_cast<double>(expected);
 }
 BENCHMARK(BM_AggregatorGetWindows)->Arg(100)->Arg(0)->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+
+// Heap bytes the aggregator holds per idle series: defined with realistic
+// identity labels (job, rank, local_rank, host; 20 stats per rank, names of
+// 16+ characters), one sample, its window closed, then idle. That is what a
+// series costs at rest, with the last window the scrape shows; each further
+// closed window kept for queries (--history) adds one record, reported as
+// bytes_per_history_window. Measured with mallinfo2 (bytes in use by malloc,
+// chunk overhead included), so it is exact and independent of RSS
+// granularity. One iteration; Arg: number of series.
+void BM_MemoryPerIdleSeries(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  constexpr int kStatsPerRank = 20;
+  constexpr int kExtraWindows = 10;
+  for (auto _ : state) {
+    const size_t heap_before = mallinfo2().uordblks;
+    int64_t window_start = kNowMs - kNowMs % kWindowMs;
+    ManualClock clock(window_start + 1);
+    AggregatorOptions options;
+    options.history_windows = 1 + kExtraWindows;
+    auto agg = std::make_unique<Aggregator>(options, clock);
+    std::vector<SeriesId> ids;
+    ids.reserve(n);
+    auto close_one_window_each = [&] {
+      const double v = 1.0;
+      const int64_t ts = (window_start + 1) * 1000;
+      clock.Set(window_start + 1);
+      for (SeriesId id : ids) benchmark::DoNotOptimize(agg->AddSamples(id, {&v, 1}, {&ts, 1}));
+      window_start += kWindowMs;
+      clock.Set(window_start + options.grace_ms);
+      return agg->CloseDueWindows().size();
+    };
+    for (int i = 0; i < n; ++i) {
+      const int rank = i / kStatsPerRank;
+      char stat[32];
+      std::snprintf(stat, sizeof(stat), "train.stat_%05d", i % kStatsPerRank);
+      // A fresh Labels per series, as every stream's definitions arrive.
+      auto id = agg->Define(SeriesKey{stat,
+                                      {{"host", "gpu-node-" + std::to_string(1000 + rank / 8)},
+                                       {"job", "llama-pretrain-7b"},
+                                       {"local_rank", std::to_string(rank % 8)},
+                                       {"rank", std::to_string(rank)}}},
+                            MeanMaxMin());
+      if (!id.ok()) return state.SkipWithError("Define failed");
+      ids.push_back(*id);
+    }
+    ids.shrink_to_fit();
+    const size_t ids_bytes = ids.capacity() * sizeof(SeriesId);  // the bench's, not the daemon's
+    if (close_one_window_each() != static_cast<size_t>(n)) {
+      return state.SkipWithError("not every series closed a window");
+    }
+    const size_t heap_idle = mallinfo2().uordblks;
+    for (int w = 0; w < kExtraWindows; ++w) {
+      if (close_one_window_each() != static_cast<size_t>(n)) {
+        return state.SkipWithError("not every series closed a window");
+      }
+    }
+    const size_t heap_history = mallinfo2().uordblks;
+    state.counters["bytes_per_idle_series"] =
+        static_cast<double>(heap_idle - heap_before - ids_bytes) / n;
+    state.counters["bytes_per_history_window"] =
+        static_cast<double>(heap_history - heap_idle) / (static_cast<double>(n) * kExtraWindows);
+    state.counters["label_sets"] = static_cast<double>(agg->label_set_count());
+    benchmark::DoNotOptimize(agg.get());
+  }
+}
+BENCHMARK(BM_MemoryPerIdleSeries)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace torchmon::server

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -679,6 +681,107 @@ TEST_F(AggregatorTest, ListSeriesIsSortedByNameThenLabels) {
     keys.push_back(s.key->ToString());
   }
   EXPECT_THAT(keys, ElementsAre("a{rank=\"0\"}", "a{rank=\"1\"}", "b{rank=\"0\"}"));
+}
+
+// --- The series table ------------------------------------------------------
+
+TEST_F(AggregatorTest, SeriesWithEqualLabelsShareOneStoredLabelSet) {
+  for (int i = 0; i < 50; ++i) Define("s" + std::to_string(i), {{"job", "j"}, {"rank", "0"}});
+  EXPECT_EQ(aggregator_->label_set_count(), 1u);
+  Define("s0", {{"job", "j"}, {"rank", "1"}});
+  EXPECT_EQ(aggregator_->label_set_count(), 2u);
+}
+
+TEST_F(AggregatorTest, SeriesWithoutLabelsStoreNoLabelSet) {
+  Define("s", {});
+  EXPECT_EQ(aggregator_->label_set_count(), 0u);
+}
+
+TEST_F(AggregatorTest, LabelSetOfExpiredSeriesIsForgotten) {
+  Define("a", {{"rank", "0"}});
+  Define("b", {{"rank", "0"}});
+  Define("a", {{"rank", "1"}});
+  clock_.Set(kT0 + 10'000);
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 3u);
+  EXPECT_EQ(aggregator_->label_set_count(), 0u);
+}
+
+TEST_F(AggregatorTest, LabelSetStaysWhileAnySeriesUsesIt) {
+  Define("old", {{"rank", "0"}});
+  clock_.Set(kT0 + 5000);
+  const SeriesId young = Define("young", {{"rank", "0"}});
+  clock_.Set(kT0 + 10'000);
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+  EXPECT_EQ(aggregator_->label_set_count(), 1u);
+  EXPECT_EQ(AddAt(young, 1, kT0 + 10'000).accepted, 1u);
+}
+
+TEST_F(AggregatorTest, IdOfAnExpiredSeriesDoesNotReachTheSeriesReusingItsSlot) {
+  const SeriesId old_id = Define("old");
+  clock_.Set(kT0 + 10'000);
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+  const SeriesId new_id = Define("new");
+  ASSERT_NE(new_id, old_id);
+  const std::vector<double> values = {1};
+  const std::vector<int64_t> timestamps = {Us(kT0 + 10'000)};
+  EXPECT_TRUE(absl::IsNotFound(aggregator_->AddSamples(old_id, values, timestamps).status()));
+  EXPECT_TRUE(absl::IsNotFound(aggregator_->AddClientDrops(old_id, 1)));
+  EXPECT_EQ(Counters("new").accepted, 0u);
+  EXPECT_EQ(Counters("new").client_dropped, 0u);
+}
+
+TEST_F(AggregatorTest, SeriesIdIsNeverZero) {
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(Define("s"), 0u);
+    clock_.Advance(10'000);
+    ASSERT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+  }
+}
+
+TEST_F(AggregatorTest, ForEachSeriesVisitsEverySeriesOnceAcrossChunks) {
+  const int n = static_cast<int>(2 * Aggregator::kWalkChunk + 3);
+  for (int i = 0; i < n; ++i) Define("s" + std::to_string(i));
+  std::set<std::string> seen;
+  int calls = 0;
+  aggregator_->ForEachSeries([&](const Aggregator::SeriesView& s) {
+    seen.insert(s.key.stat);
+    ++calls;
+  });
+  EXPECT_EQ(calls, n);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(n));
+}
+
+TEST_F(AggregatorTest, ForEachSeriesShowsTheLastClosedWindow) {
+  const SeriesId id = Define("s");
+  aggregator_->ForEachSeries(
+      [](const Aggregator::SeriesView& s) { EXPECT_EQ(s.last_window, nullptr); });
+  AddAt(id, 1, kT0);
+  AddAt(id, 2, kT0 + kW);
+  clock_.Set(kT0 + 2 * kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(2));
+  aggregator_->ForEachSeries([](const Aggregator::SeriesView& s) {
+    ASSERT_NE(s.last_window, nullptr);
+    EXPECT_EQ(s.last_window->start_ms, kT0 + kW);
+    EXPECT_EQ(s.last_window->stats.sum, 2);
+  });
+}
+
+TEST_F(AggregatorTest, ExpiryRemovesIdleSeriesAcrossChunks) {
+  const int n = static_cast<int>(2 * Aggregator::kWalkChunk + 3);
+  for (int i = 0; i < n; ++i) Define("s" + std::to_string(i));
+  clock_.Set(kT0 + 10'000);
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), static_cast<size_t>(n));
+  EXPECT_EQ(aggregator_->series_count(), 0u);
+}
+
+TEST_F(AggregatorTest, ClosedWindowKeepsItsSeriesKeyAfterTheSeriesExpired) {
+  const SeriesId id = Define("s", {{"rank", "7"}});
+  AddAt(id, 1, kT0);
+  clock_.Set(kT0 + 10'000);
+  std::vector<ClosedWindow> closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 1u);
+  EXPECT_EQ(closed[0].series->ToString(), "s{rank=\"7\"}");
 }
 
 }  // namespace
