@@ -1,6 +1,8 @@
 #include "server/core/aggregator.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -99,7 +101,9 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
   // floor(ts_us / 1000) > now + skew  ⟺  ts_us ≥ (now + skew + 1) · 1000.
   const int64_t skew_limit_us = (now + options_.max_future_skew_ms + 1) * 1000;
   AddResult result;
+  writers_waiting_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
+  writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
   Series* found = FindLocked(id);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
   Series& s = *found;
@@ -254,7 +258,7 @@ SeriesSnapshot Aggregator::Snapshot(const std::shared_ptr<Series>& s) {
 std::vector<SeriesSnapshot> Aggregator::ListSeries(const Selector& selector) const {
   std::vector<SeriesSnapshot> out;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReaderMutexLock lock(&mu_);
     for (const Slot& slot : slots_) {
       if (slot.series != nullptr && selector.Matches(slot.series->key)) {
         out.push_back(Snapshot(slot.series));
@@ -270,7 +274,7 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
                                                  int64_t end_ms, size_t limit_per_series) const {
   std::vector<std::vector<ClosedWindow>> per_series;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReaderMutexLock lock(&mu_);
     for (const Slot& slot : slots_) {
       const std::shared_ptr<Series>& s = slot.series;
       if (s == nullptr || !selector.Matches(s->key)) continue;
@@ -298,27 +302,40 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
   return out;
 }
 
+void Aggregator::YieldToWriters() const {
+  // Bounded, so that a walk still finishes under unbroken ingestion.
+  constexpr auto kMaxStepAside = std::chrono::microseconds(200);
+  if (writers_waiting_.load(std::memory_order_relaxed) == 0) return;
+  const auto until = std::chrono::steady_clock::now() + kMaxStepAside;
+  while (writers_waiting_.load(std::memory_order_relaxed) > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+}
+
 void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) const {
   for (size_t begin = 0;; begin += kWalkChunk) {
-    absl::MutexLock lock(&mu_);
+    if (begin > 0) YieldToWriters();
+    // Shared: concurrent scrapes and queries walk together.
+    absl::ReaderMutexLock lock(&mu_);
     if (begin >= slots_.size()) return;
     const size_t end = std::min(slots_.size(), begin + kWalkChunk);
     for (size_t i = begin; i < end; ++i) {
-      const Series* s = slots_[i].series.get();
+      const std::shared_ptr<Series>& s = slots_[i].series;
       if (s == nullptr) continue;
-      fn(SeriesView{s->key, s->spec, s->counters,
+      fn(SeriesView{std::shared_ptr<const SeriesKey>(s, &s->key), s->spec, s->counters,
                     s->history.empty() ? nullptr : &s->history.back()});
     }
   }
 }
 
 size_t Aggregator::series_count() const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return series_count_;
 }
 
 size_t Aggregator::label_set_count() const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return label_sets_.size();
 }
 

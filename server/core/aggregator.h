@@ -3,11 +3,12 @@
 // sample. Pure: no I/O, no threads of its own; time comes from a Clock.
 //
 // Thread-safe: every method may be called concurrently (one internal mutex;
-// AddSamples holds it once per block of samples, not per sample; walks over
-// every series take it per chunk).
+// AddSamples holds it once per block of samples, not per sample; queries
+// share it; walks over every series take it per chunk).
 #ifndef TORCHMON_SERVER_CORE_AGGREGATOR_H_
 #define TORCHMON_SERVER_CORE_AGGREGATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -112,20 +113,22 @@ class Aggregator {
                                        size_t limit_per_series) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Read-only view of one series for the exposition; valid only during the
-  // callback of ForEachSeries.
+  // callback of ForEachSeries, except `key`, which the caller may keep (it
+  // is immutable and shares ownership of the series).
   struct SeriesView {
-    const SeriesKey& key;
+    std::shared_ptr<const SeriesKey> key;
     const StatSpec& spec;
     const SeriesCounters& counters;
     // The last closed window, or null if none closed yet.
     const WindowRecord* last_window;
   };
   // Calls `fn` for every series, in no particular order, holding the lock
-  // for one chunk of series at a time (kWalkChunk), so that ingestion waits
-  // for at most one chunk rather than the whole walk. Each call sees one
-  // series in a consistent state; a series created or removed during the
-  // walk may or may not be visited. `fn` must be quick and must not call
-  // back into the Aggregator.
+  // shared, one chunk of series (kWalkChunk) at a time, and letting waiting
+  // AddSamples calls in between chunks: ingestion waits for about one chunk,
+  // not for the walk. Each call sees one series in a consistent state; a
+  // series created or removed during the walk may or may not be visited.
+  // `fn` runs under the lock: it must be quick and must not call back into
+  // the Aggregator.
   void ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) const
       ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr size_t kWalkChunk = 1024;
@@ -181,7 +184,14 @@ class Aggregator {
   const AggregatorOptions options_;
   const Clock& clock_;
 
+  // Steps aside between two chunks of a walk while AddSamples calls wait.
+  void YieldToWriters() const;
+
   mutable absl::Mutex mu_;
+  // AddSamples calls waiting for mu_. absl::Mutex does not hand the lock to
+  // the writer it wakes: a walk that re-locks at once can keep ingestion out
+  // chunk after chunk, so walks check this between chunks.
+  mutable std::atomic<int> writers_waiting_{0};
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   size_t series_count_ ABSL_GUARDED_BY(mu_) = 0;

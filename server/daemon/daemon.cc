@@ -45,8 +45,7 @@ Daemon::Daemon(DaemonOptions options)
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
-      collector_(std::make_shared<MetricsCollector>(aggregator_, events_, stats_,
-                                                    TORCHMON_VERSION)),
+      exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       timer_(io_),
       signals_(io_, SIGINT, SIGTERM) {
   stats_.start_time_ms.store(clock_.NowMs(), std::memory_order_relaxed);
@@ -124,26 +123,15 @@ absl::Status Daemon::Start() {
     }
   }
 
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics_listen);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", options_.metrics_listen,
-                                               ": ", e.what()));
-  }
-  exposer_->RegisterCollectable(collector_);
-  const std::vector<int> metrics_ports = exposer_->GetListeningPorts();
-  if (metrics_ports.empty()) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", options_.metrics_listen));
-  }
-  metrics_address_ = absl::StrCat(
-      options_.metrics_listen.substr(0, options_.metrics_listen.rfind(':')), ":",
-      metrics_ports.front());
+  auto metrics = MetricsHttpServer::Start(options_.metrics_listen, exposition_, stats_);
+  if (!metrics.ok()) return metrics.status();
+  metrics_server_ = *std::move(metrics);
   return absl::OkStatus();
 }
 
 std::string Daemon::ReadyLine() const {
   return absl::StrCat("torchmond ready grpc=", absl::StrJoin(grpc_addresses_, ","),
-                      " metrics=", metrics_address_);
+                      " metrics=", metrics_server_->address());
 }
 
 void Daemon::PublishClosed(std::vector<ClosedWindow> windows) {

@@ -1,5 +1,5 @@
 // torchmond wired together: the aggregation core, the gRPC services, the
-// Prometheus exposer, the window-closing timer and signal handling.
+// /metrics endpoint, the window-closing timer and signal handling.
 #ifndef TORCHMON_SERVER_DAEMON_DAEMON_H_
 #define TORCHMON_SERVER_DAEMON_DAEMON_H_
 
@@ -14,7 +14,6 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/server.h"
-#include "prometheus/exposer.h"
 #include "server/core/aggregator.h"
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
@@ -22,7 +21,8 @@
 #include "server/service/broadcaster.h"
 #include "server/service/daemon_stats.h"
 #include "server/service/ingest_service.h"
-#include "server/service/metrics_collector.h"
+#include "server/service/metrics_exposition.h"
+#include "server/service/metrics_http_server.h"
 #include "server/service/query_service.h"
 
 namespace torchmon::server {
@@ -64,12 +64,11 @@ class Daemon {
   Broadcaster<EventRecord> events_out_;
   IngestService ingest_service_;
   QueryService query_service_;
-  std::shared_ptr<MetricsCollector> collector_;
+  MetricsExposition exposition_;
 
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::vector<std::string> grpc_addresses_;
-  std::string metrics_address_;
 
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;

@@ -25,6 +25,10 @@ struct DaemonStats {
   // Items a slow watcher missed because its queue was full.
   std::atomic<uint64_t> watch_items_dropped{0};
   std::atomic<uint64_t> queries{0};
+  // Scrapes of /metrics completed, their bytes, and how long the latest took.
+  std::atomic<uint64_t> scrapes{0};
+  std::atomic<uint64_t> scrape_bytes{0};
+  std::atomic<int64_t> last_scrape_duration_us{0};
   std::atomic<int64_t> start_time_ms{0};
 };
 

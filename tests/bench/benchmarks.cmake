@@ -3,6 +3,8 @@
 # with CTest (speed is measured, not asserted). Run:
 #   torchmon_benchmarks --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 find_package(benchmark REQUIRED)
+# Only for BM_GenericPath, the side-by-side baseline of the exposition.
+find_package(prometheus-cpp CONFIG REQUIRED)
 
 add_executable(torchmon_benchmarks
   ${CMAKE_CURRENT_SOURCE_DIR}/client_add_bench.cc

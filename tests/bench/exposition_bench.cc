@@ -1,14 +1,32 @@
-// The cost of one /metrics scrape for 1k, 10k and 100k series: the collector
-// (snapshot into prometheus-cpp MetricFamily objects) and the text
-// serialization, together and apart. Every series has a closed window with
-// three aggregations and the identity labels job, rank, local_rank, host.
+// The cost of one /metrics scrape for 1k, 10k and 100k series:
+//   BM_Exposition   what torchmond does: snapshot + direct text writer;
+//   BM_HttpScrape   the same through the real HTTP endpoint over loopback
+//                   (CivetWeb, chunked), read to the end by a client here;
+//   BM_GenericPath  what prometheus-cpp's Exposer would do with the same
+//                   data: a ClientMetric per sample, then TextSerializer.
+//                   The path torchmond used before; kept here as the
+//                   side-by-side baseline, not used by the daemon.
+// Every series has a closed window with three aggregations and the identity
+// labels job, rank, local_rank, host (20 stats per rank).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -16,7 +34,8 @@
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/service/daemon_stats.h"
-#include "server/service/metrics_collector.h"
+#include "server/service/metrics_exposition.h"
+#include "server/service/metrics_http_server.h"
 
 namespace torchmon::server {
 namespace {
@@ -30,7 +49,7 @@ struct Exposition {
       : clock(kT0 + 1),
         aggregator(AggregatorOptions{}, clock),
         events(1000, 600'000, clock),
-        collector(aggregator, events, stats, "bench") {
+        exposition(aggregator, events, stats, "bench") {
     StatSpec spec;
     spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
                         AggregationBit(Aggregation::kMin);
@@ -55,7 +74,7 @@ struct Exposition {
   Aggregator aggregator;
   EventLog events;
   DaemonStats stats;
-  MetricsCollector collector;
+  MetricsExposition exposition;
 };
 
 // Built once per size and kept for the whole run (repetitions reuse it).
@@ -66,65 +85,244 @@ Exposition& ExpositionOf(int n) {
   return *e;
 }
 
-size_t MetricCount(const std::vector<prometheus::MetricFamily>& families) {
+// Lines that are samples (not # comments).
+size_t SampleLines(absl::string_view text) {
   size_t n = 0;
-  for (const auto& f : families) n += f.metric.size();
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == absl::string_view::npos) end = text.size();
+    if (end > pos && text[pos] != '#') ++n;
+    pos = end + 1;
+  }
   return n;
 }
 
-// Collect + Serialize: what one scrape of /metrics costs the daemon.
-void BM_Scrape(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  Exposition& e = ExpositionOf(n);
-  size_t bytes = 0;
-  for (auto _ : state) {
-    std::string text = prometheus::TextSerializer().Serialize(e.collector.Collect());
-    bytes = text.size();
-    benchmark::DoNotOptimize(text.data());
-    benchmark::ClobberMemory();
-  }
+void ReportScrape(benchmark::State& state, int n, size_t bytes) {
   state.counters["bytes_per_scrape"] = static_cast<double>(bytes);
   state.counters["bytes_per_series"] = static_cast<double>(bytes) / n;
   state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
   state.SetItemsProcessed(static_cast<int64_t>(n) * state.iterations());  // series
 }
 
-// Collect alone: snapshotting the aggregator into MetricFamily objects.
-void BM_Collect(benchmark::State& state) {
+// Sample lines per series: 3 aggregations, 3 last-window gauges, the
+// window size, accepted_total and 4 dropped_total reasons.
+constexpr size_t kLinesPerSeries = 12;
+
+// Snapshot + text, into a sink that only counts: the daemon's CPU per scrape.
+void BM_Exposition(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   Exposition& e = ExpositionOf(n);
-  size_t metrics = 0;
-  for (auto _ : state) {
-    std::vector<prometheus::MetricFamily> families = e.collector.Collect();
-    metrics = MetricCount(families);
-    benchmark::DoNotOptimize(families.data());
-    benchmark::ClobberMemory();
-  }
-  // 11 samples per series: 3 aggregations, 3 last-window gauges, the window
-  // size, accepted_total and 4 dropped_total reasons; plus self-metrics.
-  if (metrics < static_cast<size_t>(n) * 11) state.SkipWithError("fewer metrics than expected");
-  state.counters["metrics_per_scrape"] = static_cast<double>(metrics);
-  state.SetItemsProcessed(static_cast<int64_t>(n) * state.iterations());  // series
-}
-
-// Serialize alone, of one collected snapshot.
-void BM_Serialize(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  const std::vector<prometheus::MetricFamily> families = ExpositionOf(n).collector.Collect();
   size_t bytes = 0;
   for (auto _ : state) {
-    std::string text = prometheus::TextSerializer().Serialize(families);
-    bytes = text.size();
-    benchmark::DoNotOptimize(text.data());
-    benchmark::ClobberMemory();
+    bytes = e.exposition.Render([](absl::string_view piece) {
+      benchmark::DoNotOptimize(piece.data());
+      return true;
+    });
   }
-  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
-  state.SetItemsProcessed(static_cast<int64_t>(n) * state.iterations());  // series
+  const std::string text = e.exposition.RenderToString();
+  if (text.size() != bytes || SampleLines(text) < n * kLinesPerSeries) {
+    state.SkipWithError("exposition is missing samples");
+  }
+  ReportScrape(state, n, bytes);
 }
 
-BENCHMARK(BM_Scrape)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Collect)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Serialize)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
+// --- the real endpoint -------------------------------------------------------
+
+// GET /metrics over HTTP/1.1 and read the response to its end (the final
+// zero-length chunk), discarding it as a scraper that parses as it reads
+// would; `keep` (optional) receives the whole response. Returns the bytes
+// received, or 0 on failure.
+size_t HttpScrape(int port, std::string* keep) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return 0;
+  }
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return 0;
+  }
+  static char chunk[1 << 18];
+  std::string tail;  // the last bytes seen, to check the terminator
+  size_t total = 0;
+  ssize_t r;
+  while ((r = read(fd, chunk, sizeof(chunk))) > 0) {
+    total += static_cast<size_t>(r);
+    if (keep != nullptr) keep->append(chunk, static_cast<size_t>(r));
+    tail.append(chunk, static_cast<size_t>(r));
+    if (tail.size() > 64) tail.erase(0, tail.size() - 64);
+  }
+  close(fd);
+  return absl::EndsWith(tail, "\r\n0\r\n\r\n") ? total : 0;
+}
+
+void BM_HttpScrape(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  Exposition& e = ExpositionOf(n);
+  DaemonStats http_stats;
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", e.exposition, http_stats);
+  if (!server.ok()) return state.SkipWithError(std::string(server.status().message()).c_str());
+  int port = 0;
+  const std::string& address = (*server)->address();
+  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
+    return state.SkipWithError("no port");
+  }
+  size_t bytes = 0;
+  for (auto _ : state) {
+    bytes = HttpScrape(port, nullptr);
+    if (bytes == 0) return state.SkipWithError("scrape failed or was cut short");
+  }
+  // Outside the timing: one more scrape, kept, must hold every sample line
+  // (chunk framing adds a few bytes per 256 KiB).
+  std::string whole;
+  if (HttpScrape(port, &whole) == 0 || SampleLines(whole) < n * kLinesPerSeries) {
+    state.SkipWithError("scrape is missing samples");
+  }
+  ReportScrape(state, n, bytes);
+}
+
+// --- the generic path, for comparison ----------------------------------------
+
+// The same series as prometheus-cpp MetricFamily objects, as the Collectable
+// torchmond used to serve them through the Exposer: a label vector per
+// sample, then TextSerializer.
+std::vector<prometheus::MetricFamily> CollectGeneric(const Aggregator& aggregator) {
+  using prometheus::ClientMetric;
+  using prometheus::MetricFamily;
+  auto family = [](std::string name, prometheus::MetricType type) {
+    MetricFamily f;
+    f.name = std::move(name);
+    f.help = "help";
+    f.type = type;
+    return f;
+  };
+  auto add = [](MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) {
+    ClientMetric m;
+    m.label = std::move(labels);
+    if (f.type == prometheus::MetricType::Counter) {
+      m.counter.value = v;
+    } else {
+      m.gauge.value = v;
+    }
+    f.metric.push_back(std::move(m));
+  };
+  std::vector<MetricFamily> fs = {
+      family("torchmon_stat", prometheus::MetricType::Gauge),
+      family("torchmon_window_accepted_samples", prometheus::MetricType::Gauge),
+      family("torchmon_window_capped_samples", prometheus::MetricType::Gauge),
+      family("torchmon_window_end_timestamp_seconds", prometheus::MetricType::Gauge),
+      family("torchmon_window_size_seconds", prometheus::MetricType::Gauge),
+      family("torchmon_samples_accepted_total", prometheus::MetricType::Counter),
+      family("torchmon_samples_dropped_total", prometheus::MetricType::Counter)};
+  aggregator.ForEachSeries([&](const Aggregator::SeriesView& s) {
+    std::vector<ClientMetric::Label> base = {{"stat", s.key->stat}};
+    for (const auto& [k, v] : s.key->labels) base.push_back({k, v});
+    add(fs[4], base, static_cast<double>(s.spec.window_ms) / 1000.0);
+    add(fs[5], base, static_cast<double>(s.counters.accepted));
+    const std::pair<const char*, uint64_t> reasons[] = {{"capped", s.counters.capped},
+                                                        {"late", s.counters.late},
+                                                        {"skewed", s.counters.skewed},
+                                                        {"client", s.counters.client_dropped}};
+    for (const auto& [reason, count] : reasons) {
+      auto labels = base;
+      labels.push_back({"reason", reason});
+      add(fs[6], std::move(labels), static_cast<double>(count));
+    }
+    if (s.last_window == nullptr) return;
+    for (Aggregation a : kAllAggregations) {
+      if (!Contains(s.spec.aggregations, a)) continue;
+      auto labels = base;
+      labels.insert(labels.begin() + 1, {"agg", AggregationName(a)});
+      add(fs[0], std::move(labels), s.last_window->stats.Get(a));
+    }
+    add(fs[1], base, static_cast<double>(s.last_window->stats.accepted));
+    add(fs[2], base, static_cast<double>(s.last_window->stats.capped));
+    add(fs[3], base, static_cast<double>(s.last_window->start_ms + s.spec.window_ms) / 1000.0);
+  });
+  return fs;
+}
+
+void BM_GenericPath(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  Exposition& e = ExpositionOf(n);
+  size_t bytes = 0;
+  size_t lines = 0;
+  for (auto _ : state) {
+    std::string text = prometheus::TextSerializer().Serialize(CollectGeneric(e.aggregator));
+    bytes = text.size();
+    state.PauseTiming();
+    lines = SampleLines(text);
+    state.ResumeTiming();
+  }
+  if (lines != n * kLinesPerSeries) {
+    state.SkipWithError(absl::StrCat("generic path has ", lines, " samples, not ", n * kLinesPerSeries).c_str());
+  }
+  ReportScrape(state, n, bytes);
+}
+
+// AddSamples (one sample) while another thread scrapes without pause: how
+// long ingestion can wait behind a scrape. The walk takes the aggregator's
+// lock per chunk of series, so the wait is bounded by one chunk, not by the
+// number of series. Reports the 99.9th percentile and the maximum.
+// Args: series, scraping (0: a thread that only spins, the baseline for
+// what preemption alone costs on this machine).
+void BM_IngestDuringScrape(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const bool scraping = state.range(1) != 0;
+  Exposition& e = ExpositionOf(n);
+  auto id = e.aggregator.Define(SeriesKey{"ingest.probe", {{"rank", "0"}}},
+                                StatSpec{AggregationBit(Aggregation::kSum), kWindowMs, 0});
+  if (!id.ok()) return state.SkipWithError("Define failed");
+  std::atomic<bool> stop{false};
+  std::atomic<int> scrapes{0};
+  std::thread scraper([&] {
+    while (!stop.load()) {
+      if (scraping) e.exposition.Render([](absl::string_view) { return true; });
+      scrapes.fetch_add(1);
+    }
+  });
+  // Measure only while scrapes run back to back.
+  while (scrapes.load() == 0) std::this_thread::yield();
+  const int scrapes_before = scrapes.load();
+  std::vector<double> waits_us;
+  const double v = 1;
+  for (auto _ : state) {
+    const int64_t ts = e.clock.NowMs() * 1000;
+    const auto start = std::chrono::steady_clock::now();
+    auto r = e.aggregator.AddSamples(*id, {&v, 1}, {&ts, 1});
+    const auto end = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(r);
+    waits_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+  }
+  const int scrapes_during = scrapes.load() - scrapes_before;
+  stop = true;
+  scraper.join();
+  std::sort(waits_us.begin(), waits_us.end());
+  state.counters["scrapes_during"] = scrapes_during;
+  state.counters["p999_us"] = waits_us[waits_us.size() * 999 / 1000];
+  state.counters["max_us"] = waits_us.back();
+}
+
+BENCHMARK(BM_Exposition)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_HttpScrape)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_GenericPath)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IngestDuringScrape)
+    ->Args({100'000, 0})
+    ->Args({100'000, 1})
+    ->MinTime(2.0)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace torchmon::server

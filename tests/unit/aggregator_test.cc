@@ -2,11 +2,13 @@
 // expected number is worked out by hand in the test from the rule it checks.
 #include "server/core/aggregator.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -744,7 +746,7 @@ TEST_F(AggregatorTest, ForEachSeriesVisitsEverySeriesOnceAcrossChunks) {
   std::set<std::string> seen;
   int calls = 0;
   aggregator_->ForEachSeries([&](const Aggregator::SeriesView& s) {
-    seen.insert(s.key.stat);
+    seen.insert(s.key->stat);
     ++calls;
   });
   EXPECT_EQ(calls, n);
@@ -764,6 +766,32 @@ TEST_F(AggregatorTest, ForEachSeriesShowsTheLastClosedWindow) {
     EXPECT_EQ(s.last_window->start_ms, kT0 + kW);
     EXPECT_EQ(s.last_window->stats.sum, 2);
   });
+}
+
+// A walk steps aside between chunks while samples wait; under unbroken
+// ingestion it must still finish, and must still see every series.
+TEST_F(AggregatorTest, WalkFinishesWhileAnotherThreadIngestsWithoutPause) {
+  const int n = static_cast<int>(4 * Aggregator::kWalkChunk);
+  for (int i = 0; i < n; ++i) Define("s" + std::to_string(i));
+  const SeriesId busy = Define("busy");
+  std::atomic<bool> walking{true};
+  std::atomic<uint64_t> added{0};
+  std::thread ingest([&] {
+    const std::vector<double> values = {1};
+    const std::vector<int64_t> timestamps = {Us(kT0)};
+    while (walking.load()) {
+      ASSERT_TRUE(aggregator_->AddSamples(busy, values, timestamps).ok());
+      added.fetch_add(1);
+    }
+  });
+  int visited = 0;
+  for (int walk = 0; walk < 5; ++walk) {
+    aggregator_->ForEachSeries([&](const Aggregator::SeriesView&) { ++visited; });
+  }
+  walking = false;
+  ingest.join();
+  EXPECT_EQ(visited, 5 * (n + 1));
+  EXPECT_EQ(Counters("busy").accepted, added.load());
 }
 
 TEST_F(AggregatorTest, ExpiryRemovesIdleSeriesAcrossChunks) {

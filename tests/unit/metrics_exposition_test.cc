@@ -1,17 +1,17 @@
-// The Prometheus exposition, rendered with prometheus-cpp's TextSerializer
-// exactly as a scrape would see it.
-#include "server/service/metrics_collector.h"
+// The Prometheus exposition, rendered exactly as a scrape sees it.
+#include "server/service/metrics_exposition.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <set>
 #include <optional>
 #include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "prometheus/text_serializer.h"
 #include "server/core/clock.h"
 
 namespace torchmon::server {
@@ -43,7 +43,7 @@ std::optional<double> ValueOf(const std::string& text, const std::string& series
   return std::nullopt;
 }
 
-class MetricsCollectorTest : public ::testing::Test {
+class MetricsExpositionTest : public ::testing::Test {
  protected:
   static AggregatorOptions Options() {
     AggregatorOptions o;
@@ -53,9 +53,7 @@ class MetricsCollectorTest : public ::testing::Test {
     return o;
   }
 
-  std::string Scrape() const {
-    return prometheus::TextSerializer().Serialize(collector_.Collect());
-  }
+  std::string Scrape() const { return exposition_.RenderToString(); }
 
   SeriesId Define(const std::string& name, AggregationSet aggregations, int64_t max_samples = 0,
                   Labels labels = {{"rank", "0"}}) {
@@ -79,10 +77,10 @@ class MetricsCollectorTest : public ::testing::Test {
   Aggregator aggregator_{Options(), clock_};
   EventLog events_{100, 10'000, clock_};
   DaemonStats stats_;
-  MetricsCollector collector_{aggregator_, events_, stats_, "1.2.3"};
+  MetricsExposition exposition_{aggregator_, events_, stats_, "1.2.3"};
 };
 
-TEST_F(MetricsCollectorTest, NoStatLineBeforeAWindowHasClosed) {
+TEST_F(MetricsExpositionTest, NoStatLineBeforeAWindowHasClosed) {
   Add(Define("train.loss", Aggs({Aggregation::kMean})), {1}, kT0);
   const std::string text = Scrape();
   EXPECT_THAT(text, Not(HasSubstr("torchmon_stat{")));
@@ -92,7 +90,7 @@ TEST_F(MetricsCollectorTest, NoStatLineBeforeAWindowHasClosed) {
               Optional(1.0));
 }
 
-TEST_F(MetricsCollectorTest, StatLineShowsEachRequestedAggregationOfTheLastClosedWindow) {
+TEST_F(MetricsExpositionTest, StatLineShowsEachRequestedAggregationOfTheLastClosedWindow) {
   const SeriesId id = Define("train.loss", Aggs({Aggregation::kMean, Aggregation::kMax}));
   Add(id, {1, 4}, kT0 + 10);  // mean (1 + 4) / 2 = 2.5, max 4
   CloseWindowsEndingBy(kT0 + 1000);
@@ -105,7 +103,7 @@ TEST_F(MetricsCollectorTest, StatLineShowsEachRequestedAggregationOfTheLastClose
   EXPECT_THAT(text, Not(HasSubstr("agg=\"value\"")));
 }
 
-TEST_F(MetricsCollectorTest, StatLineFollowsTheNewestClosedWindow) {
+TEST_F(MetricsExpositionTest, StatLineFollowsTheNewestClosedWindow) {
   const SeriesId id = Define("s", Aggs({Aggregation::kSum}));
   Add(id, {1}, kT0);
   Add(id, {2, 3}, kT0 + 1000);
@@ -114,7 +112,7 @@ TEST_F(MetricsCollectorTest, StatLineFollowsTheNewestClosedWindow) {
               Optional(5.0));
 }
 
-TEST_F(MetricsCollectorTest, NaNInAWindowIsVisibleInTheScrape) {
+TEST_F(MetricsExpositionTest, NaNInAWindowIsVisibleInTheScrape) {
   const SeriesId id = Define("train.loss", Aggs({Aggregation::kMean}));
   Add(id, {1, std::numeric_limits<double>::quiet_NaN()}, kT0);
   CloseWindowsEndingBy(kT0 + 1000);
@@ -123,7 +121,7 @@ TEST_F(MetricsCollectorTest, NaNInAWindowIsVisibleInTheScrape) {
   EXPECT_TRUE(std::isnan(*v));
 }
 
-TEST_F(MetricsCollectorTest, WindowGaugesShowAcceptedCappedAndEnd) {
+TEST_F(MetricsExpositionTest, WindowGaugesShowAcceptedCappedAndEnd) {
   const SeriesId id = Define("s", Aggs({Aggregation::kCount}), /*max_samples=*/2);
   Add(id, {1, 2, 3}, kT0 + 1);
   CloseWindowsEndingBy(kT0 + 1000);
@@ -139,7 +137,7 @@ TEST_F(MetricsCollectorTest, WindowGaugesShowAcceptedCappedAndEnd) {
               Optional(1.0));
 }
 
-TEST_F(MetricsCollectorTest, DroppedSamplesAreCountedByReason) {
+TEST_F(MetricsExpositionTest, DroppedSamplesAreCountedByReason) {
   const SeriesId id = Define("s", Aggs({Aggregation::kCount}), /*max_samples=*/1);
   Add(id, {1, 2}, kT0);                // 1 accepted, 1 capped
   Add(id, {3, 4}, kT0 - 10'000);       // 2 late
@@ -156,7 +154,7 @@ TEST_F(MetricsCollectorTest, DroppedSamplesAreCountedByReason) {
               Optional(1.0));
 }
 
-TEST_F(MetricsCollectorTest, StatNameWithDotsAndSpacesIsKeptVerbatimAsALabelValue) {
+TEST_F(MetricsExpositionTest, StatNameWithDotsAndSpacesIsKeptVerbatimAsALabelValue) {
   const SeriesId id = Define("my loss.v2 (ema)/gpu:0", Aggs({Aggregation::kValue}));
   Add(id, {3}, kT0);
   CloseWindowsEndingBy(kT0 + 1000);
@@ -165,12 +163,12 @@ TEST_F(MetricsCollectorTest, StatNameWithDotsAndSpacesIsKeptVerbatimAsALabelValu
       Optional(3.0));
 }
 
-TEST_F(MetricsCollectorTest, QuoteInAStatNameIsEscaped) {
+TEST_F(MetricsExpositionTest, QuoteInAStatNameIsEscaped) {
   Define("say \"hi\"", Aggs({Aggregation::kValue}));
   EXPECT_THAT(Scrape(), HasSubstr("stat=\"say \\\"hi\\\"\""));
 }
 
-TEST_F(MetricsCollectorTest, EventsAreCountedAndTheirNumericFieldsShown) {
+TEST_F(MetricsExpositionTest, EventsAreCountedAndTheirNumericFieldsShown) {
   for (double loss : {0.75, 0.5}) {
     EventRecord e;
     e.name = "epoch_end";
@@ -187,13 +185,13 @@ TEST_F(MetricsCollectorTest, EventsAreCountedAndTheirNumericFieldsShown) {
   EXPECT_THAT(ValueOf(text, "torchmon_daemon_events_retained"), Optional(2.0));
 }
 
-TEST_F(MetricsCollectorTest, DaemonSeriesGaugeCountsSeriesInMemory) {
+TEST_F(MetricsExpositionTest, DaemonSeriesGaugeCountsSeriesInMemory) {
   Define("a", Aggs({Aggregation::kSum}));
   Define("b", Aggs({Aggregation::kSum}));
   EXPECT_THAT(ValueOf(Scrape(), "torchmon_daemon_series"), Optional(2.0));
 }
 
-TEST_F(MetricsCollectorTest, ExpiredSeriesLeavesTheScrape) {
+TEST_F(MetricsExpositionTest, ExpiredSeriesLeavesTheScrape) {
   Define("gone", Aggs({Aggregation::kSum}));
   clock_.Set(kT0 + 10'000);
   ASSERT_EQ(aggregator_.ExpireIdleSeries(), 1u);
@@ -202,7 +200,7 @@ TEST_F(MetricsCollectorTest, ExpiredSeriesLeavesTheScrape) {
   EXPECT_THAT(ValueOf(text, "torchmon_daemon_series"), Optional(0.0));
 }
 
-TEST_F(MetricsCollectorTest, DaemonCountersReflectDaemonStats) {
+TEST_F(MetricsExpositionTest, DaemonCountersReflectDaemonStats) {
   stats_.samples_refused = 17;
   stats_.batches_received = 3;
   const std::string text = Scrape();
@@ -210,8 +208,120 @@ TEST_F(MetricsCollectorTest, DaemonCountersReflectDaemonStats) {
   EXPECT_THAT(ValueOf(text, "torchmon_daemon_batches_total"), Optional(3.0));
 }
 
-TEST_F(MetricsCollectorTest, BuildInfoNamesTheVersion) {
+TEST_F(MetricsExpositionTest, BuildInfoNamesTheVersion) {
   EXPECT_THAT(ValueOf(Scrape(), "torchmon_daemon_build_info{version=\"1.2.3\"}"), Optional(1.0));
+}
+
+TEST_F(MetricsExpositionTest, NaNAndInfinitiesAreSpelledAsTheFormatDefinesThem) {
+  const SeriesId nan = Define("nan", Aggs({Aggregation::kValue}));
+  const SeriesId inf = Define("inf", Aggs({Aggregation::kMax, Aggregation::kMin}));
+  Add(nan, {std::numeric_limits<double>::quiet_NaN()}, kT0);
+  Add(inf, {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()},
+      kT0);
+  CloseWindowsEndingBy(kT0 + 1000);
+  const std::string text = Scrape();
+  EXPECT_THAT(text, HasSubstr("torchmon_stat{stat=\"nan\",agg=\"value\",rank=\"0\"} NaN\n"));
+  EXPECT_THAT(text, HasSubstr("torchmon_stat{stat=\"inf\",agg=\"max\",rank=\"0\"} +Inf\n"));
+  EXPECT_THAT(text, HasSubstr("torchmon_stat{stat=\"inf\",agg=\"min\",rank=\"0\"} -Inf\n"));
+}
+
+TEST_F(MetricsExpositionTest, LargeCountsArePrintedAsPlainIntegers) {
+  const SeriesId id = Define("s", Aggs({Aggregation::kCount}));
+  const std::vector<double> values(1'000'000, 1.0);
+  Add(id, values, kT0);
+  EXPECT_THAT(Scrape(),
+              HasSubstr("torchmon_samples_accepted_total{stat=\"s\",rank=\"0\"} 1000000\n"));
+}
+
+TEST_F(MetricsExpositionTest, ValuesParseBackToTheSameDouble) {
+  const SeriesId id = Define("s", Aggs({Aggregation::kMean}));
+  Add(id, {1.0, 0.0, 0.0}, kT0);  // mean 1/3
+  CloseWindowsEndingBy(kT0 + 1000);
+  EXPECT_THAT(ValueOf(Scrape(), "torchmon_stat{stat=\"s\",agg=\"mean\",rank=\"0\"}"),
+              Optional(1.0 / 3.0));
+}
+
+TEST_F(MetricsExpositionTest, BackslashAndNewlineInALabelValueAreEscaped) {
+  Define("s", Aggs({Aggregation::kSum}), 0, {{"path", "C:\\tmp\nx"}});
+  EXPECT_THAT(Scrape(), HasSubstr("path=\"C:\\\\tmp\\nx\""));
+}
+
+TEST_F(MetricsExpositionTest, EachSeriesKeepsItsOwnLabelsWhenRanksInterleave) {
+  for (int i = 0; i < 6; ++i) {
+    const SeriesId id = Define("s" + std::to_string(i / 2), Aggs({Aggregation::kSum}), 0,
+                               {{"rank", std::to_string(i % 2)}});
+    Add(id, {static_cast<double>(i)}, kT0);
+  }
+  const std::string text = Scrape();
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_THAT(ValueOf(text, "torchmon_samples_accepted_total{stat=\"s" + std::to_string(i / 2) +
+                                  "\",rank=\"" + std::to_string(i % 2) + "\"}"),
+                Optional(1.0))
+        << i;
+  }
+}
+
+// The text format wants every sample of a family after its one TYPE line.
+TEST_F(MetricsExpositionTest, EveryFamilyIsOneContiguousBlockAcrossWalkChunks) {
+  const int n = static_cast<int>(Aggregator::kWalkChunk) + 10;
+  for (int i = 0; i < n; ++i) {
+    Add(Define("s" + std::to_string(i), Aggs({Aggregation::kSum, Aggregation::kMax})), {1}, kT0);
+  }
+  CloseWindowsEndingBy(kT0 + 1000);
+  std::istringstream lines(Scrape());
+  std::string line;
+  std::string current;
+  std::set<std::string> finished;
+  std::map<std::string, int> samples;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      const std::string family = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(finished.insert(family).second) << "second TYPE line for " << family;
+      current = family;
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    EXPECT_EQ(name, current) << "sample of " << name << " inside the block of " << current;
+    ++samples[name];
+  }
+  EXPECT_EQ(samples["torchmon_stat"], 2 * n);
+  EXPECT_EQ(samples["torchmon_samples_dropped_total"], 4 * n);
+}
+
+TEST_F(MetricsExpositionTest, RenderStreamsTheSameTextItReturnsWhole) {
+  for (int i = 0; i < 3000; ++i) Define("s" + std::to_string(i), Aggs({Aggregation::kSum}));
+  std::string streamed;
+  int pieces = 0;
+  const size_t bytes = exposition_.Render([&](absl::string_view piece) {
+    streamed.append(piece.data(), piece.size());
+    ++pieces;
+    return true;
+  });
+  EXPECT_EQ(bytes, streamed.size());
+  EXPECT_GT(pieces, 1);
+  EXPECT_EQ(streamed, Scrape());
+}
+
+TEST_F(MetricsExpositionTest, RenderStopsWhenTheReaderGoesAway) {
+  for (int i = 0; i < 3000; ++i) Define("s" + std::to_string(i), Aggs({Aggregation::kSum}));
+  int pieces = 0;
+  const size_t bytes = exposition_.Render([&](absl::string_view) {
+    ++pieces;
+    return false;
+  });
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(pieces, 1);
+}
+
+TEST_F(MetricsExpositionTest, ScrapeSelfMetricsReflectDaemonStats) {
+  stats_.scrapes = 4;
+  stats_.scrape_bytes = 1234;
+  stats_.last_scrape_duration_us = 250'000;
+  const std::string text = Scrape();
+  EXPECT_THAT(ValueOf(text, "torchmon_daemon_scrapes_total"), Optional(4.0));
+  EXPECT_THAT(ValueOf(text, "torchmon_daemon_scrape_bytes_total"), Optional(1234.0));
+  EXPECT_THAT(ValueOf(text, "torchmon_daemon_last_scrape_duration_seconds"), Optional(0.25));
 }
 
 }  // namespace

@@ -1,0 +1,309 @@
+#include "server/service/metrics_exposition.h"
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace torchmon::server {
+namespace {
+
+// A range of the scrape's label arena.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// One series as this scrape shows it, copied under the aggregator's lock;
+// the label text is rendered after the walk, outside it.
+struct SeriesRow {
+  std::shared_ptr<const SeriesKey> key;
+  TextRange stat;    // stat="..."
+  TextRange labels;  // ,k="v" for each series label (shared by a rank's series)
+  StatSpec spec;
+  SeriesCounters counters;
+  bool has_window = false;
+  WindowRecord window;
+};
+
+struct EventRow {
+  TextRange event;   // event="..."
+  TextRange labels;  // ,k="v"...
+  uint64_t count = 0;
+  std::vector<std::pair<TextRange, double>> fields;  // ,field="..." and its last value
+};
+
+// Everything one scrape shows, copied out of the daemon's state. The label
+// text of every series and event is escaped once, into `arena`; series
+// sharing a label set (every series of a rank) share its text too.
+struct Snapshot {
+  std::string arena;
+  std::vector<SeriesRow> series;
+  std::vector<EventRow> events;
+  size_t series_count = 0;
+  size_t events_retained = 0;
+
+  absl::string_view Text(TextRange r) const {
+    return absl::string_view(arena).substr(r.begin, r.end - r.begin);
+  }
+  TextRange Label(absl::string_view key, absl::string_view value, bool leading_comma) {
+    TextRange r{arena.size(), 0};
+    if (leading_comma) arena.push_back(',');
+    AppendPrometheusLabel(arena, key, value);
+    r.end = arena.size();
+    return r;
+  }
+};
+
+// Renders each distinct stored label set once per scrape. The caller keeps
+// every LabelSet it passes alive until the cache is gone: the cache knows a
+// set by its address.
+class LabelTextCache {
+ public:
+  explicit LabelTextCache(Snapshot& snapshot) : snapshot_(snapshot) {}
+
+  TextRange Get(const LabelSet& labels) {
+    auto [it, inserted] = cache_.try_emplace(&labels.get());
+    if (inserted) {
+      it->second.begin = snapshot_.arena.size();
+      for (const auto& [key, value] : labels) {
+        snapshot_.arena.push_back(',');
+        AppendPrometheusLabel(snapshot_.arena, key, value);
+      }
+      it->second.end = snapshot_.arena.size();
+    }
+    return it->second;
+  }
+
+ private:
+  Snapshot& snapshot_;
+  // Interned label sets are one object per distinct set, so the address
+  // identifies the set (a rank's series share one).
+  absl::flat_hash_map<const Labels*, TextRange> cache_;
+};
+
+constexpr absl::string_view kAggregationParts[] = {
+    "",  // Aggregation numbering starts at 1
+    ",agg=\"value\"", ",agg=\"mean\"", ",agg=\"count\"",
+    ",agg=\"sum\"",   ",agg=\"max\"",  ",agg=\"min\"",
+};
+
+template <typename T>
+double Load(const T& atomic) {
+  return static_cast<double>(atomic.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
+MetricsExposition::MetricsExposition(const Aggregator& aggregator, const EventLog& events,
+                                     const DaemonStats& stats, std::string version)
+    : aggregator_(aggregator), events_(events), stats_(stats), version_(std::move(version)) {}
+
+std::string MetricsExposition::RenderToString() const {
+  std::string out;
+  Render([&out](absl::string_view piece) {
+    out.append(piece.data(), piece.size());
+    return true;
+  });
+  return out;
+}
+
+size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
+  Snapshot snap;
+  // Under the aggregator's lock: copies and a reference count, nothing else
+  // (ingestion may wait for the whole walk; see Aggregator::ForEachSeries).
+  // The rows are constructed here, outside the lock, so that their pages
+  // are faulted in before the walk rather than during it.
+  snap.series.resize(aggregator_.series_count() + Aggregator::kWalkChunk);
+  size_t rows = 0;
+  aggregator_.ForEachSeries([&](const Aggregator::SeriesView& s) {
+    SeriesRow& row = rows < snap.series.size() ? snap.series[rows] : snap.series.emplace_back();
+    ++rows;
+    row.key = s.key;
+    row.spec = s.spec;
+    row.counters = s.counters;
+    if (s.last_window != nullptr) {
+      row.has_window = true;
+      row.window = *s.last_window;
+    }
+  });
+  snap.series.resize(rows);
+  snap.series_count = rows;
+  {
+    // The rows keep their keys, and so their label sets, alive.
+    LabelTextCache labels(snap);
+    for (SeriesRow& row : snap.series) {
+      row.stat = snap.Label("stat", row.key->stat, /*leading_comma=*/false);
+      row.labels = labels.Get(row.key->labels);
+    }
+  }
+  {
+    LabelTextCache labels(snap);
+    events_.ForEachTotals([&](const SeriesKey& key, const EventLog::Totals& totals) {
+      EventRow& row = snap.events.emplace_back();
+      row.event = snap.Label("event", key.stat, /*leading_comma=*/false);
+      row.labels = labels.Get(key.labels);
+      row.count = totals.count;
+      for (const auto& [field, value] : totals.last_numeric) {
+        row.fields.emplace_back(snap.Label("field", field, /*leading_comma=*/true), value);
+      }
+    });
+  }
+  snap.events_retained = events_.size();
+
+  PrometheusTextWriter out(sink);
+  auto stat_text = [&](const SeriesRow& r) { return snap.Text(r.stat); };
+  auto label_text = [&](const SeriesRow& r) { return snap.Text(r.labels); };
+  // One family per pass over the rows: the format wants each family's
+  // samples together.
+  auto per_series = [&](absl::string_view name, absl::string_view help, absl::string_view type,
+                        bool needs_window, auto&& emit) {
+    bool any = false;
+    for (const SeriesRow& r : snap.series) {
+      if (needs_window && !r.has_window) continue;
+      if (!any) out.Family(name, help, type);
+      any = true;
+      emit(r);
+    }
+  };
+
+  per_series("torchmon_stat",
+             "Aggregations of the last closed window of each series; agg names the aggregation.",
+             "gauge", true, [&](const SeriesRow& r) {
+               for (Aggregation a : kAllAggregations) {
+                 if (!Contains(r.spec.aggregations, a)) continue;
+                 out.Sample("torchmon_stat",
+                            {stat_text(r), kAggregationParts[static_cast<int>(a)], label_text(r)},
+                            r.window.stats.Get(a));
+               }
+             });
+  per_series("torchmon_window_accepted_samples", "Samples accepted in the last closed window.",
+             "gauge", true, [&](const SeriesRow& r) {
+               out.Sample("torchmon_window_accepted_samples", {stat_text(r), label_text(r)},
+                          static_cast<double>(r.window.stats.accepted));
+             });
+  per_series("torchmon_window_capped_samples",
+             "Samples refused by max_samples in the last closed window.", "gauge", true,
+             [&](const SeriesRow& r) {
+               out.Sample("torchmon_window_capped_samples", {stat_text(r), label_text(r)},
+                          static_cast<double>(r.window.stats.capped));
+             });
+  per_series("torchmon_window_end_timestamp_seconds",
+             "End of the last closed window, Unix seconds.", "gauge", true,
+             [&](const SeriesRow& r) {
+               out.Sample("torchmon_window_end_timestamp_seconds", {stat_text(r), label_text(r)},
+                          static_cast<double>(r.window.start_ms + r.spec.window_ms) / 1000.0);
+             });
+  per_series("torchmon_window_size_seconds", "Window length of the series.", "gauge", false,
+             [&](const SeriesRow& r) {
+               out.Sample("torchmon_window_size_seconds", {stat_text(r), label_text(r)},
+                          static_cast<double>(r.spec.window_ms) / 1000.0);
+             });
+  per_series("torchmon_samples_accepted_total",
+             "Samples aggregated into a window since the series was created.", "counter", false,
+             [&](const SeriesRow& r) {
+               out.Sample("torchmon_samples_accepted_total", {stat_text(r), label_text(r)},
+                          static_cast<double>(r.counters.accepted));
+             });
+  per_series("torchmon_samples_dropped_total",
+             "Samples not aggregated, by reason: capped (max_samples), late (window already "
+             "closed), skewed (too far in the future), client (dropped by the client before "
+             "sending).",
+             "counter", false, [&](const SeriesRow& r) {
+               const std::pair<absl::string_view, uint64_t> reasons[] = {
+                   {",reason=\"capped\"", r.counters.capped},
+                   {",reason=\"late\"", r.counters.late},
+                   {",reason=\"skewed\"", r.counters.skewed},
+                   {",reason=\"client\"", r.counters.client_dropped}};
+               for (const auto& [reason, count] : reasons) {
+                 out.Sample("torchmon_samples_dropped_total",
+                            {stat_text(r), label_text(r), reason}, static_cast<double>(count));
+               }
+             });
+
+  if (!snap.events.empty()) {
+    out.Family("torchmon_events_total", "Events received, by event name.", "counter");
+    for (const EventRow& e : snap.events) {
+      out.Sample("torchmon_events_total", {snap.Text(e.event), snap.Text(e.labels)},
+                 static_cast<double>(e.count));
+    }
+    bool any_field = false;
+    for (const EventRow& e : snap.events) {
+      for (const auto& [field, value] : e.fields) {
+        if (!any_field) {
+          out.Family("torchmon_event_value",
+                     "Last value of each numeric (or boolean) field of an event.", "gauge");
+          any_field = true;
+        }
+        out.Sample("torchmon_event_value",
+                   {snap.Text(e.event), snap.Text(field), snap.Text(e.labels)}, value);
+      }
+    }
+  }
+
+  auto self = [&](absl::string_view name, absl::string_view help, absl::string_view type,
+                  double value) {
+    out.Family(name, help, type);
+    out.Sample(name, {}, value);
+  };
+  auto gauge = [&](absl::string_view name, absl::string_view help, double value) {
+    self(name, help, "gauge", value);
+  };
+  auto counter = [&](absl::string_view name, absl::string_view help, double value) {
+    self(name, help, "counter", value);
+  };
+  {
+    std::string version_label;
+    AppendPrometheusLabel(version_label, "version", version_);
+    out.Family("torchmon_daemon_build_info", "Always 1; the version label names the build.",
+               "gauge");
+    out.Sample("torchmon_daemon_build_info", {version_label}, 1);
+  }
+  gauge("torchmon_daemon_start_time_seconds", "When the daemon started, Unix seconds.",
+        Load(stats_.start_time_ms) / 1000.0);
+  gauge("torchmon_daemon_series", "Series held in memory.",
+        static_cast<double>(snap.series_count));
+  gauge("torchmon_daemon_clients", "Open ingest streams.", Load(stats_.ingest_streams_active));
+  gauge("torchmon_daemon_watchers", "Open WatchWindows/WatchEvents streams.",
+        Load(stats_.watchers_active));
+  gauge("torchmon_daemon_events_retained", "Events held in the event log.",
+        static_cast<double>(snap.events_retained));
+  counter("torchmon_daemon_streams_total", "Ingest streams opened.",
+          Load(stats_.ingest_streams_total));
+  counter("torchmon_daemon_batches_total", "Ingest batches received.",
+          Load(stats_.batches_received));
+  counter("torchmon_daemon_batches_with_errors_total",
+          "Ingest batches of which some part was refused.", Load(stats_.batches_with_errors));
+  counter("torchmon_daemon_samples_received_total", "Samples received in ingest batches.",
+          Load(stats_.samples_received));
+  counter("torchmon_daemon_samples_refused_total",
+          "Samples refused with their batch part (unknown or refused stat, malformed block); not "
+          "counted in any series.",
+          Load(stats_.samples_refused));
+  counter("torchmon_daemon_definitions_refused_total",
+          "Stat definitions refused (invalid or conflicting).", Load(stats_.definitions_refused));
+  counter("torchmon_daemon_events_received_total", "Events received.",
+          Load(stats_.events_received));
+  counter("torchmon_daemon_events_refused_total", "Events refused as invalid.",
+          Load(stats_.events_refused));
+  counter("torchmon_daemon_windows_closed_total", "Windows closed.",
+          Load(stats_.windows_closed));
+  counter("torchmon_daemon_series_expired_total", "Series forgotten after the idle TTL.",
+          Load(stats_.series_expired));
+  counter("torchmon_daemon_watch_dropped_total",
+          "Windows and events a slow watcher missed because its queue was full.",
+          Load(stats_.watch_items_dropped));
+  counter("torchmon_daemon_queries_total", "Query RPCs served.", Load(stats_.queries));
+  counter("torchmon_daemon_scrapes_total", "Scrapes of /metrics served before this one.",
+          Load(stats_.scrapes));
+  counter("torchmon_daemon_scrape_bytes_total", "Bytes of /metrics sent before this scrape.",
+          Load(stats_.scrape_bytes));
+  gauge("torchmon_daemon_last_scrape_duration_seconds",
+        "How long the previous scrape of /metrics took to render and send.",
+        Load(stats_.last_scrape_duration_us) / 1e6);
+  out.Finish();
+  return out.bytes_written();
+}
+
+}  // namespace torchmon::server

@@ -1,0 +1,83 @@
+#include "server/service/metrics_http_server.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "CivetServer.h"
+#include "absl/strings/str_cat.h"
+
+namespace torchmon::server {
+
+class MetricsHttpServer::Handler final : public CivetHandler {
+ public:
+  Handler(const MetricsExposition& exposition, DaemonStats& stats)
+      : exposition_(exposition), stats_(stats) {}
+
+  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
+    const auto start = std::chrono::steady_clock::now();
+    const mg_request_info* request = mg_get_request_info(conn);
+    // HTTP/1.0 has no chunked encoding: the body ends with the connection.
+    const bool chunked =
+        request->http_version != nullptr && std::strcmp(request->http_version, "1.0") != 0;
+    mg_response_header_start(conn, 200);
+    mg_response_header_add(conn, "Content-Type", "text/plain; version=0.0.4; charset=utf-8", -1);
+    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
+    if (chunked) {
+      mg_response_header_add(conn, "Transfer-Encoding", "chunked", -1);
+    } else {
+      mg_disable_connection_keep_alive(conn);
+    }
+    if (mg_response_header_send(conn) != 0) return true;
+
+    const size_t bytes = exposition_.Render([&](absl::string_view piece) {
+      const int n = chunked ? mg_send_chunk(conn, piece.data(), static_cast<unsigned>(piece.size()))
+                            : mg_write(conn, piece.data(), piece.size());
+      return n > 0;  // the scraper went away: stop rendering
+    });
+    if (chunked) mg_send_chunk(conn, "", 0);
+
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    stats_.scrapes.fetch_add(1, std::memory_order_relaxed);
+    stats_.scrape_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    stats_.last_scrape_duration_us.store(
+        std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count(),
+        std::memory_order_relaxed);
+    return true;
+  }
+
+ private:
+  const MetricsExposition& exposition_;
+  DaemonStats& stats_;
+};
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& address, const MetricsExposition& exposition, DaemonStats& stats) {
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  server->handler_ = std::make_unique<Handler>(exposition, stats);
+  // Two workers: a scrape of a large daemon takes a while, and a second
+  // scraper (or a health check) should not queue behind it.
+  const std::vector<std::string> options = {"listening_ports", address, "num_threads", "2"};
+  try {
+    server->server_ = std::make_unique<CivetServer>(options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  }
+  const std::vector<int> ports = server->server_->getListeningPorts();
+  if (ports.empty() || ports.front() <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address));
+  }
+  // "$": exactly /metrics, not every path that starts with it.
+  server->server_->addHandler("/metrics$", server->handler_.get());
+  server->address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", ports.front());
+  return server;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  // The server's threads use the handler: stop them first.
+  if (server_ != nullptr) server_->close();
+}
+
+}  // namespace torchmon::server

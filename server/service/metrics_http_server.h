@@ -1,0 +1,48 @@
+// The HTTP endpoint Prometheus scrapes: GET /metrics, streamed from a
+// MetricsExposition. Built on CivetWeb, the embedded server prometheus-cpp's
+// Exposer uses, but serving our own exposition instead of the Exposer's
+// Collect-then-TextSerializer path (10x slower at 100k series; see
+// docs/performance.md).
+#ifndef TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
+#define TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/service/daemon_stats.h"
+#include "server/service/metrics_exposition.h"
+
+class CivetServer;
+
+namespace torchmon::server {
+
+// Thread-safe: scrapes run concurrently on the server's worker threads.
+// HTTP/1.1 responses use chunked transfer encoding; HTTP/1.0 ones end when
+// the connection closes. Every other path is 404.
+class MetricsHttpServer {
+ public:
+  // Serves on `address` (HOST:PORT, [IPv6]:PORT; port 0 picks a free one).
+  // UnavailableError naming the address if it cannot be bound. `exposition`
+  // and `stats` must outlive the server; each scrape is counted in `stats`.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const std::string& address, const MetricsExposition& exposition, DaemonStats& stats);
+
+  // Stops serving; waits for scrapes in progress.
+  ~MetricsHttpServer();
+
+  // The bound address, with the real port ("127.0.0.1:9464").
+  const std::string& address() const { return address_; }
+
+ private:
+  class Handler;
+  MetricsHttpServer() = default;
+
+  std::string address_;
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<CivetServer> server_;
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
