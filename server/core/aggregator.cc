@@ -64,7 +64,7 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
           "; refusing the conflicting definition with ", spec.ToString()));
     }
     s.last_update_ms = now;
-    return s.id;
+    return it->second;
   }
   uint32_t slot;
   if (!free_slots_.empty()) {
@@ -81,14 +81,14 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   auto s = std::make_shared<Series>();
   s->key.stat = key.stat;
   s->key.labels = InternLocked(key.labels);
-  s->id = MakeId(slot, slots_[slot].generation);
+  const SeriesId id = MakeId(slot, slots_[slot].generation);
   s->spec = spec;
   s->last_update_ms = now;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
-  ids_.emplace(&s->key, s->id);
+  ids_.emplace(&s->key, id);
   slots_[slot].series = std::move(s);
   ++series_count_;
-  return slots_[slot].series->id;
+  return id;
 }
 
 absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const double> values,
@@ -128,7 +128,7 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
                                   [](const OpenWindow& o, int64_t k) { return o.index < k; });
       if (pos == s.open.end() || pos->index != index) {
         pos = s.open.insert(pos, OpenWindow{index, WindowStats{}});
-        deadlines_.emplace(DeadlineMs(s, index), s.id);
+        deadlines_.emplace(DeadlineMs(s, index), id);
       }
       cached = &*pos;
       // Not late, so the window is near now and these cannot overflow.

@@ -11,45 +11,56 @@
 
 namespace torchmon::server {
 
-// The newest `limit` closed windows of a series, oldest first. Storage grows
-// with the windows actually closed (a series that closed one window holds
-// one record, not `limit`; never more than twice the records held, never
-// more than `limit`), then becomes a ring. std::deque, by contrast,
-// allocates 576 bytes the moment it exists.
+// The newest `limit` closed windows of a series, oldest first.
+//
+// The newest window (what the scrape shows) is held inline, so a series
+// that closed one window, or keeps only one (--history 1), is a single
+// allocation. Older windows go to a ring whose storage grows with the
+// windows actually closed (never more than twice those held, never more
+// than limit - 1 records). std::deque, by contrast, allocates 576 bytes the
+// moment it exists.
 //
 // Thread-compatible.
 class WindowHistory {
  public:
   // Appends `record`, forgetting the oldest once `limit` (≥ 1) are kept.
   void Push(const WindowRecord& record, size_t limit) {
-    if (records_.size() < limit) {
-      if (records_.size() == records_.capacity()) {
-        // Exact growth: reserve() allocates what it is asked for, so the
-        // capacity never overshoots `limit`.
-        records_.reserve(std::min(limit, std::max<size_t>(1, records_.size() * 2)));
-      }
-      // Below the limit the ring has never wrapped: head_ is 0.
-      records_.push_back(record);
-      return;
-    }
-    records_[head_] = record;
-    head_ = static_cast<uint32_t>((head_ + 1) % records_.size());
+    if (has_newest_ && limit > 1) PushOlder(newest_, limit - 1);
+    newest_ = record;
+    has_newest_ = true;
   }
 
-  size_t size() const { return records_.size(); }
-  bool empty() const { return records_.empty(); }
+  size_t size() const { return has_newest_ ? older_.size() + 1 : 0; }
+  bool empty() const { return !has_newest_; }
   // i = 0 is the oldest kept window.
   const WindowRecord& operator[](size_t i) const {
-    return records_[(head_ + i) % records_.size()];
+    return i < older_.size() ? older_[(head_ + i) % older_.size()] : newest_;
   }
-  const WindowRecord& back() const { return (*this)[records_.size() - 1]; }
-  // Records allocated.
-  size_t capacity() const { return records_.capacity(); }
+  const WindowRecord& back() const { return newest_; }
+  // Records allocated on the heap (the newest one is inline).
+  size_t heap_records() const { return older_.capacity(); }
 
  private:
-  std::vector<WindowRecord> records_;
-  // Index of the oldest record once the ring has wrapped.
+  void PushOlder(const WindowRecord& record, size_t limit) {
+    if (older_.size() < limit) {
+      if (older_.size() == older_.capacity()) {
+        // Exact growth: reserve() allocates what it is asked for, so the
+        // capacity never overshoots `limit`.
+        older_.reserve(std::min(limit, std::max<size_t>(1, older_.size() * 2)));
+      }
+      // Below the limit the ring has never wrapped: head_ is 0.
+      older_.push_back(record);
+      return;
+    }
+    older_[head_] = record;
+    head_ = static_cast<uint32_t>((head_ + 1) % older_.size());
+  }
+
+  WindowRecord newest_;
+  bool has_newest_ = false;
+  // Index of the oldest record of older_ once the ring has wrapped.
   uint32_t head_ = 0;
+  std::vector<WindowRecord> older_;
 };
 
 }  // namespace torchmon::server

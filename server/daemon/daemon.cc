@@ -1,10 +1,12 @@
 #include "server/daemon/daemon.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -22,6 +24,22 @@ namespace {
 
 constexpr auto kTickInterval = std::chrono::milliseconds(50);
 constexpr int64_t kExpiryIntervalMs = 1000;
+// Freed memory goes back to the OS this long after something was released
+// (a stream ended, series expired: their teardown finishes meanwhile), and
+// at most once per interval.
+constexpr int64_t kTrimDelayMs = 1000;
+constexpr int64_t kTrimIntervalMs = 10'000;
+
+// glibc keeps freed memory for reuse: without this a daemon that outlives
+// many jobs would keep the footprint of its busiest moment (a burst of
+// definitions, a large query answer) for good. Measured on a daemon whose
+// 100k series' clients had gone: RSS over baseline 2.8 KB per series before,
+// 0.65 KB after (docs/performance.md).
+void ReleaseFreedMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
 
 void Log(const std::string& line) { std::cerr << "torchmond: " << line << std::endl; }
 
@@ -157,6 +175,20 @@ void Daemon::Tick() {
     next_expiry_ms_ = now + kExpiryIntervalMs;
     stats_.series_expired.fetch_add(aggregator_.ExpireIdleSeries(), std::memory_order_relaxed);
     events_.ExpireIdle();
+  }
+  // Released since the last trim: streams that ended, series that expired.
+  const uint64_t released =
+      stats_.ingest_streams_total.load(std::memory_order_relaxed) -
+      static_cast<uint64_t>(stats_.ingest_streams_active.load(std::memory_order_relaxed)) +
+      stats_.series_expired.load(std::memory_order_relaxed);
+  if (released != released_seen_) {
+    released_seen_ = released;
+    trim_due_ms_ = std::max(now + kTrimDelayMs, last_trim_ms_ + kTrimIntervalMs);
+  }
+  if (trim_due_ms_ != 0 && now >= trim_due_ms_) {
+    trim_due_ms_ = 0;
+    last_trim_ms_ = now;
+    ReleaseFreedMemory();
   }
 }
 

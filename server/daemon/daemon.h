@@ -74,6 +74,11 @@ class Daemon {
   boost::asio::steady_timer timer_;
   boost::asio::signal_set signals_;
   int64_t next_expiry_ms_ = 0;
+  // Streams ended plus series expired, as last seen by Tick; when the next
+  // malloc trim is due (0: none pending) and when the last one ran.
+  uint64_t released_seen_ = 0;
+  int64_t trim_due_ms_ = 0;
+  int64_t last_trim_ms_ = 0;
 };
 
 }  // namespace torchmon::server

@@ -27,7 +27,8 @@ std::vector<int64_t> Starts(const WindowHistory& h) {
 TEST(WindowHistoryTest, NewHistoryIsEmptyAndAllocatesNothing) {
   WindowHistory h;
   EXPECT_TRUE(h.empty());
-  EXPECT_EQ(h.capacity(), 0u);
+  EXPECT_EQ(h.size(), 0u);
+  EXPECT_EQ(h.heap_records(), 0u);
 }
 
 TEST(WindowHistoryTest, BelowTheLimitKeepsEveryWindowOldestFirst) {
@@ -50,25 +51,33 @@ TEST(WindowHistoryTest, RingStaysInOrderOverManyLaps) {
   EXPECT_THAT(Starts(h), ElementsAre(993, 994, 995, 996, 997, 998, 999));
 }
 
-TEST(WindowHistoryTest, LimitOfOneKeepsOnlyTheLastWindow) {
+TEST(WindowHistoryTest, LimitOfOneKeepsOnlyTheLastWindowAndNeverAllocates) {
   WindowHistory h;
   for (int64_t t = 0; t < 4; ++t) h.Push(Record(t), 1);
   EXPECT_THAT(Starts(h), ElementsAre(3));
-  EXPECT_EQ(h.capacity(), 1u);
+  EXPECT_EQ(h.heap_records(), 0u);
 }
 
-TEST(WindowHistoryTest, OneClosedWindowTakesOneRecord) {
+TEST(WindowHistoryTest, OneClosedWindowAllocatesNothing) {
   WindowHistory h;
   h.Push(Record(0), 120);
-  EXPECT_EQ(h.capacity(), 1u);
+  EXPECT_EQ(h.size(), 1u);
+  EXPECT_EQ(h.heap_records(), 0u);
+}
+
+TEST(WindowHistoryTest, LimitOfTwoKeepsTheNewestTwo) {
+  WindowHistory h;
+  for (int64_t t = 0; t < 5; ++t) h.Push(Record(t), 2);
+  EXPECT_THAT(Starts(h), ElementsAre(3, 4));
+  EXPECT_EQ(h.heap_records(), 1u);
 }
 
 TEST(WindowHistoryTest, StorageGrowsWithWindowsButNeverPastTheLimit) {
   WindowHistory h;
   for (int64_t t = 0; t < 500; ++t) {
     h.Push(Record(t), 120);
-    EXPECT_LE(h.capacity(), 120u);
-    EXPECT_LE(h.capacity(), 2 * h.size());
+    EXPECT_LE(h.heap_records(), 119u);
+    EXPECT_LE(h.heap_records(), 2 * (h.size() - 1));
   }
   EXPECT_EQ(h.size(), 120u);
 }
