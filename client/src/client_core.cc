@@ -1,6 +1,7 @@
 #include "detail/client_core.h"
 #include "detail/wall_clock.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -422,6 +423,8 @@ void ClientCore::PrintOnce(const std::string& line) {
 // --- sender thread ---
 
 void ClientCore::SenderMain() {
+  // Named so that top -H and profilers show what the training process runs.
+  pthread_setname_np(pthread_self(), "torchmon-send");
   Backoff backoff(options_.initial_backoff, options_.max_backoff);
   // Each Flush may cut one pause short; more would let a daemon that ends
   // every stream at once turn a waiting Flush into a reconnect loop.
@@ -786,6 +789,7 @@ void ClientCore::RetireClosedStats() {
 // --- reader thread ---
 
 void ClientCore::ReaderMain(Stream* stream) {
+  pthread_setname_np(pthread_self(), "torchmon-acks");
   v1::IngestAck ack;
   while (stream->Read(&ack)) OnAck(ack);
   absl::MutexLock lock(&mu_);

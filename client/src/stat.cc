@@ -19,6 +19,8 @@ Stat::Stat(std::string name, std::vector<Aggregation> aggregations,
 
 Stat::~Stat() { state_->closed.store(true, std::memory_order_release); }
 
+int64_t WallMicros() noexcept { return detail::WallClock::NowMicros(); }
+
 void Stat::add(double value) noexcept { state_->Add(value, detail::WallClock::NowMicros()); }
 
 void Stat::add(double value, int64_t timestamp_us) noexcept { state_->Add(value, timestamp_us); }

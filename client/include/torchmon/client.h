@@ -66,7 +66,7 @@ struct ClientOptions {
   // and counted (Client::Stats().events_dropped).
   size_t max_buffered_events = 10000;
   // How often the sender thread drains buffers and sends a batch.
-  std::chrono::milliseconds send_interval{20};
+  std::chrono::milliseconds send_interval{100};
   // Reconnect backoff: starts at initial_backoff, doubles up to max_backoff.
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{5000};
@@ -132,6 +132,12 @@ class Client {
   std::shared_ptr<detail::ClientCore> core_;
 };
 
+// Now, in microseconds since the Unix epoch, from the clock Stat::add(value)
+// stamps samples with: the invariant TSC where there is one, calibrated
+// against CLOCK_REALTIME by the clients' sender threads (within 50 us of it),
+// else clock_gettime. Never blocks or makes a syscall where the TSC is used.
+int64_t WallMicros() noexcept;
+
 // A stat recorded in windows by the daemon (torch.monitor.Stat).
 // Stats with the same name and labels, in any process, feed one series if
 // their definitions agree; the daemon refuses a conflicting definition.
@@ -150,7 +156,8 @@ class Stat {
   // Records a sample stamped now. Never blocks, throws, allocates or makes a
   // syscall; when the buffer is full the sample is dropped and counted.
   void add(double value) noexcept;
-  // Records a sample with an explicit timestamp (Unix microseconds).
+  // Records a sample with an explicit timestamp (Unix microseconds; see
+  // WallMicros for the clock add(value) uses).
   void add(double value, int64_t timestamp_us) noexcept;
 
   const std::string& name() const;

@@ -27,12 +27,6 @@ namespace {
 
 constexpr int kAggregations = 6;
 
-int64_t NowMicros() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
-
 int64_t FloorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -95,16 +89,23 @@ class PyStat {
               max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples,
               std::move(labels)) {}
 
+  // Called from training loops between steps, with cold caches: the clock
+  // is the client's TSC clock (no vDSO page to fault in) and, while `now`
+  // stays inside the current local window, no division is made.
   void add(double v) {
-    const int64_t now_us = NowMicros();
-    const int64_t index = FloorDiv(FloorDiv(now_us, 1000), window_ms_);
-    if (index != window_index_) {
-      if (current_.count > 0) {
-        last_closed_ = current_;
-        ReportWindow();
+    const int64_t now_us = WallMicros();
+    if (now_us < window_start_us_ || now_us >= window_end_us_) {
+      const int64_t index = FloorDiv(FloorDiv(now_us, 1000), window_ms_);
+      if (index != window_index_) {
+        if (current_.count > 0) {
+          last_closed_ = current_;
+          ReportWindow();
+        }
+        current_ = LocalWindow();
+        window_index_ = index;
+        window_start_us_ = index * window_ms_ * 1000;
+        window_end_us_ = window_start_us_ + window_ms_ * 1000;
       }
-      current_ = LocalWindow();
-      window_index_ = index;
     }
     if (max_samples_ <= 0 || max_samples_ == std::numeric_limits<int64_t>::max() ||
         current_.count < static_cast<uint64_t>(max_samples_)) {
@@ -115,13 +116,13 @@ class PyStat {
 
   // Samples in the current window (torch.monitor.Stat.count).
   int64_t count() {
-    const int64_t index = FloorDiv(FloorDiv(NowMicros(), 1000), window_ms_);
+    const int64_t index = FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_);
     return index == window_index_ ? static_cast<int64_t>(current_.count) : 0;
   }
 
   // The aggregates of the last completed window (torch.monitor.Stat.get()).
   std::map<Aggregation, double> get() {
-    const int64_t index = FloorDiv(FloorDiv(NowMicros(), 1000), window_ms_);
+    const int64_t index = FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_);
     const LocalWindow& w = index == window_index_ ? last_closed_ : current_;
     std::map<Aggregation, double> out;
     for (Aggregation a : aggregations_) out[a] = w.Get(a);
@@ -176,6 +177,9 @@ class PyStat {
   int64_t max_samples_;
   Stat stat_;
   int64_t window_index_ = std::numeric_limits<int64_t>::min();
+  // [start, end) of window_index_ in microseconds; empty until the first add.
+  int64_t window_start_us_ = 0;
+  int64_t window_end_us_ = 0;
   LocalWindow current_;
   LocalWindow last_closed_;
 };
