@@ -171,13 +171,13 @@ ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s,
   return w;
 }
 
-void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t now_ms,
+void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t deadline_ms,
                               bool everything, std::vector<ClosedWindow>& out) {
   Series& s = *series;
   const size_t limit = std::max<size_t>(options_.history_windows, 1);
   size_t closed = 0;
   for (const OpenWindow& o : s.open) {
-    if (!everything && DeadlineMs(s, o.index) > now_ms) break;
+    if (!everything && DeadlineMs(s, o.index) > deadline_ms) break;
     s.history.Push(WindowRecord{o.index * s.spec.window_ms, o.stats, everything}, limit);
     out.push_back(ToClosedWindow(series, s.history.back()));
     s.last_closed_index = std::max(s.last_closed_index, o.index);
@@ -186,20 +186,38 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t now
   s.open.erase(s.open.begin(), s.open.begin() + closed);
 }
 
-std::vector<ClosedWindow> Aggregator::CloseDueWindows() {
+size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> fn) {
   const int64_t now = clock_.NowMs();
-  std::vector<ClosedWindow> out;
-  absl::MutexLock lock(&mu_);
-  auto end = deadlines_.upper_bound(now);
-  for (auto it = deadlines_.begin(); it != end; ++it) {
-    if (FindLocked(it->second) == nullptr) continue;
-    CloseWindows(slots_[it->second & kSlotMask].series, now, /*everything=*/false, out);
+  size_t closed = 0;
+  std::vector<ClosedWindow> chunk;
+  for (bool more = true; more;) {
+    if (closed > 0) YieldToWriters();
+    chunk.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      // Every open window has its own entry, and an entry closes only what
+      // is due by its own deadline (end + grace), so windows come out in
+      // order of end across chunks; an entry whose window already closed
+      // (or whose series expired) finds nothing.
+      auto it = deadlines_.begin();
+      for (size_t n = 0; it != deadlines_.end() && it->first <= now && n < kWalkChunk;
+           ++it, ++n) {
+        if (FindLocked(it->second) == nullptr) continue;
+        CloseWindows(slots_[it->second & kSlotMask].series, it->first, /*everything=*/false,
+                     chunk);
+      }
+      more = it != deadlines_.end() && it->first <= now;
+      deadlines_.erase(deadlines_.begin(), it);
+    }
+    for (const ClosedWindow& w : chunk) fn(w);
+    closed += chunk.size();
   }
-  deadlines_.erase(deadlines_.begin(), end);
-  // One series may contribute several windows: order across series too.
-  std::stable_sort(out.begin(), out.end(), [](const ClosedWindow& a, const ClosedWindow& b) {
-    return a.end_ms < b.end_ms;
-  });
+  return closed;
+}
+
+std::vector<ClosedWindow> Aggregator::CloseDueWindows() {
+  std::vector<ClosedWindow> out;
+  CloseDueWindows([&out](const ClosedWindow& w) { out.push_back(w); });
   return out;
 }
 

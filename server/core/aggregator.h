@@ -92,8 +92,15 @@ class Aggregator {
   // Records samples the client dropped before sending. NotFound as above.
   absl::Status AddClientDrops(SeriesId id, uint64_t dropped) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Closes every window whose end + grace has passed, appends them to their
-  // series' history and returns them, oldest deadline (earliest end) first.
+  // Closes every window whose end + grace has passed and appends it to its
+  // series' history; calls `fn` for each, in order of window end, outside
+  // the lock. Works in chunks of series (the lock taken per chunk, waiting
+  // AddSamples calls let in between, as ForEachSeries does), so a million
+  // windows closing together neither stall ingestion nor pile up in one
+  // buffer. Returns how many windows closed.
+  size_t CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> fn)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The same, collected (tests, tools).
   std::vector<ClosedWindow> CloseDueWindows() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Closes every open window now, marked partial (shutdown).
@@ -175,9 +182,9 @@ class Aggregator {
   void RemoveLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stored copy of `labels`, shared by every series with these labels.
   LabelSet InternLocked(const LabelSet& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Closes the open windows of `s` with deadline ≤ now_ms (all if
+  // Closes the open windows of `s` with deadline ≤ deadline_ms (all if
   // `everything`), appending them to history and to `out`.
-  void CloseWindows(const std::shared_ptr<Series>& s, int64_t now_ms, bool everything,
+  void CloseWindows(const std::shared_ptr<Series>& s, int64_t deadline_ms, bool everything,
                     std::vector<ClosedWindow>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static SeriesSnapshot Snapshot(const std::shared_ptr<Series>& s);
   static ClosedWindow ToClosedWindow(const std::shared_ptr<Series>& s, const WindowRecord& r);
@@ -185,7 +192,8 @@ class Aggregator {
   const AggregatorOptions options_;
   const Clock& clock_;
 
-  // Steps aside between two chunks of a walk while AddSamples calls wait.
+  // Steps aside between two chunks of a walk (or of a close) while
+  // AddSamples calls wait.
   void YieldToWriters() const;
 
   mutable absl::Mutex mu_;

@@ -152,11 +152,13 @@ std::string Daemon::ReadyLine() const {
                       " metrics=", metrics_server_->address());
 }
 
-void Daemon::PublishClosed(std::vector<ClosedWindow> windows) {
-  stats_.windows_closed.fetch_add(windows.size(), std::memory_order_relaxed);
-  for (const ClosedWindow& w : windows) {
-    stats_.watch_items_dropped.fetch_add(windows_out_.Publish(w), std::memory_order_relaxed);
-  }
+void Daemon::PublishClosed(const ClosedWindow& window) {
+  stats_.windows_closed.fetch_add(1, std::memory_order_relaxed);
+  stats_.watch_items_dropped.fetch_add(windows_out_.Publish(window), std::memory_order_relaxed);
+}
+
+void Daemon::CloseDueWindows() {
+  aggregator_.CloseDueWindows([this](const ClosedWindow& w) { PublishClosed(w); });
 }
 
 void Daemon::ScheduleTick() {
@@ -169,7 +171,7 @@ void Daemon::ScheduleTick() {
 }
 
 void Daemon::Tick() {
-  PublishClosed(aggregator_.CloseDueWindows());
+  CloseDueWindows();
   const int64_t now = clock_.NowMs();
   if (now >= next_expiry_ms_) {
     next_expiry_ms_ = now + kExpiryIntervalMs;
@@ -222,10 +224,10 @@ void Daemon::Shutdown() {
          std::chrono::steady_clock::now() < drain_end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  PublishClosed(aggregator_.CloseDueWindows());
-  std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
+  CloseDueWindows();
+  const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
   const size_t partial_count = partial.size();
-  PublishClosed(std::move(partial));
+  for (const ClosedWindow& w : partial) PublishClosed(w);
   // Watchers end once they have written what is queued.
   windows_out_.Close();
   events_out_.Close();

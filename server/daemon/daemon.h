@@ -51,7 +51,8 @@ class Daemon {
  private:
   void ScheduleTick();
   void Tick();
-  void PublishClosed(std::vector<ClosedWindow> windows);
+  void PublishClosed(const ClosedWindow& window);
+  void CloseDueWindows();
   void Shutdown();
   absl::Status PrepareUnixSocket(const std::string& path);
 

@@ -19,6 +19,25 @@ void AddError(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id, absl::Sta
 
 }  // namespace
 
+IngestSession::Binding* IngestSession::BindingTable::Find(uint32_t id) {
+  if (id < dense_.size()) return dense_[id].has_value() ? &*dense_[id] : nullptr;
+  auto it = sparse_.find(id);
+  return it == sparse_.end() ? nullptr : &it->second;
+}
+
+IngestSession::Binding& IngestSession::BindingTable::FindOrCreate(uint32_t id) {
+  if (Binding* b = Find(id)) return *b;
+  ++count_;
+  const size_t dense_limit = kMinDense + 2 * count_;
+  if (id < dense_limit) {
+    if (id >= dense_.size()) {
+      dense_.resize(std::min(dense_limit, std::max<size_t>(id + 1, dense_.size() * 2)));
+    }
+    return dense_[id].emplace();
+  }
+  return sparse_[id];
+}
+
 IngestSession::IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
                              Broadcaster<EventRecord>* events_out)
     : aggregator_(aggregator), events_(events), stats_(stats), events_out_(events_out) {}
@@ -57,7 +76,7 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   auto refuse = [&](absl::StatusCode code, std::string message) {
     stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
     AddError(ack, sequence, def.id(), code, message, 0);
-    Binding& b = bindings_[def.id()];
+    Binding& b = bindings_.FindOrCreate(def.id());
     // A working binding survives a conflicting re-definition of its id: the
     // definition that came first wins, as between streams.
     if (b.id != 0 && b.refusal.empty()) return;
@@ -71,13 +90,13 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     return refuse(absl::StatusCode::kInvalidArgument,
                   absl::StrCat("definition of stat \"", def.name(), "\": id 0 is reserved"));
   }
-  if (auto it = bindings_.find(def.id()); it != bindings_.end() && it->second.refusal.empty()) {
-    if (it->second.key.stat == def.name()) {
+  if (Binding* bound = bindings_.Find(def.id()); bound != nullptr && bound->refusal.empty()) {
+    if (bound->key.stat == def.name()) {
       // Re-sending the same definition (e.g. after a retry) is harmless when
       // it agrees; the aggregator checks the spec.
     } else {
       AddError(ack, sequence, def.id(), absl::StatusCode::kAlreadyExists,
-               absl::StrCat("stat id ", def.id(), " is already bound to \"", it->second.key.stat,
+               absl::StrCat("stat id ", def.id(), " is already bound to \"", bound->key.stat,
                             "\" on this stream; refusing to rebind it to \"", def.name(), "\""),
                0);
       stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
@@ -114,13 +133,13 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   auto id = aggregator_.Define(b.key, b.spec);
   if (!id.ok()) return refuse(static_cast<absl::StatusCode>(id.status().code()), std::string(id.status().message()));
   b.id = *id;
-  bindings_[def.id()] = std::move(b);
+  bindings_.FindOrCreate(def.id()) = std::move(b);
 }
 
 IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples, uint64_t sequence,
                                              v1::IngestAck* ack) {
-  auto it = bindings_.find(stat_id);
-  if (it == bindings_.end()) {
+  Binding* b = bindings_.Find(stat_id);
+  if (b == nullptr) {
     AddError(ack, sequence, stat_id, absl::StatusCode::kNotFound,
              absl::StrCat("stat id ", stat_id, " was never defined on this stream; ", samples,
                           " samples refused"),
@@ -128,15 +147,15 @@ IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples,
     stats_.samples_refused.fetch_add(samples, std::memory_order_relaxed);
     return nullptr;
   }
-  if (!it->second.refusal.empty()) {
+  if (!b->refusal.empty()) {
     AddError(ack, sequence, stat_id, absl::StatusCode::kFailedPrecondition,
-             absl::StrCat("stat \"", it->second.key.stat, "\" (id ", stat_id, ") was refused (",
-                          it->second.refusal, "); ", samples, " samples refused"),
+             absl::StrCat("stat \"", b->key.stat, "\" (id ", stat_id, ") was refused (",
+                          b->refusal, "); ", samples, " samples refused"),
              samples);
     stats_.samples_refused.fetch_add(samples, std::memory_order_relaxed);
     return nullptr;
   }
-  return &it->second;
+  return b;
 }
 
 absl::Status IngestSession::Redefine(Binding& b) {
@@ -186,15 +205,15 @@ void IngestSession::AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1
 }
 
 void IngestSession::AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack) {
-  auto it = bindings_.find(drops.stat_id());
-  if (it == bindings_.end() || !it->second.refusal.empty()) {
+  Binding* bound = bindings_.Find(drops.stat_id());
+  if (bound == nullptr || !bound->refusal.empty()) {
     AddError(ack, sequence, drops.stat_id(), absl::StatusCode::kNotFound,
              absl::StrCat("drop report for stat id ", drops.stat_id(),
                           ", which is not a defined stat on this stream; ignored"),
              0);
     return;
   }
-  Binding& b = it->second;
+  Binding& b = *bound;
   absl::Status s = aggregator_.AddClientDrops(b.id, drops.dropped());
   if (absl::IsNotFound(s) && Redefine(b).ok()) s = aggregator_.AddClientDrops(b.id, drops.dropped());
   if (!s.ok()) {

@@ -10,7 +10,8 @@ add_executable(torchmon_benchmarks
   ${CMAKE_CURRENT_SOURCE_DIR}/client_add_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/aggregator_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/exposition_bench.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/ingest_bench.cc)
+  ${CMAKE_CURRENT_SOURCE_DIR}/ingest_bench.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/bench_main.cc)
 # client/src for detail/stat_state.h and detail/sample_ring.h, measured directly.
 target_include_directories(torchmon_benchmarks PRIVATE ${PROJECT_SOURCE_DIR}/client/src)
 # torchmon_test_support (tests/integration) starts the real torchmond for the
@@ -21,7 +22,6 @@ target_link_libraries(torchmon_benchmarks PRIVATE
   torchmon_test_support
   prometheus-cpp::core
   benchmark::benchmark
-  benchmark::benchmark_main
   Threads::Threads)
 torchmon_strict(torchmon_benchmarks)
 add_dependencies(torchmon_benchmarks torchmond)

@@ -794,6 +794,22 @@ TEST_F(AggregatorTest, WalkFinishesWhileAnotherThreadIngestsWithoutPause) {
   EXPECT_EQ(Counters("busy").accepted, added.load());
 }
 
+TEST_F(AggregatorTest, CloseDueWindowsClosesEveryDueWindowAcrossChunksOldestFirst) {
+  const int n = static_cast<int>(2 * Aggregator::kWalkChunk + 5);
+  for (int i = 0; i < n; ++i) {
+    // Interleaved so that both deadlines run through every chunk.
+    AddAt(Define("long" + std::to_string(i), {{"rank", "0"}}, 2 * kW), 1, kT0);
+    AddAt(Define("short" + std::to_string(i), {{"rank", "0"}}, kW), 1, kT0);
+  }
+  clock_.Set(kT0 + 2 * kW + kGrace);
+  const std::vector<ClosedWindow> closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(2 * n));
+  for (int i = 0; i < 2 * n; ++i) {
+    EXPECT_EQ(closed[i].end_ms, i < n ? kT0 + kW : kT0 + 2 * kW) << i;
+  }
+  EXPECT_THAT(aggregator_->CloseDueWindows(), IsEmpty());
+}
+
 TEST_F(AggregatorTest, ExpiryRemovesIdleSeriesAcrossChunks) {
   const int n = static_cast<int>(2 * Aggregator::kWalkChunk + 3);
   for (int i = 0; i < n; ++i) Define("s" + std::to_string(i));

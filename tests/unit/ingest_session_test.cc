@@ -409,5 +409,40 @@ TEST_F(IngestSessionTest, SampleClassificationReachesTheSeriesCounters) {
   EXPECT_EQ(c.late, 1u);
 }
 
+// --- Stat ids ---------------------------------------------------------------
+
+TEST_F(IngestSessionTest, StatIdsFarBeyondThoseDefinedStillBind) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  AddDefinition(batch, 4'000'000'000u, "huge", {v1::SUM});
+  AddDefinition(batch, 7, "small", {v1::SUM});
+  AddSamples(batch, 4'000'000'000u, kT0 * 1000, {1, 2});
+  AddSamples(batch, 7, kT0 * 1000, {5});
+  EXPECT_THAT(Apply(batch).errors(), IsEmpty());
+  EXPECT_EQ(Series("huge").counters.accepted, 2u);
+  EXPECT_EQ(Series("small").counters.accepted, 1u);
+}
+
+TEST_F(IngestSessionTest, ThousandsOfStatIdsInAnyOrderEachReachTheirOwnSeries) {
+  constexpr uint32_t kStats = 5000;  // past the table's first dense bound
+  v1::IngestBatch define;
+  define.set_sequence(1);
+  for (uint32_t i = 0; i < kStats; ++i) {
+    // Odd ids ascending, then even ids descending.
+    const uint32_t id = i < kStats / 2 ? 2 * i + 1 : 2 * (kStats - i);
+    AddDefinition(define, id, "s" + std::to_string(id), {v1::SUM});
+  }
+  ASSERT_THAT(Apply(define).errors(), IsEmpty());
+  v1::IngestBatch samples;
+  samples.set_sequence(2);
+  for (uint32_t id = 1; id <= kStats; ++id) {
+    AddSamples(samples, id, kT0 * 1000, std::vector<double>(id % 3 + 1, 1.0));
+  }
+  ASSERT_THAT(Apply(samples).errors(), IsEmpty());
+  for (uint32_t id : {1u, 2u, 1023u, 1024u, 1025u, 2500u, 4999u, 5000u}) {
+    EXPECT_EQ(Series("s" + std::to_string(id)).counters.accepted, id % 3 + 1) << id;
+  }
+}
+
 }  // namespace
 }  // namespace torchmon::server
