@@ -99,6 +99,8 @@ class ClientCore {
   // a write failed (the stream is broken).
   bool RunCycle(StreamState& stream, CycleResult* result) ABSL_LOCKS_EXCLUDED(mu_);
   bool WriteBatch(StreamState& stream, OutgoingBatch& out) ABSL_LOCKS_EXCLUDED(mu_);
+  // True if a ring looked at is full enough that a cycle should not wait.
+  bool LookForBurstLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts events taken for a cycle but never written back at the queue head.
   void RequeueEvents(std::deque<v1::Event>& events) ABSL_LOCKS_EXCLUDED(mu_);
   void RetireClosedStats() ABSL_LOCKS_EXCLUDED(mu_);
@@ -150,6 +152,8 @@ class ClientCore {
   absl::CondVar progress_cv_;
 
   std::vector<std::shared_ptr<StatState>> stats_ ABSL_GUARDED_BY(mu_);
+  // Where the next LookForBurstLocked starts in stats_.
+  size_t look_position_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t next_stat_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Counts of stats that were closed and left the registry.
   uint64_t retired_added_ ABSL_GUARDED_BY(mu_) = 0;
