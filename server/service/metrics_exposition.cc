@@ -242,17 +242,6 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
     }
   }
 
-  auto self = [&](absl::string_view name, absl::string_view help, absl::string_view type,
-                  double value) {
-    out.Family(name, help, type);
-    out.Sample(name, {}, value);
-  };
-  auto gauge = [&](absl::string_view name, absl::string_view help, double value) {
-    self(name, help, "gauge", value);
-  };
-  auto counter = [&](absl::string_view name, absl::string_view help, double value) {
-    self(name, help, "counter", value);
-  };
   {
     std::string version_label;
     AppendPrometheusLabel(version_label, "version", version_);
@@ -260,48 +249,61 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
                "gauge");
     out.Sample("torchmon_daemon_build_info", {version_label}, 1);
   }
-  gauge("torchmon_daemon_start_time_seconds", "When the daemon started, Unix seconds.",
-        Load(stats_.start_time_ms) / 1000.0);
-  gauge("torchmon_daemon_series", "Series held in memory.",
-        static_cast<double>(snap.series_count));
-  gauge("torchmon_daemon_clients", "Open ingest streams.", Load(stats_.ingest_streams_active));
-  gauge("torchmon_daemon_watchers", "Open WatchWindows/WatchEvents streams.",
-        Load(stats_.watchers_active));
-  gauge("torchmon_daemon_events_retained", "Events held in the event log.",
-        static_cast<double>(snap.events_retained));
-  counter("torchmon_daemon_streams_total", "Ingest streams opened.",
-          Load(stats_.ingest_streams_total));
-  counter("torchmon_daemon_batches_total", "Ingest batches received.",
-          Load(stats_.batches_received));
-  counter("torchmon_daemon_batches_with_errors_total",
-          "Ingest batches of which some part was refused.", Load(stats_.batches_with_errors));
-  counter("torchmon_daemon_samples_received_total", "Samples received in ingest batches.",
-          Load(stats_.samples_received));
-  counter("torchmon_daemon_samples_refused_total",
-          "Samples refused with their batch part (unknown or refused stat, malformed block); not "
-          "counted in any series.",
-          Load(stats_.samples_refused));
-  counter("torchmon_daemon_definitions_refused_total",
-          "Stat definitions refused (invalid or conflicting).", Load(stats_.definitions_refused));
-  counter("torchmon_daemon_events_received_total", "Events received.",
-          Load(stats_.events_received));
-  counter("torchmon_daemon_events_refused_total", "Events refused as invalid.",
-          Load(stats_.events_refused));
-  counter("torchmon_daemon_windows_closed_total", "Windows closed.",
-          Load(stats_.windows_closed));
-  counter("torchmon_daemon_series_expired_total", "Series forgotten after the idle TTL.",
-          Load(stats_.series_expired));
-  counter("torchmon_daemon_watch_dropped_total",
-          "Windows and events a slow watcher missed because its queue was full.",
-          Load(stats_.watch_items_dropped));
-  counter("torchmon_daemon_queries_total", "Query RPCs served.", Load(stats_.queries));
-  counter("torchmon_daemon_scrapes_total", "Scrapes of /metrics served before this one.",
-          Load(stats_.scrapes));
-  counter("torchmon_daemon_scrape_bytes_total", "Bytes of /metrics sent before this scrape.",
-          Load(stats_.scrape_bytes));
-  gauge("torchmon_daemon_last_scrape_duration_seconds",
-        "How long the previous scrape of /metrics took to render and send.",
-        Load(stats_.last_scrape_duration_us) / 1e6);
+  struct SelfMetric {
+    const char* name;
+    const char* type;
+    const char* help;
+    double value;
+  };
+  const SelfMetric self_metrics[] = {
+      {"torchmon_daemon_start_time_seconds", "gauge", "When the daemon started, Unix seconds.",
+       Load(stats_.start_time_ms) / 1000.0},
+      {"torchmon_daemon_series", "gauge", "Series held in memory.",
+       static_cast<double>(snap.series_count)},
+      {"torchmon_daemon_clients", "gauge", "Open ingest streams.",
+       Load(stats_.ingest_streams_active)},
+      {"torchmon_daemon_watchers", "gauge", "Open WatchWindows/WatchEvents streams.",
+       Load(stats_.watchers_active)},
+      {"torchmon_daemon_events_retained", "gauge", "Events held in the event log.",
+       static_cast<double>(snap.events_retained)},
+      {"torchmon_daemon_streams_total", "counter", "Ingest streams opened.",
+       Load(stats_.ingest_streams_total)},
+      {"torchmon_daemon_batches_total", "counter", "Ingest batches received.",
+       Load(stats_.batches_received)},
+      {"torchmon_daemon_batches_with_errors_total", "counter",
+       "Ingest batches of which some part was refused.", Load(stats_.batches_with_errors)},
+      {"torchmon_daemon_samples_received_total", "counter", "Samples received in ingest batches.",
+       Load(stats_.samples_received)},
+      {"torchmon_daemon_samples_refused_total", "counter",
+       "Samples refused with their batch part (unknown or refused stat, malformed block); not "
+       "counted in any series.",
+       Load(stats_.samples_refused)},
+      {"torchmon_daemon_definitions_refused_total", "counter",
+       "Stat definitions refused (invalid or conflicting).", Load(stats_.definitions_refused)},
+      {"torchmon_daemon_events_received_total", "counter", "Events received.",
+       Load(stats_.events_received)},
+      {"torchmon_daemon_events_refused_total", "counter", "Events refused as invalid.",
+       Load(stats_.events_refused)},
+      {"torchmon_daemon_windows_closed_total", "counter", "Windows closed.",
+       Load(stats_.windows_closed)},
+      {"torchmon_daemon_series_expired_total", "counter", "Series forgotten after the idle TTL.",
+       Load(stats_.series_expired)},
+      {"torchmon_daemon_watch_dropped_total", "counter",
+       "Windows and events a slow watcher missed because its queue was full.",
+       Load(stats_.watch_items_dropped)},
+      {"torchmon_daemon_queries_total", "counter", "Query RPCs served.", Load(stats_.queries)},
+      {"torchmon_daemon_scrapes_total", "counter", "Scrapes of /metrics served before this one.",
+       Load(stats_.scrapes)},
+      {"torchmon_daemon_scrape_bytes_total", "counter",
+       "Bytes of /metrics sent before this scrape.", Load(stats_.scrape_bytes)},
+      {"torchmon_daemon_last_scrape_duration_seconds", "gauge",
+       "How long the previous scrape of /metrics took to render and send.",
+       Load(stats_.last_scrape_duration_us) / 1e6},
+  };
+  for (const SelfMetric& m : self_metrics) {
+    out.Family(m.name, m.help, m.type);
+    out.Sample(m.name, {}, m.value);
+  }
   out.Finish();
   return out.bytes_written();
 }
