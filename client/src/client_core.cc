@@ -1,4 +1,5 @@
 #include "detail/client_core.h"
+#include "detail/send_pacer.h"
 #include "detail/wall_clock.h"
 
 #include <pthread.h>
@@ -47,21 +48,10 @@ constexpr milliseconds kHalfCloseGrace{250};
 // A cycle that found a producer mid-push retries this soon; the producer
 // finishes in nanoseconds unless it was preempted.
 constexpr milliseconds kIncompleteRetry{1};
-// The sender aims to find every ring at most this full. A busier stat
-// shortens the time to the next cycle (down to none), so the default
-// 16k-sample ring sustains tens of millions of samples per second instead
-// of capacity / send_interval.
-constexpr double kTargetRingFill = 0.25;
-// Between cycles the sender looks at the rings this often (a few loads per
-// stat, no I/O), and sends at once when one is this full: a full cycle costs
-// ~0.25 ms of CPU in gRPC, a look microseconds.
-constexpr milliseconds kLookInterval{25};
-constexpr double kBurstFill = kTargetRingFill / 2;
+// At most this many stats are looked at between two batches (round robin):
+// a process with a huge number of stats does not pay for all of them every
+// SendPacer::kLookInterval.
 constexpr size_t kMaxStatsPerLook = 4096;
-// The peak fill rate the sender paces by decays by e every this long, and
-// is only sampled over gaps long enough to mean something.
-constexpr double kPeakDecaySeconds = 2.0;
-constexpr double kMinRateSampleSeconds = 0.001;
 // Tag and length bytes around a hello, definition or event, on top of its
 // own ByteSizeLong().
 constexpr size_t kFieldOverheadBytes = 8;
@@ -517,26 +507,21 @@ bool ClientCore::RunStream() {
   CycleResult cycle;
   Clock::time_point last_cycle_start = Clock::now();
   Clock::time_point next_cycle = last_cycle_start;  // the hello goes out at once
-  // A new stream starts with short gaps, grown to send_interval while the
-  // rings stay quiet.
-  Clock::duration last_delay = kIncompleteRetry;
-  // Highest fraction of a ring filled per second lately (see below).
-  double peak_fill_rate = 0;
+  SendPacer pacer(options_.send_interval);
   for (;;) {
     uint64_t ticket;
     {
       absl::MutexLock lock(&mu_);
-      Clock::time_point next_look = Clock::now() + kLookInterval;
+      Clock::time_point next_look = Clock::now() + SendPacer::kLookInterval;
       for (;;) {
         if (stop_ || read_done_) break;
         const Clock::time_point now = Clock::now();
         if (now >= next_cycle || (cycle.complete && flush_requested_ > flush_written_)) break;
-        // Between cycles the rings are looked at (cheap) every kLookInterval,
-        // so that a burst after a quiet spell is sent at once instead of
-        // after a gap paced for the quiet.
+        // Between cycles the rings are looked at (cheap), so that a burst
+        // after a quiet spell is sent at once (see SendPacer).
         if (now >= next_look) {
           if (LookForBurstLocked()) break;
-          next_look = now + kLookInterval;
+          next_look = now + SendPacer::kLookInterval;
         }
         sender_cv_.WaitWithTimeout(&mu_, absl::FromChrono(std::min(next_cycle, next_look) - now));
       }
@@ -555,27 +540,7 @@ bool ClientCore::RunStream() {
         written_sequence_ = last_sequence_;
         progress_cv_.SignalAll();
       }
-      // The gap is what the fullest ring takes to reach the target fill at
-      // the highest fill rate seen lately (decaying over a few seconds), so
-      // a client that was busy keeps checking at its busy pace through a
-      // quiet patch, and a burst after it (a producer catching up, a dump
-      // at the end of an epoch) finds room. Pacing by the last cycle alone
-      // let one quiet look stretch the gap to send_interval, and a stat
-      // taking 200k samples/s overflowed meanwhile. The gap grows at most
-      // twofold per cycle: empty rings a moment after the previous cycle
-      // (after the hello, a flush, a retry) prove little.
-      const double seconds = std::chrono::duration<double>(since_last).count();
-      if (seconds >= kMinRateSampleSeconds) {
-        peak_fill_rate = std::max(cycle.max_ring_fill / seconds,
-                                  peak_fill_rate * std::exp(-seconds / kPeakDecaySeconds));
-      }
-      Clock::duration delay = std::min<Clock::duration>(options_.send_interval, 2 * last_delay);
-      if (peak_fill_rate > 0) {
-        delay = std::min(delay, std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(kTargetRingFill / peak_fill_rate)));
-      }
-      last_delay = delay;
-      next_cycle = cycle_start + delay;
+      next_cycle = cycle_start + pacer.NextGap(since_last, cycle.max_ring_fill);
     } else {
       next_cycle = Clock::now() + kIncompleteRetry;
     }
@@ -633,9 +598,7 @@ bool ClientCore::LookForBurstLocked() {
     if (look_position_ >= stats_.size()) look_position_ = 0;
     const StatState& stat = *stats_[look_position_++];
     const uint64_t buffered = stat.ring.pushed() - stat.ring.popped();
-    if (static_cast<double>(buffered) >= kBurstFill * static_cast<double>(stat.ring.capacity())) {
-      return true;
-    }
+    if (SendPacer::IsBurst(buffered, stat.ring.capacity())) return true;
   }
   return false;
 }
