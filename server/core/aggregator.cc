@@ -190,8 +190,8 @@ size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> 
   const int64_t now = clock_.NowMs();
   size_t closed = 0;
   std::vector<ClosedWindow> chunk;
-  for (bool more = true; more;) {
-    if (closed > 0) YieldToWriters();
+  for (bool first = true, more = true; more; first = false) {
+    if (!first) YieldToWriters();
     chunk.clear();
     {
       absl::MutexLock lock(&mu_);
@@ -238,6 +238,7 @@ size_t Aggregator::ExpireIdleSeries() {
   // Chunked like ForEachSeries: a million series must not stall ingestion
   // for the whole scan.
   for (size_t begin = 0;; begin += kWalkChunk) {
+    if (begin > 0) YieldToWriters();
     absl::MutexLock lock(&mu_);
     if (begin >= slots_.size()) break;
     const size_t end = std::min(slots_.size(), begin + kWalkChunk);

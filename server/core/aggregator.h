@@ -107,7 +107,7 @@ class Aggregator {
   std::vector<ClosedWindow> CloseAllWindows() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Forgets idle series (see AggregatorOptions::series_ttl_ms). Returns how
-  // many were removed.
+  // many were removed. Works in chunks of series like CloseDueWindows.
   size_t ExpireIdleSeries() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Series matching `selector`, sorted by stat name then labels.
@@ -192,8 +192,8 @@ class Aggregator {
   const AggregatorOptions options_;
   const Clock& clock_;
 
-  // Steps aside between two chunks of a walk (or of a close) while
-  // AddSamples calls wait.
+  // Steps aside between two chunks of a walk, a close or an expiry scan
+  // while AddSamples calls wait.
   void YieldToWriters() const;
 
   mutable absl::Mutex mu_;

@@ -34,7 +34,7 @@ constexpr int64_t kTrimIntervalMs = 10'000;
 // many jobs would keep the footprint of its busiest moment (a burst of
 // definitions, a large query answer) for good. Measured on a daemon whose
 // 100k series' clients had gone: RSS over baseline 2.8 KB per series before,
-// 0.65 KB after (docs/performance.md).
+// 0.63-0.71 KB after (docs/performance.md).
 void ReleaseFreedMemory() {
 #if defined(__GLIBC__)
   malloc_trim(0);
