@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -591,8 +590,6 @@ bool ClientCore::RunStream() {
 }
 
 bool ClientCore::LookForBurstLocked() {
-  // At most kMaxStatsPerLook stats per look, round robin, so that a process
-  // with a huge number of stats does not pay for all of them every look.
   const size_t n = std::min(stats_.size(), kMaxStatsPerLook);
   for (size_t i = 0; i < n; ++i) {
     if (look_position_ >= stats_.size()) look_position_ = 0;

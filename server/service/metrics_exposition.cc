@@ -67,10 +67,7 @@ class LabelTextCache {
     auto [it, inserted] = cache_.try_emplace(&labels.get());
     if (inserted) {
       it->second.begin = snapshot_.arena.size();
-      for (const auto& [key, value] : labels) {
-        snapshot_.arena.push_back(',');
-        AppendPrometheusLabel(snapshot_.arena, key, value);
-      }
+      for (const auto& [key, value] : labels) snapshot_.Label(key, value, /*leading_comma=*/true);
       it->second.end = snapshot_.arena.size();
     }
     return it->second;

@@ -95,17 +95,15 @@ class PyStat {
   void add(double v) {
     const int64_t now_us = WallMicros();
     if (now_us < window_start_us_ || now_us >= window_end_us_) {
-      const int64_t index = FloorDiv(FloorDiv(now_us, 1000), window_ms_);
-      if (index != window_index_) {
-        if (current_.count > 0) {
-          last_closed_ = current_;
-          ReportWindow();
-        }
-        current_ = LocalWindow();
-        window_index_ = index;
-        window_start_us_ = index * window_ms_ * 1000;
-        window_end_us_ = window_start_us_ + window_ms_ * 1000;
+      // Outside the current window's bounds: another window.
+      if (current_.count > 0) {
+        last_closed_ = current_;
+        ReportWindow();
       }
+      current_ = LocalWindow();
+      window_index_ = FloorDiv(FloorDiv(now_us, 1000), window_ms_);
+      window_start_us_ = window_index_ * window_ms_ * 1000;
+      window_end_us_ = window_start_us_ + window_ms_ * 1000;
     }
     if (max_samples_ <= 0 || max_samples_ == std::numeric_limits<int64_t>::max() ||
         current_.count < static_cast<uint64_t>(max_samples_)) {
