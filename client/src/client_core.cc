@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -33,8 +34,10 @@ constexpr size_t kMaxKeptErrors = 1000;
 // Distinct messages printed to stderr; a daemon refusing every batch with a
 // slightly different message must not flood the training log.
 constexpr size_t kMaxPrintedMessages = 100;
-// Losses remembered for Flush; more during one Flush is reported as a loss.
-constexpr size_t kMaxLostRanges = 64;
+// The daemon is reported unreachable once connecting has failed this long:
+// a daemon that is starting, or slow to accept, is not worth a line in the
+// training log.
+constexpr milliseconds kUnreachableAfter{2000};
 
 // How long a connect wait goes without checking for stop or a new flush.
 constexpr milliseconds kPollInterval{50};
@@ -65,6 +68,17 @@ absl::Duration Remaining(Clock::time_point deadline) {
 }
 
 void PrintLine(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+// A non-zero number that no other client on the node is likely to draw.
+uint64_t DrawInstance() {
+  std::random_device device;
+  std::seed_seq seed{device(), device(), static_cast<uint32_t>(getpid()),
+                     static_cast<uint32_t>(Clock::now().time_since_epoch().count())};
+  std::mt19937_64 rng(seed);
+  uint64_t instance = 0;
+  while (instance == 0) instance = rng();
+  return instance;
+}
 
 ClientOptions Normalize(ClientOptions options) {
   constexpr milliseconds kOneMs{1};
@@ -154,7 +168,6 @@ struct ClientCore::StreamState {
   Stream* stream;
   // Distinguishes streams for StatState::defined_on_stream.
   uint64_t generation;
-  bool hello_sent = false;
 };
 
 // One IngestBatch being filled, with what to account once its write
@@ -168,21 +181,12 @@ struct ClientCore::OutgoingBatch {
   };
 
   bool empty() const { return bytes == 0; }
-  void Reset() {
-    batch.Clear();
-    parts.clear();
-    bytes = 0;
-    samples = 0;
-    events = 0;
-    has_hello = false;
-  }
 
   v1::IngestBatch batch;
   std::vector<StatPart> parts;
   size_t bytes = 0;  // estimated payload; > 0 whenever anything was added
   uint64_t samples = 0;
   uint64_t events = 0;
-  bool has_hello = false;
 };
 
 ClientCore::ClientCore(ClientOptions options)
@@ -190,7 +194,8 @@ ClientCore::ClientCore(ClientOptions options)
       target_(options_.target),
       client_name_(options_.client_name.empty() ? absl::StrCat("torchmon-cpp/0.1 pid=", getpid())
                                                 : options_.client_name),
-      owner_pid_(getpid()) {
+      owner_pid_(getpid()),
+      client_instance_(DrawInstance()) {
   std::vector<std::string> label_errors;
   labels_ = ResolveLabels(options_, &label_errors);
   for (std::string& error : label_errors) RecordLocalError(std::move(error));
@@ -281,9 +286,11 @@ ClientStats ClientCore::Stats() const {
   ClientStats stats = counters_;
   stats.samples_added = retired_added_;
   stats.samples_dropped = retired_dropped_;
+  stats.samples_delivered = retired_delivered_;
   for (const auto& stat : stats_) {
     stats.samples_added += stat->added();
     stats.samples_dropped += stat->dropped();
+    stats.samples_delivered += stat->delivered.load(std::memory_order_relaxed);
   }
   return stats;
 }
@@ -297,7 +304,7 @@ std::vector<std::string> ClientCore::TakeErrors() {
 }
 
 bool ClientCore::HasPendingLocked() const {
-  if (events_queued_ != events_resolved_ || !in_flight_.empty()) return true;
+  if (events_queued_ != events_resolved_ || !retained_.empty()) return true;
   for (const auto& stat : stats_) {
     if (stat->HasPending()) return true;
   }
@@ -328,30 +335,16 @@ absl::Status ClientCore::Flush(std::chrono::milliseconds timeout) {
   if (!HasPendingLocked()) return absl::OkStatus();
 
   const uint64_t ticket = ++flush_requested_;
-  const uint64_t losses_before = lost_ranges_base_ + lost_ranges_.size();
   sender_cv_.Signal();
 
   while (flush_written_ < ticket) {
     if (!WaitProgressLocked(deadline)) return FlushTimeoutStatus(timeout);
   }
-  // Everything this flush covers went out in batches up to this sequence.
+  // Everything this flush covers went out in batches up to this sequence;
+  // they are kept, and re-sent after a break, until acknowledged.
   const uint64_t sequence = written_sequence_;
-  while (!in_flight_.empty() && in_flight_.front() <= sequence) {
+  while (!retained_.empty() && retained_.front()->batch.sequence() <= sequence) {
     if (!WaitProgressLocked(deadline)) return FlushTimeoutStatus(timeout);
-  }
-
-  // Resolved, but possibly by a stream breaking before the daemon
-  // acknowledged: those batches may or may not have been recorded.
-  bool lost = losses_before < lost_ranges_base_;
-  for (uint64_t i = std::max(losses_before, lost_ranges_base_) - lost_ranges_base_;
-       i < lost_ranges_.size() && !lost; ++i) {
-    lost = lost_ranges_[i].first <= sequence;
-  }
-  if (lost) {
-    return absl::UnavailableError(absl::StrCat(
-        "torchmon: the connection to the daemon at ", target_,
-        " broke before it acknowledged batches this flush waited for; their samples and "
-        "events may not have been recorded"));
   }
   return absl::OkStatus();
 }
@@ -377,8 +370,25 @@ void ClientCore::Shutdown() {
     if (!sender_exited_ && active_context_ != nullptr) active_context_->TryCancel();
   }
   sender_.join();
+  AbandonUndelivered();
+}
+
+void ClientCore::AbandonUndelivered() {
   absl::MutexLock lock(&mu_);
+  // From here on dropped() also counts what add() left in the rings.
   for (const auto& stat : stats_) stat->accepting.store(false, std::memory_order_release);
+  for (const auto& kept : retained_) {
+    for (const OutgoingBatch::StatPart& part : kept->parts) {
+      if (part.samples != 0) part.stat->abandoned.fetch_add(part.samples, std::memory_order_relaxed);
+    }
+    counters_.events_dropped += kept->events;
+  }
+  retained_.clear();
+  retained_bytes_ = 0;
+  // Events logged but never taken into a batch.
+  counters_.events_dropped += events_queued_ - events_resolved_;
+  events_resolved_ = events_queued_;
+  events_.clear();
 }
 
 bool ClientCore::Stopping() const {
@@ -429,15 +439,19 @@ void ClientCore::SenderMain() {
   // Each Flush may cut one pause short; more would let a daemon that ends
   // every stream at once turn a waiting Flush into a reconnect loop.
   uint64_t flush_that_cut_pause = 0;
+  // Since when connecting has failed without a break (none: not failing).
+  std::optional<Clock::time_point> failing_since;
   while (!Stopping()) {
     if (!WaitForChannel(backoff.Next())) {
-      if (!Stopping()) {
+      if (!failing_since) failing_since = Clock::now();
+      if (!Stopping() && Clock::now() - *failing_since >= kUnreachableAfter) {
         PrintOnce(absl::StrCat("torchmon: daemon at ", target_,
                                " is unreachable; buffering samples and retrying"));
       }
       backoff.Grow();
       continue;
     }
+    failing_since.reset();
     if (RunStream()) {
       backoff.Reset();
     } else {
@@ -502,13 +516,14 @@ bool ClientCore::RunStream() {
   StreamState state{stream.get(), ++stream_generation_};
   std::thread reader([this, s = stream.get()] { ReaderMain(s); });
 
-  bool healthy = true;
+  bool healthy = OpenStream(state);
   CycleResult cycle;
   Clock::time_point last_cycle_start = Clock::now();
   Clock::time_point next_cycle = last_cycle_start;  // the hello goes out at once
   SendPacer pacer(options_.send_interval);
-  for (;;) {
+  while (healthy) {
     uint64_t ticket;
+    if (!WaitForAckRoom(0)) break;
     {
       absl::MutexLock lock(&mu_);
       Clock::time_point next_look = Clock::now() + SendPacer::kLookInterval;
@@ -565,21 +580,14 @@ bool ClientCore::RunStream() {
   reader.join();
   const grpc::Status status = stream->Finish();
 
+  // Batches still unacknowledged stay kept for the next stream.
   bool acked;
   {
     absl::MutexLock lock(&mu_);
     active_context_ = nullptr;
     connected_ = false;
-    if (!in_flight_.empty()) {
-      lost_ranges_.emplace_back(in_flight_.front(), in_flight_.back());
-      in_flight_.clear();
-      if (lost_ranges_.size() > kMaxLostRanges) {
-        lost_ranges_.pop_front();
-        ++lost_ranges_base_;
-      }
-      progress_cv_.SignalAll();
-    }
     acked = acked_on_stream_;
+    progress_cv_.SignalAll();
   }
   if (!stopping && !status.ok()) {
     PrintOnce(absl::StrCat("torchmon: stream to daemon at ", target_,
@@ -616,27 +624,14 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   }
 
   OutgoingBatch out;
-  auto write = [&]() {
-    if (out.empty()) return true;
-    const bool ok = WriteBatch(state, out);
-    out.Reset();
-    return ok;
-  };
+  auto write = [&]() { return out.empty() || WriteBatch(state, out); };
   auto fail = [&]() {
     RequeueEvents(events);
     return false;
   };
 
-  if (!state.hello_sent) {
-    v1::IngestHello* hello = out.batch.mutable_hello();
-    for (const auto& [key, value] : labels_) (*hello->mutable_labels())[key] = value;
-    hello->set_client_name(client_name_);
-    out.has_hello = true;
-    out.bytes += hello->ByteSizeLong() + kFieldOverheadBytes;
-  }
-
-  // Definitions first, so every id is known before a sample or drop report
-  // uses it; on a new stream they all ride with the hello.
+  // Definitions of stats registered since the stream opened, first, so
+  // every id is known before a sample or drop report uses it.
   for (StatState* stat : stats) {
     if (!stat->valid || stat->defined_on_stream == state.generation) continue;
     const size_t size = stat->definition.ByteSizeLong() + kFieldOverheadBytes;
@@ -682,6 +677,8 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
       report->set_dropped(drops);
       out.parts.push_back({stat, 0, drops, false});
       out.bytes += kDropReportBytes;
+      // Reported from now on: the batch is kept until acknowledged.
+      stat->drops_written.fetch_add(drops, std::memory_order_relaxed);
     }
   }
 
@@ -733,45 +730,89 @@ size_t ClientCore::AppendSamples(StatState& stat, uint64_t max, OutgoingBatch& o
 bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
   const uint64_t sequence = ++last_sequence_;
   out.batch.set_sequence(sequence);
+  auto kept = std::make_shared<OutgoingBatch>(std::move(out));
+  out = OutgoingBatch{};
   {
-    // Registered before the write: the ack can arrive before Write returns.
+    // Kept before the write: the ack can arrive before Write returns, and a
+    // failed write is re-sent on the next stream like an unacknowledged one.
     absl::MutexLock lock(&mu_);
-    in_flight_.push_back(sequence);
+    retained_.push_back(kept);
+    retained_bytes_ += kept->bytes;
+    events_resolved_ += kept->events;
+    for (const OutgoingBatch::StatPart& part : kept->parts) {
+      if (part.defines) part.stat->ever_defined.store(true, std::memory_order_relaxed);
+    }
   }
-  const bool ok = state.stream->Write(out.batch);
-
+  // Over the bound the batch waits its turn, kept: a stream that ends
+  // meanwhile re-sends it.
+  const bool ok = WaitForAckRoom(kept->bytes) && state.stream->Write(kept->batch);
   absl::MutexLock lock(&mu_);
-  events_resolved_ += out.events;
-  if (ok) {
-    ++counters_.batches_sent;
-    counters_.samples_sent += out.samples;
-    counters_.events_sent += out.events;
-    for (const OutgoingBatch::StatPart& part : out.parts) {
-      StatState& stat = *part.stat;
-      stat.sent.store(stat.sent.load(std::memory_order_relaxed) + part.samples,
-                      std::memory_order_relaxed);
-      stat.drops_reported.store(stat.drops_reported.load(std::memory_order_relaxed) + part.drops,
-                                std::memory_order_relaxed);
-      if (part.defines) stat.ever_defined.store(true, std::memory_order_relaxed);
-    }
-    if (out.has_hello) {
-      state.hello_sent = true;
-      connected_ = true;
-      ++counters_.connects;
-    }
+  ++counters_.batches_sent;
+  counters_.samples_sent += kept->samples;
+  counters_.events_sent += kept->events;
+  return ok;
+}
+
+bool ClientCore::OpenStream(StreamState& state) {
+  // Sequence 0: applied on every stream, never taken for a re-send; the
+  // daemon needs the definitions before any kept batch that uses them.
+  std::vector<std::shared_ptr<StatState>> stats;
+  std::vector<std::shared_ptr<const OutgoingBatch>> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    stats = stats_;
+    kept.assign(retained_.begin(), retained_.end());
+  }
+  v1::IngestBatch opening;
+  v1::IngestHello* hello = opening.mutable_hello();
+  for (const auto& [key, value] : labels_) (*hello->mutable_labels())[key] = value;
+  hello->set_client_name(client_name_);
+  hello->set_client_instance(client_instance_);
+  size_t bytes = hello->ByteSizeLong() + kFieldOverheadBytes;
+  std::vector<StatState*> defined;
+  auto write_opening = [&]() {
+    if (!state.stream->Write(opening)) return false;
+    opening.Clear();
+    bytes = 0;
     return true;
+  };
+  for (const auto& stat : stats) {
+    if (!stat->valid) continue;
+    const size_t size = stat->definition.ByteSizeLong() + kFieldOverheadBytes;
+    if (bytes + size > kBatchBudgetBytes && !write_opening()) return false;
+    *opening.add_definitions() = stat->definition;
+    stat->defined_on_stream = state.generation;
+    defined.push_back(stat.get());
+    bytes += size;
   }
-  // The stream is broken and the batch never left: its samples are lost
-  // (and will be reported as drops on the next stream), its drop reports
-  // were not delivered and stay unreported.
-  if (!in_flight_.empty() && in_flight_.back() == sequence) in_flight_.pop_back();
-  for (const OutgoingBatch::StatPart& part : out.parts) {
-    StatState& stat = *part.stat;
-    stat.lost.store(stat.lost.load(std::memory_order_relaxed) + part.samples,
-                    std::memory_order_relaxed);
+  if (!write_opening()) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (StatState* stat : defined) stat->ever_defined.store(true, std::memory_order_relaxed);
+    connected_ = true;
+    ++counters_.connects;
   }
-  counters_.events_dropped += out.events;
-  return false;
+  for (const auto& batch : kept) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Acknowledged meanwhile (by this stream's acks of earlier re-sends).
+      if (retained_.empty() || retained_.front()->batch.sequence() > batch->batch.sequence()) {
+        continue;
+      }
+      ++counters_.batches_resent;
+    }
+    if (!state.stream->Write(batch->batch)) return false;
+  }
+  return true;
+}
+
+bool ClientCore::WaitForAckRoom(size_t own_bytes) {
+  absl::MutexLock lock(&mu_);
+  while (retained_bytes_ - own_bytes >= options_.max_unacked_bytes) {
+    if (stop_ || read_done_) return false;
+    sender_cv_.Wait(&mu_);
+  }
+  return true;
 }
 
 void ClientCore::RequeueEvents(std::deque<v1::Event>& events) {
@@ -790,6 +831,7 @@ void ClientCore::RetireClosedStats() {
     if (stat.closed.load(std::memory_order_acquire) && !stat.HasPending()) {
       retired_added_ += stat.added();
       retired_dropped_ += stat.dropped();
+      retired_delivered_ += stat.delivered.load(std::memory_order_relaxed);
       continue;
     }
     if (kept != i) stats_[kept] = std::move(stats_[i]);
@@ -814,8 +856,31 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
   {
     absl::MutexLock lock(&mu_);
     acked_on_stream_ = true;
-    while (!in_flight_.empty() && in_flight_.front() <= ack.sequence()) {
-      in_flight_.pop_front();
+    if (ack.daemon_instance() != 0 && ack.daemon_instance() != daemon_instance_) {
+      // Another daemon process: what the previous one acknowledged died
+      // with it, so the per-daemon counts start again.
+      if (daemon_instance_ != 0) ++counters_.daemon_restarts;
+      daemon_instance_ = ack.daemon_instance();
+      for (const auto& stat : stats_) {
+        stat->delivered_current.store(0, std::memory_order_relaxed);
+        stat->drops_acked_current.store(0, std::memory_order_relaxed);
+      }
+    }
+    while (!retained_.empty() && retained_.front()->batch.sequence() <= ack.sequence()) {
+      const OutgoingBatch& batch = *retained_.front();
+      for (const OutgoingBatch::StatPart& part : batch.parts) {
+        // A definition-only part may outlive its stat (retired once nothing
+        // of it is pending); parts with counts keep it pending.
+        if (part.samples == 0 && part.drops == 0) continue;
+        StatState& stat = *part.stat;
+        stat.delivered.fetch_add(part.samples, std::memory_order_relaxed);
+        stat.drops_acked.fetch_add(part.drops, std::memory_order_relaxed);
+        stat.delivered_current.fetch_add(part.samples, std::memory_order_relaxed);
+        stat.drops_acked_current.fetch_add(part.drops, std::memory_order_relaxed);
+      }
+      counters_.events_delivered += batch.events;
+      retained_bytes_ -= batch.bytes;
+      retained_.pop_front();
       ++counters_.batches_acked;
     }
     for (const v1::IngestError& error : ack.errors()) {
@@ -826,6 +891,7 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
       RecordErrorLocked(std::move(message));
     }
     progress_cv_.SignalAll();
+    sender_cv_.SignalAll();  // room for more unacknowledged batches
   }
   for (const std::string& line : to_print) PrintLine(line);
 }

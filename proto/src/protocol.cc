@@ -18,8 +18,11 @@ namespace torchmon::protocol {
 absl::Status ValidateLabelKey(absl::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("label key is empty");
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("label key \"", key, "\" ", why));
+    return absl::InvalidArgumentError(absl::StrCat("label key \"", Quote(key), "\" ", why));
   };
+  if (key.size() > kMaxKeyBytes) {
+    return bad(absl::StrCat("is ", key.size(), " bytes long (at most ", kMaxKeyBytes, ")"));
+  }
   if (!(std::isalpha(static_cast<unsigned char>(key[0])) || key[0] == '_')) {
     return bad("must start with a letter or '_'");
   }
@@ -73,12 +76,39 @@ bool IsValidUtf8(absl::string_view s) {
   return true;
 }
 
-absl::Status ValidateName(absl::string_view what, absl::string_view name) {
+absl::Status ValidateLabelValue(absl::string_view key, absl::string_view value) {
+  if (!IsValidUtf8(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value of label \"", Quote(key), "\" is not valid UTF-8"));
+  }
+  if (value.size() > kMaxLabelValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("value of label \"", Quote(key), "\" is ",
+                                                   value.size(), " bytes long (at most ",
+                                                   kMaxLabelValueBytes, "): \"", Quote(value),
+                                                   "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateName(absl::string_view what, absl::string_view name, size_t max_bytes) {
   if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
   if (!IsValidUtf8(name)) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is not valid UTF-8"));
   }
+  if (name.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " \"", Quote(name), "\" is ", name.size(),
+                                                   " bytes long (at most ", max_bytes, ")"));
+  }
   return absl::OkStatus();
+}
+
+std::string Quote(absl::string_view text, size_t max_bytes) {
+  if (!IsValidUtf8(text)) return "<invalid UTF-8>";
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;
+  // Back up to the start of a code point: continuation bytes are 10xxxxxx.
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(text.substr(0, cut), "...");
 }
 
 absl::Status ValidateSpec(const v1::StatSpec& spec) {

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
@@ -65,6 +66,11 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
     }
     s.last_update_ms = now;
     return it->second;
+  }
+  if (series_count_ >= options_.max_series) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "series ", protocol::Quote(key.ToString(), 512), " refused: the daemon holds ",
+        series_count_, " series, its limit (torchmond --max-series)"));
   }
   uint32_t slot;
   if (!free_slots_.empty()) {

@@ -42,6 +42,8 @@ struct AggregatorOptions {
   size_t history_windows = 120;
   // Samples stamped more than this far ahead of the daemon clock are skewed.
   int64_t max_future_skew_ms = 60 * 1000;
+  // Series held at once; Define refuses new ones past it (ResourceExhausted).
+  size_t max_series = 1'000'000;
 };
 
 // Never 0, so 0 can mean "no series". A series defined again after it
@@ -77,7 +79,8 @@ class Aggregator {
 
   // Finds the series `key` or creates it with `spec`. Defining an existing
   // series identically is a no-op returning its id; a different spec is
-  // AlreadyExists with a message naming the series and both definitions.
+  // AlreadyExists with a message naming the series and both definitions; a
+  // new series past options().max_series is ResourceExhausted naming it.
   // `key.labels` must be sorted by key; `spec` must be valid.
   absl::StatusOr<SeriesId> Define(const SeriesKey& key, const StatSpec& spec)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -61,7 +61,7 @@ Daemon::Daemon(DaemonOptions options)
     : options_(std::move(options)),
       aggregator_(options_.aggregator, clock_),
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
-      ingest_service_(aggregator_, events_, stats_, events_out_),
+      ingest_service_(aggregator_, events_, stats_, events_out_, clock_, options_.ingest),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       timer_(io_),
@@ -115,7 +115,7 @@ absl::Status Daemon::Start() {
   }
   builder.RegisterService(&ingest_service_);
   builder.RegisterService(&query_service_);
-  builder.SetMaxReceiveMessageSize(16 * 1024 * 1024);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   server_ = builder.BuildAndStart();
   if (!server_) {
     std::vector<std::string> uris;
@@ -177,6 +177,7 @@ void Daemon::Tick() {
     next_expiry_ms_ = now + kExpiryIntervalMs;
     stats_.series_expired.fetch_add(aggregator_.ExpireIdleSeries(), std::memory_order_relaxed);
     events_.ExpireIdle();
+    ingest_service_.ExpireIdleClients();
   }
   // Released since the last trim: streams that ended, series that expired.
   const uint64_t released =
@@ -224,6 +225,10 @@ void Daemon::Shutdown() {
          std::chrono::steady_clock::now() < drain_end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // Streams still open now get their next batch refused, unacknowledged, so
+  // their clients keep it for the next daemon; nothing is applied after the
+  // windows are closed below, so no accepted sample misses them.
+  ingest_service_.StopApplying();
   CloseDueWindows();
   const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
   const size_t partial_count = partial.size();
@@ -233,10 +238,8 @@ void Daemon::Shutdown() {
   events_out_.Close();
   stopper.join();
   server_->Wait();
-  // Streams cut at the deadline may have opened windows after the close above.
-  const size_t stragglers = aggregator_.CloseAllWindows().size();
-  Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ",
-                   partial_count + stragglers, " open windows closed as partial"));
+  Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,
+                   " open windows closed as partial"));
   for (const ListenAddress& addr : options_.listen) {
     if (addr.kind == ListenAddress::Kind::kUnix) unlink(addr.path.c_str());
   }

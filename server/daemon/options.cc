@@ -68,6 +68,14 @@ std::string DaemonUsage() {
       "  --max-skew DURATION    Samples stamped further than this in the daemon's future\n"
       "                         are counted as skewed. Default: 60s\n"
       "  --max-events N         Events kept in the queryable event log. Default: 10000\n"
+      "  --max-series N         Series held at once; new ones past it are refused and\n"
+      "                         counted. Default: 1000000\n"
+      "  --max-series-per-client N\n"
+      "                         Series one client stream may define (its cardinality\n"
+      "                         budget). Default: 100000\n"
+      "  --max-streams N        Ingest streams open at once. Default: 4096\n"
+      "  --max-message-size BYTES\n"
+      "                         Largest gRPC message accepted. Default: 16777216 (16 MiB)\n"
       "  --socket-mode OCTAL    File mode of Unix sockets. Default: 0600 (owner only)\n"
       "  --drain-timeout DURATION\n"
       "                         On SIGTERM/SIGINT, how long open streams may keep\n"
@@ -149,6 +157,19 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
       TORCHMON_ASSIGN(options.aggregator.max_future_skew_ms, duration());
     } else if (arg == "--max-events") {
       TORCHMON_ASSIGN(options.max_events, count());
+    } else if (arg == "--max-series") {
+      TORCHMON_ASSIGN(options.aggregator.max_series, count());
+    } else if (arg == "--max-series-per-client") {
+      TORCHMON_ASSIGN(options.ingest.limits.max_series_per_stream, count());
+    } else if (arg == "--max-streams") {
+      TORCHMON_ASSIGN(options.ingest.max_streams, count());
+    } else if (arg == "--max-message-size") {
+      TORCHMON_ASSIGN(options.max_message_bytes, count());
+      if (options.max_message_bytes < 4096 || options.max_message_bytes > (int64_t{1} << 30)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max-message-size ", options.max_message_bytes,
+            " is outside [4096, 1073741824] bytes"));
+      }
     } else if (arg == "--drain-timeout") {
       TORCHMON_ASSIGN(options.drain_timeout_ms, duration());
     } else if (arg == "--socket-mode") {
@@ -167,6 +188,8 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
     }
 #undef TORCHMON_ASSIGN
   }
+  // A client that went away is remembered as long as its series are.
+  options.ingest.client_memory_ms = options.aggregator.series_ttl_ms;
   if (options.listen.empty()) {
     ListenAddress addr;
     addr.kind = ListenAddress::Kind::kUnix;

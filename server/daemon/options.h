@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/aggregator.h"
+#include "server/service/ingest_service.h"
 
 namespace torchmon::server {
 
@@ -28,6 +29,9 @@ struct DaemonOptions {
   std::vector<ListenAddress> listen;   // default: the default Unix socket
   std::string metrics_listen = "127.0.0.1:9464";
   AggregatorOptions aggregator;
+  IngestServiceOptions ingest;
+  // Largest gRPC message accepted; larger ones fail with RESOURCE_EXHAUSTED.
+  int64_t max_message_bytes = 16 << 20;
   size_t max_events = 10000;
   uint32_t socket_mode = 0600;
   int64_t drain_timeout_ms = 1000;

@@ -8,13 +8,15 @@
 namespace torchmon::server {
 
 absl::StatusOr<Labels> LabelsFromProto(const ProtoLabels& labels) {
+  if (labels.size() > protocol::kMaxLabels) {
+    return absl::InvalidArgumentError(absl::StrCat(labels.size(), " labels (at most ",
+                                                   protocol::kMaxLabels, ")"));
+  }
   Labels out;
   out.reserve(labels.size());
   for (const auto& [key, value] : labels) {
     if (absl::Status s = protocol::ValidateLabelKey(key); !s.ok()) return s;
-    if (!protocol::IsValidUtf8(value)) {
-      return absl::InvalidArgumentError(absl::StrCat("value of label \"", key, "\" is not valid UTF-8"));
-    }
+    if (absl::Status s = protocol::ValidateLabelValue(key, value); !s.ok()) return s;
     out.emplace_back(key, value);
   }
   std::sort(out.begin(), out.end());
@@ -32,9 +34,15 @@ absl::StatusOr<Labels> MergeLabels(const Labels& identity, const Labels& own) {
       out.push_back(*b++);
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "label \"", a->first, "\" is set both by the client identity (\"", a->second,
-          "\") and by the stat or event (\"", b->second, "\")"));
+          "label \"", a->first, "\" is set both by the client identity (\"",
+          protocol::Quote(a->second), "\") and by the stat or event (\"",
+          protocol::Quote(b->second), "\")"));
     }
+  }
+  if (out.size() > protocol::kMaxLabels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(identity.size(), " identity labels and ", own.size(),
+                     " of its own make ", out.size(), " labels (at most ", protocol::kMaxLabels, ")"));
   }
   return out;
 }

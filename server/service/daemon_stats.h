@@ -17,6 +17,14 @@ struct DaemonStats {
   // Samples refused with their batch part (unknown or refused stat, bad block).
   std::atomic<uint64_t> samples_refused{0};
   std::atomic<uint64_t> definitions_refused{0};
+  // New series refused by a cardinality limit: one stream's, or the total.
+  std::atomic<uint64_t> series_refused_stream_limit{0};
+  std::atomic<uint64_t> series_refused_total_limit{0};
+  // Batches a client re-sent after a broken stream that had been applied
+  // already: acknowledged, not applied again.
+  std::atomic<uint64_t> batches_duplicate{0};
+  // Ingest streams refused because --max-streams were open.
+  std::atomic<uint64_t> streams_refused{0};
   std::atomic<uint64_t> events_received{0};
   std::atomic<uint64_t> events_refused{0};
   std::atomic<uint64_t> windows_closed{0};

@@ -1,18 +1,41 @@
 #include "server/service/ingest_service.h"
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "server/service/ingest_session.h"
+#include <random>
+
+#include "absl/strings/str_cat.h"
 
 namespace torchmon::server {
 namespace {
 
+uint64_t DrawInstance() {
+  std::random_device device;
+  std::seed_seq seed{device(), device(), device(), device()};
+  std::mt19937_64 rng(seed);
+  uint64_t instance = 0;
+  while (instance == 0) instance = rng();
+  return instance;
+}
+
+// Ends a stream at once: the daemon holds --max-streams already.
+class RefusedReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
+ public:
+  explicit RefusedReactor(int64_t max_streams) {
+    Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("torchmond already has ", max_streams,
+                                     " ingest streams open (--max-streams); retry later")));
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
 class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
-  IngestReactor(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
-                Broadcaster<EventRecord>& events_out)
-      : session_(aggregator, events, stats, &events_out), stats_(stats) {
-    stats_.ingest_streams_active.fetch_add(1, std::memory_order_relaxed);
+  explicit IngestReactor(IngestService& service)
+      : service_(service),
+        session_(service.aggregator_, service.events_, service.stats_, &service.events_out_,
+                 service.options_.limits, &service.clients_),
+        stats_(service.stats_) {
     stats_.ingest_streams_total.fetch_add(1, std::memory_order_relaxed);
     StartRead(&batch_);
   }
@@ -27,7 +50,17 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
       return;
     }
     {
+      absl::ReaderMutexLock gate(&service_.gate_);
       absl::MutexLock lock(&mu_);
+      if (!service_.applying_) {
+        // Shutting down: this batch is neither applied nor acknowledged.
+        refusal_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                absl::StrCat("torchmond is shutting down; batch ", batch_.sequence(),
+                                             " was not applied (re-send it to the next daemon)"));
+        reads_done_ = true;
+        MaybeFinishOrWrite();
+        return;
+      }
       session_.Apply(batch_, &pending_ack_);
       has_pending_ack_ = true;
       MaybeFinishOrWrite();
@@ -58,6 +91,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
       in_flight_ack_.Swap(&pending_ack_);
       pending_ack_.Clear();
       pending_ack_.set_sequence(in_flight_ack_.sequence());
+      in_flight_ack_.set_daemon_instance(service_.instance_);
       has_pending_ack_ = false;
       writing_ = true;
       StartWrite(&in_flight_ack_);
@@ -65,10 +99,11 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
     }
     if (reads_done_) {
       finished_ = true;
-      Finish(grpc::Status::OK);
+      Finish(refusal_);
     }
   }
 
+  IngestService& service_;
   IngestSession session_;  // used only from OnReadDone, one read at a time
   DaemonStats& stats_;
   v1::IngestBatch batch_;
@@ -80,17 +115,35 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status refusal_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace
-
 IngestService::IngestService(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
-                             Broadcaster<EventRecord>& events_out)
-    : aggregator_(aggregator), events_(events), stats_(stats), events_out_(events_out) {}
+                             Broadcaster<EventRecord>& events_out, const Clock& clock,
+                             IngestServiceOptions options)
+    : aggregator_(aggregator),
+      events_(events),
+      stats_(stats),
+      events_out_(events_out),
+      options_(options),
+      instance_(DrawInstance()),
+      clients_(clock, options.client_memory_ms, options.max_remembered_clients) {}
 
 grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestService::Stream(
     grpc::CallbackServerContext* /*context*/) {
-  return new IngestReactor(aggregator_, events_, stats_, events_out_);
+  // Counted before the check so that concurrent opens cannot all slip in.
+  const int64_t open = stats_.ingest_streams_active.fetch_add(1, std::memory_order_relaxed);
+  if (open >= options_.max_streams) {
+    stats_.ingest_streams_active.fetch_sub(1, std::memory_order_relaxed);
+    stats_.streams_refused.fetch_add(1, std::memory_order_relaxed);
+    return new RefusedReactor(options_.max_streams);
+  }
+  return new IngestReactor(*this);
+}
+
+void IngestService::StopApplying() {
+  absl::MutexLock lock(&gate_);
+  applying_ = false;
 }
 
 }  // namespace torchmon::server

@@ -5,29 +5,67 @@
 #ifndef TORCHMON_SERVER_SERVICE_INGEST_SERVICE_H_
 #define TORCHMON_SERVER_SERVICE_INGEST_SERVICE_H_
 
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "server/core/aggregator.h"
+#include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/service/broadcaster.h"
+#include "server/service/client_registry.h"
 #include "server/service/daemon_stats.h"
+#include "server/service/ingest_session.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {
+
+struct IngestServiceOptions {
+  IngestLimits limits;
+  // Ingest streams open at once; more are refused with RESOURCE_EXHAUSTED.
+  int64_t max_streams = 4096;
+  // How long a client that went away is remembered for de-duplicating its
+  // re-sent batches, and how many such clients at most.
+  int64_t client_memory_ms = 10 * 60 * 1000;
+  size_t max_remembered_clients = 65536;
+};
 
 // Thread-safe; outlives every stream it serves (the gRPC server is shut down
 // before it is destroyed).
 class IngestService final : public v1::Ingest::CallbackService {
  public:
   IngestService(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
-                Broadcaster<EventRecord>& events_out);
+                Broadcaster<EventRecord>& events_out, const Clock& clock,
+                IngestServiceOptions options = {});
 
   grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* Stream(
       grpc::CallbackServerContext* context) override;
 
+  // Stops applying batches: waits for the batches being applied to finish;
+  // every stream then ends with UNAVAILABLE at its next batch, unapplied and
+  // unacknowledged (its client re-sends it to the next daemon). After this,
+  // nothing reaches the aggregator through ingest. Idempotent.
+  void StopApplying() ABSL_LOCKS_EXCLUDED(gate_);
+
+  // Forgets clients gone longer than client_memory_ms.
+  void ExpireIdleClients() { clients_.ExpireIdle(); }
+
+  // Random, non-zero, fixed for the life of this service: IngestAck.daemon_instance.
+  uint64_t instance() const { return instance_; }
+
  private:
+  friend class IngestReactor;
+
   Aggregator& aggregator_;
   EventLog& events_;
   DaemonStats& stats_;
   Broadcaster<EventRecord>& events_out_;
+  const IngestServiceOptions options_;
+  const uint64_t instance_;
+  ClientRegistry clients_;
+  // Held shared while a batch is applied; StopApplying takes it exclusively.
+  absl::Mutex gate_;
+  bool applying_ ABSL_GUARDED_BY(gate_) = true;
 };
 
 }  // namespace torchmon::server

@@ -5,10 +5,16 @@
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
-namespace {
 
-void AddError(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id, absl::StatusCode code,
-              std::string message, uint64_t samples_refused) {
+using protocol::Quote;
+
+void IngestSession::Report(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id,
+                           absl::StatusCode code, std::string message, uint64_t samples_refused) {
+  if (++batch_errors_ > limits_.max_errors_per_batch) {
+    ++omitted_errors_;
+    omitted_samples_refused_ += samples_refused;
+    return;
+  }
   v1::IngestError* e = ack->add_errors();
   e->set_sequence(sequence);
   e->set_stat_id(stat_id);
@@ -16,8 +22,6 @@ void AddError(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id, absl::Sta
   e->set_message(std::move(message));
   e->set_samples_refused(samples_refused);
 }
-
-}  // namespace
 
 IngestSession::Binding* IngestSession::BindingTable::Find(uint32_t id) {
   if (id < dense_.size()) return dense_[id].has_value() ? &*dense_[id] : nullptr;
@@ -39,43 +43,96 @@ IngestSession::Binding& IngestSession::BindingTable::FindOrCreate(uint32_t id) {
 }
 
 IngestSession::IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
-                             Broadcaster<EventRecord>* events_out)
-    : aggregator_(aggregator), events_(events), stats_(stats), events_out_(events_out) {}
+                             Broadcaster<EventRecord>* events_out, IngestLimits limits,
+                             ClientRegistry* clients)
+    : aggregator_(aggregator),
+      events_(events),
+      stats_(stats),
+      events_out_(events_out),
+      limits_(limits),
+      clients_(clients) {}
+
+IngestSession::~IngestSession() {
+  if (client_ != nullptr) clients_->Release(client_instance_);
+}
 
 void IngestSession::Apply(const v1::IngestBatch& batch, v1::IngestAck* ack) {
   const uint64_t seq = batch.sequence();
-  const int errors_before = ack->errors_size();
+  batch_errors_ = 0;
+  omitted_errors_ = 0;
+  omitted_samples_refused_ = 0;
   stats_.batches_received.fetch_add(1, std::memory_order_relaxed);
   if (batch.has_hello()) {
     if (!first_batch_) {
-      AddError(ack, seq, 0, absl::StatusCode::kInvalidArgument,
-               absl::StrCat("batch ", seq, ": hello is only valid in the first batch of a stream; ignored"),
-               0);
-    } else if (auto labels = LabelsFromProto(batch.hello().labels()); !labels.ok()) {
-      AddError(ack, seq, 0, absl::StatusCode::kInvalidArgument,
-               absl::StrCat("hello.labels: ", labels.status().message(),
-                            "; the stream continues without identity labels"),
-               0);
+      Report(ack, seq, 0, absl::StatusCode::kInvalidArgument,
+             absl::StrCat("batch ", seq, ": hello is only valid in the first batch of a stream; ignored"),
+             0);
     } else {
-      identity_ = *std::move(labels);
-      client_name_ = batch.hello().client_name();
+      Hello(batch.hello(), seq, ack);
     }
   }
   first_batch_ = false;
+  if (client_ != nullptr && seq != 0) {
+    absl::MutexLock lock(&client_->mu);
+    if (seq <= client_->applied_through) {
+      stats_.batches_duplicate.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      ApplyParts(batch, ack);
+      client_->applied_through = seq;
+    }
+  } else {
+    ApplyParts(batch, ack);
+  }
+  if (omitted_errors_ != 0) {
+    v1::IngestError* e = ack->add_errors();
+    e->set_sequence(seq);
+    e->set_code(static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+    e->set_message(absl::StrCat("batch ", seq, ": ", omitted_errors_,
+                                " more errors not listed (at most ", limits_.max_errors_per_batch,
+                                " are listed per batch)"));
+    e->set_samples_refused(omitted_samples_refused_);
+  }
+  if (batch_errors_ != 0) stats_.batches_with_errors.fetch_add(1, std::memory_order_relaxed);
+  if (seq > ack->sequence()) ack->set_sequence(seq);
+}
+
+void IngestSession::Hello(const v1::IngestHello& hello, uint64_t sequence, v1::IngestAck* ack) {
+  if (auto labels = LabelsFromProto(hello.labels()); !labels.ok()) {
+    Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("hello.labels: ", labels.status().message(),
+                        "; the stream continues without identity labels"),
+           0);
+  } else {
+    identity_ = *std::move(labels);
+  }
+  if (hello.client_name().size() > protocol::kMaxNameBytes ||
+      !protocol::IsValidUtf8(hello.client_name())) {
+    Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("hello.client_name \"", Quote(hello.client_name()),
+                        "\" is not valid UTF-8 of at most ", protocol::kMaxNameBytes,
+                        " bytes; ignored"),
+           0);
+  } else {
+    client_name_ = hello.client_name();
+  }
+  if (hello.client_instance() != 0 && clients_ != nullptr) {
+    client_instance_ = hello.client_instance();
+    client_ = clients_->Acquire(client_instance_);
+  }
+}
+
+void IngestSession::ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack) {
+  const uint64_t seq = batch.sequence();
   for (const auto& def : batch.definitions()) Define(def, seq, ack);
   for (const auto& block : batch.samples()) AddBlock(block, seq, ack);
   for (const auto& drops : batch.drops()) AddDrops(drops, seq, ack);
   for (const auto& event : batch.events()) AddEvent(event, seq, ack);
-  if (ack->errors_size() != errors_before) {
-    stats_.batches_with_errors.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (seq > ack->sequence()) ack->set_sequence(seq);
 }
 
 void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack) {
   auto refuse = [&](absl::StatusCode code, std::string message) {
     stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
-    AddError(ack, sequence, def.id(), code, message, 0);
+    Report(ack, sequence, def.id(), code, message, 0);
     Binding& b = bindings_.FindOrCreate(def.id());
     // A working binding survives a conflicting re-definition of its id: the
     // definition that came first wins, as between streams.
@@ -88,16 +145,16 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   };
   if (def.id() == 0) {
     return refuse(absl::StatusCode::kInvalidArgument,
-                  absl::StrCat("definition of stat \"", def.name(), "\": id 0 is reserved"));
+                  absl::StrCat("definition of stat \"", Quote(def.name()), "\": id 0 is reserved"));
   }
   if (Binding* bound = bindings_.Find(def.id()); bound != nullptr && bound->refusal.empty()) {
     if (bound->key.stat == def.name()) {
       // Re-sending the same definition (e.g. after a retry) is harmless when
       // it agrees; the aggregator checks the spec.
     } else {
-      AddError(ack, sequence, def.id(), absl::StatusCode::kAlreadyExists,
-               absl::StrCat("stat id ", def.id(), " is already bound to \"", bound->key.stat,
-                            "\" on this stream; refusing to rebind it to \"", def.name(), "\""),
+      Report(ack, sequence, def.id(), absl::StatusCode::kAlreadyExists,
+               absl::StrCat("stat id ", def.id(), " is already bound to \"", Quote(bound->key.stat),
+                            "\" on this stream; refusing to rebind it to \"", Quote(def.name()), "\""),
                0);
       stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -110,12 +167,12 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   auto spec = SpecFromProto(def.spec());
   if (!spec.ok()) {
     return refuse(absl::StatusCode::kInvalidArgument,
-                  absl::StrCat("definition of stat \"", def.name(), "\": ", spec.status().message()));
+                  absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", spec.status().message()));
   }
   auto own = LabelsFromProto(def.labels());
   if (!own.ok()) {
     return refuse(absl::StatusCode::kInvalidArgument,
-                  absl::StrCat("definition of stat \"", def.name(), "\": ", own.status().message()));
+                  absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", own.status().message()));
   }
   Binding b;
   b.key.stat = def.name();
@@ -125,14 +182,30 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     auto labels = MergeLabels(identity_.get(), *own);
     if (!labels.ok()) {
       return refuse(absl::StatusCode::kInvalidArgument,
-                    absl::StrCat("definition of stat \"", def.name(), "\": ", labels.status().message()));
+                    absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", labels.status().message()));
     }
     b.key.labels = *std::move(labels);
   }
   b.spec = *spec;
+  Binding* existing = bindings_.Find(def.id());
+  const bool counted = existing != nullptr && existing->id != 0;
+  if (!counted && limits_.max_series_per_stream != 0 &&
+      series_bound_ >= limits_.max_series_per_stream) {
+    stats_.series_refused_stream_limit.fetch_add(1, std::memory_order_relaxed);
+    return refuse(absl::StatusCode::kResourceExhausted,
+                  absl::StrCat("series ", Quote(b.key.ToString(), 512), " refused: this client already has ",
+                               series_bound_, " series, the most one stream may define "
+                               "(torchmond --max-series-per-client)"));
+  }
   auto id = aggregator_.Define(b.key, b.spec);
-  if (!id.ok()) return refuse(static_cast<absl::StatusCode>(id.status().code()), std::string(id.status().message()));
+  if (!id.ok()) {
+    if (absl::IsResourceExhausted(id.status())) {
+      stats_.series_refused_total_limit.fetch_add(1, std::memory_order_relaxed);
+    }
+    return refuse(static_cast<absl::StatusCode>(id.status().code()), std::string(id.status().message()));
+  }
   b.id = *id;
+  if (!counted) ++series_bound_;
   bindings_.FindOrCreate(def.id()) = std::move(b);
 }
 
@@ -140,7 +213,7 @@ IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples,
                                              v1::IngestAck* ack) {
   Binding* b = bindings_.Find(stat_id);
   if (b == nullptr) {
-    AddError(ack, sequence, stat_id, absl::StatusCode::kNotFound,
+    Report(ack, sequence, stat_id, absl::StatusCode::kNotFound,
              absl::StrCat("stat id ", stat_id, " was never defined on this stream; ", samples,
                           " samples refused"),
              samples);
@@ -148,8 +221,8 @@ IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples,
     return nullptr;
   }
   if (!b->refusal.empty()) {
-    AddError(ack, sequence, stat_id, absl::StatusCode::kFailedPrecondition,
-             absl::StrCat("stat \"", b->key.stat, "\" (id ", stat_id, ") was refused (",
+    Report(ack, sequence, stat_id, absl::StatusCode::kFailedPrecondition,
+             absl::StrCat("stat \"", Quote(b->key.stat), "\" (id ", stat_id, ") was refused (",
                           b->refusal, "); ", samples, " samples refused"),
              samples);
     stats_.samples_refused.fetch_add(samples, std::memory_order_relaxed);
@@ -171,8 +244,8 @@ void IngestSession::AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1
   Binding* b = Bound(block.stat_id(), n, sequence, ack);
   if (b == nullptr) return;
   if (block.time_deltas_us_size() != 0 && static_cast<uint64_t>(block.time_deltas_us_size()) != n) {
-    AddError(ack, sequence, block.stat_id(), absl::StatusCode::kInvalidArgument,
-             absl::StrCat("samples of stat \"", b->key.stat, "\": time_deltas_us has ",
+    Report(ack, sequence, block.stat_id(), absl::StatusCode::kInvalidArgument,
+             absl::StrCat("samples of stat \"", Quote(b->key.stat), "\": time_deltas_us has ",
                           block.time_deltas_us_size(), " entries for ", n,
                           " values (must be equal or empty); block refused"),
              n);
@@ -190,7 +263,7 @@ void IngestSession::AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1
   auto result = aggregator_.AddSamples(b->id, block.values(), timestamps_);
   if (absl::IsNotFound(result.status())) {
     if (absl::Status s = Redefine(*b); !s.ok()) {
-      AddError(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(s.code()),
+      Report(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(s.code()),
                std::string(s.message()), n);
       stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
       return;
@@ -198,7 +271,7 @@ void IngestSession::AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1
     result = aggregator_.AddSamples(b->id, block.values(), timestamps_);
   }
   if (!result.ok()) {
-    AddError(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(result.status().code()),
+    Report(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(result.status().code()),
              std::string(result.status().message()), n);
     stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
   }
@@ -207,7 +280,7 @@ void IngestSession::AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1
 void IngestSession::AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack) {
   Binding* bound = bindings_.Find(drops.stat_id());
   if (bound == nullptr || !bound->refusal.empty()) {
-    AddError(ack, sequence, drops.stat_id(), absl::StatusCode::kNotFound,
+    Report(ack, sequence, drops.stat_id(), absl::StatusCode::kNotFound,
              absl::StrCat("drop report for stat id ", drops.stat_id(),
                           ", which is not a defined stat on this stream; ignored"),
              0);
@@ -217,7 +290,7 @@ void IngestSession::AddDrops(const v1::DropReport& drops, uint64_t sequence, v1:
   absl::Status s = aggregator_.AddClientDrops(b.id, drops.dropped());
   if (absl::IsNotFound(s) && Redefine(b).ok()) s = aggregator_.AddClientDrops(b.id, drops.dropped());
   if (!s.ok()) {
-    AddError(ack, sequence, drops.stat_id(), static_cast<absl::StatusCode>(s.code()),
+    Report(ack, sequence, drops.stat_id(), static_cast<absl::StatusCode>(s.code()),
              std::string(s.message()), 0);
   }
 }
@@ -226,8 +299,8 @@ void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::Inge
   stats_.events_received.fetch_add(1, std::memory_order_relaxed);
   auto refuse = [&](absl::string_view why) {
     stats_.events_refused.fetch_add(1, std::memory_order_relaxed);
-    AddError(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
-             absl::StrCat("event \"", protocol::IsValidUtf8(event.name()) ? event.name() : "<invalid UTF-8>",
+    Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+             absl::StrCat("event \"", Quote(event.name()),
                           "\": ", why, "; event refused"),
              0);
   };
@@ -242,12 +315,22 @@ void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::Inge
   record.name = event.name();
   record.timestamp_us = event.timestamp_us();
   record.labels = *std::move(labels);
+  if (event.data_size() > static_cast<int>(protocol::kMaxEventFields)) {
+    return refuse(absl::StrCat("data has ", event.data_size(), " entries (at most ",
+                               protocol::kMaxEventFields, ")"));
+  }
   for (const auto& [key, value] : event.data()) {
-    if (absl::Status s = protocol::ValidateName("data key", key); !s.ok()) return refuse(s.message());
+    if (absl::Status s = protocol::ValidateName("data key", key, protocol::kMaxKeyBytes); !s.ok()) {
+      return refuse(s.message());
+    }
     switch (value.kind_case()) {
       case v1::EventValue::kStringValue:
         if (!protocol::IsValidUtf8(value.string_value())) {
           return refuse(absl::StrCat("data[\"", key, "\"] is not valid UTF-8"));
+        }
+        if (value.string_value().size() > protocol::kMaxEventStringBytes) {
+          return refuse(absl::StrCat("data[\"", key, "\"] is ", value.string_value().size(),
+                                     " bytes long (at most ", protocol::kMaxEventStringBytes, ")"));
         }
         record.data.emplace_back(key, value.string_value());
         break;

@@ -16,19 +16,37 @@
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
 #include "server/service/broadcaster.h"
+#include "server/service/client_registry.h"
 #include "server/service/daemon_stats.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::server {
 
+struct IngestLimits {
+  // Series one stream may bind (its cardinality budget); 0: no limit beyond
+  // the aggregator's total.
+  size_t max_series_per_stream = 100'000;
+  // IngestErrors listed per batch; past it one more says how many were left
+  // out, so an ack stays small whatever a batch holds.
+  int max_errors_per_batch = 100;
+};
+
 class IngestSession {
  public:
   // `events_out` (may be null) receives every event appended to `events`.
+  // `clients` (may be null) is where a client that names its instance in
+  // the hello is remembered; without it every batch is applied.
   IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
-                Broadcaster<EventRecord>* events_out);
+                Broadcaster<EventRecord>* events_out, IngestLimits limits = {},
+                ClientRegistry* clients = nullptr);
+  ~IngestSession();
+  IngestSession(const IngestSession&) = delete;
+  IngestSession& operator=(const IngestSession&) = delete;
 
   // Applies `batch`; sets ack->sequence and appends an IngestError to `ack`
-  // for every part refused. Never fails as a whole.
+  // for every part refused. Never fails as a whole. A batch of a known
+  // client whose sequence (non-zero) is not above the newest one applied
+  // for that client is a re-send: acknowledged, not applied again.
   void Apply(const v1::IngestBatch& batch, v1::IngestAck* ack);
 
   const std::string& client_name() const { return client_name_; }
@@ -61,6 +79,13 @@ class IngestSession {
     size_t count_ = 0;
   };
 
+  void Hello(const v1::IngestHello& hello, uint64_t sequence, v1::IngestAck* ack);
+  // Definitions, samples, drops and events of `batch`.
+  void ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack);
+  // Appends an IngestError, or past the per-batch limit counts it for the
+  // summary that Apply appends.
+  void Report(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id, absl::StatusCode code,
+              std::string message, uint64_t samples_refused);
   void Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack);
   void AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1::IngestAck* ack);
   void AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack);
@@ -74,8 +99,19 @@ class IngestSession {
   EventLog& events_;
   DaemonStats& stats_;
   Broadcaster<EventRecord>* events_out_;
+  const IngestLimits limits_;
+  ClientRegistry* const clients_;
 
   bool first_batch_ = true;
+  // This stream's client, when it named its instance.
+  uint64_t client_instance_ = 0;
+  std::shared_ptr<ClientRegistry::Client> client_;
+  // Bindings to a series (the cardinality counted against the limit).
+  size_t series_bound_ = 0;
+  // Errors of the batch being applied, and those left out of the ack.
+  int batch_errors_ = 0;
+  uint64_t omitted_errors_ = 0;
+  uint64_t omitted_samples_refused_ = 0;
   // Shared by every series of the stream whose stat adds no labels.
   LabelSet identity_;
   std::string client_name_;

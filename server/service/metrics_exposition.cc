@@ -276,7 +276,14 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
        "counted in any series.",
        Load(stats_.samples_refused)},
       {"torchmon_daemon_definitions_refused_total", "counter",
-       "Stat definitions refused (invalid or conflicting).", Load(stats_.definitions_refused)},
+       "Stat definitions refused (invalid, conflicting or over a series limit).",
+       Load(stats_.definitions_refused)},
+      {"torchmon_daemon_batches_duplicate_total", "counter",
+       "Batches a client re-sent after a broken stream that were applied already; acknowledged, "
+       "not applied again.",
+       Load(stats_.batches_duplicate)},
+      {"torchmon_daemon_streams_refused_total", "counter",
+       "Ingest streams refused because --max-streams were open.", Load(stats_.streams_refused)},
       {"torchmon_daemon_events_received_total", "counter", "Events received.",
        Load(stats_.events_received)},
       {"torchmon_daemon_events_refused_total", "counter", "Events refused as invalid.",
@@ -300,6 +307,19 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
   for (const SelfMetric& m : self_metrics) {
     out.Family(m.name, m.help, m.type);
     out.Sample(m.name, {}, m.value);
+  }
+  {
+    constexpr const char* kRefused = "torchmon_daemon_series_refused_total";
+    out.Family(kRefused,
+               "New series refused by a cardinality limit: one client's "
+               "(--max-series-per-client) or the daemon's (--max-series).",
+               "counter");
+    std::string label;
+    AppendPrometheusLabel(label, "limit", "per_client");
+    out.Sample(kRefused, {label}, Load(stats_.series_refused_stream_limit));
+    label.clear();
+    AppendPrometheusLabel(label, "limit", "total");
+    out.Sample(kRefused, {label}, Load(stats_.series_refused_total_limit));
   }
   out.Finish();
   return out.bytes_written();

@@ -71,7 +71,13 @@ struct ClientOptions {
   // Each batch costs ~0.25 ms of CPU in gRPC whatever it carries, so a
   // shorter interval costs a training process CPU for nothing.
   std::chrono::milliseconds send_interval{100};
-  // Reconnect backoff: starts at initial_backoff, doubles up to max_backoff.
+  // Batches written but not yet acknowledged are kept, up to about this many
+  // bytes, and re-sent on the next stream if the connection breaks first (the
+  // daemon applies each batch once). At the bound the sender waits for acks
+  // while add() keeps filling the per-Stat buffers, then drops and counts.
+  size_t max_unacked_bytes = size_t{16} << 20;
+  // Reconnect backoff: starts at initial_backoff, doubles up to max_backoff,
+  // each delay drawn with +-20% jitter so that the ranks of a job spread out.
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{5000};
   // How long the destructor waits to deliver what is buffered.
@@ -85,17 +91,39 @@ struct ClientOptions {
 };
 
 // Counters of one Client, all cumulative since construction.
+// Once quiescent after a successful Flush:
+//   samples_added = samples_delivered + samples_dropped,
+//   events_logged = events_delivered + events_dropped.
 struct ClientStats {
   uint64_t samples_added = 0;      // add() calls on all its Stats
-  uint64_t samples_sent = 0;       // samples written to a daemon stream
-  uint64_t samples_dropped = 0;    // dropped by the client (buffer full, send failed)
+  uint64_t samples_sent = 0;       // samples written to a daemon stream (re-sends not counted)
+  uint64_t samples_delivered = 0;  // samples a daemon acknowledged
+  uint64_t samples_dropped = 0;    // dropped by the client (buffer full, client stopped)
   uint64_t events_logged = 0;
   uint64_t events_sent = 0;
+  uint64_t events_delivered = 0;
   uint64_t events_dropped = 0;
-  uint64_t batches_sent = 0;
+  uint64_t batches_sent = 0;       // first writes only
+  uint64_t batches_resent = 0;     // written again on a new stream after a break
   uint64_t batches_acked = 0;
   uint64_t errors = 0;             // parts of batches the daemon refused
   uint64_t connects = 0;           // streams opened successfully
+  uint64_t daemon_restarts = 0;    // times the acks came from a new daemon process
+};
+
+// One Stat's accounting. Once no add() is in progress and a Flush has
+// succeeded: added = delivered + dropped, and dropped = drops_reported.
+struct StatCounters {
+  uint64_t added = 0;           // add() calls
+  uint64_t dropped = 0;         // discarded by the client (buffer full, client stopped)
+  uint64_t delivered = 0;       // samples a daemon acknowledged
+  uint64_t drops_reported = 0;  // of `dropped`, counts a daemon acknowledged
+  // Of delivered and drops_reported, what the daemon process the client
+  // talks to now acknowledged. A daemon that restarts starts from nothing;
+  // the new process's accepted + capped + late + skewed + client_dropped
+  // for the series add up to the sum of these two (docs/reliability.md).
+  uint64_t delivered_to_current_daemon = 0;
+  uint64_t drops_reported_to_current_daemon = 0;
 };
 
 // Owns the connection to torchmond and the sender thread.
@@ -113,9 +141,10 @@ class Client {
   static Client& Default();
 
   // Waits until everything added or logged before the call has been
-  // acknowledged by the daemon. OK on success; DeadlineExceeded if `timeout`
-  // passed first (nothing is lost: buffered samples stay queued). Never
-  // waits longer than `timeout`. Releases no locks held by callers of add().
+  // acknowledged by the daemon, across reconnects if the stream breaks
+  // meanwhile. OK on success; DeadlineExceeded if `timeout` passed first
+  // (nothing is lost: buffered samples stay queued). Never waits longer
+  // than `timeout`. Releases no locks held by callers of add().
   absl::Status Flush(std::chrono::milliseconds timeout);
 
   // Logs an event (torch.monitor.log_event). Never blocks on I/O.
@@ -169,6 +198,8 @@ class Stat {
   // the client so far.
   uint64_t added() const;
   uint64_t dropped() const;
+  // Every count at once (not one atomic snapshot while add() runs).
+  StatCounters counters() const;
 
  private:
   std::shared_ptr<detail::StatState> state_;

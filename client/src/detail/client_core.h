@@ -38,12 +38,20 @@ absl::Status EventToProto(const Event& event, v1::Event* out);
 // of the stat rings; a reader thread per stream reads IngestAcks. Everything
 // they share with API callers is guarded by mu_.
 //
+// Delivery: every batch with samples, drops or events gets the next
+// sequence number and is kept (retained_) until an ack covers it. When a
+// stream breaks, the next one opens with a batch of sequence 0 carrying the
+// hello and every definition, then re-sends the kept batches in order with
+// their own numbers; the daemon, knowing this client by its instance
+// number, acknowledges without re-applying any batch it had applied. So a
+// sample is applied at most once by a daemon process and is counted as
+// delivered, or as dropped when the client stops before an ack.
+//
 // Flush protocol: Flush takes a ticket and wakes the sender. A send cycle
 // records the newest ticket before draining; once the cycle has written
 // everything that was buffered when it started, tickets up to that one are
 // "written" as of the last sequence the cycle used. The Flush then waits for
-// that sequence to be acknowledged (or lost with its stream, which it
-// reports).
+// that sequence to be acknowledged, across reconnects.
 class ClientCore {
  public:
   explicit ClientCore(ClientOptions options);
@@ -98,7 +106,20 @@ class ClientCore {
   // Drains rings and the event queue into batches and writes them. False if
   // a write failed (the stream is broken).
   bool RunCycle(StreamState& stream, CycleResult* result) ABSL_LOCKS_EXCLUDED(mu_);
+  // Numbers `out`, keeps it until acknowledged and writes it. `out` is left
+  // empty. False if the write failed (the batch is re-sent on the next
+  // stream).
   bool WriteBatch(StreamState& stream, OutgoingBatch& out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Opens a stream: the hello and every definition (sequence 0), then the
+  // batches still unacknowledged from earlier streams. False if a write
+  // failed.
+  bool OpenStream(StreamState& stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits while the unacknowledged batches, less `own_bytes` (a batch kept
+  // but not yet written), hold max_unacked_bytes; false if the stream ended
+  // or the client is stopping meanwhile.
+  bool WaitForAckRoom(size_t own_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts everything still unacknowledged as dropped; the client stopped.
+  void AbandonUndelivered() ABSL_LOCKS_EXCLUDED(mu_);
   // True if a ring looked at is full enough that a cycle should not wait.
   bool LookForBurstLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts events taken for a cycle but never written back at the queue head.
@@ -158,6 +179,7 @@ class ClientCore {
   // Counts of stats that were closed and left the registry.
   uint64_t retired_added_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t retired_delivered_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
   // Events accepted into the queue, and those since written or dropped.
@@ -169,13 +191,15 @@ class ClientCore {
   uint64_t flush_requested_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t flush_written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t written_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  // Sequences written on the current stream and not yet acknowledged.
-  std::deque<uint64_t> in_flight_ ABSL_GUARDED_BY(mu_);
-  // Sequence ranges [first, last] written but never acknowledged because
-  // their stream broke. Index i of the deque is loss number
-  // lost_ranges_base_ + i; old ones are forgotten.
-  std::deque<std::pair<uint64_t, uint64_t>> lost_ranges_ ABSL_GUARDED_BY(mu_);
-  uint64_t lost_ranges_base_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches numbered and not yet acknowledged, in sequence order, and their
+  // estimated size. Shared so that a re-send can write one while an ack
+  // retires it.
+  std::deque<std::shared_ptr<const OutgoingBatch>> retained_ ABSL_GUARDED_BY(mu_);
+  size_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Identifies this client to the daemon across its streams (never 0), and
+  // the daemon process that acknowledged last (0: none yet).
+  const uint64_t client_instance_;
+  uint64_t daemon_instance_ ABSL_GUARDED_BY(mu_) = 0;
 
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

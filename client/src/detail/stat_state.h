@@ -19,10 +19,14 @@ namespace torchmon::detail {
 // Stat that outlives its Client just counts its samples as dropped.
 //
 // Accounting, exact once producers are quiescent:
-//   added   = ring.pushed() + rejected
-//   dropped = rejected + lost (+ whatever is still buffered once the client
-//             has stopped, since nothing will send it any more)
-//   every pushed sample is eventually sent, lost, or (client stopped) left.
+//   added        = ring.pushed() + rejected
+//   ring.popped() = delivered + (samples in batches not yet acknowledged)
+//                   + abandoned
+//   dropped      = rejected + abandoned (+ whatever is still in the ring once
+//                  the client has stopped, since nothing will send it)
+// A sample taken from the ring stays in a kept batch until a daemon
+// acknowledges it, however many streams that takes; only a client that
+// stops with batches unacknowledged abandons them.
 struct StatState {
   // `buffer_samples` is ignored (a minimal ring is made) for invalid stats,
   // which never buffer anything.
@@ -43,27 +47,29 @@ struct StatState {
   }
 
   uint64_t dropped() const noexcept {
-    uint64_t n = rejected.load(std::memory_order_relaxed) + lost.load(std::memory_order_relaxed);
+    uint64_t n =
+        rejected.load(std::memory_order_relaxed) + abandoned.load(std::memory_order_relaxed);
     if (valid && !accepting.load(std::memory_order_acquire)) n += ring.pushed() - ring.popped();
     return n;
   }
 
-  // Drops not yet carried by a successfully written DropReport.
+  // Drops not yet carried by a DropReport in some batch.
   uint64_t unreported_drops() const noexcept {
-    return rejected.load(std::memory_order_relaxed) + lost.load(std::memory_order_relaxed) -
-           drops_reported.load(std::memory_order_relaxed);
+    return rejected.load(std::memory_order_relaxed) + abandoned.load(std::memory_order_relaxed) -
+           drops_written.load(std::memory_order_relaxed);
   }
 
-  // True while the daemon has not been told everything about this stat:
-  // its definition, every buffered or in-progress sample, every drop.
-  // Callers hold the client's mutex, under which sent/lost/drops_reported
-  // change, so the three are read consistently.
+  // True while a daemon has not acknowledged everything about this stat:
+  // its definition, every buffered or in-flight sample, every drop.
+  // Callers hold the client's mutex, under which the sender-side counters
+  // change, so they are read consistently.
   bool HasPending() const noexcept {
     if (!valid) return false;
     return !ever_defined.load(std::memory_order_relaxed) ||
-           ring.pushed() !=
-               sent.load(std::memory_order_relaxed) + lost.load(std::memory_order_relaxed) ||
-           unreported_drops() != 0;
+           ring.pushed() != delivered.load(std::memory_order_relaxed) +
+                                abandoned.load(std::memory_order_relaxed) ||
+           rejected.load(std::memory_order_relaxed) + abandoned.load(std::memory_order_relaxed) !=
+               drops_acked.load(std::memory_order_relaxed);
   }
 
   // id, name, labels and spec, ready to put on a stream.
@@ -80,11 +86,16 @@ struct StatState {
   // Samples add() could not buffer (ring full, invalid, client stopped).
   std::atomic<uint64_t> rejected{0};
 
-  // Written only by the sender thread, under the client's mutex.
-  std::atomic<uint64_t> sent{0};            // in batches written successfully
-  std::atomic<uint64_t> lost{0};            // in batches whose write failed
-  std::atomic<uint64_t> drops_reported{0};  // carried by written DropReports
-  std::atomic<bool> ever_defined{false};    // definition written on some stream
+  // Written only under the client's mutex (by its sender and ack threads);
+  // atomics so that Stat's getters may read them without it.
+  std::atomic<uint64_t> delivered{0};      // samples in acknowledged batches
+  std::atomic<uint64_t> abandoned{0};      // samples unacknowledged when the client stopped
+  std::atomic<uint64_t> drops_written{0};  // drop counts put in DropReports
+  std::atomic<uint64_t> drops_acked{0};    // ... of which a daemon acknowledged
+  // The same two counts, for the daemon process the client talks to now.
+  std::atomic<uint64_t> delivered_current{0};
+  std::atomic<uint64_t> drops_acked_current{0};
+  std::atomic<bool> ever_defined{false};   // definition written on some stream
 
   // Sender thread only: the stream generation this stat was last defined on.
   uint64_t defined_on_stream = 0;

@@ -28,18 +28,43 @@ inline constexpr int64_t kMaxWindowMs = 24 * 3600 * 1000;
 inline constexpr absl::string_view kReservedLabelKeys[] = {
     "stat", "agg", "reason", "event", "field"};
 
+// Size limits every daemon enforces and every client checks before sending,
+// so that one process cannot make the daemon hold arbitrarily large keys.
+// Stat and event names:
+inline constexpr size_t kMaxNameBytes = 1024;
+// Label keys and event data keys:
+inline constexpr size_t kMaxKeyBytes = 128;
+// Label values:
+inline constexpr size_t kMaxLabelValueBytes = 1024;
+// Labels of one series or event, the client's identity labels included:
+inline constexpr size_t kMaxLabels = 32;
+// Entries in one event's data map, and bytes of one string value there:
+inline constexpr size_t kMaxEventFields = 64;
+inline constexpr size_t kMaxEventStringBytes = 4096;
+
 using LabelList = std::vector<std::pair<std::string, std::string>>;
 
 // OK if `key` matches [a-zA-Z_][a-zA-Z0-9_]*, is not reserved and does not
-// start with "__"; otherwise InvalidArgument naming the key.
+// start with "__" and has at most kMaxKeyBytes; otherwise InvalidArgument
+// naming the key.
 absl::Status ValidateLabelKey(absl::string_view key);
+
+// OK if `value` is valid UTF-8 of at most kMaxLabelValueBytes; otherwise
+// InvalidArgument naming the label `key`.
+absl::Status ValidateLabelValue(absl::string_view key, absl::string_view value);
 
 // True if `s` is well-formed UTF-8.
 bool IsValidUtf8(absl::string_view s);
 
-// OK if `name` is a usable stat or event name: non-empty, valid UTF-8.
-// `what` names the field in the error ("stat name", "event name").
-absl::Status ValidateName(absl::string_view what, absl::string_view name);
+// OK if `name` is a usable stat or event name: non-empty, valid UTF-8, at
+// most `max_bytes`. `what` names the field in the error ("stat name").
+absl::Status ValidateName(absl::string_view what, absl::string_view name,
+                          size_t max_bytes = kMaxNameBytes);
+
+// Shortens `text` for quoting in an error message: at most `max_bytes`, cut
+// on a UTF-8 boundary, "..." appended when cut, invalid UTF-8 shown as
+// "<invalid UTF-8>". Error messages must stay small whatever a client sends.
+std::string Quote(absl::string_view text, size_t max_bytes = 64);
 
 // Validates a StatSpec: at least one known aggregation, window size within
 // bounds, max_samples ≥ 0.
