@@ -105,10 +105,7 @@ Labels ResolveLabels(const ClientOptions& options, std::vector<std::string>* err
   Labels labels = options.labels_from_environment ? IdentityLabelsFromEnvironment() : Labels{};
   for (const auto& [key, value] : options.labels) {
     absl::Status status = protocol::ValidateLabelKey(key);
-    if (status.ok() && !protocol::IsValidUtf8(value)) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("value of label \"", key, "\" is not valid UTF-8"));
-    }
+    if (status.ok()) status = protocol::ValidateLabelValue(key, value);
     if (!status.ok()) {
       errors->push_back(absl::StrCat("INVALID_ARGUMENT: client label ignored: ", status.message()));
       continue;
@@ -119,12 +116,14 @@ Labels ResolveLabels(const ClientOptions& options, std::vector<std::string>* err
 }
 
 absl::Status ValidateStatLabels(const Labels& stat_labels, const Labels& identity) {
+  if (stat_labels.size() + identity.size() > protocol::kMaxLabels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        identity.size(), " identity labels and ", stat_labels.size(), " of its own make ",
+        identity.size() + stat_labels.size(), " labels (at most ", protocol::kMaxLabels, ")"));
+  }
   for (const auto& [key, value] : stat_labels) {
     if (absl::Status s = protocol::ValidateLabelKey(key); !s.ok()) return s;
-    if (!protocol::IsValidUtf8(value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("value of label \"", key, "\" is not valid UTF-8"));
-    }
+    if (absl::Status s = protocol::ValidateLabelValue(key, value); !s.ok()) return s;
     for (const auto& [identity_key, identity_value] : identity) {
       if (key == identity_key) {
         return absl::InvalidArgumentError(

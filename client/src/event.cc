@@ -26,21 +26,32 @@ constexpr size_t kMaxEventBytes = size_t{1} << 20;
 absl::Status EventToProto(const Event& event, v1::Event* out) {
   if (absl::Status s = protocol::ValidateName("event name", event.name); !s.ok()) return s;
   auto invalid = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("event \"", event.name, "\": ", why));
+    return absl::InvalidArgumentError(absl::StrCat("event \"", protocol::Quote(event.name), "\": ", why));
   };
+  // The daemon's limits (torchmon/protocol/protocol.h), checked here so the
+  // training log names the event that would be refused.
+  if (event.data.size() > protocol::kMaxEventFields) {
+    return invalid(absl::StrCat("data has ", event.data.size(), " entries (at most ",
+                                protocol::kMaxEventFields, ")"));
+  }
   out->set_name(event.name);
   out->set_timestamp_us(
       std::chrono::duration_cast<std::chrono::microseconds>(event.timestamp.time_since_epoch())
           .count());
   for (const auto& [key, value] : event.data) {
-    if (key.empty()) return invalid("a data key is empty");
     // The daemon's proto3 parser refuses invalid UTF-8 and would drop the
     // whole batch, so it is caught here.
-    if (!protocol::IsValidUtf8(key)) return invalid("a data key is not valid UTF-8");
+    if (absl::Status s = protocol::ValidateName("data key", key, protocol::kMaxKeyBytes); !s.ok()) {
+      return invalid(s.message());
+    }
     v1::EventValue& wire = (*out->mutable_data())[key];
     if (const auto* s = std::get_if<std::string>(&value)) {
       if (!protocol::IsValidUtf8(*s)) {
         return invalid(absl::StrCat("value of \"", key, "\" is not valid UTF-8"));
+      }
+      if (s->size() > protocol::kMaxEventStringBytes) {
+        return invalid(absl::StrCat("value of \"", key, "\" is ", s->size(), " bytes long (at most ",
+                                    protocol::kMaxEventStringBytes, ")"));
       }
       wire.set_string_value(*s);
     } else if (const auto* d = std::get_if<double>(&value)) {
@@ -53,8 +64,8 @@ absl::Status EventToProto(const Event& event, v1::Event* out) {
   }
   for (const auto& [key, value] : event.labels) {
     if (absl::Status s = protocol::ValidateLabelKey(key); !s.ok()) return invalid(s.message());
-    if (!protocol::IsValidUtf8(value)) {
-      return invalid(absl::StrCat("value of label \"", key, "\" is not valid UTF-8"));
+    if (absl::Status s = protocol::ValidateLabelValue(key, value); !s.ok()) {
+      return invalid(s.message());
     }
     (*out->mutable_labels())[key] = value;
   }

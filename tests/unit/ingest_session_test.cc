@@ -3,10 +3,12 @@
 #include "server/service/ingest_session.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/clock.h"
@@ -442,6 +444,234 @@ TEST_F(IngestSessionTest, ThousandsOfStatIdsInAnyOrderEachReachTheirOwnSeries) {
   for (uint32_t id : {1u, 2u, 1023u, 1024u, 1025u, 2500u, 4999u, 5000u}) {
     EXPECT_EQ(Series("s" + std::to_string(id)).counters.accepted, id % 3 + 1) << id;
   }
+}
+
+
+// --- re-sent batches, limits ---
+
+// A client's second stream: sequence-0 opening with the definitions, then
+// the batches it kept because the first stream broke before their ack.
+class ResendTest : public IngestSessionTest {
+ protected:
+  static constexpr uint64_t kInstance = 0x1234'5678'9abc'def0;
+
+  std::unique_ptr<IngestSession> NewStream() {
+    return std::make_unique<IngestSession>(aggregator_, events_, stats_, nullptr, IngestLimits{},
+                                           &clients_);
+  }
+  static v1::IngestBatch Opening(uint64_t instance = kInstance) {
+    v1::IngestBatch batch;
+    batch.set_sequence(0);
+    SetHello(batch, {{"rank", "0"}});
+    batch.mutable_hello()->set_client_instance(instance);
+    AddDefinition(batch, 1, "loss", {v1::COUNT});
+    return batch;
+  }
+  static v1::IngestBatch Samples(uint64_t sequence, int n) {
+    v1::IngestBatch batch;
+    batch.set_sequence(sequence);
+    AddSamples(batch, 1, kT0 * 1000, std::vector<double>(static_cast<size_t>(n), 1.0));
+    return batch;
+  }
+  static v1::IngestAck ApplyTo(IngestSession& session, const v1::IngestBatch& batch) {
+    v1::IngestAck ack;
+    session.Apply(batch, &ack);
+    return ack;
+  }
+
+  ClientRegistry clients_{clock_, 60'000, 100};
+};
+
+TEST_F(ResendTest, BatchReSentOnANewStreamIsAcknowledgedButNotAppliedAgain) {
+  auto first = NewStream();
+  ApplyTo(*first, Opening());
+  ApplyTo(*first, Samples(1, 3));
+  ApplyTo(*first, Samples(2, 4));
+  first.reset();  // the stream broke before the client saw the acks
+
+  auto second = NewStream();
+  EXPECT_THAT(ApplyTo(*second, Opening()).errors(), IsEmpty());
+  const v1::IngestAck resent = ApplyTo(*second, Samples(2, 4));
+  EXPECT_EQ(resent.sequence(), 2u);
+  EXPECT_THAT(resent.errors(), IsEmpty());
+  ApplyTo(*second, Samples(3, 5));  // new data after the re-send is applied
+  EXPECT_EQ(Series("loss").counters.accepted, 3u + 4u + 5u);
+  EXPECT_EQ(stats_.batches_duplicate.load(), 1u);
+}
+
+TEST_F(ResendTest, TwoClientsWithTheSameSequenceNumbersAreIndependent) {
+  auto a = NewStream();
+  auto b = NewStream();
+  ApplyTo(*a, Opening(1));
+  ApplyTo(*b, Opening(2));
+  ApplyTo(*a, Samples(1, 3));
+  ApplyTo(*b, Samples(1, 4));
+  EXPECT_EQ(Series("loss").counters.accepted, 7u);
+  EXPECT_EQ(stats_.batches_duplicate.load(), 0u);
+}
+
+TEST_F(ResendTest, ClientWithoutAnInstanceHasEveryBatchApplied) {
+  auto first = NewStream();
+  ApplyTo(*first, Opening(0));
+  ApplyTo(*first, Samples(1, 3));
+  first.reset();
+  auto second = NewStream();
+  ApplyTo(*second, Opening(0));
+  ApplyTo(*second, Samples(1, 3));
+  EXPECT_EQ(Series("loss").counters.accepted, 6u);
+}
+
+TEST_F(ResendTest, IdleClientIsForgottenOnceItsMemoryTimePasses) {
+  auto first = NewStream();
+  ApplyTo(*first, Opening());
+  ApplyTo(*first, Samples(1, 3));
+  first.reset();
+  clock_.Set(kT0 + 60'001);
+  EXPECT_EQ(clients_.ExpireIdle(), 1u);
+  EXPECT_EQ(clients_.size(), 0u);
+}
+
+TEST_F(ResendTest, ClientWithAnOpenStreamIsNeverForgotten) {
+  auto stream = NewStream();
+  ApplyTo(*stream, Opening());
+  clock_.Set(kT0 + 3'600'000);
+  EXPECT_EQ(clients_.ExpireIdle(), 0u);
+  EXPECT_EQ(clients_.size(), 1u);
+}
+
+TEST(ClientRegistryTest, KeepsAtMostMaxIdleClientsDroppingTheLongestIdle) {
+  ManualClock clock(kT0);
+  ClientRegistry registry(clock, 60'000, 2);
+  for (uint64_t instance = 1; instance <= 3; ++instance) {
+    registry.Acquire(instance);
+    clock.Advance(10);
+    registry.Release(instance);
+  }
+  EXPECT_EQ(registry.size(), 2u);
+  // Client 1 went idle first and was dropped: its record is new again.
+  auto again = registry.Acquire(1);
+  absl::MutexLock lock(&again->mu);
+  EXPECT_EQ(again->applied_through, 0u);
+}
+
+class LimitsTest : public IngestSessionTest {
+ protected:
+  IngestSession Limited(size_t max_series, int max_errors = 100) {
+    IngestLimits limits;
+    limits.max_series_per_stream = max_series;
+    limits.max_errors_per_batch = max_errors;
+    return IngestSession(aggregator_, events_, stats_, nullptr, limits);
+  }
+};
+
+TEST_F(LimitsTest, SeriesPastTheStreamLimitAreRefusedNamedAndCounted) {
+  IngestSession session = Limited(2);
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  SetHello(batch, {{"rank", "7"}});
+  for (uint32_t id = 1; id <= 4; ++id) AddDefinition(batch, id, absl::StrCat("s", id), {v1::SUM});
+  AddSamples(batch, 3, kT0 * 1000, {1, 2});
+  v1::IngestAck ack;
+  session.Apply(batch, &ack);
+  ASSERT_THAT(ack.errors(), SizeIs(3));  // s3, s4, then s3's samples
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("s3{rank=\"7\"}"));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("--max-series-per-client"));
+  EXPECT_EQ(ack.errors(2).samples_refused(), 2u);
+  EXPECT_EQ(stats_.series_refused_stream_limit.load(), 2u);
+  EXPECT_EQ(stats_.samples_refused.load(), 2u);
+  EXPECT_EQ(aggregator_.series_count(), 2u);
+}
+
+TEST_F(LimitsTest, RedefiningABoundSeriesDoesNotCountAgainstTheLimit) {
+  IngestSession session = Limited(1);
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    v1::IngestBatch batch;
+    batch.set_sequence(seq);
+    AddDefinition(batch, 1, "loss", {v1::SUM});
+    v1::IngestAck ack;
+    session.Apply(batch, &ack);
+    EXPECT_THAT(ack.errors(), IsEmpty()) << "batch " << seq;
+  }
+}
+
+TEST_F(LimitsTest, DaemonWideSeriesLimitRefusesNewSeriesByName) {
+  AggregatorOptions options = Options();
+  options.max_series = 1;
+  Aggregator small(options, clock_);
+  IngestSession session(small, events_, stats_, nullptr);
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  AddDefinition(batch, 1, "a", {v1::SUM});
+  AddDefinition(batch, 2, "b", {v1::SUM});
+  v1::IngestAck ack;
+  session.Apply(batch, &ack);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("series b{} refused"));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("--max-series"));
+  EXPECT_EQ(stats_.series_refused_total_limit.load(), 1u);
+}
+
+TEST_F(LimitsTest, ErrorsPastThePerBatchLimitAreSummarisedWithTheirSamples) {
+  IngestSession session = Limited(100, 3);
+  v1::IngestBatch batch;
+  batch.set_sequence(9);
+  for (uint32_t id = 1; id <= 10; ++id) AddSamples(batch, id, kT0 * 1000, {1, 2});
+  v1::IngestAck ack;
+  session.Apply(batch, &ack);
+  ASSERT_THAT(ack.errors(), SizeIs(4));
+  EXPECT_THAT(ack.errors(3).message(), HasSubstr("7 more errors not listed"));
+  EXPECT_EQ(ack.errors(3).samples_refused(), 14u);
+  EXPECT_EQ(stats_.samples_refused.load(), 20u);
+}
+
+TEST_F(IngestSessionTest, OverlongStatNameIsRefusedWithItsLengthAndAShortQuote) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  AddDefinition(batch, 1, std::string(5000, 'x'), {v1::SUM});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("5000 bytes long (at most 1024)"));
+  EXPECT_LT(ack.errors(0).message().size(), 400u);
+}
+
+TEST_F(IngestSessionTest, TooManyLabelsAreRefusedNamingTheCount) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  v1::StatDefinition* def = AddDefinition(batch, 1, "loss", {v1::SUM});
+  for (int i = 0; i < 40; ++i) (*def->mutable_labels())[absl::StrCat("k", i)] = "v";
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("40 labels (at most 32)"));
+}
+
+TEST_F(IngestSessionTest, OverlongLabelValueIsRefusedNamingTheLabel) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  v1::StatDefinition* def = AddDefinition(batch, 1, "loss", {v1::SUM});
+  (*def->mutable_labels())["tag"] = std::string(2000, 'v');
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("value of label \"tag\" is 2000 bytes long"));
+}
+
+TEST_F(IngestSessionTest, EventWithTooManyFieldsOrAHugeStringIsRefusedAlone) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  v1::Event* wide = batch.add_events();
+  wide->set_name("wide");
+  for (int i = 0; i < 65; ++i) (*wide->mutable_data())[absl::StrCat("f", i)].set_int_value(i);
+  v1::Event* huge = batch.add_events();
+  huge->set_name("huge");
+  (*huge->mutable_data())["text"].set_string_value(std::string(5000, 'a'));
+  v1::Event* fine = batch.add_events();
+  fine->set_name("fine");
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(2));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("event \"wide\": data has 65 entries (at most 64)"));
+  EXPECT_THAT(ack.errors(1).message(), HasSubstr("data[\"text\"] is 5000 bytes long (at most 4096)"));
+  EXPECT_EQ(events_.size(), 1u);
 }
 
 }  // namespace
