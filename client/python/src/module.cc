@@ -273,14 +273,18 @@ PYBIND11_MODULE(_torchmon, m) {
              py::dict d;
              d["samples_added"] = s.samples_added;
              d["samples_sent"] = s.samples_sent;
+             d["samples_delivered"] = s.samples_delivered;
              d["samples_dropped"] = s.samples_dropped;
              d["events_logged"] = s.events_logged;
              d["events_sent"] = s.events_sent;
+             d["events_delivered"] = s.events_delivered;
              d["events_dropped"] = s.events_dropped;
              d["batches_sent"] = s.batches_sent;
+             d["batches_resent"] = s.batches_resent;
              d["batches_acked"] = s.batches_acked;
              d["errors"] = s.errors;
              d["connects"] = s.connects;
+             d["daemon_restarts"] = s.daemon_restarts;
              return d;
            })
       .def("take_errors", &Client::TakeErrors)

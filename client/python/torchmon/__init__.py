@@ -162,7 +162,13 @@ class Client:
                                dict(labels) if labels is not None else None)
 
     def stats(self) -> Dict[str, int]:
-        """Cumulative counters: samples added/sent/dropped, events, batches, errors."""
+        """Cumulative counters (see torchmon::ClientStats in client.h).
+
+        Once a flush succeeded: samples_added == samples_delivered +
+        samples_dropped, and the same for events (logged, delivered, dropped).
+        ``daemon_restarts`` counts acks from a new daemon process;
+        ``batches_resent`` the batches written again after a broken stream.
+        """
         return self._native.stats()
 
     def errors(self) -> List[str]:
