@@ -144,6 +144,10 @@ std::string DaemonProcess::Stderr() const {
   return ss.str();
 }
 
+void DaemonProcess::Signal(int signal) const {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
 std::unique_ptr<v1::Query::Stub> DaemonProcess::QueryStub() const {
   return v1::Query::NewStub(grpc::CreateChannel(unix_target_, grpc::InsecureChannelCredentials()));
 }

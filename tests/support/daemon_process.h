@@ -50,6 +50,8 @@ class DaemonProcess {
   // Sends `signal` and waits (≤ timeout) for exit. Returns the exit status
   // as from waitpid, or DeadlineExceeded.
   absl::StatusOr<int> Stop(int signal, std::chrono::milliseconds timeout);
+  // Sends `signal` without waiting (e.g. SIGSTOP/SIGCONT to freeze it).
+  void Signal(int signal) const;
   // Everything the daemon wrote to stderr so far.
   std::string Stderr() const;
 
