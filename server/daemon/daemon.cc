@@ -29,6 +29,9 @@ constexpr int64_t kExpiryIntervalMs = 1000;
 // at most once per interval.
 constexpr int64_t kTrimDelayMs = 1000;
 constexpr int64_t kTrimIntervalMs = 10'000;
+// At shutdown, how long after the drain calls may take to write their last
+// messages (acks, the partial windows to watchers) before they are cut.
+constexpr auto kFinalWritesCap = std::chrono::seconds(5);
 
 // glibc keeps freed memory for reuse: without this a daemon that outlives
 // many jobs would keep the footprint of its busiest moment (a burst of
@@ -213,13 +216,15 @@ void Daemon::Run() {
 }
 
 void Daemon::Shutdown() {
-  // Stop accepting calls. Open calls get drain_timeout to end by themselves
-  // (clients finish their streams) and one more second for watchers to
-  // receive the partial windows; whatever is still open then is cancelled.
+  // Stop accepting calls. Open ingest streams get drain_timeout to end by
+  // themselves (clients finishing), then are ended; watchers end once they
+  // have written the partial windows. Shutdown returns when every call has
+  // ended; only a call stuck past the cap (a watcher that stopped reading)
+  // is cancelled.
   const auto drain = std::chrono::milliseconds(options_.drain_timeout_ms);
   const auto drain_end = std::chrono::steady_clock::now() + drain;
   std::thread stopper([this, drain] {
-    server_->Shutdown(std::chrono::system_clock::now() + drain + std::chrono::seconds(1));
+    server_->Shutdown(std::chrono::system_clock::now() + drain + kFinalWritesCap);
   });
   while (stats_.ingest_streams_active.load(std::memory_order_relaxed) > 0 &&
          std::chrono::steady_clock::now() < drain_end) {

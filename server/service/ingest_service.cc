@@ -37,7 +37,17 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
                  service.options_.limits, &service.clients_),
         stats_(service.stats_) {
     stats_.ingest_streams_total.fetch_add(1, std::memory_order_relaxed);
+    {
+      absl::MutexLock lock(&service_.streams_mu_);
+      service_.streams_.insert(this);
+    }
     StartRead(&batch_);
+  }
+
+  // Ends the stream for shutdown once its pending ack is written. Any thread.
+  void EndForShutdown() {
+    absl::MutexLock lock(&mu_);
+    Refuse(absl::StrCat("torchmond is shutting down"));
   }
 
   void OnReadDone(bool ok) override {
@@ -54,11 +64,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
       absl::MutexLock lock(&mu_);
       if (!service_.applying_) {
         // Shutting down: this batch is neither applied nor acknowledged.
-        refusal_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                absl::StrCat("torchmond is shutting down; batch ", batch_.sequence(),
-                                             " was not applied (re-send it to the next daemon)"));
-        reads_done_ = true;
-        MaybeFinishOrWrite();
+        Refuse(absl::StrCat("torchmond is shutting down; batch ", batch_.sequence(),
+                            " was not applied (re-send it to the next daemon)"));
         return;
       }
       session_.Apply(batch_, &pending_ack_);
@@ -80,11 +87,23 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   }
 
   void OnDone() override {
+    {
+      absl::MutexLock lock(&service_.streams_mu_);
+      service_.streams_.erase(this);
+    }
     stats_.ingest_streams_active.fetch_sub(1, std::memory_order_relaxed);
     delete this;
   }
 
  private:
+  // Reads no more; the stream ends with UNAVAILABLE once pending acks are out.
+  void Refuse(std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (reads_done_) return;
+    refusal_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::move(message));
+    reads_done_ = true;
+    MaybeFinishOrWrite();
+  }
+
   void MaybeFinishOrWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_) return;
     if (has_pending_ack_) {
@@ -142,8 +161,12 @@ grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestService::Stream(
 }
 
 void IngestService::StopApplying() {
-  absl::MutexLock lock(&gate_);
-  applying_ = false;
+  {
+    absl::MutexLock lock(&gate_);
+    applying_ = false;
+  }
+  absl::MutexLock lock(&streams_mu_);
+  for (IngestReactor* stream : streams_) stream->EndForShutdown();
 }
 
 }  // namespace torchmon::server

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/aggregator.h"
 #include "server/core/clock.h"
@@ -19,6 +20,8 @@
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {
+
+class IngestReactor;
 
 struct IngestServiceOptions {
   IngestLimits limits;
@@ -41,11 +44,12 @@ class IngestService final : public v1::Ingest::CallbackService {
   grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* Stream(
       grpc::CallbackServerContext* context) override;
 
-  // Stops applying batches: waits for the batches being applied to finish;
-  // every stream then ends with UNAVAILABLE at its next batch, unapplied and
-  // unacknowledged (its client re-sends it to the next daemon). After this,
+  // Stops applying batches: waits for the batches being applied to finish,
+  // then ends every open stream with UNAVAILABLE once its pending ack is
+  // written; a batch that arrives meanwhile is neither applied nor
+  // acknowledged (its client re-sends it to the next daemon). After this,
   // nothing reaches the aggregator through ingest. Idempotent.
-  void StopApplying() ABSL_LOCKS_EXCLUDED(gate_);
+  void StopApplying() ABSL_LOCKS_EXCLUDED(gate_, streams_mu_);
 
   // Forgets clients gone longer than client_memory_ms.
   void ExpireIdleClients() { clients_.ExpireIdle(); }
@@ -66,6 +70,10 @@ class IngestService final : public v1::Ingest::CallbackService {
   // Held shared while a batch is applied; StopApplying takes it exclusively.
   absl::Mutex gate_;
   bool applying_ ABSL_GUARDED_BY(gate_) = true;
+  // Open streams, so that StopApplying can end idle ones too. A reactor
+  // leaves in OnDone, under streams_mu_, before it is deleted.
+  absl::Mutex streams_mu_ ABSL_ACQUIRED_AFTER(gate_);
+  absl::flat_hash_set<IngestReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace torchmon::server
