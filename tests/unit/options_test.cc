@@ -43,6 +43,10 @@ TEST(DaemonOptionsTest, DefaultsWithoutFlags) {
   EXPECT_EQ(o->max_events, 10'000u);
   EXPECT_EQ(o->socket_mode, 0600u);
   EXPECT_EQ(o->drain_timeout_ms, 1'000);
+  EXPECT_EQ(o->aggregator.max_series, 1'000'000u);  // docs/reliability.md, --help
+  EXPECT_EQ(o->ingest.limits.max_series_per_stream, 100'000u);
+  EXPECT_EQ(o->ingest.max_streams, 4096);
+  EXPECT_EQ(o->max_message_bytes, 16 << 20);
   EXPECT_FALSE(o->help);
   EXPECT_FALSE(o->version);
 }
@@ -58,7 +62,29 @@ TEST(DaemonOptionsTest, UsageStatesTheDefaultsTheParserApplies) {
   EXPECT_THAT(usage, HasSubstr("are counted as skewed. Default: 60s\n"));
   EXPECT_THAT(usage, HasSubstr("event log. Default: 10000\n"));
   EXPECT_THAT(usage, HasSubstr("Default: 127.0.0.1:9464\n"));
+  EXPECT_THAT(usage, HasSubstr(absl::StrCat("counted. Default: ", o->aggregator.max_series, "\n")));
+  EXPECT_THAT(usage, HasSubstr(absl::StrCat("budget). Default: ", o->ingest.limits.max_series_per_stream, "\n")));
+  EXPECT_THAT(usage, HasSubstr(absl::StrCat("at once. Default: ", o->ingest.max_streams, "\n")));
+  EXPECT_THAT(usage, HasSubstr(absl::StrCat("accepted. Default: ", o->max_message_bytes, " (16 MiB)\n")));
   EXPECT_THAT(usage, HasSubstr(absl::StrCat("Default: unix://", protocol::DefaultSocketPath())));
+}
+
+TEST(DaemonOptionsTest, ParsesTheLimitFlags) {
+  auto o = Parse({"--max-series", "500", "--max-series-per-client=50", "--max-streams", "8",
+                  "--max-message-size", "65536", "--series-ttl", "2m"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->aggregator.max_series, 500u);
+  EXPECT_EQ(o->ingest.limits.max_series_per_stream, 50u);
+  EXPECT_EQ(o->ingest.max_streams, 8);
+  EXPECT_EQ(o->max_message_bytes, 65536);
+  // Re-sent batches are recognised for as long as series are kept.
+  EXPECT_EQ(o->ingest.client_memory_ms, 120'000);
+}
+
+TEST(DaemonOptionsTest, MessageSizeOutsideItsBoundsIsRefusedNamingTheFlag) {
+  EXPECT_THAT(ErrorOf({"--max-message-size", "100"}),
+              HasSubstr("--max-message-size 100 is outside [4096, 1073741824] bytes"));
+  EXPECT_THAT(ErrorOf({"--max-streams", "0"}), HasSubstr("--max-streams \"0\" is not a positive integer"));
 }
 
 TEST(DaemonOptionsTest, ParsesEveryFlag) {
