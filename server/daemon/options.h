@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/aggregator.h"
+#include "server/daemon/security_options.h"
 
 namespace torchmon::server {
 
@@ -29,13 +30,18 @@ struct DaemonOptions {
   std::string metrics_listen = "127.0.0.1:9464";
   AggregatorOptions aggregator;
   size_t max_events = 10000;
+  // 0660 when --socket-group is given without --socket-mode.
   uint32_t socket_mode = 0600;
   int64_t drain_timeout_ms = 1000;
+  SecurityOptions security;
   bool help = false;
   bool version = false;
 };
 
 // Parses argv. On error the message names the flag and the bad value.
+// Security flags are checked against each other and the listeners
+// (ValidateSecurityOptions); files and names they give are only looked at
+// when the daemon starts.
 absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv);
 
 // The --help text, with the defaults.
