@@ -1,4 +1,5 @@
 #include "detail/client_core.h"
+#include "detail/credentials.h"
 #include "detail/send_pacer.h"
 #include "detail/wall_clock.h"
 
@@ -204,7 +205,21 @@ ClientCore::ClientCore(ClientOptions options)
               static_cast<int>(options_.initial_backoff.count()));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(std::min<int64_t>(options_.max_backoff.count(), INT32_MAX)));
-  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+  const ClientSecurity security = options_.security_from_environment
+                                      ? SecurityFromEnvironment(options_.security)
+                                      : options_.security;
+  std::vector<std::string> warnings;
+  auto channel = CreateChannel(target_, security, args, &warnings);
+  for (const std::string& warning : warnings) {
+    PrintOnce(absl::StrCat("torchmon: warning: ", warning));
+  }
+  if (channel.ok()) {
+    channel_ = *std::move(channel);
+  } else {
+    RecordLocalError(absl::StrCat("not connecting to the daemon at ", target_, ": ",
+                                  channel.status().message()));
+    channel_ = RefusedChannel(args);
+  }
   stub_ = v1::Ingest::NewStub(channel_);
   sender_ = std::thread([this] { SenderMain(); });
 }
@@ -585,6 +600,12 @@ bool ClientCore::RunStream() {
     PrintOnce(absl::StrCat("torchmon: stream to daemon at ", target_,
                            " ended: ", CodeName(status.error_code()), ": ", status.error_message(),
                            "; reconnecting"));
+    // A refused token is for the user to fix: keep it for TakeErrors too.
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      absl::MutexLock lock(&mu_);
+      RecordErrorLocked(absl::StrCat(CodeName(status.error_code()), ": ", status.error_message()));
+    }
   }
   return acked;
 }
