@@ -583,6 +583,12 @@ bool ClientCore::RunStream() {
   bool acked;
   {
     absl::MutexLock lock(&mu_);
+    // A refused token is for the user to fix: keep it for TakeErrors, and
+    // before a Flush waiting on this stream learns that it broke.
+    if (!stopping && (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                      status.error_code() == grpc::StatusCode::PERMISSION_DENIED)) {
+      RecordErrorLocked(absl::StrCat(CodeName(status.error_code()), ": ", status.error_message()));
+    }
     active_context_ = nullptr;
     connected_ = false;
     if (!in_flight_.empty()) {
@@ -600,12 +606,6 @@ bool ClientCore::RunStream() {
     PrintOnce(absl::StrCat("torchmon: stream to daemon at ", target_,
                            " ended: ", CodeName(status.error_code()), ": ", status.error_message(),
                            "; reconnecting"));
-    // A refused token is for the user to fix: keep it for TakeErrors too.
-    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-        status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-      absl::MutexLock lock(&mu_);
-      RecordErrorLocked(absl::StrCat(CodeName(status.error_code()), ": ", status.error_message()));
-    }
   }
   return acked;
 }
