@@ -1,8 +1,6 @@
 #include "detail/credentials.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,15 +93,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   return content;
 }
 
-bool IsLoopbackHost(absl::string_view host) {
-  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
-  const std::string text(host);
-  in_addr v4;
-  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6;
-  return inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
 void FillFromEnvironment(std::string& field, const char* variable) {
   if (!field.empty()) return;
   if (const char* value = std::getenv(variable); value != nullptr) field = value;
@@ -159,7 +148,7 @@ TargetInfo ParseTarget(absl::string_view target) {
     info.host = std::string(rest.substr(0, rest.rfind(':')));
   }
   // A list ("ipv4:a:1,b:2") counts as local only if it is one address.
-  info.local = !absl::StrContains(rest, ',') && IsLoopbackHost(info.host);
+  info.local = !absl::StrContains(rest, ',') && protocol::IsLoopbackHost(info.host);
   return info;
 }
 

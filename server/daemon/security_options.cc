@@ -1,14 +1,12 @@
 #include "server/daemon/security_options.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <cstdio>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/daemon/options.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
@@ -63,22 +61,6 @@ absl::Status SetSecurityFlag(absl::string_view flag, const std::string& value,
   return absl::InvalidArgumentError(absl::StrCat(flag, " is not a security flag"));
 }
 
-bool IsLoopbackHost(absl::string_view host) {
-  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
-  in_addr v4;
-  const std::string text(host);
-  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
-    return (ntohl(v4.s_addr) >> 24) == 127;
-  }
-  in6_addr v6;
-  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
-    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
-    // ::ffff:127.x.y.z, the IPv4 loopback seen through an IPv6 socket.
-    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
-  }
-  return false;
-}
-
 absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
   const SecurityOptions& s = options.security;
   if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
@@ -101,7 +83,7 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
       continue;
     }
     has_tcp = true;
-    if (!s.auth_token_file.empty() && !s.tls() && !IsLoopbackHost(addr.host)) {
+    if (!s.auth_token_file.empty() && !s.tls() && !protocol::IsLoopbackHost(addr.host)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--auth-token-file with --listen ", addr.ToGrpcUri(),
           ": that address is reachable from other hosts and, without --tls-cert/--tls-key, "
@@ -137,7 +119,7 @@ std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool run
       }
       continue;
     }
-    if (IsLoopbackHost(addr.host)) continue;
+    if (protocol::IsLoopbackHost(addr.host)) continue;
     if (!s.tls()) {
       warnings.push_back(absl::StrCat(
           "--listen ", addr.ToGrpcUri(),
@@ -151,7 +133,7 @@ std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool run
           "--tls-client-ca)"));
     }
   }
-  if (!IsLoopbackHost(MetricsHost(options.metrics_listen))) {
+  if (!protocol::IsLoopbackHost(MetricsHost(options.metrics_listen))) {
     warnings.push_back(
         s.metrics_auth_file.empty()
             ? absl::StrCat("--metrics-listen ", options.metrics_listen,

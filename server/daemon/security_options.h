@@ -63,10 +63,6 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options);
 // a socket mode open to every user, running as root without --user.
 std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root);
 
-// True for an address only this host can reach: 127.0.0.0/8, ::1,
-// "localhost". `host` has no brackets.
-bool IsLoopbackHost(absl::string_view host);
-
 // The "Security" section of torchmond --help.
 std::string SecurityUsage();
 
