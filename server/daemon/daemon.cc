@@ -79,6 +79,7 @@ absl::Status Daemon::Start() {
   if (!options_.security.user.empty()) {
     auto user = LookUpUser(options_.security.user);
     if (!user.ok()) return user.status();
+    if (absl::Status s = CheckCanSwitchTo(*user); !s.ok()) return s;
     run_as = *user;
     owner.uid = user->uid;
     owner.gid = user->gid;

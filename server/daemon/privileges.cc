@@ -65,15 +65,22 @@ absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
   return entry.gr_gid;
 }
 
+absl::Status CheckCanSwitchTo(const UserIdentity& user) {
+  uid_t ruid, euid, suid;
+  getresuid(&ruid, &euid, &suid);
+  if (euid == 0 || (ruid == user.uid && euid == user.uid && suid == user.uid)) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("--user ", user.name, ": switching users needs root and torchmond runs as uid ",
+                   euid, " (drop --user, or start it as root)"));
+}
+
 absl::Status DropPrivileges(const UserIdentity& user) {
   uid_t ruid, euid, suid;
   getresuid(&ruid, &euid, &suid);
   if (ruid == user.uid && euid == user.uid && suid == user.uid) return absl::OkStatus();
-  if (euid != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "--user ", user.name, ": switching users needs root and torchmond runs as uid ", euid,
-        " (drop --user, or start it as root)"));
-  }
+  if (absl::Status s = CheckCanSwitchTo(user); !s.ok()) return s;
   auto failed = [&](const char* what) {
     return absl::InternalError(
         absl::StrCat("--user ", user.name, ": ", what, " failed: ", std::strerror(errno)));

@@ -23,6 +23,11 @@ absl::StatusOr<UserIdentity> LookUpUser(const std::string& user);
 // Looks up a group by name, or by number. NotFound naming it.
 absl::StatusOr<gid_t> LookUpGroup(const std::string& group);
 
+// OK if DropPrivileges(user) can succeed: the process runs as root, or as
+// `user` already. PermissionDenied naming the user otherwise. Checked before
+// anything is created for `user`, so that the refusal is the first error.
+absl::Status CheckCanSwitchTo(const UserIdentity& user);
+
 // Switches the whole process, every thread included (glibc applies set*id
 // to all of them), to `user`: its supplementary groups, then its group,
 // then the user, real, effective and saved alike; then verifies that root

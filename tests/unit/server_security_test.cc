@@ -136,6 +136,19 @@ TEST(PrivilegesTest, LooksUpGroupsByNameAndNumber) {
   EXPECT_EQ(*by_number, 0u);
 }
 
+TEST(PrivilegesTest, OnlyRootMaySwitchToAnotherUser) {
+  const UserIdentity root{"root", 0, 0};
+  const UserIdentity nobody{"nobody", 65534, 65534};
+  if (geteuid() == 0) {
+    EXPECT_TRUE(CheckCanSwitchTo(nobody).ok());
+  } else {
+    const absl::Status status = CheckCanSwitchTo(root);
+    EXPECT_TRUE(absl::IsPermissionDenied(status));
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("--user root: switching users needs root"));
+  }
+}
+
 TEST(PrivilegesTest, SwitchingToTheCurrentUserIsANoOp) {
   UserIdentity self{"self", geteuid(), getegid()};
   uid_t r, e, s;
