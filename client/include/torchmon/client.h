@@ -65,7 +65,8 @@ struct ClientSecurity {
   std::string token;
   // TLS, for TCP targets (Unix sockets stay plain): PEM CA certificates the
   // daemon's certificate must be signed by ($TORCHMON_TLS_CA). TLS is on
-  // when this or tls_cert_file is set; without it the system's CAs are used.
+  // when this or tls_cert_file is set; without it gRPC's default roots are
+  // used ($GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else /usr/share/grpc/roots.pem).
   std::string tls_ca_file;
   // PEM certificate and private key presented to a daemon started with
   // --tls-client-ca ($TORCHMON_TLS_CERT, $TORCHMON_TLS_KEY).
