@@ -16,6 +16,11 @@ namespace {
 
 enum class Flag {
   kTarget,
+  kTokenFile,
+  kTlsCa,
+  kTlsCert,
+  kTlsKey,
+  kTlsServerName,
   kJson,
   kTimeout,
   kHelp,
@@ -37,7 +42,9 @@ struct FlagSpec {
 constexpr FlagSpec kGlobalFlags[] = {
     {"--target", Flag::kTarget, true},   {"--json", Flag::kJson, false},
     {"--timeout", Flag::kTimeout, true}, {"--help", Flag::kHelp, false},
-    {"-h", Flag::kHelp, false},
+    {"-h", Flag::kHelp, false},          {"--token-file", Flag::kTokenFile, true},
+    {"--tls-ca", Flag::kTlsCa, true},    {"--tls-cert", Flag::kTlsCert, true},
+    {"--tls-key", Flag::kTlsKey, true},  {"--tls-server-name", Flag::kTlsServerName, true},
 };
 
 constexpr FlagSpec kLabelFlag = {"--label", Flag::kLabel, true};
@@ -434,6 +441,21 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
       case Flag::kJson:
         invocation.global.json = true;
         break;
+      case Flag::kTokenFile:
+      case Flag::kTlsCa:
+      case Flag::kTlsCert:
+      case Flag::kTlsKey:
+      case Flag::kTlsServerName: {
+        if (value.empty()) return UsageError(absl::StrCat(name, " is empty"));
+        ClientSecurity& security = invocation.global.security;
+        std::string* field = spec->flag == Flag::kTokenFile ? &security.token_file
+                             : spec->flag == Flag::kTlsCa   ? &security.tls_ca_file
+                             : spec->flag == Flag::kTlsCert ? &security.tls_cert_file
+                             : spec->flag == Flag::kTlsKey  ? &security.tls_key_file
+                                                            : &security.tls_server_name;
+        *field = std::move(value);
+        break;
+      }
       case Flag::kTimeout: {
         auto ms = ParseDurationFlag("--timeout", value);
         if (!ms.ok()) return ms.status();
@@ -468,6 +490,14 @@ std::string UsageText(absl::string_view command) {
       "  --json              machine-readable JSON output (see docs/cli.md)\n"
       "  --timeout DURATION  deadline of each request, and how long push/event wait\n"
       "                      for the daemon's acknowledgement (default 5s)\n"
+      "  --token-file FILE   the daemon's bearer token (default: $TORCHMON_TOKEN_FILE)\n"
+      "  --tls-ca FILE       TLS to a TCP target, verified with this CA (default:\n"
+      "                      $TORCHMON_TLS_CA; no TLS when neither it nor --tls-cert)\n"
+      "  --tls-cert FILE     client certificate for a daemon that asks for one, with\n"
+      "  --tls-key FILE      its key (default: $TORCHMON_TLS_CERT, $TORCHMON_TLS_KEY)\n"
+      "  --tls-server-name NAME\n"
+      "                      name the daemon's certificate must carry, if not the\n"
+      "                      target's host (default: $TORCHMON_TLS_SERVER_NAME)\n"
       "  -h, --help          show this help\n";
   constexpr absl::string_view kLabels =
       "  --label k=v         only series whose label k equals v; repeatable\n";
@@ -529,7 +559,8 @@ std::string UsageText(absl::string_view command) {
         kGlobal);
   }
   return absl::StrCat(
-      "Usage: torchmonctl [--target ADDR] [--json] [--timeout DURATION] COMMAND ...\n\n"
+      "Usage: torchmonctl [--target ADDR] [--json] [--timeout DURATION] [--token-file FILE]\n"
+      "                   [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] COMMAND ...\n\n"
       "Queries and feeds torchmond, the torchmon daemon.\n\n"
       "Commands:\n"
       "  series [--stat GLOB] [--label k=v]...\n"

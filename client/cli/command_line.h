@@ -44,6 +44,9 @@ struct GlobalOptions {
   bool json = false;
   // Deadline of each query RPC, and the bound on push/event's flush.
   int64_t timeout_ms = kDefaultTimeoutMs;
+  // --token-file, --tls-ca, --tls-cert, --tls-key, --tls-server-name; the
+  // client library fills what is empty from TORCHMON_TOKEN_FILE etc.
+  ClientSecurity security;
 };
 
 // `--help`/`-h`, or no command at all. `command` is empty for the tool's usage.

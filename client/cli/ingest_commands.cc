@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "torchmon/channel.h"
 #include "torchmon/client.h"
 #include "torchmon/protocol/protocol.h"
 
@@ -19,6 +21,7 @@ namespace {
 ClientOptions MakeClientOptions(const GlobalOptions& global) {
   ClientOptions options;
   options.target = global.target;
+  options.security = global.security;
   options.labels_from_environment = true;
   // Flush() below already waited as long as the user allowed.
   options.destructor_flush_timeout = std::chrono::milliseconds(0);
@@ -43,6 +46,13 @@ int FlushAndReport(const GlobalOptions& global, Client& client, const std::strin
                  what.c_str(), client.target().c_str(),
                  protocol::FormatDurationMs(global.timeout_ms).c_str(),
                  std::string(flushed.message()).c_str());
+    // A daemon that refused our credentials was reached: that is a refusal.
+    for (const std::string& error : errors) {
+      if (absl::StartsWith(error, "UNAUTHENTICATED") ||
+          absl::StartsWith(error, "PERMISSION_DENIED")) {
+        return kExitFailed;
+      }
+    }
     return kExitUnreachable;
   }
   const ClientStats stats = client.Stats();
@@ -57,9 +67,20 @@ int FlushAndReport(const GlobalOptions& global, Client& client, const std::strin
   return errors.empty() ? kExitOk : kExitFailed;
 }
 
+// False, with the reason printed, if the client would refuse to connect
+// (unreadable file, token in clear text, untrusted socket): better said at
+// once than after a flush that waited for nothing.
+bool SecuritySettingsUsable(const ClientOptions& options) {
+  auto channel = CreateDaemonChannel(options);
+  if (channel.ok()) return true;
+  std::fprintf(stderr, "torchmonctl: %s\n", std::string(channel.status().message()).c_str());
+  return false;
+}
+
 }  // namespace
 
 int RunPush(const GlobalOptions& global, const PushCommand& command) {
+  if (!SecuritySettingsUsable(MakeClientOptions(global))) return kExitUsage;
   Client client(MakeClientOptions(global));
 
   // A key that is also an identity label would make the daemon refuse the
@@ -95,6 +116,7 @@ int RunEvent(const GlobalOptions& global, const EventCommand& command) {
   // client's identity, which only this one event uses.
   ClientOptions options = MakeClientOptions(global);
   options.labels = command.labels;
+  if (!SecuritySettingsUsable(options)) return kExitUsage;
   Client client(options);
   Event event(command.name, command.data);
   client.LogEvent(event);

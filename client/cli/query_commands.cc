@@ -11,18 +11,30 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "grpcpp/grpcpp.h"
+#include "torchmon/channel.h"
 #include "torchmon/protocol/protocol.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::cli {
 namespace {
 
+// A stub on a channel with the client library's TLS and token; null, with
+// the reason printed, if the security settings cannot be honoured.
 std::unique_ptr<v1::Query::Stub> NewQueryStub(const GlobalOptions& global) {
-  return v1::Query::NewStub(grpc::CreateChannel(global.target, grpc::InsecureChannelCredentials()));
+  ClientOptions options;
+  options.target = global.target;
+  options.security = global.security;
+  auto channel = CreateDaemonChannel(options);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "torchmonctl: %s\n", std::string(channel.status().message()).c_str());
+    return nullptr;
+  }
+  return v1::Query::NewStub(*channel);
 }
 
 void SetDeadline(const GlobalOptions& global, grpc::ClientContext& context) {
@@ -55,6 +67,12 @@ int ReportRpcError(const GlobalOptions& global, const grpc::Status& status) {
                            protocol::FormatDurationMs(global.timeout_ms));
   } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     message = absl::StrCat("cannot reach torchmond at ", global.target, ": ", message);
+    // How a TLS handshake the daemon refused looks from here.
+    if (absl::StrContains(message, "Socket closed") || absl::StrContains(message, "andshake")) {
+      absl::StrAppend(&message,
+                      " (if the daemon uses TLS: does it trust this client's certificate, "
+                      "--tls-cert/--tls-key, and does --tls-ca sign its own? docs/security.md)");
+    }
   } else if (message.empty()) {
     message = absl::StrCat("request failed with gRPC status ", status.error_code());
   }
@@ -86,7 +104,9 @@ int RunSeries(const GlobalOptions& global, const SeriesCommand& command) {
   v1::ListSeriesResponse response;
   grpc::ClientContext context;
   SetDeadline(global, context);
-  const grpc::Status status = NewQueryStub(global)->ListSeries(&context, request, &response);
+  const auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
+  const grpc::Status status = stub->ListSeries(&context, request, &response);
   if (!status.ok()) return ReportRpcError(global, status);
   Print(global.json ? RenderSeriesJson(response) : RenderSeriesTable(response));
   return kExitOk;
@@ -106,7 +126,9 @@ int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
   v1::GetWindowsResponse response;
   grpc::ClientContext context;
   SetDeadline(global, context);
-  const grpc::Status status = NewQueryStub(global)->GetWindows(&context, request, &response);
+  const auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
+  const grpc::Status status = stub->GetWindows(&context, request, &response);
   if (!status.ok()) return ReportRpcError(global, status);
   Print(global.json ? RenderWindowsJson(response) : RenderWindowsTable(response));
   return kExitOk;
@@ -120,7 +142,9 @@ int RunEvents(const GlobalOptions& global, const EventsCommand& command) {
   v1::GetEventsResponse response;
   grpc::ClientContext context;
   SetDeadline(global, context);
-  const grpc::Status status = NewQueryStub(global)->GetEvents(&context, request, &response);
+  const auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
+  const grpc::Status status = stub->GetEvents(&context, request, &response);
   if (!status.ok()) return ReportRpcError(global, status);
   Print(global.json ? RenderEventsJson(response) : RenderEventsTable(response));
   return kExitOk;
@@ -135,6 +159,7 @@ int RunWatch(const GlobalOptions& global, const WatchCommand& command) {
   v1::WatchWindowsRequest request;
   FillSelector(command.stat, command.labels, request.mutable_selector());
   auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
   grpc::ClientContext context;  // no deadline: a watch lasts until it is stopped
 
   // SIGINT/SIGTERM are blocked (BlockTerminationSignals), so this thread can

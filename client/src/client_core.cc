@@ -1,4 +1,5 @@
 #include "detail/client_core.h"
+#include "detail/credentials.h"
 #include "detail/send_pacer.h"
 #include "detail/wall_clock.h"
 
@@ -208,7 +209,21 @@ ClientCore::ClientCore(ClientOptions options)
               static_cast<int>(options_.initial_backoff.count()));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(std::min<int64_t>(options_.max_backoff.count(), INT32_MAX)));
-  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+  const ClientSecurity security = options_.security_from_environment
+                                      ? SecurityFromEnvironment(options_.security)
+                                      : options_.security;
+  std::vector<std::string> warnings;
+  auto channel = CreateChannel(target_, security, args, &warnings);
+  for (const std::string& warning : warnings) {
+    PrintOnce(absl::StrCat("torchmon: warning: ", warning));
+  }
+  if (channel.ok()) {
+    channel_ = *std::move(channel);
+  } else {
+    RecordLocalError(absl::StrCat("not connecting to the daemon at ", target_, ": ",
+                                  channel.status().message()));
+    channel_ = RefusedChannel(args);
+  }
   stub_ = v1::Ingest::NewStub(channel_);
   sender_ = std::thread([this] { SenderMain(); });
 }
@@ -336,13 +351,17 @@ absl::Status ClientCore::Flush(std::chrono::milliseconds timeout) {
   const uint64_t ticket = ++flush_requested_;
   sender_cv_.Signal();
 
+  // A daemon that refuses this client's credentials will not change its
+  // mind before the deadline: say so at once.
   while (flush_written_ < ticket) {
+    if (!credentials_refused_.ok()) return credentials_refused_;
     if (!WaitProgressLocked(deadline)) return FlushTimeoutStatus(timeout);
   }
   // Everything this flush covers went out in batches up to this sequence;
   // they are kept, and re-sent after a break, until acknowledged.
   const uint64_t sequence = written_sequence_;
   while (!retained_.empty() && retained_.front()->batch.sequence() <= sequence) {
+    if (!credentials_refused_.ok()) return credentials_refused_;
     if (!WaitProgressLocked(deadline)) return FlushTimeoutStatus(timeout);
   }
   return absl::OkStatus();
@@ -583,6 +602,16 @@ bool ClientCore::RunStream() {
   bool acked;
   {
     absl::MutexLock lock(&mu_);
+    // A refused token is for the user to fix: keep it for TakeErrors, and
+    // before a Flush waiting on this stream learns that it broke.
+    if (!stopping && (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                      status.error_code() == grpc::StatusCode::PERMISSION_DENIED)) {
+      RecordErrorLocked(absl::StrCat(CodeName(status.error_code()), ": ", status.error_message()));
+      credentials_refused_ = absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                          absl::StrCat("torchmon: the daemon at ", target_,
+                                                       " refused this client: ",
+                                                       status.error_message()));
+    }
     active_context_ = nullptr;
     connected_ = false;
     acked = acked_on_stream_;
@@ -855,6 +884,7 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
   {
     absl::MutexLock lock(&mu_);
     acked_on_stream_ = true;
+    credentials_refused_ = absl::OkStatus();
     if (ack.daemon_instance() != 0 && ack.daemon_instance() != daemon_instance_) {
       // Another daemon process: what the previous one acknowledged died
       // with it, so the per-daemon counts start again.

@@ -1,5 +1,7 @@
 #include "torchmon/protocol/protocol.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -7,6 +9,7 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -234,6 +237,17 @@ std::string DefaultSocketPath() {
   }
   if (getuid() == 0) return "/run/torchmon/torchmond.sock";
   return absl::StrCat("/tmp/torchmon-", getuid(), "/torchmond.sock");
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
+  const std::string text(host);
+  in_addr v4;
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, text.c_str(), &v6) != 1) return false;
+  // ::ffff:127.x.y.z is the IPv4 loopback seen through an IPv6 socket.
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
 std::string DefaultTarget() {

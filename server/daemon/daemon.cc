@@ -12,12 +12,15 @@
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/daemon/privileges.h"
+#include "server/daemon/unix_socket.h"
 
 namespace torchmon::server {
 namespace {
@@ -46,18 +49,6 @@ void ReleaseFreedMemory() {
 
 void Log(const std::string& line) { std::cerr << "torchmond: " << line << std::endl; }
 
-// True if something accepts connections on the Unix socket at `path`.
-bool SocketIsLive(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return live;
-}
-
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options)
@@ -76,62 +67,65 @@ Daemon::~Daemon() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now());
 }
 
-absl::Status Daemon::PrepareUnixSocket(const std::string& path) {
-  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ",
-                                                   sizeof(sockaddr_un::sun_path) - 1, " bytes"));
-  }
-  const std::string dir = path.substr(0, path.rfind('/'));
-  struct stat st;
-  if (!dir.empty() && stat(dir.c_str(), &st) != 0) {
-    // A directory we create is private: only the daemon's user reaches the
-    // socket unless the operator chose another place.
-    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create socket directory ", dir, ": ", std::strerror(errno)));
-    }
-  }
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
-    }
-    if (SocketIsLive(path)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(path, " is in use by another process (is torchmond already running?)"));
-    }
-    unlink(path.c_str());  // stale socket of a daemon that died
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Daemon::Start() {
+  const bool as_root = geteuid() == 0;
+  for (const std::string& warning : SecurityWarnings(options_, as_root)) {
+    Log(absl::StrCat("warning: ", warning));
+  }
+  auto security = ServerSecurity::Load(options_.security, stats_);
+  if (!security.ok()) return security.status();
+  security_ = *std::move(security);
+  // Sockets belong to the user the daemon will run as, so that it can still
+  // remove them at exit after --user.
+  std::optional<UserIdentity> run_as;
+  SocketOwner owner{geteuid(), getegid(), false};
+  if (!options_.security.user.empty()) {
+    auto user = LookUpUser(options_.security.user);
+    if (!user.ok()) return user.status();
+    if (absl::Status s = CheckCanSwitchTo(*user); !s.ok()) return s;
+    run_as = *user;
+    owner.uid = user->uid;
+    owner.gid = user->gid;
+  }
+  if (!options_.security.socket_group.empty()) {
+    auto gid = LookUpGroup(options_.security.socket_group);
+    if (!gid.ok()) return gid.status();
+    owner.gid = *gid;
+    owner.group_given = true;
+  }
+
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<int>> ports;
   for (const ListenAddress& addr : options_.listen) {
     if (addr.kind == ListenAddress::Kind::kUnix) {
-      if (absl::Status s = PrepareUnixSocket(addr.path); !s.ok()) return s;
+      std::vector<std::string> warnings;
+      if (absl::Status s = PrepareUnixSocket(addr.path, owner, &warnings); !s.ok()) return s;
+      for (const std::string& warning : warnings) Log(absl::StrCat("warning: ", warning));
     }
     ports.push_back(std::make_unique<int>(0));
-    builder.AddListeningPort(addr.ToGrpcUri(), grpc::InsecureServerCredentials(),
-                             ports.back().get());
+    builder.AddListeningPort(addr.ToGrpcUri(), security_->CredentialsFor(addr), ports.back().get());
   }
   builder.RegisterService(&ingest_service_);
   builder.RegisterService(&query_service_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
-  server_ = builder.BuildAndStart();
+  {
+    // gRPC binds a Unix socket with the mode the umask leaves and only then
+    // can it be chmod-ed: under this umask it is owner-only meanwhile.
+    ScopedUmask owner_only(0177);
+    server_ = builder.BuildAndStart();
+  }
   if (!server_) {
     std::vector<std::string> uris;
     for (const ListenAddress& addr : options_.listen) uris.push_back(addr.ToGrpcUri());
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", absl::StrJoin(uris, ", "),
-                                               " (address in use or not permitted?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", absl::StrJoin(uris, ", "), " (address in use or not permitted?",
+        options_.security.tls() ? " do --tls-cert and --tls-key belong together?" : "", ")"));
   }
   for (size_t i = 0; i < options_.listen.size(); ++i) {
     const ListenAddress& addr = options_.listen[i];
     if (addr.kind == ListenAddress::Kind::kUnix) {
-      if (chmod(addr.path.c_str(), options_.socket_mode) != 0) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("cannot chmod ", addr.path, ": ", std::strerror(errno)));
+      if (absl::Status s = FinishUnixSocket(addr.path, options_.socket_mode, owner); !s.ok()) {
+        return s;
       }
       grpc_addresses_.push_back(addr.ToGrpcUri());
     } else {
@@ -144,9 +138,12 @@ absl::Status Daemon::Start() {
     }
   }
 
-  auto metrics = MetricsHttpServer::Start(options_.metrics_listen, exposition_, stats_);
+  auto metrics = MetricsHttpServer::Start(options_.metrics_listen, exposition_, stats_,
+                                          security_->metrics_auth());
   if (!metrics.ok()) return metrics.status();
   metrics_server_ = *std::move(metrics);
+  // Last: everything that needs root (ports, files, chown) is done.
+  if (run_as.has_value()) return DropPrivileges(*run_as);
   return absl::OkStatus();
 }
 

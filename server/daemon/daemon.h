@@ -18,6 +18,7 @@
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/daemon/options.h"
+#include "server/daemon/security.h"
 #include "server/service/broadcaster.h"
 #include "server/service/daemon_stats.h"
 #include "server/service/ingest_service.h"
@@ -33,8 +34,10 @@ class Daemon {
   explicit Daemon(DaemonOptions options);
   ~Daemon();
 
-  // Binds every listener. On failure nothing is left listening and the
-  // status names the address that failed.
+  // Reads the files the security flags name, binds every listener and,
+  // with --user, switches to that user. On failure nothing is left
+  // listening and the status names the flag or address that failed.
+  // Logs SecurityWarnings to stderr.
   absl::Status Start();
 
   // "torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>", with the
@@ -54,7 +57,6 @@ class Daemon {
   void PublishClosed(const ClosedWindow& window);
   void CloseDueWindows();
   void Shutdown();
-  absl::Status PrepareUnixSocket(const std::string& path);
 
   const DaemonOptions options_;
   SystemClock clock_;
@@ -67,6 +69,8 @@ class Daemon {
   QueryService query_service_;
   MetricsExposition exposition_;
 
+  // Credentials of the listeners; outlives the server that uses them.
+  std::unique_ptr<ServerSecurity> security_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::vector<std::string> grpc_addresses_;

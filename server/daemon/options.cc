@@ -58,7 +58,8 @@ std::string DaemonUsage() {
       "                         (\":port\" binds 127.0.0.1; port 0 picks a free port).\n"
       "                         Default: unix://", protocol::DefaultSocketPath(), "\n"
       "  --metrics-listen HOST:PORT\n"
-      "                         Prometheus /metrics endpoint (port 0 picks a free port).\n"
+      "                         Prometheus /metrics endpoint (\":port\" binds 127.0.0.1;\n"
+      "                         port 0 picks a free port).\n"
       "                         Default: 127.0.0.1:9464\n"
       "  --grace DURATION       How long after its end a window stays open for late\n"
       "                         samples before it closes. Default: 2s\n"
@@ -76,12 +77,15 @@ std::string DaemonUsage() {
       "  --max-streams N        Ingest streams open at once. Default: 4096\n"
       "  --max-message-size BYTES\n"
       "                         Largest gRPC message accepted. Default: 16777216 (16 MiB)\n"
-      "  --socket-mode OCTAL    File mode of Unix sockets. Default: 0600 (owner only)\n"
+      "  --socket-mode OCTAL    File mode of Unix sockets. Default: 0600 (owner only),\n"
+      "                         0660 with --socket-group\n"
       "  --drain-timeout DURATION\n"
       "                         On SIGTERM/SIGINT, how long open streams may keep\n"
       "                         delivering before they are cut. Default: 1s\n"
       "  --version              Print the version and exit.\n"
       "  -h, --help             Print this help and exit.\n"
+      "\n",
+      SecurityUsage(),
       "\n"
       "When every listener is up, torchmond prints one line to stdout:\n"
       "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
@@ -90,6 +94,7 @@ std::string DaemonUsage() {
 
 absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
   DaemonOptions options;
+  bool socket_mode_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -144,6 +149,9 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--metrics-listen \"", options.metrics_listen, "\" is not HOST:PORT"));
       }
+      // Loopback unless told otherwise, as for --listen; CivetWeb would bind
+      // every interface for a bare port.
+      if (options.metrics_listen[0] == ':') options.metrics_listen.insert(0, "127.0.0.1");
     } else if (arg == "--grace") {
       TORCHMON_ASSIGN(options.aggregator.grace_ms, duration());
     } else if (arg == "--series-ttl") {
@@ -182,6 +190,11 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
             absl::StrCat("--socket-mode \"", text, "\" is not an octal file mode such as 0600"));
       }
       options.socket_mode = static_cast<uint32_t>(mode);
+      socket_mode_given = true;
+    } else if (IsSecurityFlag(arg)) {
+      std::string text;
+      TORCHMON_ASSIGN(text, next());
+      if (absl::Status s = SetSecurityFlag(arg, text, options.security); !s.ok()) return s;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag \"", argv[i], "\" (see torchmond --help)"));
@@ -196,6 +209,9 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
     addr.path = protocol::DefaultSocketPath();
     options.listen.push_back(addr);
   }
+  // A group is named so that its members can connect.
+  if (!options.security.socket_group.empty() && !socket_mode_given) options.socket_mode = 0660;
+  if (absl::Status s = ValidateSecurityOptions(options); !s.ok()) return s;
   return options;
 }
 

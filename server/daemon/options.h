@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/aggregator.h"
+#include "server/daemon/security_options.h"
 #include "server/service/ingest_service.h"
 
 namespace torchmon::server {
@@ -33,13 +34,18 @@ struct DaemonOptions {
   // Largest gRPC message accepted; larger ones fail with RESOURCE_EXHAUSTED.
   int64_t max_message_bytes = 16 << 20;
   size_t max_events = 10000;
+  // 0660 when --socket-group is given without --socket-mode.
   uint32_t socket_mode = 0600;
   int64_t drain_timeout_ms = 1000;
+  SecurityOptions security;
   bool help = false;
   bool version = false;
 };
 
 // Parses argv. On error the message names the flag and the bad value.
+// Security flags are checked against each other and the listeners
+// (ValidateSecurityOptions); files and names they give are only looked at
+// when the daemon starts.
 absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv);
 
 // The --help text, with the defaults.

@@ -37,6 +37,10 @@ struct DaemonStats {
   std::atomic<uint64_t> scrapes{0};
   std::atomic<uint64_t> scrape_bytes{0};
   std::atomic<int64_t> last_scrape_duration_us{0};
+  // Refused for want of credentials: gRPC calls without a valid token
+  // (--auth-token-file), scrapes without valid basic auth (--metrics-auth-file).
+  std::atomic<uint64_t> rpcs_unauthenticated{0};
+  std::atomic<uint64_t> scrapes_unauthorized{0};
   std::atomic<int64_t> start_time_ms{0};
 };
 

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "CivetServer.h"
@@ -12,10 +14,19 @@ namespace torchmon::server {
 
 class MetricsHttpServer::Handler final : public CivetHandler {
  public:
-  Handler(const MetricsExposition& exposition, DaemonStats& stats)
-      : exposition_(exposition), stats_(stats) {}
+  Handler(const MetricsExposition& exposition, DaemonStats& stats,
+          std::shared_ptr<const BasicAuthChecker> auth)
+      : exposition_(exposition), stats_(stats), auth_(std::move(auth)) {}
 
   bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
+    if (auth_ != nullptr) {
+      const char* authorization = mg_get_header(conn, "Authorization");
+      if (authorization == nullptr || !auth_->Accepts(authorization)) {
+        stats_.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
+        SendUnauthorized(conn, authorization != nullptr);
+        return true;
+      }
+    }
     const auto start = std::chrono::steady_clock::now();
     const mg_request_info* request = mg_get_request_info(conn);
     // HTTP/1.0 has no chunked encoding: the body ends with the connection.
@@ -48,14 +59,28 @@ class MetricsHttpServer::Handler final : public CivetHandler {
   }
 
  private:
+  static void SendUnauthorized(mg_connection* conn, bool credentials_sent) {
+    const std::string body =
+        credentials_sent ? "torchmond: these credentials are not accepted for /metrics\n"
+                         : "torchmond: /metrics needs HTTP basic auth (--metrics-auth-file)\n";
+    mg_response_header_start(conn, 401);
+    mg_response_header_add(conn, "WWW-Authenticate", BasicAuthChecker::kChallenge.data(),
+                           static_cast<int>(BasicAuthChecker::kChallenge.size()));
+    mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
+    mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
+    if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+  }
+
   const MetricsExposition& exposition_;
   DaemonStats& stats_;
+  const std::shared_ptr<const BasicAuthChecker> auth_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& address, const MetricsExposition& exposition, DaemonStats& stats) {
+    const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
+    std::shared_ptr<const BasicAuthChecker> auth) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
-  server->handler_ = std::make_unique<Handler>(exposition, stats);
+  server->handler_ = std::make_unique<Handler>(exposition, stats, std::move(auth));
   // Two workers: a scrape of a large daemon takes a while, and a second
   // scraper (or a health check) should not queue behind it.
   const std::vector<std::string> options = {"listening_ports", address, "num_threads", "2"};

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/service/auth.h"
 #include "server/service/daemon_stats.h"
 #include "server/service/metrics_exposition.h"
 
@@ -19,14 +20,17 @@ namespace torchmon::server {
 
 // Thread-safe: scrapes run concurrently on the server's worker threads.
 // HTTP/1.1 responses use chunked transfer encoding; HTTP/1.0 ones end when
-// the connection closes. Every other path is 404.
+// the connection closes. Every other path is 404. With an auth checker, a
+// request without credentials it accepts gets 401 and a Basic challenge.
 class MetricsHttpServer {
  public:
   // Serves on `address` (HOST:PORT, [IPv6]:PORT; port 0 picks a free one).
   // UnavailableError naming the address if it cannot be bound. `exposition`
-  // and `stats` must outlive the server; each scrape is counted in `stats`.
+  // and `stats` must outlive the server; each scrape, and each request
+  // refused by `auth` (null: none is), is counted in `stats`.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const std::string& address, const MetricsExposition& exposition, DaemonStats& stats);
+      const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
+      std::shared_ptr<const BasicAuthChecker> auth = nullptr);
 
   // Stops serving; waits for scrapes in progress.
   ~MetricsHttpServer();

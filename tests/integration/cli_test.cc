@@ -3,8 +3,10 @@
 // and the JSON documented in docs/cli.md. Windows are 500 ms with a 500 ms
 // grace; every wait is a bounded poll on a condition.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_fixture.h"
+#include "tests/support/test_pki.h"
 
 namespace torchmon::testing {
 namespace {
@@ -89,10 +92,12 @@ class CliTest : public DaemonFixture {
   // The environment of every torchmonctl child: identity labels pinned to
   // host=cli-test, whatever the machine running the tests sets.
   static std::vector<std::string> ChildEnvironment() {
-    return EditEnvironment(CurrentEnvironment(),
-                           {"SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "TORCHELASTIC_RUN_ID",
-                            "RANK", "LOCAL_RANK", "TORCHMON_TARGET"},
-                           {absl::StrCat("TORCHMON_LABELS=host=", kHost)});
+    return EditEnvironment(
+        CurrentEnvironment(),
+        {"SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "TORCHELASTIC_RUN_ID", "RANK",
+         "LOCAL_RANK", "TORCHMON_TARGET", "TORCHMON_TOKEN_FILE", "TORCHMON_TLS_CA",
+         "TORCHMON_TLS_CERT", "TORCHMON_TLS_KEY", "TORCHMON_TLS_SERVER_NAME"},
+        {absl::StrCat("TORCHMON_LABELS=host=", kHost)});
   }
 
   static std::vector<std::string> Argv(std::vector<std::string> args) {
@@ -429,6 +434,93 @@ TEST_F(CliTest, CommandHelpPrintsThatCommandsUsageAndExitsZero) {
   EXPECT_THAT(r.out, StartsWith("Usage: torchmonctl push STAT VALUE..."));
   EXPECT_THAT(r.out, HasSubstr("--window DURATION"));
   EXPECT_EQ(r.err, "");
+}
+
+// torchmonctl against a daemon that requires a bearer token
+// (docs/security.md): the flag, the environment variable, and refusals.
+class CliTokenTest : public CliTest {
+ protected:
+  void SetUp() override {
+    token_file_ = dir_.path() + "/token";
+    WriteSecret(token_file_, "3f1c0a9e5b7d4c2a8e6f0b1d3c5a7e9f\n");
+    std::vector<std::string> flags = FastWindows();
+    flags.insert(flags.end(), {"--auth-token-file", token_file_});
+    StartDaemon(flags);
+  }
+
+  static void WriteSecret(const std::string& path, const std::string& content) {
+    std::ofstream(path) << content;
+    ASSERT_EQ(chmod(path.c_str(), 0600), 0) << path;
+  }
+
+  std::string token_file_;
+};
+
+TEST_F(CliTokenTest, TokenFileFlagAuthenticatesQueriesAndPushes) {
+  const CommandResult push =
+      Ctl({"--token-file", token_file_, "push", "cli.secure", "1", "--window", "500ms"});
+  EXPECT_EQ(push.exit_code, 0) << push.err;
+  const CommandResult series = Ctl({"--token-file", token_file_, "series"});
+  EXPECT_EQ(series.exit_code, 0) << series.err;
+  EXPECT_THAT(series.out, HasSubstr("cli.secure"));
+}
+
+TEST_F(CliTokenTest, TokenFileFromTheEnvironmentAuthenticates) {
+  auto r =
+      RunCommand(Argv({"--target", daemon_->unix_target(), "series"}), kCommandTimeout,
+                 EditEnvironment(ChildEnvironment(), {}, {"TORCHMON_TOKEN_FILE=" + token_file_}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+}
+
+TEST_F(CliTokenTest, QueryWithoutTokenExitsOneWithTheDaemonsReason) {
+  const CommandResult r = Ctl({"series"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("requires a bearer token"));
+}
+
+TEST_F(CliTokenTest, PushWithAWrongTokenExitsOneAndSendsNothing) {
+  const std::string wrong = dir_.path() + "/wrong-token";
+  WriteSecret(wrong, "0000000000000000ffffffffffffffff\n");
+  const CommandResult r = Ctl({"--token-file", wrong, "push", "cli.intruder", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("UNAUTHENTICATED"));
+  const CommandResult series = Ctl({"--token-file", token_file_, "series"});
+  EXPECT_THAT(series.out, ::testing::Not(HasSubstr("cli.intruder")));
+}
+
+TEST_F(CliTokenTest, TokenForAnotherHostInClearTextIsRefusedBeforeSending) {
+  const CommandResult r =
+      RunCtl({"--target", "192.0.2.1:7070", "--token-file", token_file_, "series"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("refusing to send the bearer token"));
+}
+
+// torchmonctl against a daemon that requires TLS client certificates.
+class CliTlsTest : public CliTest {
+ protected:
+  void SetUp() override {
+    auto pki = MakeTestPki(dir_.path());
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    pki_ = *std::move(pki);
+    StartDaemon({"--tls-cert", pki_.server_cert, "--tls-key", pki_.server_key, "--tls-client-ca",
+                 pki_.ca_cert});
+  }
+  TestPki pki_;
+};
+
+TEST_F(CliTlsTest, TlsFlagsWithTheRightCertificateReachTheDaemon) {
+  const CommandResult r =
+      RunCtl({"--target", daemon_->tcp_target(), "--tls-ca", pki_.ca_cert, "--tls-cert",
+              pki_.client_cert, "--tls-key", pki_.client_key, "series"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(CliTlsTest, ClientWithoutACertificateIsRefusedWithAHint) {
+  const CommandResult r = RunCtl(
+      {"--target", daemon_->tcp_target(), "--timeout", "2s", "--tls-ca", pki_.ca_cert, "series"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("if the daemon uses TLS"));
 }
 
 }  // namespace

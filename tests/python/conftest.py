@@ -36,13 +36,18 @@ class Daemon:
         fields = dict(part.split("=", 1) for part in line.split()[2:])
         self.target = "unix://" + self.socket
         self.metrics = fields["metrics"]
+        # A TCP listener, if the flags asked for one.
+        self.tcp_target = next(
+            (a for a in fields["grpc"].split(",") if not a.startswith("unix:")), None)
+        self.ctl_flags = []  # given to every torchmonctl run, e.g. --token-file
 
     def read_stderr(self):
         self.stderr.seek(0)
         return self.stderr.read()
 
     def ctl(self, *args, check=True):
-        out = subprocess.run([TORCHMONCTL, "--target", self.target, "--json", *args],
+        out = subprocess.run([TORCHMONCTL, "--target", self.target, "--json", *self.ctl_flags,
+                              *args],
                              capture_output=True, text=True, timeout=30)
         if check:
             assert out.returncode == 0, out.stderr

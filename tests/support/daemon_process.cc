@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
+#include "torchmon/channel.h"
 
 namespace torchmon::testing {
 
@@ -152,7 +153,8 @@ std::unique_ptr<v1::Query::Stub> DaemonProcess::QueryStub() const {
   return v1::Query::NewStub(grpc::CreateChannel(unix_target_, grpc::InsecureChannelCredentials()));
 }
 
-absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path) {
+absl::StatusOr<HttpResponse> HttpGetWithHeaders(const std::string& address, const std::string& path,
+                                                const std::vector<std::string>& headers) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
@@ -171,8 +173,9 @@ absl::StatusOr<std::string> HttpGet(const std::string& address, const std::strin
     close(fd);
     return absl::UnavailableError(absl::StrCat("connect to ", address, ": ", std::strerror(errno)));
   }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address, "\r\n\r\n");
+  std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address, "\r\n");
+  for (const std::string& header : headers) absl::StrAppend(&request, header, "\r\n");
+  request += "\r\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return absl::UnavailableError("write failed");
@@ -183,13 +186,35 @@ absl::StatusOr<std::string> HttpGet(const std::string& address, const std::strin
   while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
   close(fd);
   const size_t body = response.find("\r\n\r\n");
-  if (!absl::StartsWith(response, "HTTP/1.") || body == std::string::npos) {
+  HttpResponse out;
+  if (!absl::StartsWith(response, "HTTP/1.") || body == std::string::npos || response.size() < 12 ||
+      !absl::SimpleAtoi(response.substr(9, 3), &out.status)) {
     return absl::UnavailableError("malformed HTTP response");
   }
-  if (response.find(" 200 ") > response.find("\r\n")) {
-    return absl::UnavailableError(absl::StrCat("HTTP error: ", response.substr(0, response.find("\r\n"))));
+  out.head = response.substr(0, body);
+  out.body = response.substr(body + 4);
+  return out;
+}
+
+absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path) {
+  auto response = HttpGetWithHeaders(address, path, {});
+  if (!response.ok()) return response.status();
+  if (response->status != 200) {
+    return absl::UnavailableError(
+        absl::StrCat("HTTP error: ", response->head.substr(0, response->head.find("\r\n"))));
   }
-  return response.substr(body + 4);
+  return std::move(response->body);
+}
+
+absl::StatusOr<std::unique_ptr<v1::Query::Stub>> SecureQueryStub(const std::string& target,
+                                                                 const ClientSecurity& security) {
+  ClientOptions options;
+  options.target = target;
+  options.security = security;
+  options.security_from_environment = false;
+  auto channel = CreateDaemonChannel(options);
+  if (!channel.ok()) return channel.status();
+  return v1::Query::NewStub(*channel);
 }
 
 absl::StatusOr<double> ScrapeValue(const std::string& scrape, const std::string& name,

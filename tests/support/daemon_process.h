@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "torchmon/client.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::testing {
@@ -57,6 +58,8 @@ class DaemonProcess {
 
   std::unique_ptr<v1::Query::Stub> QueryStub() const;
 
+  pid_t pid() const { return pid_; }
+
  private:
   DaemonProcess() = default;
   pid_t pid_ = -1;
@@ -66,6 +69,23 @@ class DaemonProcess {
 
 // GET http://address/path over a real TCP connection (HTTP/1.0, ≤ 5 s).
 absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path);
+
+struct HttpResponse {
+  int status = 0;
+  std::string head;  // status line and headers
+  std::string body;
+};
+
+// GET with extra request header lines ("Authorization: Basic ..."), any
+// status returned as it is (HTTP/1.0, ≤ 5 s).
+absl::StatusOr<HttpResponse> HttpGetWithHeaders(const std::string& address, const std::string& path,
+                                                const std::vector<std::string>& headers);
+
+// A Query stub on a channel made by the client library with `security`
+// (torchmon::CreateDaemonChannel, nothing taken from the environment).
+// Error if the library refuses the settings.
+absl::StatusOr<std::unique_ptr<v1::Query::Stub>> SecureQueryStub(const std::string& target,
+                                                                 const ClientSecurity& security);
 
 // Polls `condition` every 10 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);

@@ -151,6 +151,12 @@ TEST(DaemonOptionsTest, MetricsListenNeedsHostAndPort) {
   EXPECT_THAT(ErrorOf({"--metrics-listen", "localhost"}), HasSubstr("\"localhost\""));
 }
 
+TEST(DaemonOptionsTest, MetricsListenPortOnlyBindsLoopback) {
+  auto o = Parse({"--metrics-listen", ":9464"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->metrics_listen, "127.0.0.1:9464");
+}
+
 TEST(ParseListenAddressTest, PortOnlyBindsLoopback) {
   auto a = ParseListenAddress(":0");
   ASSERT_TRUE(a.ok()) << a.status();

@@ -238,5 +238,15 @@ TEST(ValidateSpecTest, RefusesMissingOrUnknownAggregations) {
   EXPECT_FALSE(ValidateSpec(unknown).ok());
 }
 
+TEST(IsLoopbackHostTest, KnowsTheLoopbackAddresses) {
+  for (const char* host :
+       {"127.0.0.1", "127.1.2.3", "::1", "localhost", "LOCALHOST", "::ffff:127.0.0.1"}) {
+    EXPECT_TRUE(IsLoopbackHost(host)) << host;
+  }
+  for (const char* host : {"0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "example.org", ""}) {
+    EXPECT_FALSE(IsLoopbackHost(host)) << host;
+  }
+}
+
 }  // namespace
 }  // namespace torchmon::protocol

@@ -51,10 +51,44 @@ struct Event {
   Labels labels;
 };
 
+// How a client proves itself to the daemon and checks that it talks to the
+// real one (docs/security.md). Each empty field is taken from the
+// environment variable named beside it unless
+// ClientOptions::security_from_environment is false.
+struct ClientSecurity {
+  // File whose first line (empty lines and '#' comments skipped) is the
+  // daemon's bearer token ($TORCHMON_TOKEN_FILE). Read once, when the client
+  // is made; sent as "authorization: Bearer <token>" on every call.
+  std::string token_file;
+  // The token itself, for a program that holds it already; wins over
+  // token_file. Never taken from the environment.
+  std::string token;
+  // TLS, for TCP targets (Unix sockets stay plain): PEM CA certificates the
+  // daemon's certificate must be signed by ($TORCHMON_TLS_CA). TLS is on
+  // when this or tls_cert_file is set; without it gRPC's default roots are
+  // used ($GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else /usr/share/grpc/roots.pem).
+  std::string tls_ca_file;
+  // PEM certificate and private key presented to a daemon started with
+  // --tls-client-ca ($TORCHMON_TLS_CERT, $TORCHMON_TLS_KEY).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The name the daemon's certificate must carry, when it is not the
+  // target's host ($TORCHMON_TLS_SERVER_NAME).
+  std::string tls_server_name;
+};
+
 struct ClientOptions {
   // Daemon address: "unix:///abs/path" or "host:port". Empty: $TORCHMON_TARGET,
   // else the default socket (torchmon::protocol::DefaultSocketPath()).
+  //
+  // The client refuses to connect (and says why through TakeErrors and
+  // stderr) when its security settings cannot be honoured: a file they name
+  // cannot be read, a token would cross the network in clear text (a TCP
+  // target other than loopback without TLS), or the default socket lies in
+  // a directory another user controls.
   std::string target;
+  ClientSecurity security;
+  bool security_from_environment = true;
   // Identity labels. Merged over the environment's (see IdentityLabelsFromEnvironment)
   // unless labels_from_environment is false; these win on conflict.
   Labels labels;
@@ -143,8 +177,9 @@ class Client {
   // Waits until everything added or logged before the call has been
   // acknowledged by the daemon, across reconnects if the stream breaks
   // meanwhile. OK on success; DeadlineExceeded if `timeout` passed first
-  // (nothing is lost: buffered samples stay queued). Never waits longer
-  // than `timeout`. Releases no locks held by callers of add().
+  // (nothing is lost: buffered samples stay queued); Unauthenticated or
+  // PermissionDenied at once if the daemon refused this client's token or
+  // certificate. Never waits longer than `timeout`. Releases no locks held by callers of add().
   absl::Status Flush(std::chrono::milliseconds timeout);
 
   // Logs an event (torch.monitor.log_event). Never blocks on I/O.

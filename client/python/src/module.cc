@@ -190,12 +190,21 @@ Labels LabelsFromDict(const std::optional<std::map<std::string, std::string>>& l
   return out;
 }
 
-std::shared_ptr<Client> MakeClient(std::optional<std::string> target,
-                                   std::optional<std::map<std::string, std::string>> labels,
-                                   bool labels_from_environment, size_t buffer_samples,
-                                   std::string client_name) {
+std::shared_ptr<Client> MakeClient(
+    std::optional<std::string> target, std::optional<std::map<std::string, std::string>> labels,
+    bool labels_from_environment, size_t buffer_samples, std::string client_name,
+    std::optional<std::string> token_file, std::optional<std::string> token,
+    std::optional<std::string> tls_ca, std::optional<std::string> tls_cert,
+    std::optional<std::string> tls_key, std::optional<std::string> tls_server_name) {
   ClientOptions options;
   if (target) options.target = *target;
+  // Unset ones come from TORCHMON_TOKEN_FILE, TORCHMON_TLS_* (docs/security.md).
+  options.security.token_file = token_file.value_or("");
+  options.security.token = token.value_or("");
+  options.security.tls_ca_file = tls_ca.value_or("");
+  options.security.tls_cert_file = tls_cert.value_or("");
+  options.security.tls_key_file = tls_key.value_or("");
+  options.security.tls_server_name = tls_server_name.value_or("");
   options.labels = LabelsFromDict(labels);
   options.labels_from_environment = labels_from_environment;
   if (buffer_samples > 0) options.stat_buffer_samples = buffer_samples;
@@ -247,7 +256,10 @@ PYBIND11_MODULE(_torchmon, m) {
                                               "A connection to torchmond and its sender thread.")
       .def(py::init(&MakeClient), py::arg("target") = py::none(), py::arg("labels") = py::none(),
            py::arg("labels_from_environment") = true, py::arg("buffer_samples") = 0,
-           py::arg("client_name") = "torchmon-python")
+           py::arg("client_name") = "torchmon-python", py::arg("token_file") = py::none(),
+           py::arg("token") = py::none(), py::arg("tls_ca") = py::none(),
+           py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(),
+           py::arg("tls_server_name") = py::none())
       .def("flush", &FlushClient, py::arg("timeout"),
            "Waits (GIL released) until everything recorded so far is acknowledged by the "
            "daemon, at most `timeout` seconds. Returns True if it was.")

@@ -129,15 +129,33 @@ class Client:
     labels applied to every stat and event, merged over the ones found in
     the environment unless ``labels_from_environment`` is False. A client
     is usable as a context manager; leaving the block flushes.
+
+    Security (docs/security.md): ``token_file`` holds the daemon's bearer
+    token (default ``$TORCHMON_TOKEN_FILE``), or ``token`` gives it
+    directly. For a TCP target, ``tls_ca`` (``$TORCHMON_TLS_CA``) turns TLS
+    on and names the CA that signed the daemon's certificate; ``tls_cert``
+    and ``tls_key`` (``$TORCHMON_TLS_CERT``, ``$TORCHMON_TLS_KEY``) are this
+    client's certificate, for a daemon that asks for one; ``tls_server_name``
+    (``$TORCHMON_TLS_SERVER_NAME``) is the name the daemon's certificate must
+    carry if it is not the target's host. Settings that cannot be honoured
+    (an unreadable file, a token bound for another host without TLS) make
+    the client refuse to connect; ``errors()`` says why.
     """
 
     def __init__(self, target: Optional[str] = None,
                  labels: Optional[Mapping[str, str]] = None, *,
                  labels_from_environment: bool = True,
-                 buffer_samples: int = 0) -> None:
+                 buffer_samples: int = 0,
+                 token_file: Optional[str] = None,
+                 token: Optional[str] = None,
+                 tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None) -> None:
         self._native = _torchmon.Client(
             target, dict(labels) if labels is not None else None, labels_from_environment,
-            buffer_samples, f"torchmon-python pid={os.getpid()}")
+            buffer_samples, f"torchmon-python pid={os.getpid()}", token_file, token, tls_ca,
+            tls_cert, tls_key, tls_server_name)
 
     @property
     def target(self) -> str:

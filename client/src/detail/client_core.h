@@ -207,6 +207,9 @@ class ClientCore {
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   bool read_done_ ABSL_GUARDED_BY(mu_) = false;
   bool acked_on_stream_ ABSL_GUARDED_BY(mu_) = false;
+  // Set when the last stream ended refused (UNAUTHENTICATED,
+  // PERMISSION_DENIED); cleared by the next ack. Flush returns it at once.
+  absl::Status credentials_refused_ ABSL_GUARDED_BY(mu_);
   // The live stream's context, so Shutdown can cancel a blocked Write.
   grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
 

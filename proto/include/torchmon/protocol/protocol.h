@@ -100,6 +100,11 @@ std::string DefaultSocketPath();
 // else "unix://" + DefaultSocketPath().
 std::string DefaultTarget();
 
+// True for a host only this machine can reach: 127.0.0.0/8, ::1 (also as
+// ::ffff:127.x.y.z) and "localhost". `host` has no brackets. Both ends use
+// it to decide what may travel without TLS.
+bool IsLoopbackHost(absl::string_view host);
+
 }  // namespace torchmon::protocol
 
 #endif  // TORCHMON_PROTOCOL_PROTOCOL_H_

@@ -1,0 +1,63 @@
+// The security flags turned into what the servers use: the credentials of
+// each gRPC listener and the checker of /metrics scrapes, with the files the
+// flags name read once, at start, before privileges are dropped.
+#ifndef TORCHMON_SERVER_DAEMON_SECURITY_H_
+#define TORCHMON_SERVER_DAEMON_SECURITY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/server_credentials.h"
+#include "server/daemon/options.h"
+#include "server/service/auth.h"
+#include "server/service/daemon_stats.h"
+
+namespace torchmon::server {
+
+// Reads a file holding a secret (token, password, private key), at most
+// 1 MiB. FailedPrecondition naming `flag` and the file if it is not a
+// regular file, or if users outside its owner and group may read it or
+// anyone but its owner may write it (the fix is in the message);
+// PermissionDenied/NotFound if it cannot be opened.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, absl::string_view flag);
+
+// Reads a file anyone may see (a certificate), at most 1 MiB. Errors name
+// `flag` and the file.
+absl::StatusOr<std::string> ReadPublicFile(const std::string& path, absl::string_view flag);
+
+// Immutable after Load; thread-safe.
+class ServerSecurity {
+ public:
+  // Reads and checks every file `options` names. The error names the flag
+  // and the file. `stats` counts refused calls and must outlive this.
+  static absl::StatusOr<std::unique_ptr<ServerSecurity>> Load(const SecurityOptions& options,
+                                                              DaemonStats& stats);
+
+  // The credentials of the listener at `address`:
+  //   TCP with --tls-cert: TLS, requiring a client certificate signed by
+  //     --tls-client-ca if given;
+  //   otherwise, with --auth-token-file: gRPC's local credentials (Unix
+  //     sockets, loopback TCP), the secure kind the token check needs; they
+  //     add no handshake and no encryption, and refuse peers from other
+  //     hosts;
+  //   otherwise plain.
+  // With --auth-token-file every one of them refuses calls without a token.
+  std::shared_ptr<grpc::ServerCredentials> CredentialsFor(const ListenAddress& address) const;
+
+  // What scrapes of /metrics must carry; null when no credentials are asked.
+  std::shared_ptr<const BasicAuthChecker> metrics_auth() const { return metrics_auth_; }
+
+ private:
+  ServerSecurity() = default;
+
+  bool tls_ = false;
+  grpc::SslServerCredentialsOptions tls_options_;
+  std::shared_ptr<TokenAuthMetadataProcessor> token_processor_;
+  std::shared_ptr<const BasicAuthChecker> metrics_auth_;
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_DAEMON_SECURITY_H_

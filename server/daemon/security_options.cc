@@ -1,0 +1,178 @@
+#include "server/daemon/security_options.h"
+
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/daemon/options.h"
+#include "torchmon/protocol/protocol.h"
+
+namespace torchmon::server {
+namespace {
+
+struct SecurityFlag {
+  absl::string_view name;
+  std::string SecurityOptions::*field;
+};
+
+constexpr SecurityFlag kSecurityFlags[] = {
+    {"--socket-group", &SecurityOptions::socket_group},
+    {"--tls-cert", &SecurityOptions::tls_cert_file},
+    {"--tls-key", &SecurityOptions::tls_key_file},
+    {"--tls-client-ca", &SecurityOptions::tls_client_ca_file},
+    {"--auth-token-file", &SecurityOptions::auth_token_file},
+    {"--metrics-auth-file", &SecurityOptions::metrics_auth_file},
+    {"--user", &SecurityOptions::user},
+};
+
+// The host part of a --metrics-listen HOST:PORT, without IPv6 brackets.
+std::string MetricsHost(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+std::string Octal(uint32_t mode) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "%04o", mode & 07777u);
+  return text;
+}
+
+}  // namespace
+
+bool IsSecurityFlag(absl::string_view flag) {
+  for (const SecurityFlag& f : kSecurityFlags) {
+    if (f.name == flag) return true;
+  }
+  return false;
+}
+
+absl::Status SetSecurityFlag(absl::string_view flag, const std::string& value,
+                             SecurityOptions& security) {
+  for (const SecurityFlag& f : kSecurityFlags) {
+    if (f.name != flag) continue;
+    if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
+    security.*f.field = value;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(flag, " is not a security flag"));
+}
+
+absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
+  const SecurityOptions& s = options.security;
+  if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        s.tls_cert_file.empty()
+            ? absl::StrCat("--tls-key \"", s.tls_key_file, "\" needs --tls-cert (its certificate)")
+            : absl::StrCat("--tls-cert \"", s.tls_cert_file,
+                           "\" needs --tls-key (its private key)"));
+  }
+  if (!s.tls_client_ca_file.empty() && !s.tls()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-client-ca \"", s.tls_client_ca_file,
+        "\" needs --tls-cert and --tls-key: client certificates are checked in a TLS handshake"));
+  }
+  bool has_tcp = false;
+  bool has_unix = false;
+  for (const ListenAddress& addr : options.listen) {
+    if (addr.kind == ListenAddress::Kind::kUnix) {
+      has_unix = true;
+      continue;
+    }
+    has_tcp = true;
+    if (!s.auth_token_file.empty() && !s.tls() && !protocol::IsLoopbackHost(addr.host)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--auth-token-file with --listen ", addr.ToGrpcUri(),
+          ": that address is reachable from other hosts and, without --tls-cert/--tls-key, "
+          "the token would cross the network in clear text for anyone on the way to copy; "
+          "add TLS or listen on loopback"));
+    }
+  }
+  if (s.tls() && !has_tcp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-cert \"", s.tls_cert_file,
+                     "\" secures TCP listeners and none is configured (add --listen HOST:PORT)"));
+  }
+  if (!s.socket_group.empty() && !has_unix) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--socket-group \"", s.socket_group,
+        "\" sets the group of Unix sockets and none is configured (add --listen unix:///PATH)"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root) {
+  const SecurityOptions& s = options.security;
+  std::vector<std::string> warnings;
+  for (const ListenAddress& addr : options.listen) {
+    if (addr.kind == ListenAddress::Kind::kUnix) {
+      if ((options.socket_mode & 0007) != 0) {
+        warnings.push_back(absl::StrCat("--socket-mode ", Octal(options.socket_mode),
+                                        " lets every local user connect to ", addr.path,
+                                        s.auth_token_file.empty()
+                                            ? " and, without --auth-token-file, read and send "
+                                              "every series"
+                                            : ""));
+      }
+      continue;
+    }
+    if (protocol::IsLoopbackHost(addr.host)) continue;
+    if (!s.tls()) {
+      warnings.push_back(absl::StrCat(
+          "--listen ", addr.ToGrpcUri(),
+          " is reachable from other hosts in clear text and without authentication: anyone who "
+          "reaches it can read and send samples (add --tls-cert/--tls-key with --auth-token-file "
+          "or --tls-client-ca)"));
+    } else if (s.auth_token_file.empty() && s.tls_client_ca_file.empty()) {
+      warnings.push_back(absl::StrCat(
+          "--listen ", addr.ToGrpcUri(),
+          " is reachable from other hosts and accepts every client (add --auth-token-file or "
+          "--tls-client-ca)"));
+    }
+  }
+  if (!protocol::IsLoopbackHost(MetricsHost(options.metrics_listen))) {
+    warnings.push_back(
+        s.metrics_auth_file.empty()
+            ? absl::StrCat("--metrics-listen ", options.metrics_listen,
+                           " is reachable from other hosts without authentication: anyone who "
+                           "reaches it can read every series (add --metrics-auth-file)")
+            : absl::StrCat("--metrics-listen ", options.metrics_listen,
+                           " is reachable from other hosts over plain HTTP: the basic-auth "
+                           "password crosses the network in clear text (bind a private "
+                           "interface, or put a TLS proxy in front)"));
+  }
+  if (running_as_root && s.user.empty()) {
+    warnings.push_back(
+        "running as root: pass --user NAME to switch to an unprivileged user once every "
+        "listener is bound");
+  }
+  return warnings;
+}
+
+std::string SecurityUsage() {
+  return "Security (docs/security.md):\n"
+         "  --socket-group GROUP   Group of the Unix sockets, whose mode then defaults to\n"
+         "                         0660 (owner and group). Default: the daemon's group.\n"
+         "  --tls-cert FILE        PEM certificate chain; with --tls-key, TCP listeners\n"
+         "                         speak TLS only. Unix sockets stay plain. Default: no TLS\n"
+         "  --tls-key FILE         PEM private key of --tls-cert; not readable by others.\n"
+         "  --tls-client-ca FILE   PEM CA certificates: TCP clients must present a\n"
+         "                         certificate signed by one of them. Default: not asked\n"
+         "  --auth-token-file FILE\n"
+         "                         Tokens, one per line: every gRPC call on every listener\n"
+         "                         must carry one (\"authorization: Bearer <token>\"), or\n"
+         "                         is refused UNAUTHENTICATED. Not readable by others.\n"
+         "                         Default: no token asked\n"
+         "  --metrics-auth-file FILE\n"
+         "                         \"user:password\" lines: scrapes of /metrics must carry\n"
+         "                         one as HTTP basic auth, or get 401. Not readable by\n"
+         "                         others. Default: no authentication\n"
+         "  --user USER            When started as root: switch to USER (and its groups)\n"
+         "                         once every listener is bound and every file read.\n"
+         "                         Default: keep the starting user (a warning as root)\n";
+}
+
+}  // namespace torchmon::server

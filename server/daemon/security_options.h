@@ -1,0 +1,71 @@
+// torchmond's security flags: who may connect to the gRPC listeners and the
+// /metrics endpoint, and as whom the daemon runs. docs/security.md is the
+// user-facing reference; ParseDaemonOptions (options.h) calls in here.
+//
+// Everything here is pure (no I/O, no environment) and safe to call from any
+// thread.
+#ifndef TORCHMON_SERVER_DAEMON_SECURITY_OPTIONS_H_
+#define TORCHMON_SERVER_DAEMON_SECURITY_OPTIONS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace torchmon::server {
+
+struct DaemonOptions;
+
+// Empty means "not given" for every field.
+struct SecurityOptions {
+  // --socket-group: group (name or number) of the Unix sockets; makes their
+  // default mode 0660.
+  std::string socket_group;
+  // --tls-cert/--tls-key: PEM certificate chain and private key; TCP
+  // listeners then speak TLS only.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // --tls-client-ca: PEM CA certificates; TCP clients must then present a
+  // certificate signed by one of them.
+  std::string tls_client_ca_file;
+  // --auth-token-file: tokens, one per line; every gRPC call on every
+  // listener must carry one as "authorization: Bearer <token>".
+  std::string auth_token_file;
+  // --metrics-auth-file: "user:password" lines; scrapes of /metrics must
+  // carry one of them as HTTP basic auth.
+  std::string metrics_auth_file;
+  // --user: user (name or number) to switch to once every listener is
+  // bound and every file read, when started as root.
+  std::string user;
+
+  bool tls() const { return !tls_cert_file.empty(); }
+};
+
+// True if `flag` ("--tls-cert") is one of the security flags. They all take
+// a value.
+bool IsSecurityFlag(absl::string_view flag);
+
+// Stores `value` for `flag` (one IsSecurityFlag accepts). InvalidArgument
+// naming the flag if the value is empty.
+absl::Status SetSecurityFlag(absl::string_view flag, const std::string& value,
+                             SecurityOptions& security);
+
+// Checks the security flags against each other and against the listeners:
+// --tls-cert and --tls-key go together, --tls-client-ca needs them, TLS
+// needs a TCP listener, --socket-group needs a Unix one, and a token is
+// refused on a TCP listener other hosts can reach in clear text (anyone on
+// the way could read it). InvalidArgument naming the flags and the value.
+absl::Status ValidateSecurityOptions(const DaemonOptions& options);
+
+// Settings that work but expose the daemon, one sentence each, to be logged
+// at start: TCP or /metrics reachable from other hosts without protection,
+// a socket mode open to every user, running as root without --user.
+std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root);
+
+// The "Security" section of torchmond --help.
+std::string SecurityUsage();
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_DAEMON_SECURITY_OPTIONS_H_

@@ -1,0 +1,115 @@
+// Who may talk to torchmond: the bearer token every gRPC call must carry
+// (--auth-token-file) and the basic-auth credentials a scrape of /metrics
+// must carry (--metrics-auth-file). docs/security.md explains the threat
+// model these answer.
+//
+// The parsers and checkers here are pure (no I/O); the daemon reads the files
+// (server/daemon/security.h) and hands their text over.
+#ifndef TORCHMON_SERVER_SERVICE_AUTH_H_
+#define TORCHMON_SERVER_SERVICE_AUTH_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/auth_metadata_processor.h"
+
+namespace torchmon::server {
+
+// True if `a` equals `b`. The time taken depends on the lengths only, never
+// on where the first difference is, so that a caller probing a secret learns
+// nothing from the timing but its length.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+// Shortest token --auth-token-file accepts: guessing must be hopeless, and
+// `openssl rand -hex 32` gives 64 characters.
+inline constexpr size_t kMinTokenLength = 16;
+
+// The tokens of a token file: every line that is neither empty nor a
+// comment ('#'), with surrounding whitespace removed. Several tokens let an
+// operator rotate without stopping every client at once. InvalidArgument if
+// there is none, or one is shorter than kMinTokenLength or holds a character
+// outside printable ASCII (it travels as an HTTP/2 header value). `origin`
+// names the file in messages; the tokens themselves never appear in one.
+absl::StatusOr<std::vector<std::string>> ParseTokenFile(absl::string_view text,
+                                                        absl::string_view origin);
+
+// Checks the "authorization" value of a call against a set of tokens.
+// Immutable after construction; thread-safe.
+class BearerTokenChecker {
+ public:
+  explicit BearerTokenChecker(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
+
+  // OK if `authorization` is "Bearer <token>" (scheme case-insensitive) for
+  // one of the tokens. Otherwise Unauthenticated with a message that tells a
+  // user what to fix; it never echoes what was sent. `present` is false when
+  // the call carried no authorization header at all.
+  absl::Status Check(bool present, absl::string_view authorization) const;
+
+ private:
+  const std::vector<std::string> tokens_;
+};
+
+// Refuses every gRPC call, on every listener and of every service (health
+// and reflection included), that does not carry a token BearerTokenChecker
+// accepts. gRPC runs it in the transport, before any handler sees the call;
+// the token is removed from the metadata handlers see.
+//
+// gRPC applies an AuthMetadataProcessor to secure server credentials only:
+// the daemon gives every listener such credentials when a token is
+// configured (TLS, or gRPC's "local" credentials for Unix sockets and
+// loopback TCP; see server/daemon/security.h). Thread-safe.
+class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
+ public:
+  // `refused` counts refused calls; it must outlive the processor.
+  TokenAuthMetadataProcessor(std::shared_ptr<const BearerTokenChecker> checker,
+                             std::atomic<uint64_t>& refused)
+      : checker_(std::move(checker)), refused_(refused) {}
+
+  // A comparison of a few strings: run it inline rather than on gRPC's
+  // separate thread for blocking processors.
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
+                       OutputMetadata* consumed_auth_metadata,
+                       OutputMetadata* response_metadata) override;
+
+ private:
+  const std::shared_ptr<const BearerTokenChecker> checker_;
+  std::atomic<uint64_t>& refused_;
+};
+
+// The credentials of a basic-auth file: one "user:password" per line (the
+// password is everything after the first ':'), empty lines and '#' comments
+// skipped. InvalidArgument naming the line (never its password) if a line is
+// malformed, or if there is no entry.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseBasicAuthFile(
+    absl::string_view text, absl::string_view origin);
+
+// Checks the Authorization header of an HTTP request against basic-auth
+// credentials. Immutable after construction; thread-safe.
+class BasicAuthChecker {
+ public:
+  explicit BasicAuthChecker(std::vector<std::pair<std::string, std::string>> credentials)
+      : credentials_(std::move(credentials)) {}
+
+  // True if `authorization` is "Basic base64(user:password)" for one of the
+  // credentials. Every entry is compared, in constant time, whatever matched.
+  bool Accepts(absl::string_view authorization) const;
+
+  // The WWW-Authenticate value of a 401 answer.
+  static constexpr absl::string_view kChallenge = "Basic realm=\"torchmond\", charset=\"UTF-8\"";
+
+ private:
+  const std::vector<std::pair<std::string, std::string>> credentials_;
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_SERVICE_AUTH_H_

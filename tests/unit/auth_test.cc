@@ -1,0 +1,166 @@
+// Bearer tokens and basic auth: parsing the files, checking what a call or
+// a scrape carries.
+#include "server/service/auth.h"
+
+#include <atomic>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace torchmon::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::Pair;
+
+constexpr char kToken[] = "3f1c0a9e5b7d4c2a8e6f0b1d3c5a7e9f";
+constexpr char kOtherToken[] = "0123456789abcdef0123456789abcdef";
+
+TEST(ConstantTimeEqualsTest, ComparesWholeStrings) {
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
+  EXPECT_FALSE(ConstantTimeEquals("secret2", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("", "x"));
+  EXPECT_FALSE(ConstantTimeEquals(std::string("a\0b", 3), std::string("a\0c", 3)));
+}
+
+TEST(ParseTokenFileTest, TakesEveryLineButEmptyOnesAndComments) {
+  auto tokens =
+      ParseTokenFile(absl::StrCat("# rotated 2024-05\n\n  ", kToken, "  \n", kOtherToken), "f");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_THAT(*tokens, ElementsAre(kToken, kOtherToken));
+}
+
+TEST(ParseTokenFileTest, RefusesAFileWithoutToken) {
+  auto tokens = ParseTokenFile("# nothing yet\n\n", "--auth-token-file /etc/t");
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_THAT(std::string(tokens.status().message()), HasSubstr("/etc/t holds no token"));
+}
+
+TEST(ParseTokenFileTest, RefusesAShortTokenNamingTheLineNotTheToken) {
+  auto tokens = ParseTokenFile(absl::StrCat(kToken, "\nhunter2\n"), "f");
+  ASSERT_FALSE(tokens.ok());
+  const std::string message(tokens.status().message());
+  EXPECT_THAT(message, HasSubstr("line 2"));
+  EXPECT_THAT(message, HasSubstr("openssl rand -hex 32"));
+  EXPECT_THAT(message, Not(HasSubstr("hunter2")));
+}
+
+TEST(ParseTokenFileTest, RefusesSpacesAndControlCharactersInAToken) {
+  EXPECT_FALSE(ParseTokenFile("0123456789 abcdef0123456789", "f").ok());
+  EXPECT_FALSE(ParseTokenFile("0123456789\x01"
+                              "abcdef0123456789",
+                              "f")
+                   .ok());
+}
+
+TEST(BearerTokenCheckerTest, AcceptsAnyOfItsTokens) {
+  BearerTokenChecker checker({kToken, kOtherToken});
+  EXPECT_TRUE(checker.Check(true, absl::StrCat("Bearer ", kToken)).ok());
+  EXPECT_TRUE(checker.Check(true, absl::StrCat("Bearer ", kOtherToken)).ok());
+}
+
+TEST(BearerTokenCheckerTest, SchemeIsCaseInsensitive) {
+  BearerTokenChecker checker({kToken});
+  EXPECT_TRUE(checker.Check(true, absl::StrCat("bearer ", kToken)).ok());
+  EXPECT_TRUE(checker.Check(true, absl::StrCat("BEARER ", kToken)).ok());
+}
+
+TEST(BearerTokenCheckerTest, MissingTokenIsUnauthenticatedAndSaysHowToGiveOne) {
+  const absl::Status status = BearerTokenChecker({kToken}).Check(false, "");
+  EXPECT_TRUE(absl::IsUnauthenticated(status));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("carried none"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("TORCHMON_TOKEN_FILE"));
+}
+
+TEST(BearerTokenCheckerTest, WrongTokenIsUnauthenticatedWithoutEchoingIt) {
+  const absl::Status status =
+      BearerTokenChecker({kToken}).Check(true, absl::StrCat("Bearer ", kOtherToken));
+  EXPECT_TRUE(absl::IsUnauthenticated(status));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("refused the bearer token"));
+  EXPECT_THAT(std::string(status.message()), Not(HasSubstr(kOtherToken)));
+}
+
+TEST(BearerTokenCheckerTest, PrefixOrExtensionOfATokenIsRefused) {
+  BearerTokenChecker checker({kToken});
+  const std::string token = kToken;
+  EXPECT_FALSE(checker.Check(true, "Bearer " + token.substr(0, token.size() - 1)).ok());
+  EXPECT_FALSE(checker.Check(true, "Bearer " + token + "0").ok());
+  EXPECT_FALSE(checker.Check(true, "Bearer ").ok());
+}
+
+TEST(BearerTokenCheckerTest, OtherSchemesAreRefused) {
+  BearerTokenChecker checker({kToken});
+  EXPECT_FALSE(checker.Check(true, kToken).ok());
+  EXPECT_FALSE(checker.Check(true, absl::StrCat("Basic ", kToken)).ok());
+  EXPECT_FALSE(checker.Check(true, absl::StrCat("Bearer", kToken)).ok());
+}
+
+TEST(TokenAuthMetadataProcessorTest, RefusalsAreCountedAndTheTokenIsConsumed) {
+  std::atomic<uint64_t> refused{0};
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(std::vector<std::string>{kToken}), refused);
+  const std::string good = absl::StrCat("Bearer ", kToken);
+  grpc::AuthMetadataProcessor::InputMetadata with_token = {
+      {grpc::string_ref("authorization"), grpc::string_ref(good)}};
+  grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
+  EXPECT_TRUE(processor.Process(with_token, nullptr, &consumed, &response).ok());
+  EXPECT_THAT(consumed, ElementsAre(Pair("authorization", good)));
+  EXPECT_EQ(refused.load(), 0u);
+
+  grpc::AuthMetadataProcessor::InputMetadata without;
+  const grpc::Status status = processor.Process(without, nullptr, &consumed, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(refused.load(), 1u);
+}
+
+TEST(ParseBasicAuthFileTest, SplitsAtTheFirstColon) {
+  auto credentials = ParseBasicAuthFile("# scrapers\nprometheus:s3cret:x\n\nvm:other\n", "f");
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_THAT(*credentials, ElementsAre(Pair("prometheus", "s3cret:x"), Pair("vm", "other")));
+}
+
+TEST(ParseBasicAuthFileTest, RefusesMalformedLinesNamingTheLineNotThePassword) {
+  for (const char* text : {"prometheus\n", ":s3cret\n", "prometheus:\n"}) {
+    auto credentials = ParseBasicAuthFile(absl::StrCat("# x\n", text), "f");
+    ASSERT_FALSE(credentials.ok()) << text;
+    EXPECT_THAT(std::string(credentials.status().message()), HasSubstr("line 2"));
+    EXPECT_THAT(std::string(credentials.status().message()), Not(HasSubstr("s3cret")));
+  }
+  EXPECT_FALSE(ParseBasicAuthFile("\n# only comments\n", "f").ok());
+}
+
+using Credentials = std::vector<std::pair<std::string, std::string>>;
+
+std::string Basic(const std::string& user_password) {
+  return absl::StrCat("Basic ", absl::Base64Escape(user_password));
+}
+
+TEST(BasicAuthCheckerTest, AcceptsOnlyAKnownUserWithItsPassword) {
+  BasicAuthChecker checker(Credentials{{"prometheus", "s3cret:x"}, {"vm", "other"}});
+  EXPECT_TRUE(checker.Accepts(Basic("prometheus:s3cret:x")));
+  EXPECT_TRUE(checker.Accepts(Basic("vm:other")));
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus:other")));
+  EXPECT_FALSE(checker.Accepts(Basic("vm:s3cret:x")));
+  EXPECT_FALSE(checker.Accepts(Basic("nobody:other")));
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus")));
+  EXPECT_FALSE(checker.Accepts(Basic("")));
+}
+
+TEST(BasicAuthCheckerTest, RefusesOtherSchemesAndBadEncodings) {
+  BasicAuthChecker checker(Credentials{{"prometheus", "pw"}});
+  EXPECT_TRUE(checker.Accepts("basic " + absl::Base64Escape("prometheus:pw")));
+  EXPECT_FALSE(checker.Accepts("Bearer " + absl::Base64Escape("prometheus:pw")));
+  EXPECT_FALSE(checker.Accepts("Basic !!not base64!!"));
+  EXPECT_FALSE(checker.Accepts(""));
+}
+
+}  // namespace
+}  // namespace torchmon::server
