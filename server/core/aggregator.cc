@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -160,7 +161,10 @@ absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   absl::MutexLock lock(&mu_);
   Series* s = FindLocked(id);
   if (s == nullptr) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
-  s->counters.client_dropped += dropped;
+  // Saturates: a client's counts are not to be trusted, and a counter that
+  // wrapped around would go back, which Prometheus reads as a reset.
+  const uint64_t room = std::numeric_limits<uint64_t>::max() - s->counters.client_dropped;
+  s->counters.client_dropped += std::min(dropped, room);
   s->last_update_ms = now;
   return absl::OkStatus();
 }

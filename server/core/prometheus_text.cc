@@ -69,7 +69,8 @@ char* PrometheusTextWriter::Reserve(size_t n) {
     // plus some slack is enough for every line but a pathological one.
     const size_t capacity = std::max(size_ + n, flush_bytes_ + 4096);
     auto bigger = std::make_unique<char[]>(capacity);
-    std::memcpy(bigger.get(), buffer_.get(), size_);
+    // Never memcpy from the null buffer of a fresh writer, even 0 bytes: UB.
+    if (size_ > 0) std::memcpy(bigger.get(), buffer_.get(), size_);
     buffer_ = std::move(bigger);
     capacity_ = capacity;
   }

@@ -10,12 +10,13 @@ bool GlobMatch(absl::string_view pattern, absl::string_view text) {
   size_t p = 0, t = 0;
   size_t star = absl::string_view::npos, star_text = 0;
   while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
+    // '*' first: it is a wildcard even where the text has a '*' too.
+    if (p < pattern.size() && pattern[p] == '*') {
       star = p++;
       star_text = t;
+    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
     } else if (star != absl::string_view::npos) {
       p = star + 1;
       t = ++star_text;

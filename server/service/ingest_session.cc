@@ -24,7 +24,9 @@ void IngestSession::Report(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_
 }
 
 IngestSession::Binding* IngestSession::BindingTable::Find(uint32_t id) {
-  if (id < dense_.size()) return dense_[id].has_value() ? &*dense_[id] : nullptr;
+  if (id < dense_.size() && dense_[id].has_value()) return &*dense_[id];
+  // Not only for ids past the vector: one bound while it was past it stays
+  // in the map after the vector has grown over it.
   auto it = sparse_.find(id);
   return it == sparse_.end() ? nullptr : &it->second;
 }

@@ -78,8 +78,13 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=10)
+        # A daemon that crashed, or whose sanitizer runtime reported an error
+        # at shutdown, fails the test.
+        stderr = self.read_stderr()
         self.proc.stdout.close()
         self.stderr.close()
+        assert self.proc.returncode == 0, (
+            f"torchmond exited with {self.proc.returncode}; stderr:\n{stderr}")
 
 
 @pytest.fixture

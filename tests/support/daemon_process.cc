@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
 #include "torchmon/channel.h"
 
 namespace torchmon::testing {
@@ -119,11 +120,19 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
 }
 
 DaemonProcess::~DaemonProcess() {
-  if (pid_ > 0) {
-    if (!Stop(SIGTERM, std::chrono::seconds(5)).ok()) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
+  if (pid_ <= 0) return;
+  auto status = Stop(SIGTERM, std::chrono::seconds(10));
+  if (!status.ok()) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    ADD_FAILURE() << "torchmond did not exit within 10 s of SIGTERM; stderr:\n" << Stderr();
+    return;
+  }
+  // A daemon that crashed, or whose sanitizer runtime found a leak or an
+  // error at shutdown, fails the test that started it.
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    ADD_FAILURE() << "torchmond ended with wait status " << *status
+                  << " after SIGTERM instead of exiting 0; stderr:\n" << Stderr();
   }
 }
 

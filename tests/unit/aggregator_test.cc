@@ -478,6 +478,18 @@ TEST_F(AggregatorTest, EverySampleSentIsAccountedForExactlyOnce) {
   EXPECT_EQ(c.accepted + c.capped + c.late + c.skewed + c.client_dropped, sent);
 }
 
+// Found by ingest_fuzzer: two drop reports adding up past 2^64 wrapped the
+// counter around, so a _total counter went back (a reset, to Prometheus).
+TEST_F(AggregatorTest, ClientDropsSaturateRatherThanWrapAround) {
+  const SeriesId id = Define("s");
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  ASSERT_TRUE(aggregator_->AddClientDrops(id, max - 1).ok());
+  ASSERT_TRUE(aggregator_->AddClientDrops(id, 5).ok());
+  EXPECT_EQ(Counters("s").client_dropped, max);
+  ASSERT_TRUE(aggregator_->AddClientDrops(id, max).ok());
+  EXPECT_EQ(Counters("s").client_dropped, max);
+}
+
 TEST_F(AggregatorTest, MismatchedValueAndTimestampCountsAreInvalidArgument) {
   const SeriesId id = Define("s");
   const std::vector<double> values = {1, 2};

@@ -446,7 +446,6 @@ TEST_F(IngestSessionTest, ThousandsOfStatIdsInAnyOrderEachReachTheirOwnSeries) {
   }
 }
 
-
 // --- re-sent batches, limits ---
 
 // A client's second stream: sequence-0 opening with the definitions, then
@@ -672,6 +671,28 @@ TEST_F(IngestSessionTest, EventWithTooManyFieldsOrAHugeStringIsRefusedAlone) {
   EXPECT_THAT(ack.errors(0).message(), HasSubstr("event \"wide\": data has 65 entries (at most 64)"));
   EXPECT_THAT(ack.errors(1).message(), HasSubstr("data[\"text\"] is 5000 bytes long (at most 4096)"));
   EXPECT_EQ(events_.size(), 1u);
+}
+
+// Found by ingest_fuzzer: an id bound while it lay past the dense part of
+// the binding table (so it went to the map) became "never defined" once
+// enough later definitions grew the dense part past it.
+TEST_F(IngestSessionTest, StatIdBoundBeforeTheDenseTableGrewPastItStaysBound) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1536, "early", {v1::SUM});
+  AddSamples(first, 1536, kT0 * 1000, {1});
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  v1::IngestBatch many;
+  many.set_sequence(2);
+  for (uint32_t id = 1; id <= 2000; ++id) {
+    if (id != 1536) AddDefinition(many, id, "s" + std::to_string(id), {v1::SUM});
+  }
+  ASSERT_THAT(Apply(many).errors(), IsEmpty());
+  v1::IngestBatch later;
+  later.set_sequence(3);
+  AddSamples(later, 1536, kT0 * 1000, {2});
+  EXPECT_THAT(Apply(later).errors(), IsEmpty());
+  EXPECT_EQ(Series("early").counters.accepted, 2u);
 }
 
 }  // namespace

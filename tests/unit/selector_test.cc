@@ -45,6 +45,15 @@ TEST(GlobMatchTest, StarBacktracksToFindALaterMatch) {
   EXPECT_FALSE(GlobMatch("*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
 }
 
+// Found by selector_fuzzer: a '*' in the pattern facing a '*' in the text
+// was taken as a literal, so "*" did not match "*x".
+TEST(GlobMatchTest, StarStaysAWildcardWhereTheTextHasAStar) {
+  EXPECT_TRUE(GlobMatch("*", "*x"));
+  EXPECT_TRUE(GlobMatch("a*", "a*b"));
+  EXPECT_TRUE(GlobMatch("*b", "**b"));
+  EXPECT_TRUE(GlobMatch("a*c", "a*bc"));
+}
+
 TEST(SelectorTest, EmptyNameMatchesEveryStat) {
   const Selector s;
   EXPECT_TRUE(s.Matches("anything", {}));

@@ -25,8 +25,6 @@ namespace py = pybind11;
 namespace torchmon::python {
 namespace {
 
-constexpr int kAggregations = 6;
-
 int64_t FloorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
