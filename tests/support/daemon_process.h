@@ -63,6 +63,8 @@ class DaemonProcess {
  private:
   DaemonProcess() = default;
   pid_t pid_ = -1;
+  // False for a daemon that never became ready (a refusal at start).
+  bool expect_clean_exit_ = true;
   std::string stderr_path_;
   std::string unix_target_, tcp_target_, metrics_address_, ready_line_, socket_path_;
 };
