@@ -164,7 +164,10 @@ void Daemon::CloseDueWindows() {
 void Daemon::ScheduleTick() {
   timer_.expires_after(kTickInterval);
   timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;  // cancelled at shutdown
+    // A tick that had already fired when the stop came must not schedule
+    // the next one: cancel() only aborts waits still pending, and io_ would
+    // then run for ever.
+    if (ec || stopping_) return;
     Tick();
     ScheduleTick();
   });
@@ -197,6 +200,7 @@ void Daemon::Tick() {
 
 void Daemon::RequestStop() {
   boost::asio::post(io_, [this] {
+    stopping_ = true;
     signals_.cancel();
     timer_.cancel();
   });
@@ -205,6 +209,7 @@ void Daemon::RequestStop() {
 void Daemon::Run() {
   signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (!ec) Log(absl::StrCat("received ", strsignal(signal), "; shutting down"));
+    stopping_ = true;
     timer_.cancel();
   });
   ScheduleTick();

@@ -78,6 +78,8 @@ class Daemon {
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;
   boost::asio::signal_set signals_;
+  // Set on io_'s thread when a stop is asked for; no tick is scheduled after.
+  bool stopping_ = false;
   int64_t next_expiry_ms_ = 0;
   // Streams ended plus series expired, as last seen by Tick; when the next
   // malloc trim is due (0: none pending) and when the last one ran.
