@@ -4,7 +4,8 @@
 set -euo pipefail
 
 # Usage: install-deps.sh [--test]
-#   --test  also install what the test suite uses (promtool from Debian's prometheus, pytest)
+#   --test  also install what the test suite uses (promtool from Debian's prometheus, pytest;
+#           clang with its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports)
 packages=(
   build-essential cmake pkg-config git curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -13,7 +14,7 @@ packages=(
   python3-dev pybind11-dev python3-torch
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(prometheus python3-pytest)
+  packages+=(prometheus python3-pytest clang libclang-rt-14-dev llvm)
 fi
 
 missing=()
