@@ -4,8 +4,9 @@
 set -euo pipefail
 
 # Usage: install-deps.sh [--test]
-#   --test  also install what the test suite uses (promtool from Debian's prometheus, pytest,
-#           and openssl, which makes the security tests' certificates at test time)
+#   --test  also install what the test suite uses (promtool from Debian's prometheus, pytest;
+#           openssl, which makes the security tests' certificates at test time; clang with
+#           its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports)
 packages=(
   build-essential cmake pkg-config git curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -14,7 +15,7 @@ packages=(
   python3-dev pybind11-dev python3-torch
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(prometheus python3-pytest openssl)
+  packages+=(prometheus python3-pytest openssl clang libclang-rt-14-dev llvm)
 fi
 
 missing=()

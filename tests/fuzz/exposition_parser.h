@@ -13,7 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -23,10 +24,12 @@
 
 namespace torchmon::fuzz {
 
+// One sample line, valid until the next: the metric name, its labels in
+// order (values unescaped) and its value.
 struct ExpositionSample {
-  std::string name;
-  std::vector<std::pair<std::string, std::string>> labels;  // in order, unescaped
-  double value = 0;
+  absl::string_view name;
+  const std::vector<std::pair<std::string, std::string>>& labels;
+  double value;
 };
 
 namespace exposition_internal {
@@ -65,17 +68,20 @@ inline bool ParseValue(absl::string_view s, double* out) {
 
 }  // namespace exposition_internal
 
-// Every sample of `text`, or the first thing wrong with it. Strict where the
-// format is: HELP then TYPE (counter or gauge) before a family's samples,
-// each family once, samples of the current family only, label values with
-// only \\, \" and \n escapes, no label twice, valid UTF-8, a final newline.
-inline absl::StatusOr<std::vector<ExpositionSample>> ParseExposition(absl::string_view text) {
+// Calls `on_sample` for every sample of `text`; the first thing wrong with
+// it. Strict where the format is: HELP then TYPE (counter or gauge) before
+// a family's samples, each family once, samples of the current family only,
+// label values with only \\, \" and \n escapes, no label twice, valid
+// UTF-8, a final newline. Allocates little: scrapes of thousands of series
+// are parsed at every fuzzer step that scrapes.
+inline absl::Status ParseExposition(absl::string_view text,
+                                    absl::FunctionRef<void(const ExpositionSample&)> on_sample) {
   using namespace exposition_internal;
   if (!protocol::IsValidUtf8(text)) return absl::InvalidArgumentError("not valid UTF-8");
   if (!text.empty() && text.back() != '\n') return absl::InvalidArgumentError("no final newline");
-  std::vector<ExpositionSample> samples;
   std::set<std::string> families;
-  std::string family, help_of;
+  std::string family, help_of, name;
+  std::vector<std::pair<std::string, std::string>> labels;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -110,26 +116,25 @@ inline absl::StatusOr<std::vector<ExpositionSample>> ParseExposition(absl::strin
       continue;
     }
     if (absl::StartsWith(line, "#")) return error("unknown comment");
-    ExpositionSample sample;
-    if (!ConsumeName(line, true, &sample.name)) return error("no metric name");
-    if (sample.name != family) return error("sample outside its family");
+    if (!ConsumeName(line, true, &name)) return error("no metric name");
+    if (name != family) return error("sample outside its family");
+    size_t count = 0;  // labels of this line; `labels` keeps its strings
     if (absl::ConsumePrefix(&line, "{")) {
-      std::set<std::string> keys;
       for (bool first = true; !absl::ConsumePrefix(&line, "}"); first = false) {
         if (!first && !absl::ConsumePrefix(&line, ",")) return error("no comma between labels");
-        std::string key, value;
+        if (count == labels.size()) labels.emplace_back();
+        auto& [key, value] = labels[count];
+        value.clear();
         if (!ConsumeName(line, false, &key) || !absl::ConsumePrefix(&line, "=\"")) {
           return error("bad label");
         }
         for (;;) {
-          if (line.empty()) return error("unterminated label value");
-          const char c = line[0];
-          line.remove_prefix(1);
+          const size_t stop = line.find_first_of("\"\\");
+          if (stop == absl::string_view::npos) return error("unterminated label value");
+          value.append(line.data(), stop);
+          const char c = line[stop];
+          line.remove_prefix(stop + 1);
           if (c == '"') break;
-          if (c != '\\') {
-            value.push_back(c);
-            continue;
-          }
           if (line.empty()) return error("escape at end of line");
           const char e = line[0];
           line.remove_prefix(1);
@@ -141,15 +146,19 @@ inline absl::StatusOr<std::vector<ExpositionSample>> ParseExposition(absl::strin
             return error("bad escape in label value");
           }
         }
-        if (!keys.insert(key).second) return error("label repeated");
-        sample.labels.emplace_back(std::move(key), std::move(value));
+        for (size_t i = 0; i < count; ++i) {
+          if (labels[i].first == key) return error("label repeated");
+        }
+        ++count;
       }
     }
+    labels.resize(count);
     if (!absl::ConsumePrefix(&line, " ")) return error("no space before the value");
-    if (!ParseValue(line, &sample.value)) return error("bad value");
-    samples.push_back(std::move(sample));
+    double value;
+    if (!ParseValue(line, &value)) return error("bad value");
+    on_sample(ExpositionSample{name, labels, value});
   }
-  return samples;
+  return absl::OkStatus();
 }
 
 }  // namespace torchmon::fuzz

@@ -328,8 +328,6 @@ class IngestHarness {
 
   void Scrape(absl::string_view argument) {
     const std::string text = exposition_.RenderToString();
-    auto samples = ParseExposition(text);
-    FUZZ_CHECK(samples.ok(), samples.status().ToString());
     const std::vector<SeriesSnapshot> all = aggregator_.ListSeries(server::Selector{});
     for (size_t i = 1; i < all.size(); ++i) {
       FUZZ_CHECK(*all[i - 1].key < *all[i].key, "ListSeries not sorted or repeats ",
@@ -340,15 +338,16 @@ class IngestHarness {
     // exact name and labels (the escaping round-trips) and its counter.
     absl::flat_hash_map<SeriesKey, double> accepted;
     size_t stat_lines = 0;
-    for (const ExpositionSample& s : *samples) {
+    const absl::Status parsed = ParseExposition(text, [&](const ExpositionSample& s) {
       if (s.name == "torchmon_stat") ++stat_lines;
-      if (s.name != "torchmon_samples_accepted_total") continue;
+      if (s.name != "torchmon_samples_accepted_total") return;
       FUZZ_CHECK(!s.labels.empty() && s.labels[0].first == "stat", "no stat label first");
       SeriesKey key;
       key.stat = s.labels[0].second;
       key.labels = server::Labels(s.labels.begin() + 1, s.labels.end());
       FUZZ_CHECK(accepted.emplace(std::move(key), s.value).second, "series shown twice");
-    }
+    });
+    FUZZ_CHECK(parsed.ok(), parsed.ToString());
     size_t expected_stat_lines = 0;
     FUZZ_CHECK(accepted.size() == all.size(), "scrape shows ", accepted.size(), " series, ",
                all.size(), " exist");
