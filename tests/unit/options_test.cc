@@ -8,26 +8,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "torchmon/protocol/protocol.h"
+#include "tests/unit/parse_daemon_flags.h"
 
 namespace torchmon::server {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
-
-absl::StatusOr<DaemonOptions> Parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "torchmond");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return ParseDaemonOptions(static_cast<int>(args.size()), argv.data());
-}
-
-std::string ErrorOf(std::vector<std::string> args) {
-  auto options = Parse(std::move(args));
-  EXPECT_FALSE(options.ok());
-  return options.ok() ? "" : std::string(options.status().message());
-}
 
 TEST(DaemonOptionsTest, DefaultsWithoutFlags) {
   auto o = Parse({});

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/parse_daemon_flags.h"
 #include "server/daemon/options.h"
 
 namespace torchmon::server {
@@ -15,20 +16,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
-
-absl::StatusOr<DaemonOptions> Parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "torchmond");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return ParseDaemonOptions(static_cast<int>(args.size()), argv.data());
-}
-
-std::string ErrorOf(std::vector<std::string> args) {
-  auto options = Parse(std::move(args));
-  EXPECT_FALSE(options.ok());
-  return options.ok() ? "" : std::string(options.status().message());
-}
 
 std::vector<std::string> Warnings(std::vector<std::string> args, bool root = false) {
   auto options = Parse(std::move(args));
