@@ -1,90 +1,15 @@
 """Fixtures for the Python client tests: a real torchmond on a temp Unix
-socket and port 0, and torchmonctl --json to read it back. Paths come from
-the build tree (TORCHMON_BUILD_DIR, set by CTest)."""
+socket and port 0 (torchmon_testing.Daemon), and torchmonctl --json to read it
+back."""
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 
 import pytest
 
-BUILD_DIR = os.environ.get(
-    "TORCHMON_BUILD_DIR",
-    os.path.join(os.path.dirname(__file__), "..", "..", "build"))
-TORCHMOND = os.path.join(BUILD_DIR, "server", "torchmond")
-TORCHMONCTL = os.path.join(BUILD_DIR, "client", "cli", "torchmonctl")
-PYTHON_DIR = os.path.join(BUILD_DIR, "client", "python")
-
-# Short windows keep the tests quick; the daemon's grace matches.
-WINDOW_MS = 500
-
-
-class Daemon:
-    def __init__(self, tmpdir, *flags):
-        self.socket = os.path.join(tmpdir, "torchmond.sock")
-        self.stderr = open(os.path.join(tmpdir, "torchmond.stderr"), "w+")
-        self.proc = subprocess.Popen(
-            [TORCHMOND, "--listen", "unix://" + self.socket, "--metrics-listen", "127.0.0.1:0",
-             "--grace", "500ms", *flags],
-            stdout=subprocess.PIPE, stderr=self.stderr, text=True)
-        line = self.proc.stdout.readline()  # the daemon prints it once bound
-        assert line.startswith("torchmond ready "), line + self.read_stderr()
-        fields = dict(part.split("=", 1) for part in line.split()[2:])
-        self.target = "unix://" + self.socket
-        self.metrics = fields["metrics"]
-        # A TCP listener, if the flags asked for one.
-        self.tcp_target = next(
-            (a for a in fields["grpc"].split(",") if not a.startswith("unix:")), None)
-        self.ctl_flags = []  # given to every torchmonctl run, e.g. --token-file
-
-    def read_stderr(self):
-        self.stderr.seek(0)
-        return self.stderr.read()
-
-    def ctl(self, *args, check=True):
-        out = subprocess.run([TORCHMONCTL, "--target", self.target, "--json", *self.ctl_flags,
-                              *args],
-                             capture_output=True, text=True, timeout=30)
-        if check:
-            assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout) if out.stdout.strip() else None
-
-    def series(self, stat):
-        return self.ctl("series", "--stat", stat)["series"]
-
-    def windows(self, stat, *labels):
-        args = ["windows", stat]
-        for label in labels:
-            args += ["--label", label]
-        return self.ctl(*args)["windows"]
-
-    def wait_windows(self, stat, count, *labels, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            windows = self.windows(stat, *labels)
-            if len(windows) >= count or time.monotonic() > deadline:
-                return windows
-            time.sleep(0.02)
-
-    def scrape(self):
-        with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        # A daemon that crashed, or whose sanitizer runtime reported an error
-        # at shutdown, fails the test.
-        stderr = self.read_stderr()
-        self.proc.stdout.close()
-        self.stderr.close()
-        assert self.proc.returncode == 0, (
-            f"torchmond exited with {self.proc.returncode}; stderr:\n{stderr}")
+from torchmon_testing import (  # noqa: F401  (re-exported for the tests)
+    BUILD_DIR, PYTHON_DIR, TORCHMOND, TORCHMONCTL, WINDOW_MS, Daemon, next_window_start_s,
+    run_python)
 
 
 @pytest.fixture
@@ -118,14 +43,3 @@ def python_env(daemon):
                 "SLURM_LOCALID"):
         env.pop(var, None)
     return env
-
-
-def next_window_start_s():
-    """Start (Unix seconds) of the next window: samples there are never late."""
-    now_ms = int(time.time() * 1000)
-    return (now_ms // WINDOW_MS + 1) * WINDOW_MS / 1000.0
-
-
-def run_python(code, env, timeout=60):
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=timeout)
