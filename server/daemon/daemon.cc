@@ -63,6 +63,19 @@ Daemon::Daemon(DaemonOptions options)
   stats_.start_time_ms.store(clock_.NowMs(), std::memory_order_relaxed);
 }
 
+absl::Status CheckStartable(const DaemonOptions& options) {
+  DaemonStats stats;
+  auto security = ServerSecurity::Load(options.security, stats);
+  if (!security.ok()) return security.status();
+  if (!options.security.user.empty()) {
+    if (auto user = LookUpUser(options.security.user); !user.ok()) return user.status();
+  }
+  if (!options.security.socket_group.empty()) {
+    if (auto gid = LookUpGroup(options.security.socket_group); !gid.ok()) return gid.status();
+  }
+  return absl::OkStatus();
+}
+
 Daemon::~Daemon() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now());
 }

@@ -28,6 +28,11 @@
 
 namespace torchmon::server {
 
+// What Daemon::Start() checks before it binds anything: reads the files the
+// security flags name and looks up --user and --socket-group. For
+// torchmond --check-config; the status names the flag and file at fault.
+absl::Status CheckStartable(const DaemonOptions& options);
+
 // Not thread-safe except RequestStop(). Start once, Run once.
 class Daemon {
  public:
