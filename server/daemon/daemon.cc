@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/daemon/privileges.h"
@@ -94,6 +96,14 @@ absl::Status Daemon::Start() {
     owner.group_given = true;
   }
 
+  // Both process-wide switches, read when the builder is made and built:
+  // grpc.health.v1 (grpc++'s own service) and grpc.reflection.v1alpha, so
+  // that generic tools work (docs/grpc-tooling.md). They are served like
+  // every other service: on every listener, over TLS where it is on, and
+  // behind the token check of --auth-token-file, which runs in the
+  // transport for every call.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<int>> ports;
   for (const ListenAddress& addr : options_.listen) {
@@ -121,6 +131,9 @@ absl::Status Daemon::Start() {
         "cannot listen on ", absl::StrJoin(uris, ", "), " (address in use or not permitted?",
         options_.security.tls() ? " do --tls-cert and --tls-key belong together?" : "", ")"));
   }
+  // gRPC's default says SERVING for "" from the first instant; the daemon
+  // is not serving until Start has finished.
+  SetGrpcServing(false);
   for (size_t i = 0; i < options_.listen.size(); ++i) {
     const ListenAddress& addr = options_.listen[i];
     if (addr.kind == ListenAddress::Kind::kUnix) {
@@ -143,8 +156,20 @@ absl::Status Daemon::Start() {
   if (!metrics.ok()) return metrics.status();
   metrics_server_ = *std::move(metrics);
   // Last: everything that needs root (ports, files, chown) is done.
-  if (run_as.has_value()) return DropPrivileges(*run_as);
+  if (run_as.has_value()) {
+    if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
+  }
+  SetGrpcServing(true);
+  metrics_server_->SetServingState(ServingState::kServing);
   return absl::OkStatus();
+}
+
+void Daemon::SetGrpcServing(bool serving) {
+  // "" is the daemon as a whole; any name but these three is NOT_FOUND.
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  for (const char* name : {"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}) {
+    health->SetServingStatus(name, serving);
+  }
 }
 
 std::string Daemon::ReadyLine() const {
@@ -218,6 +243,11 @@ void Daemon::Run() {
 }
 
 void Daemon::Shutdown() {
+  // Draining from here on, first of all: health watchers (load balancers)
+  // are told NOT_SERVING and /healthz answers 503 while the streams drain.
+  // New calls, health checks included, are refused from the next line on.
+  SetGrpcServing(false);
+  metrics_server_->SetServingState(ServingState::kShuttingDown);
   // Stop accepting calls. Open ingest streams get drain_timeout to end by
   // themselves (clients finishing), then are ended; watchers end once they
   // have written the partial windows. Shutdown returns when every call has
@@ -240,9 +270,12 @@ void Daemon::Shutdown() {
   const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
   const size_t partial_count = partial.size();
   for (const ClosedWindow& w : partial) PublishClosed(w);
-  // Watchers end once they have written what is queued.
+  // Watchers end once they have written what is queued. Health watchers end
+  // now too (CANCELLED, after the NOT_SERVING written when the drain began):
+  // grpc++ would otherwise keep their streams open until the cap.
   windows_out_.Close();
   events_out_.Close();
+  server_->GetHealthCheckService()->Shutdown();
   stopper.join();
   server_->Wait();
   Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,

@@ -1,5 +1,6 @@
-// torchmond wired together: the aggregation core, the gRPC services, the
-// /metrics endpoint, the window-closing timer and signal handling.
+// torchmond wired together: the aggregation core, the gRPC services (with
+// health checking and reflection), the /metrics and /healthz endpoint, the
+// window-closing timer and signal handling.
 #ifndef TORCHMON_SERVER_DAEMON_DAEMON_H_
 #define TORCHMON_SERVER_DAEMON_DAEMON_H_
 
@@ -35,9 +36,10 @@ class Daemon {
   ~Daemon();
 
   // Reads the files the security flags name, binds every listener and,
-  // with --user, switches to that user. On failure nothing is left
-  // listening and the status names the flag or address that failed.
-  // Logs SecurityWarnings to stderr.
+  // with --user, switches to that user; then reports SERVING (grpc.health.v1
+  // for "", torchmon.v1.Ingest and torchmon.v1.Query; /healthz). On failure
+  // nothing is left listening and the status names the flag or address that
+  // failed. Logs SecurityWarnings to stderr.
   absl::Status Start();
 
   // "torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>", with the
@@ -45,8 +47,9 @@ class Daemon {
   std::string ReadyLine() const;
 
   // Closes windows on time until SIGTERM/SIGINT or RequestStop(), then shuts
-  // down: stops accepting, lets open streams deliver for --drain-timeout,
-  // closes every open window as partial. Returns when done.
+  // down: reports NOT_SERVING (grpc.health.v1, /healthz), stops accepting,
+  // lets open streams deliver for --drain-timeout, closes every open window
+  // as partial. Returns when done.
   void Run();
 
   void RequestStop();
@@ -56,6 +59,8 @@ class Daemon {
   void Tick();
   void PublishClosed(const ClosedWindow& window);
   void CloseDueWindows();
+  // The grpc.health.v1 status of the daemon and of each of its services.
+  void SetGrpcServing(bool serving);
   void Shutdown();
 
   const DaemonOptions options_;
