@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/daemon/privileges.h"
@@ -59,6 +58,7 @@ Daemon::Daemon(DaemonOptions options)
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_, options_.ingest),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
+      health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       timer_(io_),
       signals_(io_, SIGINT, SIGTERM) {
@@ -96,13 +96,11 @@ absl::Status Daemon::Start() {
     owner.group_given = true;
   }
 
-  // Both process-wide switches, read when the builder is made and built:
-  // grpc.health.v1 (grpc++'s own service) and grpc.reflection.v1alpha, so
-  // that generic tools work (docs/grpc-tooling.md). They are served like
-  // every other service: on every listener, over TLS where it is on, and
-  // behind the token check of --auth-token-file, which runs in the
-  // transport for every call.
-  grpc::EnableDefaultHealthCheckService(true);
+  // Health checking and reflection (grpc++'s grpc.reflection.v1alpha, a
+  // process-wide switch read when the builder is made) let generic tools
+  // work (docs/grpc-tooling.md). They are served like every other service:
+  // on every listener, over TLS where it is on, and behind the token check
+  // of --auth-token-file, which runs in the transport for every call.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<int>> ports;
@@ -117,6 +115,7 @@ absl::Status Daemon::Start() {
   }
   builder.RegisterService(&ingest_service_);
   builder.RegisterService(&query_service_);
+  builder.RegisterService(&health_service_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   {
     // gRPC binds a Unix socket with the mode the umask leaves and only then
@@ -131,9 +130,6 @@ absl::Status Daemon::Start() {
         "cannot listen on ", absl::StrJoin(uris, ", "), " (address in use or not permitted?",
         options_.security.tls() ? " do --tls-cert and --tls-key belong together?" : "", ")"));
   }
-  // gRPC's default says SERVING for "" from the first instant; the daemon
-  // is not serving until Start has finished.
-  SetGrpcServing(false);
   for (size_t i = 0; i < options_.listen.size(); ++i) {
     const ListenAddress& addr = options_.listen[i];
     if (addr.kind == ListenAddress::Kind::kUnix) {
@@ -159,17 +155,9 @@ absl::Status Daemon::Start() {
   if (run_as.has_value()) {
     if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
   }
-  SetGrpcServing(true);
+  health_service_.SetServing(true);
   metrics_server_->SetServingState(ServingState::kServing);
   return absl::OkStatus();
-}
-
-void Daemon::SetGrpcServing(bool serving) {
-  // "" is the daemon as a whole; any name but these three is NOT_FOUND.
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  for (const char* name : {"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}) {
-    health->SetServingStatus(name, serving);
-  }
 }
 
 std::string Daemon::ReadyLine() const {
@@ -246,7 +234,7 @@ void Daemon::Shutdown() {
   // Draining from here on, first of all: health watchers (load balancers)
   // are told NOT_SERVING and /healthz answers 503 while the streams drain.
   // New calls, health checks included, are refused from the next line on.
-  SetGrpcServing(false);
+  health_service_.SetServing(false);
   metrics_server_->SetServingState(ServingState::kShuttingDown);
   // Stop accepting calls. Open ingest streams get drain_timeout to end by
   // themselves (clients finishing), then are ended; watchers end once they
@@ -270,12 +258,11 @@ void Daemon::Shutdown() {
   const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
   const size_t partial_count = partial.size();
   for (const ClosedWindow& w : partial) PublishClosed(w);
-  // Watchers end once they have written what is queued. Health watchers end
-  // now too (CANCELLED, after the NOT_SERVING written when the drain began):
-  // grpc++ would otherwise keep their streams open until the cap.
+  // Watchers end once they have written what is queued, health watchers
+  // too (they were sent NOT_SERVING when the drain began).
   windows_out_.Close();
   events_out_.Close();
-  server_->GetHealthCheckService()->Shutdown();
+  health_service_.Shutdown();
   stopper.join();
   server_->Wait();
   Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,

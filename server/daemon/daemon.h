@@ -22,6 +22,7 @@
 #include "server/daemon/security.h"
 #include "server/service/broadcaster.h"
 #include "server/service/daemon_stats.h"
+#include "server/service/health_service.h"
 #include "server/service/ingest_service.h"
 #include "server/service/metrics_exposition.h"
 #include "server/service/metrics_http_server.h"
@@ -59,8 +60,6 @@ class Daemon {
   void Tick();
   void PublishClosed(const ClosedWindow& window);
   void CloseDueWindows();
-  // The grpc.health.v1 status of the daemon and of each of its services.
-  void SetGrpcServing(bool serving);
   void Shutdown();
 
   const DaemonOptions options_;
@@ -72,6 +71,7 @@ class Daemon {
   Broadcaster<EventRecord> events_out_;
   IngestService ingest_service_;
   QueryService query_service_;
+  HealthService health_service_;
   MetricsExposition exposition_;
 
   // Credentials of the listeners; outlives the server that uses them.
