@@ -36,6 +36,9 @@ constexpr int64_t kTrimIntervalMs = 10'000;
 // At shutdown, how long after the drain calls may take to write their last
 // messages (acks, the partial windows to watchers) before they are cut.
 constexpr auto kFinalWritesCap = std::chrono::seconds(5);
+// How long watchers get to read the last items before their streams end
+// (LetWatchersRead).
+constexpr auto kWatcherReadTime = std::chrono::milliseconds(250);
 
 // glibc keeps freed memory for reuse: without this a daemon that outlives
 // many jobs would keep the footprint of its busiest moment (a burst of
@@ -243,6 +246,23 @@ void Daemon::Run() {
   Shutdown();
 }
 
+void Daemon::LetWatchersRead(std::chrono::steady_clock::time_point cap) {
+  if (stats_.watchers_active.load(std::memory_order_relaxed) == 0) return;
+  // Once a watch stream ends, gRPC closes the connection; a client that has
+  // not yet read what was written before then, and writes to the connection
+  // meanwhile (an HTTP/2 ping or window update), sees the call fail
+  // UNAVAILABLE "Broken pipe" and loses the unread windows. So the watchers
+  // first hand every queued item to gRPC, then the clients get a moment to
+  // read them, and only then do the streams end.
+  while ((windows_out_.Queued() > 0 || events_out_.Queued() > 0) &&
+         std::chrono::steady_clock::now() < cap) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+      kWatcherReadTime, std::max<std::chrono::steady_clock::duration>(
+                            cap - std::chrono::steady_clock::now(), {})));
+}
+
 void Daemon::Shutdown() {
   // Draining from here on, first of all: health watchers (load balancers)
   // are told NOT_SERVING and /healthz answers 503 while the streams drain.
@@ -273,6 +293,7 @@ void Daemon::Shutdown() {
   for (const ClosedWindow& w : partial) PublishClosed(w);
   // Watchers end once they have written what is queued, health watchers
   // too (they were sent NOT_SERVING when the drain began).
+  LetWatchersRead(drain_end + kFinalWritesCap);
   windows_out_.Close();
   events_out_.Close();
   health_service_.Shutdown();

@@ -4,6 +4,7 @@
 #ifndef TORCHMON_SERVER_DAEMON_DAEMON_H_
 #define TORCHMON_SERVER_DAEMON_DAEMON_H_
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ class Daemon {
   void PublishClosed(const ClosedWindow& window);
   void CloseDueWindows();
   void Shutdown();
+  // At shutdown: waits (until `cap`) for the watchers to take every queued
+  // item, then gives their clients a moment to read before streams end.
+  void LetWatchersRead(std::chrono::steady_clock::time_point cap);
 
   const DaemonOptions options_;
   SystemClock clock_;

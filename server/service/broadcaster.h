@@ -97,6 +97,17 @@ class Broadcaster {
     return dropped;
   }
 
+  // Items queued for subscribers and not yet taken by them, all together.
+  size_t Queued() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    size_t queued = 0;
+    for (const auto& sub : subscribers_) {
+      absl::MutexLock sub_lock(&sub->mu_);
+      queued += sub->queue_.size();
+    }
+    return queued;
+  }
+
   // Marks every subscription closed (they finish once drained) and wakes them.
   void Close() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
