@@ -5,8 +5,10 @@ set -euo pipefail
 
 # Usage: install-deps.sh [--test | --daemon]
 #   --test    also install what the test suite uses (promtool from Debian's prometheus, pytest;
+#             grpcio and protobuf for Python, the generic gRPC client of tests/grpc_tooling;
 #             openssl, which makes the security tests' certificates at test time; clang with
-#             its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports)
+#             its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports;
+#             systemd-analyze and PyYAML, which check the files under deploy/ in tests/deploy)
 #   --daemon  only what building torchmond and torchmonctl needs (the container image's
 #             build stage, deploy/container/Dockerfile): no Python, torch or test libraries
 daemon_packages=(
@@ -21,7 +23,8 @@ packages=(
 )
 case "${1:-}" in
   "") ;;
-  --test) packages+=(prometheus python3-pytest openssl clang libclang-rt-14-dev llvm) ;;
+  --test) packages+=(prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml
+                     systemd openssl clang libclang-rt-14-dev llvm) ;;
   --daemon) packages=("${daemon_packages[@]}") ;;
   *) echo "install-deps.sh: unknown option \"$1\" (expected --test or --daemon)" >&2; exit 2 ;;
 esac

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/daemon/privileges.h"
@@ -57,10 +58,24 @@ Daemon::Daemon(DaemonOptions options)
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_, options_.ingest),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
+      health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       timer_(io_),
       signals_(io_, SIGINT, SIGTERM) {
   stats_.start_time_ms.store(clock_.NowMs(), std::memory_order_relaxed);
+}
+
+absl::Status CheckStartable(const DaemonOptions& options) {
+  DaemonStats stats;
+  auto security = ServerSecurity::Load(options.security, stats);
+  if (!security.ok()) return security.status();
+  if (!options.security.user.empty()) {
+    if (auto user = LookUpUser(options.security.user); !user.ok()) return user.status();
+  }
+  if (!options.security.socket_group.empty()) {
+    if (auto gid = LookUpGroup(options.security.socket_group); !gid.ok()) return gid.status();
+  }
+  return absl::OkStatus();
 }
 
 Daemon::~Daemon() {
@@ -94,6 +109,12 @@ absl::Status Daemon::Start() {
     owner.group_given = true;
   }
 
+  // Health checking and reflection (grpc++'s grpc.reflection.v1alpha, a
+  // process-wide switch read when the builder is made) let generic tools
+  // work (docs/grpc-tooling.md). They are served like every other service:
+  // on every listener, over TLS where it is on, and behind the token check
+  // of --auth-token-file, which runs in the transport for every call.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<int>> ports;
   for (const ListenAddress& addr : options_.listen) {
@@ -107,6 +128,7 @@ absl::Status Daemon::Start() {
   }
   builder.RegisterService(&ingest_service_);
   builder.RegisterService(&query_service_);
+  builder.RegisterService(&health_service_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   {
     // gRPC binds a Unix socket with the mode the umask leaves and only then
@@ -143,7 +165,11 @@ absl::Status Daemon::Start() {
   if (!metrics.ok()) return metrics.status();
   metrics_server_ = *std::move(metrics);
   // Last: everything that needs root (ports, files, chown) is done.
-  if (run_as.has_value()) return DropPrivileges(*run_as);
+  if (run_as.has_value()) {
+    if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
+  }
+  health_service_.SetServing(true);
+  metrics_server_->SetServingState(ServingState::kServing);
   return absl::OkStatus();
 }
 
@@ -218,6 +244,11 @@ void Daemon::Run() {
 }
 
 void Daemon::Shutdown() {
+  // Draining from here on, first of all: health watchers (load balancers)
+  // are told NOT_SERVING and /healthz answers 503 while the streams drain.
+  // New calls, health checks included, are refused from the next line on.
+  health_service_.SetServing(false);
+  metrics_server_->SetServingState(ServingState::kShuttingDown);
   // Stop accepting calls. Open ingest streams get drain_timeout to end by
   // themselves (clients finishing), then are ended; watchers end once they
   // have written the partial windows. Shutdown returns when every call has
@@ -240,9 +271,11 @@ void Daemon::Shutdown() {
   const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
   const size_t partial_count = partial.size();
   for (const ClosedWindow& w : partial) PublishClosed(w);
-  // Watchers end once they have written what is queued.
+  // Watchers end once they have written what is queued, health watchers
+  // too (they were sent NOT_SERVING when the drain began).
   windows_out_.Close();
   events_out_.Close();
+  health_service_.Shutdown();
   stopper.join();
   server_->Wait();
   Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,

@@ -1,5 +1,6 @@
-// torchmond wired together: the aggregation core, the gRPC services, the
-// /metrics endpoint, the window-closing timer and signal handling.
+// torchmond wired together: the aggregation core, the gRPC services (with
+// health checking and reflection), the /metrics and /healthz endpoint, the
+// window-closing timer and signal handling.
 #ifndef TORCHMON_SERVER_DAEMON_DAEMON_H_
 #define TORCHMON_SERVER_DAEMON_DAEMON_H_
 
@@ -21,12 +22,18 @@
 #include "server/daemon/security.h"
 #include "server/service/broadcaster.h"
 #include "server/service/daemon_stats.h"
+#include "server/service/health_service.h"
 #include "server/service/ingest_service.h"
 #include "server/service/metrics_exposition.h"
 #include "server/service/metrics_http_server.h"
 #include "server/service/query_service.h"
 
 namespace torchmon::server {
+
+// What Daemon::Start() checks before it binds anything: reads the files the
+// security flags name and looks up --user and --socket-group. For
+// torchmond --check-config; the status names the flag and file at fault.
+absl::Status CheckStartable(const DaemonOptions& options);
 
 // Not thread-safe except RequestStop(). Start once, Run once.
 class Daemon {
@@ -35,9 +42,10 @@ class Daemon {
   ~Daemon();
 
   // Reads the files the security flags name, binds every listener and,
-  // with --user, switches to that user. On failure nothing is left
-  // listening and the status names the flag or address that failed.
-  // Logs SecurityWarnings to stderr.
+  // with --user, switches to that user; then reports SERVING (grpc.health.v1
+  // for "", torchmon.v1.Ingest and torchmon.v1.Query; /healthz). On failure
+  // nothing is left listening and the status names the flag or address that
+  // failed. Logs SecurityWarnings to stderr.
   absl::Status Start();
 
   // "torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>", with the
@@ -45,8 +53,9 @@ class Daemon {
   std::string ReadyLine() const;
 
   // Closes windows on time until SIGTERM/SIGINT or RequestStop(), then shuts
-  // down: stops accepting, lets open streams deliver for --drain-timeout,
-  // closes every open window as partial. Returns when done.
+  // down: reports NOT_SERVING (grpc.health.v1, /healthz), stops accepting,
+  // lets open streams deliver for --drain-timeout, closes every open window
+  // as partial. Returns when done.
   void Run();
 
   void RequestStop();
@@ -67,6 +76,7 @@ class Daemon {
   Broadcaster<EventRecord> events_out_;
   IngestService ingest_service_;
   QueryService query_service_;
+  HealthService health_service_;
   MetricsExposition exposition_;
 
   // Credentials of the listeners; outlives the server that uses them.

@@ -24,6 +24,14 @@ int main(int argc, char** argv) {
     std::cout << "torchmond " << TORCHMON_VERSION << "\n";
     return 0;
   }
+  if (options->check_config) {
+    if (absl::Status s = torchmon::server::CheckStartable(*options); !s.ok()) {
+      std::cerr << "torchmond: " << options->config_file << ": " << s.message() << "\n";
+      return 2;
+    }
+    std::cout << options->config_file << ": ok\n";
+    return 0;
+  }
   torchmon::server::Daemon daemon(*std::move(options));
   if (absl::Status s = daemon.Start(); !s.ok()) {
     std::cerr << "torchmond: " << s.message() << "\n";

@@ -38,11 +38,19 @@ struct DaemonOptions {
   uint32_t socket_mode = 0600;
   int64_t drain_timeout_ms = 1000;
   SecurityOptions security;
+  // --config FILE / --check-config FILE: the configuration file read, if any.
+  std::string config_file;
+  // --check-config: validate the configuration and exit; start nothing.
+  bool check_config = false;
   bool help = false;
   bool version = false;
 };
 
-// Parses argv. On error the message names the flag and the bad value.
+// Parses argv, after the configuration file that --config or --check-config
+// names (config_file.h): flags on the command line override the file's
+// settings, and --listen on the command line replaces the file's listen
+// lines. On error the message names the flag (or FILE:LINE) and the bad
+// value.
 // Security flags are checked against each other and the listeners
 // (ValidateSecurityOptions); files and names they give are only looked at
 // when the daemon starts.
