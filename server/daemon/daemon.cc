@@ -64,7 +64,8 @@ Daemon::Daemon(DaemonOptions options)
       health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       timer_(io_),
-      signals_(io_, SIGINT, SIGTERM) {
+      signals_(io_, SIGINT, SIGTERM),
+      hangup_(io_, SIGHUP) {
   stats_.start_time_ms.store(clock_.NowMs(), std::memory_order_relaxed);
 }
 
@@ -78,7 +79,7 @@ absl::Status CheckStartable(const DaemonOptions& options) {
   if (!options.security.socket_group.empty()) {
     if (auto gid = LookUpGroup(options.security.socket_group); !gid.ok()) return gid.status();
   }
-  return absl::OkStatus();
+  return SinkWriter::Check(options.sinks);
 }
 
 Daemon::~Daemon() {
@@ -93,6 +94,13 @@ absl::Status Daemon::Start() {
   auto security = ServerSecurity::Load(options_.security, stats_);
   if (!security.ok()) return security.status();
   security_ = *std::move(security);
+  // The sinks subscribe before anything can be published, and open their
+  // files before privileges are dropped.
+  if (options_.sinks.any()) {
+    auto sinks = SinkWriter::Start(options_.sinks, windows_out_, events_out_, stats_, Log);
+    if (!sinks.ok()) return sinks.status();
+    sinks_ = *std::move(sinks);
+  }
   // Sockets belong to the user the daemon will run as, so that it can still
   // remove them at exit after --user.
   std::optional<UserIdentity> run_as;
@@ -231,7 +239,21 @@ void Daemon::RequestStop() {
   boost::asio::post(io_, [this] {
     stopping_ = true;
     signals_.cancel();
+    hangup_.cancel();
     timer_.cancel();
+  });
+}
+
+void Daemon::WaitForHangup() {
+  hangup_.async_wait([this](const boost::system::error_code& ec, int /*signal*/) {
+    if (ec || stopping_) return;  // cancelled: stopping
+    if (sinks_) {
+      Log("received Hangup; reopening the sink files");
+      sinks_->Reopen();
+    } else {
+      Log("received Hangup; no sink file to reopen (the configuration is read only at start)");
+    }
+    WaitForHangup();
   });
 }
 
@@ -239,8 +261,10 @@ void Daemon::Run() {
   signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (!ec) Log(absl::StrCat("received ", strsignal(signal), "; shutting down"));
     stopping_ = true;
+    hangup_.cancel();
     timer_.cancel();
   });
+  WaitForHangup();
   ScheduleTick();
   io_.run();
   Shutdown();
@@ -296,6 +320,8 @@ void Daemon::Shutdown() {
   LetWatchersRead(drain_end + kFinalWritesCap);
   windows_out_.Close();
   events_out_.Close();
+  // The sinks write what is queued, the partial windows included, and close.
+  if (sinks_) sinks_->Finish();
   health_service_.Shutdown();
   stopper.join();
   server_->Wait();
