@@ -8,9 +8,7 @@ number Prometheus computes from them is known exactly."""
 
 import math
 import os
-import re
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -23,51 +21,11 @@ STEP = 'stat="train.step_time_ms"'
 RULES_FILE = os.path.join(pc.DEPLOY_PROMETHEUS, "rules", "torchmon.rules.yml")
 ALERTS_FILE = os.path.join(pc.DEPLOY_PROMETHEUS, "rules", "torchmon.alerts.yml")
 
-# What "the data is there" means: every rank's series scraped, the rules
-# evaluated over at least two scrapes (rates), the NaN alert raised.
-READY_QUERIES = {
-    f'count(torchmon_stat{{job="promtest",{STEP},agg="mean"}})': NODES * RANKS_PER_NODE,
-    'count(up{job="torchmond"} == 1)': NODES,
-    f'count(job_instance_stat:torchmon_stat_mean:max{{{STEP}}})': NODES,
-    f'count(job_stat:torchmon_stat_mean:max_over_median{{{STEP}}})': 1,
-    'count(job_instance_reason:torchmon_samples_dropped:rate1m{reason="capped"} > 0)': 1,
-    'count(job_stat:torchmon_window_lag_seconds:max{stat="train.loss"})': 1,
-    'count(ALERTS{alertname="TorchmonLossNotFinite",alertstate="firing"})': 1,
-}
-
 
 def recorded_rule_names():
     with open(RULES_FILE) as f:
         rules = yaml.safe_load(f)
     return [r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with tempfile.TemporaryDirectory(prefix="torchmon-prom.") as tmpdir:
-        c = pc.Cluster(tmpdir)
-        try:
-            wait_until_ready(c)
-            yield c
-        finally:
-            c.stop()  # Prometheus, the feeders and the daemons, even on failure
-
-
-def wait_until_ready(c, timeout=45.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = {}
-        for expr in READY_QUERIES:
-            result = c.prometheus.query(expr)
-            got[expr] = result[0][1] if result else None
-        if all(got[e] == want for e, want in READY_QUERIES.items()):
-            return
-        failed = c.feeders.failed()
-        assert not failed, f"feeders failed: {failed}"
-        if time.monotonic() > deadline:
-            pytest.fail(f"Prometheus did not get the expected data in {timeout} s: {got}\n"
-                        f"prometheus log:\n{c.prometheus.read_log()}")
-        time.sleep(0.25)
 
 
 def by(result, *labels):
