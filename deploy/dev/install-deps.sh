@@ -4,7 +4,8 @@
 set -euo pipefail
 
 # Usage: install-deps.sh [--test]
-#   --test  also install what the test suite uses (promtool from Debian's prometheus, pytest;
+#   --test  also install what the test suite uses (prometheus and promtool from Debian's
+#           prometheus, pytest, PyYAML for the Prometheus tests' config copy;
 #           openssl, which makes the security tests' certificates at test time; clang with
 #           its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports)
 packages=(
@@ -15,7 +16,7 @@ packages=(
   python3-dev pybind11-dev python3-torch
 )
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(prometheus python3-pytest openssl clang libclang-rt-14-dev llvm)
+  packages+=(prometheus python3-pytest python3-yaml openssl clang libclang-rt-14-dev llvm)
 fi
 
 missing=()
