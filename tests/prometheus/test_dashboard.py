@@ -116,3 +116,33 @@ def test_every_dashboard_query_parses_and_has_data_on_the_live_cluster(cluster, 
     except pc.PrometheusError as e:
         pytest.fail(f"{where}: {query!r} refused by Prometheus: {e}")
     assert result, f"{where}: {query!r} returned nothing on the test cluster"
+
+
+def doc_queries():
+    """The PromQL examples of docs/prometheus.md: ```promql blocks, one query
+    per run of lines after a # comment."""
+    with open(os.path.join(pc.REPO, "docs", "prometheus.md")) as f:
+        blocks = re.findall(r"```promql\n(.*?)```", f.read(), re.S)
+    queries = []
+    for block in blocks:
+        current = []
+        for line in block.splitlines() + ["#"]:
+            if line.startswith("#") or not line.strip():
+                if current:
+                    queries.append("\n".join(current))
+                current = []
+            else:
+                current.append(line)
+    return queries
+
+
+def test_docs_have_promql_examples():
+    assert len(doc_queries()) >= 5
+
+
+@pytest.mark.parametrize("query", doc_queries())
+def test_every_promql_example_in_the_docs_parses(cluster, query):
+    try:
+        cluster.prometheus.api("query", query=query)
+    except pc.PrometheusError as e:
+        pytest.fail(f"{query!r} refused by Prometheus: {e}")
