@@ -25,6 +25,9 @@ READY_QUERIES = {
     f'count(job_instance_stat:torchmon_stat_mean:max{{{STEP}}})': pc.NODES,
     f'count(job_stat:torchmon_stat_mean:max_over_median{{{STEP}}})': 1,
     'count(job_instance_reason:torchmon_samples_dropped:rate1m{reason="capped"} > 0)': 1,
+    'count(job_instance:torchmon_samples_accepted:rate1m > 0)': pc.NODES,
+    'count(instance:torchmon_daemon_samples_refused:rate1m)': pc.NODES,
+    f'count(job_instance_stat:torchmon_window_age_seconds:max{{{STEP}}})': pc.NODES,
     'count(job_stat:torchmon_window_lag_seconds:max{stat="train.loss"})': 1,
     'count(ALERTS{alertname="TorchmonLossNotFinite",alertstate="firing"})': 1,
 }
