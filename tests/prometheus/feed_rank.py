@@ -26,7 +26,8 @@ def main():
     p.add_argument("loss", type=float)
     p.add_argument("seconds", type=float)
     p.add_argument("--capped", action="store_true",
-                   help="also send data.capped with max_samples=1: drops counted as capped")
+                   help="also send data.capped with max_samples=1 (drops counted as capped) "
+                        "and an epoch_end event")
     p.add_argument("--nan-eval-loss", action="store_true", help="also send eval.loss = NaN")
     args = p.parse_args()
 
@@ -45,6 +46,10 @@ def main():
     if args.nan_eval_loss:
         stats.append((torchmon.Stat("eval.loss", [M.MEAN, M.MAX], WINDOW, client=client),
                       float("nan")))
+
+    if args.capped:
+        client.log_event(torchmon.Event("epoch_end", datetime.datetime.now(),
+                                        {"epoch": 3, "loss": 0.5, "ok": True, "device": "cpu"}))
 
     deadline = time.monotonic() + args.seconds
     while time.monotonic() < deadline:

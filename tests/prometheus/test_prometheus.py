@@ -89,6 +89,8 @@ def test_promtool_check_metrics_on_a_live_scrape_is_clean(cluster):
     scrape = cluster.daemons[CAPPED[0]].scrape()
     assert 'torchmon_stat{stat="data.capped"' in scrape  # a daemon holding series
     assert 'reason="capped"' in scrape
+    assert 'torchmon_events_total{event="epoch_end"' in scrape
+    assert 'torchmon_event_value{event="epoch_end",field="epoch"' in scrape
     out = run_promtool("check", "metrics", stdin=scrape)
     # promtool exits non-zero on errors and prints lint problems (e.g.
     # counter naming) even when it exits 0: there must be none.
