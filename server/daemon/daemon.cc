@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/daemon/privileges.h"
@@ -35,6 +36,9 @@ constexpr int64_t kTrimIntervalMs = 10'000;
 // At shutdown, how long after the drain calls may take to write their last
 // messages (acks, the partial windows to watchers) before they are cut.
 constexpr auto kFinalWritesCap = std::chrono::seconds(5);
+// How long watchers get to read the last items before their streams end
+// (LetWatchersRead).
+constexpr auto kWatcherReadTime = std::chrono::milliseconds(250);
 
 // glibc keeps freed memory for reuse: without this a daemon that outlives
 // many jobs would keep the footprint of its busiest moment (a burst of
@@ -57,9 +61,11 @@ Daemon::Daemon(DaemonOptions options)
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_, options_.ingest),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
+      health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       timer_(io_),
-      signals_(io_, SIGINT, SIGTERM) {
+      signals_(io_, SIGINT, SIGTERM),
+      hangup_(io_, SIGHUP) {
   stats_.start_time_ms.store(clock_.NowMs(), std::memory_order_relaxed);
 }
 
@@ -73,7 +79,7 @@ absl::Status CheckStartable(const DaemonOptions& options) {
   if (!options.security.socket_group.empty()) {
     if (auto gid = LookUpGroup(options.security.socket_group); !gid.ok()) return gid.status();
   }
-  return absl::OkStatus();
+  return SinkWriter::Check(options.sinks);
 }
 
 Daemon::~Daemon() {
@@ -88,6 +94,13 @@ absl::Status Daemon::Start() {
   auto security = ServerSecurity::Load(options_.security, stats_);
   if (!security.ok()) return security.status();
   security_ = *std::move(security);
+  // The sinks subscribe before anything can be published, and open their
+  // files before privileges are dropped.
+  if (options_.sinks.any()) {
+    auto sinks = SinkWriter::Start(options_.sinks, windows_out_, events_out_, stats_, Log);
+    if (!sinks.ok()) return sinks.status();
+    sinks_ = *std::move(sinks);
+  }
   // Sockets belong to the user the daemon will run as, so that it can still
   // remove them at exit after --user.
   std::optional<UserIdentity> run_as;
@@ -107,6 +120,12 @@ absl::Status Daemon::Start() {
     owner.group_given = true;
   }
 
+  // Health checking and reflection (grpc++'s grpc.reflection.v1alpha, a
+  // process-wide switch read when the builder is made) let generic tools
+  // work (docs/grpc-tooling.md). They are served like every other service:
+  // on every listener, over TLS where it is on, and behind the token check
+  // of --auth-token-file, which runs in the transport for every call.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<int>> ports;
   for (const ListenAddress& addr : options_.listen) {
@@ -120,6 +139,7 @@ absl::Status Daemon::Start() {
   }
   builder.RegisterService(&ingest_service_);
   builder.RegisterService(&query_service_);
+  builder.RegisterService(&health_service_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
   {
     // gRPC binds a Unix socket with the mode the umask leaves and only then
@@ -156,7 +176,11 @@ absl::Status Daemon::Start() {
   if (!metrics.ok()) return metrics.status();
   metrics_server_ = *std::move(metrics);
   // Last: everything that needs root (ports, files, chown) is done.
-  if (run_as.has_value()) return DropPrivileges(*run_as);
+  if (run_as.has_value()) {
+    if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
+  }
+  health_service_.SetServing(true);
+  metrics_server_->SetServingState(ServingState::kServing);
   return absl::OkStatus();
 }
 
@@ -215,7 +239,21 @@ void Daemon::RequestStop() {
   boost::asio::post(io_, [this] {
     stopping_ = true;
     signals_.cancel();
+    hangup_.cancel();
     timer_.cancel();
+  });
+}
+
+void Daemon::WaitForHangup() {
+  hangup_.async_wait([this](const boost::system::error_code& ec, int /*signal*/) {
+    if (ec || stopping_) return;  // cancelled: stopping
+    if (sinks_) {
+      Log("received Hangup; reopening the sink files");
+      sinks_->Reopen();
+    } else {
+      Log("received Hangup; no sink file to reopen (the configuration is read only at start)");
+    }
+    WaitForHangup();
   });
 }
 
@@ -223,14 +261,38 @@ void Daemon::Run() {
   signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (!ec) Log(absl::StrCat("received ", strsignal(signal), "; shutting down"));
     stopping_ = true;
+    hangup_.cancel();
     timer_.cancel();
   });
+  WaitForHangup();
   ScheduleTick();
   io_.run();
   Shutdown();
 }
 
+void Daemon::LetWatchersRead(std::chrono::steady_clock::time_point cap) {
+  if (stats_.watchers_active.load(std::memory_order_relaxed) == 0) return;
+  // Once a watch stream ends, gRPC closes the connection; a client that has
+  // not yet read what was written before then, and writes to the connection
+  // meanwhile (an HTTP/2 ping or window update), sees the call fail
+  // UNAVAILABLE "Broken pipe" and loses the unread windows. So the watchers
+  // first hand every queued item to gRPC, then the clients get a moment to
+  // read them, and only then do the streams end.
+  while ((windows_out_.Queued() > 0 || events_out_.Queued() > 0) &&
+         std::chrono::steady_clock::now() < cap) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+      kWatcherReadTime, std::max<std::chrono::steady_clock::duration>(
+                            cap - std::chrono::steady_clock::now(), {})));
+}
+
 void Daemon::Shutdown() {
+  // Draining from here on, first of all: health watchers (load balancers)
+  // are told NOT_SERVING and /healthz answers 503 while the streams drain.
+  // New calls, health checks included, are refused from the next line on.
+  health_service_.SetServing(false);
+  metrics_server_->SetServingState(ServingState::kShuttingDown);
   // Stop accepting calls. Open ingest streams get drain_timeout to end by
   // themselves (clients finishing), then are ended; watchers end once they
   // have written the partial windows. Shutdown returns when every call has
@@ -253,9 +315,14 @@ void Daemon::Shutdown() {
   const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
   const size_t partial_count = partial.size();
   for (const ClosedWindow& w : partial) PublishClosed(w);
-  // Watchers end once they have written what is queued.
+  // Watchers end once they have written what is queued, health watchers
+  // too (they were sent NOT_SERVING when the drain began).
+  LetWatchersRead(drain_end + kFinalWritesCap);
   windows_out_.Close();
   events_out_.Close();
+  // The sinks write what is queued, the partial windows included, and close.
+  if (sinks_) sinks_->Finish();
+  health_service_.Shutdown();
   stopper.join();
   server_->Wait();
   Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,

@@ -1,8 +1,10 @@
-// torchmond wired together: the aggregation core, the gRPC services, the
-// /metrics endpoint, the window-closing timer and signal handling.
+// torchmond wired together: the aggregation core, the gRPC services (with
+// health checking and reflection), the /metrics and /healthz endpoint, the
+// window-closing timer and signal handling.
 #ifndef TORCHMON_SERVER_DAEMON_DAEMON_H_
 #define TORCHMON_SERVER_DAEMON_DAEMON_H_
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,12 +17,14 @@
 #include "absl/status/status.h"
 #include "grpcpp/server.h"
 #include "server/core/aggregator.h"
+#include "server/sinks/sink_writer.h"
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/daemon/options.h"
 #include "server/daemon/security.h"
 #include "server/service/broadcaster.h"
 #include "server/service/daemon_stats.h"
+#include "server/service/health_service.h"
 #include "server/service/ingest_service.h"
 #include "server/service/metrics_exposition.h"
 #include "server/service/metrics_http_server.h"
@@ -40,9 +44,10 @@ class Daemon {
   ~Daemon();
 
   // Reads the files the security flags name, binds every listener and,
-  // with --user, switches to that user. On failure nothing is left
-  // listening and the status names the flag or address that failed.
-  // Logs SecurityWarnings to stderr.
+  // with --user, switches to that user; then reports SERVING (grpc.health.v1
+  // for "", torchmon.v1.Ingest and torchmon.v1.Query; /healthz). On failure
+  // nothing is left listening and the status names the flag or address that
+  // failed. Logs SecurityWarnings to stderr.
   absl::Status Start();
 
   // "torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>", with the
@@ -50,8 +55,10 @@ class Daemon {
   std::string ReadyLine() const;
 
   // Closes windows on time until SIGTERM/SIGINT or RequestStop(), then shuts
-  // down: stops accepting, lets open streams deliver for --drain-timeout,
-  // closes every open window as partial. Returns when done.
+  // down: reports NOT_SERVING (grpc.health.v1, /healthz), stops accepting,
+  // lets open streams deliver for --drain-timeout, closes every open window
+  // as partial, writes and flushes the sinks. Returns when done. SIGHUP
+  // meanwhile reopens the sink files.
   void Run();
 
   void RequestStop();
@@ -62,6 +69,11 @@ class Daemon {
   void PublishClosed(const ClosedWindow& window);
   void CloseDueWindows();
   void Shutdown();
+  // At shutdown: waits (until `cap`) for the watchers to take every queued
+  // item, then gives their clients a moment to read before streams end.
+  void LetWatchersRead(std::chrono::steady_clock::time_point cap);
+  // Waits for the next SIGHUP, which reopens the sink files.
+  void WaitForHangup();
 
   const DaemonOptions options_;
   SystemClock clock_;
@@ -72,17 +84,20 @@ class Daemon {
   Broadcaster<EventRecord> events_out_;
   IngestService ingest_service_;
   QueryService query_service_;
+  HealthService health_service_;
   MetricsExposition exposition_;
 
   // Credentials of the listeners; outlives the server that uses them.
   std::unique_ptr<ServerSecurity> security_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
+  std::unique_ptr<SinkWriter> sinks_;  // null without --jsonl-file / --tensorboard-dir
   std::vector<std::string> grpc_addresses_;
 
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;
   boost::asio::signal_set signals_;
+  boost::asio::signal_set hangup_;
   // Set on io_'s thread when a stop is asked for; no tick is scheduled after.
   bool stopping_ = false;
   int64_t next_expiry_ms_ = 0;

@@ -168,8 +168,8 @@ std::string SecurityUsage() {
          "                         Default: no token asked\n"
          "  --metrics-auth-file FILE\n"
          "                         \"user:password\" lines: scrapes of /metrics must carry\n"
-         "                         one as HTTP basic auth, or get 401. Not readable by\n"
-         "                         others. Default: no authentication\n"
+         "                         one as HTTP basic auth, or get 401 (/healthz never\n"
+         "                         asks). Not readable by others. Default: no authentication\n"
          "  --user USER            When started as root: switch to USER (and its groups)\n"
          "                         once every listener is bound and every file read.\n"
          "                         Default: keep the starting user (a warning as root)\n";

@@ -76,11 +76,44 @@ class MetricsHttpServer::Handler final : public CivetHandler {
   const std::shared_ptr<const BasicAuthChecker> auth_;
 };
 
+// GET /healthz. No credentials asked, whatever --metrics-auth-file says.
+class MetricsHttpServer::HealthHandler final : public CivetHandler {
+ public:
+  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
+    int status = 503;
+    absl::string_view body;
+    switch (state_.load(std::memory_order_acquire)) {
+      case ServingState::kStarting:
+        body = "starting\n";
+        break;
+      case ServingState::kServing:
+        status = 200;
+        body = "ok\n";
+        break;
+      case ServingState::kShuttingDown:
+        body = "shutting down\n";
+        break;
+    }
+    mg_response_header_start(conn, status);
+    mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
+    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
+    mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
+    if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+    return true;
+  }
+
+  void Set(ServingState state) { state_.store(state, std::memory_order_release); }
+
+ private:
+  std::atomic<ServingState> state_{ServingState::kStarting};
+};
+
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
     std::shared_ptr<const BasicAuthChecker> auth) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->handler_ = std::make_unique<Handler>(exposition, stats, std::move(auth));
+  server->health_handler_ = std::make_unique<HealthHandler>();
   // Two workers: a scrape of a large daemon takes a while, and a second
   // scraper (or a health check) should not queue behind it.
   const std::vector<std::string> options = {"listening_ports", address, "num_threads", "2"};
@@ -96,9 +129,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   // "$": exactly /metrics, not every path that starts with it.
   server->server_->addHandler("/metrics$", server->handler_.get());
+  server->server_->addHandler("/healthz$", server->health_handler_.get());
   server->address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", ports.front());
   return server;
 }
+
+void MetricsHttpServer::SetServingState(ServingState state) { health_handler_->Set(state); }
 
 MetricsHttpServer::~MetricsHttpServer() {
   // The server's threads use the handler: stop them first.

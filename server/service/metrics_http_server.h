@@ -1,11 +1,13 @@
 // The HTTP endpoint Prometheus scrapes: GET /metrics, streamed from a
-// MetricsExposition. Built on CivetWeb, the embedded server prometheus-cpp's
-// Exposer uses, but serving our own exposition instead of the Exposer's
+// MetricsExposition, and GET /healthz for liveness and readiness probes.
+// Built on CivetWeb, the embedded server prometheus-cpp's Exposer uses, but
+// serving our own exposition instead of the Exposer's
 // Collect-then-TextSerializer path (3.2 s for 100k series against 146 ms;
 // docs/performance.md).
 #ifndef TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
 #define TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -18,10 +20,19 @@ class CivetServer;
 
 namespace torchmon::server {
 
+// What GET /healthz answers (docs/grpc-tooling.md).
+enum class ServingState {
+  kStarting,      // 503 "starting\n": listeners are being set up
+  kServing,       // 200 "ok\n"
+  kShuttingDown,  // 503 "shutting down\n": SIGTERM came, streams drain
+};
+
 // Thread-safe: scrapes run concurrently on the server's worker threads.
-// HTTP/1.1 responses use chunked transfer encoding; HTTP/1.0 ones end when
-// the connection closes. Every other path is 404. With an auth checker, a
-// request without credentials it accepts gets 401 and a Basic challenge.
+// /metrics responses use chunked transfer encoding over HTTP/1.1; HTTP/1.0
+// ones end when the connection closes. Every other path is 404. With an auth
+// checker, a request for /metrics without credentials it accepts gets 401
+// and a Basic challenge; /healthz never asks for credentials: a probe carries
+// none, and the answer tells nothing a port scan would not (docs/security.md).
 class MetricsHttpServer {
  public:
   // Serves on `address` (HOST:PORT, [IPv6]:PORT; port 0 picks a free one).
@@ -38,12 +49,18 @@ class MetricsHttpServer {
   // The bound address, with the real port ("127.0.0.1:9464").
   const std::string& address() const { return address_; }
 
+  // What /healthz answers from now on; kStarting until the first call.
+  // Thread-safe.
+  void SetServingState(ServingState state);
+
  private:
   class Handler;
+  class HealthHandler;
   MetricsHttpServer() = default;
 
   std::string address_;
   std::unique_ptr<Handler> handler_;
+  std::unique_ptr<HealthHandler> health_handler_;
   std::unique_ptr<CivetServer> server_;
 };
 

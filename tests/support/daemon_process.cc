@@ -217,13 +217,18 @@ absl::StatusOr<std::string> HttpGet(const std::string& address, const std::strin
   return std::move(response->body);
 }
 
-absl::StatusOr<std::unique_ptr<v1::Query::Stub>> SecureQueryStub(const std::string& target,
-                                                                 const ClientSecurity& security) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> SecureChannel(const std::string& target,
+                                                             const ClientSecurity& security) {
   ClientOptions options;
   options.target = target;
   options.security = security;
   options.security_from_environment = false;
-  auto channel = CreateDaemonChannel(options);
+  return CreateDaemonChannel(options);
+}
+
+absl::StatusOr<std::unique_ptr<v1::Query::Stub>> SecureQueryStub(const std::string& target,
+                                                                 const ClientSecurity& security) {
+  auto channel = SecureChannel(target, security);
   if (!channel.ok()) return channel.status();
   return v1::Query::NewStub(*channel);
 }

@@ -83,9 +83,14 @@ struct HttpResponse {
 absl::StatusOr<HttpResponse> HttpGetWithHeaders(const std::string& address, const std::string& path,
                                                 const std::vector<std::string>& headers);
 
-// A Query stub on a channel made by the client library with `security`
-// (torchmon::CreateDaemonChannel, nothing taken from the environment).
-// Error if the library refuses the settings.
+// A channel to `target` made by the client library with `security`
+// (torchmon::CreateDaemonChannel, nothing taken from the environment): TLS
+// and the bearer token as a torchmon client sends them, for stubs of any
+// service. Error if the library refuses the settings.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> SecureChannel(const std::string& target,
+                                                             const ClientSecurity& security);
+
+// A Query stub on SecureChannel(target, security).
 absl::StatusOr<std::unique_ptr<v1::Query::Stub>> SecureQueryStub(const std::string& target,
                                                                  const ClientSecurity& security);
 

@@ -1,0 +1,150 @@
+#include "server/service/health_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace torchmon::server {
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+// Writes the latest status it was given, one write at a time, until the
+// service shuts down (then ends OK once the latest is written) or the client
+// goes away. Called by the service with its lock held; takes its own after.
+class HealthService::WatchReactor final : public grpc::ServerWriteReactor<HealthCheckResponse> {
+ public:
+  WatchReactor(HealthService& service, bool known) : service_(service), known_(known) {}
+
+  bool known() const { return known_; }
+
+  // Queues `status` unless it is the one last queued.
+  void Send(ServingStatus status) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (has_status_ && status == status_) return;
+    has_status_ = true;
+    status_ = status;
+    unwritten_ = true;
+    WriteNextLocked();
+  }
+
+  // Ends the stream once what is queued is written.
+  void End() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    ending_ = true;
+    WriteNextLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status::OK);  // the client went away; nobody reads it
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    service_.Unregister(this);
+    delete this;
+  }
+
+ private:
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return;
+    if (unwritten_) {
+      unwritten_ = false;
+      message_.set_status(status_);
+      writing_ = true;
+      StartWrite(&message_);
+    } else if (ending_) {
+      FinishLocked(grpc::Status::OK);
+    }
+  }
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  HealthService& service_;
+  const bool known_;
+  absl::Mutex mu_;
+  HealthCheckResponse message_ ABSL_GUARDED_BY(mu_);
+  ServingStatus status_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
+  bool has_status_ ABSL_GUARDED_BY(mu_) = false;
+  bool unwritten_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+HealthService::HealthService(std::vector<std::string> names)
+    : names_(names.begin(), names.end()),
+      ordered_names_(std::move(names)),
+      status_(HealthCheckResponse::NOT_SERVING) {}
+
+void HealthService::SetServing(bool serving) {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  status_ = serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+  for (WatchReactor* watcher : watchers_) {
+    if (watcher->known()) watcher->Send(status_);
+  }
+}
+
+void HealthService::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  status_ = HealthCheckResponse::NOT_SERVING;
+  for (WatchReactor* watcher : watchers_) {
+    if (watcher->known()) watcher->Send(status_);
+    watcher->End();
+  }
+}
+
+void HealthService::Unregister(WatchReactor* watcher) {
+  absl::MutexLock lock(&mu_);
+  watchers_.erase(watcher);
+}
+
+grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
+                                               const HealthCheckRequest* request,
+                                               HealthCheckResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (!names_.contains(request->service())) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("torchmond has no service \"", request->service(), "\"; it reports on \"",
+                     absl::StrJoin(ordered_names_, "\", \""), "\"")));
+    return reactor;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    response->set_status(status_);
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
+    grpc::CallbackServerContext* /*context*/, const HealthCheckRequest* request) {
+  const bool known = names_.contains(request->service());
+  auto* watcher = new WatchReactor(*this, known);
+  absl::MutexLock lock(&mu_);
+  watchers_.insert(watcher);
+  watcher->Send(known ? status_ : HealthCheckResponse::SERVICE_UNKNOWN);
+  if (shut_down_) watcher->End();
+  return watcher;
+}
+
+}  // namespace torchmon::server
