@@ -4,11 +4,13 @@
 set -euo pipefail
 
 # Usage: install-deps.sh [--test | --daemon]
-#   --test    also install what the test suite uses (promtool from Debian's prometheus, pytest;
+#   --test    also install what the test suite uses (prometheus and promtool from Debian's
+#             prometheus package, for tests/prometheus; pytest;
 #             grpcio and protobuf for Python, the generic gRPC client of tests/grpc_tooling;
 #             openssl, which makes the security tests' certificates at test time; clang with
 #             its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports;
-#             systemd-analyze and PyYAML, which check the files under deploy/ in tests/deploy)
+#             systemd-analyze and PyYAML, which check the files under deploy/ in tests/deploy
+#             and tests/prometheus)
 #   --daemon  only what building torchmond and torchmonctl needs (the container image's
 #             build stage, deploy/container/Dockerfile): no Python, torch or test libraries
 daemon_packages=(
