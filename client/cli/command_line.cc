@@ -32,7 +32,9 @@ enum class Flag {
   kWindow,
   kMaxSamples,
   kRankLabel,
-  kWindowStart
+  kWindowStart,
+  kInterval,
+  kCount
 };
 
 struct FlagSpec {
@@ -63,6 +65,11 @@ const std::vector<CommandSpec>& Commands() {
       {"windows", {kLabelFlag, kLastFlag, {"--since", Flag::kSince, true}}},
       {"events", {kLabelFlag, kLastFlag}},
       {"watch", {kLabelFlag}},
+      {"top",
+       {{"--agg", Flag::kAgg, true},
+        {"--interval", Flag::kInterval, true},
+        {"--count", Flag::kCount, true},
+        kLabelFlag}},
       {"ranks",
        {{"--agg", Flag::kAgg, true},
         {"--rank-label", Flag::kRankLabel, true},
@@ -216,6 +223,34 @@ absl::StatusOr<Command> BuildRanks(const SplitCommandLine& line) {
   return command;
 }
 
+absl::StatusOr<Command> BuildTop(const SplitCommandLine& line) {
+  TopCommand command;
+  if (absl::Status s = CheckPositionalCount(line, 0, 0, ""); !s.ok()) return s;
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    } else if (flag == Flag::kAgg) {
+      auto parsed = protocol::ParseAggregationList(value);
+      if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
+      if (parsed->size() != 1) {
+        return UsageError(absl::StrCat("--agg: give one aggregation to compare, not \"", value,
+                                       "\""));
+      }
+      command.aggregation = (*parsed)[0];
+    } else if (flag == Flag::kInterval) {
+      auto ms = ParseDurationFlag("--interval", value);
+      if (!ms.ok()) return ms.status();
+      if (*ms < 100) return UsageError("--interval: at least 100ms");
+      command.interval_ms = *ms;
+    } else if (flag == Flag::kCount) {
+      if (!absl::SimpleAtoi(value, &command.count) || command.count < 1) {
+        return UsageError(absl::StrCat("--count: \"", value, "\" is not a positive integer"));
+      }
+    }
+  }
+  return command;
+}
+
 absl::StatusOr<Command> BuildEvents(const SplitCommandLine& line) {
   EventsCommand command;
   if (absl::Status s = CheckPositionalCount(line, 0, 1, ""); !s.ok()) return s;
@@ -339,6 +374,7 @@ absl::StatusOr<Command> BuildCommand(const SplitCommandLine& line) {
   if (line.command == "events") return BuildEvents(line);
   if (line.command == "watch") return BuildWatch(line);
   if (line.command == "ranks") return BuildRanks(line);
+  if (line.command == "top") return BuildTop(line);
   if (line.command == "push") return BuildPush(line);
   return BuildEvent(line);
 }
@@ -573,6 +609,18 @@ std::string UsageText(absl::string_view command) {
         "object per line with --json), until Ctrl-C or the daemon ends the stream.\n\n",
         kLabels, "\n", kGlobal);
   }
+  if (command == "top") {
+    return absl::StrCat(
+        "Usage: torchmonctl top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...\n\n"
+        "A live view of the node, refreshed every DURATION until Ctrl-C: the stats whose\n"
+        "ranks are furthest apart (slowest rank, max/median, missing ranks; as `ranks`)\n"
+        "and the series that dropped samples since the previous refresh, by reason.\n\n",
+        kLabels,
+        "  --interval DURATION time between refreshes, at least 100ms (default 2s)\n"
+        "  --count N           stop after N refreshes (default: until Ctrl-C)\n"
+        "  --agg AGG           the aggregation compared (default mean)\n\n",
+        kGlobal);
+  }
   if (command == "ranks") {
     return absl::StrCat(
         "Usage: torchmonctl ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS]\n"
@@ -627,6 +675,8 @@ std::string UsageText(absl::string_view command) {
       "      print windows as they close, until Ctrl-C\n"
       "  ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS] [--label k=v]...\n"
       "      compare the ranks in one window: slowest first, spread, missing ranks\n"
+      "  top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...\n"
+      "      live view: the widest rank spreads and the series dropping samples\n"
       "  push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--label k=v]...\n"
       "      send samples of a stat\n"
       "  event NAME [key=value]... [--label k=v]...\n"

@@ -90,6 +90,14 @@ struct RanksCommand {
   int64_t window_start_ms = 0;  // 0: the newest window
 };
 
+// top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...
+struct TopCommand {
+  protocol::LabelList labels;
+  v1::Aggregation aggregation = v1::MEAN;
+  int64_t interval_ms = 2000;
+  int32_t count = 0;  // refreshes before exiting; 0: until Ctrl-C
+};
+
 // push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--label k=v]...
 struct PushCommand {
   std::string stat;
@@ -106,7 +114,7 @@ struct EventCommand {
 };
 
 using Command = std::variant<HelpRequest, SeriesCommand, WindowsCommand, EventsCommand,
-                             WatchCommand, RanksCommand, PushCommand, EventCommand>;
+                             WatchCommand, RanksCommand, TopCommand, PushCommand, EventCommand>;
 
 struct Invocation {
   GlobalOptions global;

@@ -14,6 +14,9 @@ int RunSeries(const GlobalOptions& global, const SeriesCommand& command);
 int RunWindows(const GlobalOptions& global, const WindowsCommand& command);
 int RunEvents(const GlobalOptions& global, const EventsCommand& command);
 int RunRanks(const GlobalOptions& global, const RanksCommand& command);
+// Refreshes until --count refreshes are shown or SIGINT/SIGTERM arrives (call
+// BlockTerminationSignals() first, as for RunWatch).
+int RunTop(const GlobalOptions& global, const TopCommand& command);
 
 // Streams windows until the daemon ends the stream or SIGINT/SIGTERM arrives
 // (which ends it with status 0). Call BlockTerminationSignals() first, while

@@ -362,6 +362,65 @@ std::string RenderRanksJson(const v1::CompareRanksResponse& response,
   return JsonDocument("comparisons", elements);
 }
 
+std::vector<const v1::RankComparison*> WidestSpreadsFirst(const v1::CompareRanksResponse& ranks) {
+  std::vector<const v1::RankComparison*> sorted;
+  for (const v1::RankComparison& c : ranks.comparisons()) sorted.push_back(&c);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) {
+    const double x = a->max_over_median(), y = b->max_over_median();
+    if (std::isnan(x) != std::isnan(y)) return std::isnan(y);
+    return x > y;
+  });
+  return sorted;
+}
+
+std::string RenderTopTable(int64_t now_ms, const v1::CompareRanksResponse& ranks,
+                           v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops) {
+  constexpr size_t kRows = 20;
+  const std::string agg(protocol::AggregationName(aggregation));
+  std::string out = absl::StrCat("torchmon top  ", FormatLocalTime(now_ms), "\n\n",
+                                 "Rank spread (", agg, " of each stat's newest window)\n");
+  Table spread({{"STAT"}, {"LABELS"}, {"SLOWEST"}, {absl::AsciiStrToUpper(agg), true},
+                {"MEDIAN", true}, {"MAX/MEDIAN", true}, {"RANKS", true}, {"MISSING"}});
+  const auto sorted = WidestSpreadsFirst(ranks);
+  for (size_t i = 0; i < sorted.size() && i < kRows; ++i) {
+    const v1::RankComparison& c = *sorted[i];
+    spread.AddRow({c.stat(), FormatLabels(c.labels()),
+                   c.slowest_rank().empty() ? "-" : c.slowest_rank(), FormatNumber(c.max()),
+                   FormatNumber(c.median()), FormatNumber(c.max_over_median()),
+                   absl::StrCat(c.ranks_size()),
+                   c.missing_ranks().empty() ? "-" : absl::StrJoin(c.missing_ranks(), ",")});
+  }
+  out += sorted.empty() ? "  (no stat with a rank label and a closed window)\n" : spread.Render();
+  if (sorted.size() > kRows) absl::StrAppend(&out, "  ... ", sorted.size() - kRows, " more\n");
+  out += "\nDropped samples since the last refresh\n";
+  if (drops.empty()) return out + "  (none)\n";
+  Table dropped({{"STAT"}, {"LABELS"}, {"CAPPED", true}, {"LATE", true}, {"SKEWED", true},
+                 {"CLIENT", true}});
+  for (const SeriesDrops& d : drops) {
+    dropped.AddRow({d.series.stat(), FormatLabels(d.series.labels()), absl::StrCat(d.capped),
+                    absl::StrCat(d.late), absl::StrCat(d.skewed), absl::StrCat(d.client)});
+  }
+  return out + dropped.Render();
+}
+
+std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ranks,
+                              v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops) {
+  v1::CompareRanksResponse sorted;
+  for (const v1::RankComparison* c : WidestSpreadsFirst(ranks)) *sorted.add_comparisons() = *c;
+  std::string comparisons = RenderRanksJson(sorted, aggregation);
+  // {"comparisons":[\n...\n]}\n → one line.
+  comparisons.erase(std::remove(comparisons.begin(), comparisons.end(), '\n'), comparisons.end());
+  std::vector<std::string> elements;
+  for (const SeriesDrops& d : drops) {
+    elements.push_back(absl::StrCat("{\"stat\":", JsonString(d.series.stat()),
+                                    ",\"labels\":", JsonLabels(d.series.labels()),
+                                    ",\"capped\":", d.capped, ",\"late\":", d.late,
+                                    ",\"skewed\":", d.skewed, ",\"client\":", d.client, "}"));
+  }
+  return absl::StrCat("{\"time_ms\":", now_ms, ",", comparisons.substr(1, comparisons.size() - 2),
+                      ",\"drops\":[", absl::StrJoin(elements, ","), "]}\n");
+}
+
 std::string RenderEventsTable(const v1::GetEventsResponse& response) {
   Table table({{"SEQ", true}, {"TIME"}, {"NAME"}, {"LABELS"}, {"DATA"}});
   for (const v1::Event& event : response.events()) {

@@ -65,6 +65,19 @@ std::string RenderWindowsJson(const v1::GetWindowsResponse& response);
 std::string RenderRanksTable(const v1::CompareRanksResponse& response, v1::Aggregation aggregation);
 std::string RenderRanksJson(const v1::CompareRanksResponse& response, v1::Aggregation aggregation);
 
+// top: one refresh. `drops` are the series that dropped samples since the
+// previous refresh (counts of that interval).
+struct SeriesDrops {
+  v1::SeriesKey series;
+  uint64_t capped = 0, late = 0, skewed = 0, client = 0;
+};
+// The comparisons, widest spread (max/median) first; NaN spreads last.
+std::vector<const v1::RankComparison*> WidestSpreadsFirst(const v1::CompareRanksResponse& ranks);
+std::string RenderTopTable(int64_t now_ms, const v1::CompareRanksResponse& ranks,
+                           v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops);
+std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ranks,
+                              v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops);
+
 // events
 std::string RenderEventsTable(const v1::GetEventsResponse& response);
 std::string RenderEventsJson(const v1::GetEventsResponse& response);

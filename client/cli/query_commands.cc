@@ -1,12 +1,15 @@
-// series, windows, events and watch: thin shells around the Query service.
+// series, windows, events, watch, ranks and top: thin shells around the
+// Query service.
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -208,6 +211,68 @@ int RunWatch(const GlobalOptions& global, const WatchCommand& command) {
 
   if (interrupted.load() || status.ok()) return kExitOk;
   return ReportRpcError(global, status);
+}
+
+int RunTop(const GlobalOptions& global, const TopCommand& command) {
+  auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
+  const bool terminal = isatty(STDOUT_FILENO) != 0 && !global.json;
+  // Each series' drop counters at the previous refresh, by its labels.
+  std::map<std::pair<std::string, std::map<std::string, std::string>>, v1::SeriesCounters> before;
+  const sigset_t signals = TerminationSignals();
+  for (int32_t refresh = 0; command.count == 0 || refresh < command.count; ++refresh) {
+    if (refresh > 0) {
+      const timespec wait = {static_cast<time_t>(command.interval_ms / 1000),
+                             static_cast<long>(command.interval_ms % 1000) * 1000 * 1000};
+      if (sigtimedwait(&signals, nullptr, &wait) > 0) return kExitOk;  // Ctrl-C
+    }
+    v1::CompareRanksRequest ranks_request;
+    FillSelector("", command.labels, ranks_request.mutable_selector());
+    ranks_request.set_aggregation(command.aggregation);
+    v1::CompareRanksResponse ranks;
+    v1::ListSeriesRequest series_request;
+    FillSelector("", command.labels, series_request.mutable_selector());
+    v1::ListSeriesResponse series;
+    {
+      grpc::ClientContext context;
+      SetDeadline(global, context);
+      const grpc::Status status = stub->CompareRanks(&context, ranks_request, &ranks);
+      if (!status.ok()) return ReportRpcError(global, status);
+    }
+    {
+      grpc::ClientContext context;
+      SetDeadline(global, context);
+      const grpc::Status status = stub->ListSeries(&context, series_request, &series);
+      if (!status.ok()) return ReportRpcError(global, status);
+    }
+    std::vector<SeriesDrops> drops;
+    for (const v1::SeriesInfo& info : series.series()) {
+      auto key = std::make_pair(info.series().stat(),
+                                std::map<std::string, std::string>(info.series().labels().begin(),
+                                                                   info.series().labels().end()));
+      const v1::SeriesCounters& now = info.counters();
+      const v1::SeriesCounters& then = before[key];  // zero for a new series
+      SeriesDrops d;
+      d.series = info.series();
+      d.capped = now.capped() - std::min(now.capped(), then.capped());
+      d.late = now.late() - std::min(now.late(), then.late());
+      d.skewed = now.skewed() - std::min(now.skewed(), then.skewed());
+      d.client = now.client_dropped() - std::min(now.client_dropped(), then.client_dropped());
+      if (d.capped + d.late + d.skewed + d.client > 0) drops.push_back(std::move(d));
+      before[key] = now;
+    }
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    if (global.json) {
+      Print(RenderTopJsonLine(now_ms, ranks, command.aggregation, drops));
+    } else {
+      // A terminal gets a screen redrawn in place; a pipe gets each refresh.
+      Print(absl::StrCat(terminal ? "\x1b[H\x1b[2J" : (refresh > 0 ? "\n" : ""),
+                         RenderTopTable(now_ms, ranks, command.aggregation, drops)));
+    }
+  }
+  return kExitOk;
 }
 
 }  // namespace torchmon::cli

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -288,6 +289,40 @@ TEST_F(CliTest, RanksComparesTheNewestWindowSlowestFirstAndNamesTheMissingRank) 
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("slowest rank 1: 150  median 101"));
   EXPECT_THAT(table.out, HasSubstr("missing this window: ranks 3"));
+}
+
+TEST_F(CliTest, TopShowsTheWidestSpreadFirstAndDropsSinceThePreviousRefresh) {
+  AwaitStartOfWindow();
+  for (int rank = 0; rank < 2; ++rank) {
+    Push({"cli.even", "10", "--window", "500ms", "--label", absl::StrCat("rank=", rank)});
+    Push({"cli.skewed", rank == 0 ? "10" : "30", "--window", "500ms", "--label",
+          absl::StrCat("rank=", rank)});
+  }
+  Push({"cli.capped", "1", "2", "3", "4", "5", "--max-samples", "2", "--window", "500ms",
+        "--label", "rank=0"});
+  ASSERT_EQ(WaitForWindows("cli.*", 5).size(), 5u);
+
+  const CommandResult r = Ctl({"top", "--count", "2", "--interval", "200ms", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const Value first = ParseJson(lines[0]);
+  const std::vector<Value> comparisons = Elements(At(first, "comparisons"));
+  ASSERT_EQ(comparisons.size(), 3u);
+  EXPECT_EQ(String(At(comparisons[0], "stat")), "cli.skewed");  // 30 / median 20 = 1.5
+  EXPECT_EQ(Number(At(comparisons[0], "max_over_median")), 1.5);
+  EXPECT_EQ(String(At(comparisons[0], "slowest_rank")), "1");
+  const std::vector<Value> drops = Elements(At(first, "drops"));
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(String(At(drops[0], "stat")), "cli.capped");
+  EXPECT_EQ(Number(At(drops[0], "capped")), 3.0);
+  // Nothing dropped between the two refreshes.
+  EXPECT_TRUE(Elements(At(ParseJson(lines[1]), "drops")).empty());
+
+  const CommandResult table = Ctl({"top", "--count", "1"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("cli.skewed"));
+  EXPECT_THAT(table.out, HasSubstr("Dropped samples since the last refresh"));
 }
 
 TEST_F(CliTest, RanksOfOneAggregationOnly) {
