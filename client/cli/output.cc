@@ -16,25 +16,6 @@
 namespace torchmon::cli {
 namespace {
 
-// Length in bytes of the well-formed UTF-8 sequence at s[i], or 0 if the
-// bytes there are not one.
-size_t Utf8SequenceLength(absl::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t len;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) {
-    len = 2;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  return protocol::IsValidUtf8(s.substr(i, len)) ? len : 0;
-}
-
 size_t DisplayWidth(absl::string_view s) {
   size_t width = 0;
   for (char c : s) {
@@ -224,76 +205,6 @@ std::string FormatLabels(const google::protobuf::Map<std::string, std::string>& 
   for (const auto& [key, value] : SortedLabels(labels))
     parts.push_back(absl::StrCat(key, "=", value));
   return absl::StrJoin(parts, ",");
-}
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  out.reserve(s.size() + 2);
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t len = Utf8SequenceLength(s, i);
-      if (len == 0) {
-        out += "\\ufffd";
-        ++i;
-      } else {
-        out.append(s.data() + i, len);
-        i += len;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
-  out += "\"";
-  return out;
-}
-
-std::string JsonNumber(double value) {
-  if (std::isnan(value)) return "\"NaN\"";
-  if (std::isinf(value)) return value > 0 ? "\"+Inf\"" : "\"-Inf\"";
-  char buf[32];
-  // Whole numbers print without an exponent ("100", not "1e+02") while that
-  // is still exact.
-  if (value == std::floor(value) && std::fabs(value) < 1e17) {
-    std::snprintf(buf, sizeof buf, "%.0f", value);
-    return buf;
-  }
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, value);
-    if (std::strtod(buf, nullptr) == value) break;
-  }
-  return buf;
 }
 
 std::string RenderSeriesTable(const v1::ListSeriesResponse& response) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "torchmon/protocol/json.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::cli {
@@ -48,12 +49,9 @@ std::string FormatNumber(double value);
 // "k=v,k=v" sorted by key; "-" for no labels.
 std::string FormatLabels(const google::protobuf::Map<std::string, std::string>& labels);
 
-// `s` as a JSON string literal. Invalid UTF-8 bytes become U+FFFD.
-std::string JsonString(absl::string_view s);
-
-// The shortest decimal that reads back as `value`; NaN and ±Inf, which JSON
-// cannot express as numbers, become the strings "NaN", "+Inf" and "-Inf".
-std::string JsonNumber(double value);
+// JSON strings and numbers, shared with the daemon's JSON-lines sink.
+using protocol::JsonNumber;
+using protocol::JsonString;
 
 // series
 std::string RenderSeriesTable(const v1::ListSeriesResponse& response);

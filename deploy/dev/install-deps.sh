@@ -3,22 +3,33 @@
 # Idempotent: skips apt when every package is already present.
 set -euo pipefail
 
-# Usage: install-deps.sh [--test]
-#   --test  also install what the test suite uses (promtool from Debian's prometheus, pytest;
-#           grpcio and protobuf for Python, the generic gRPC client of tests/grpc_tooling;
-#           openssl, which makes the security tests' certificates at test time; clang with
-#           its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports)
-packages=(
-  build-essential cmake pkg-config git curl
+# Usage: install-deps.sh [--test | --daemon]
+#   --test    also install what the test suite uses (prometheus and promtool from Debian's
+#             prometheus package, for tests/prometheus; pytest;
+#             grpcio and protobuf for Python, the generic gRPC client of tests/grpc_tooling;
+#             openssl, which makes the security tests' certificates at test time; clang with
+#             its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports;
+#             systemd-analyze and PyYAML, which check the files under deploy/ in tests/deploy
+#             and tests/prometheus)
+#   --daemon  only what building torchmond and torchmonctl needs (the container image's
+#             build stage, deploy/container/Dockerfile): no Python, torch or test libraries
+daemon_packages=(
+  build-essential cmake
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcivetweb-dev prometheus-cpp-dev libboost-dev
+  libcivetweb-dev libboost-dev
+)
+packages=(
+  "${daemon_packages[@]}" pkg-config git curl prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-dev pybind11-dev python3-torch
 )
-if [[ "${1:-}" == "--test" ]]; then
-  packages+=(prometheus python3-pytest python3-grpcio python3-protobuf openssl clang
-             libclang-rt-14-dev llvm)
-fi
+case "${1:-}" in
+  "") ;;
+  --test) packages+=(prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml
+                     systemd openssl clang libclang-rt-14-dev llvm) ;;
+  --daemon) packages=("${daemon_packages[@]}") ;;
+  *) echo "install-deps.sh: unknown option \"$1\" (expected --test or --daemon)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

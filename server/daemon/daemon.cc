@@ -36,6 +36,9 @@ constexpr int64_t kTrimIntervalMs = 10'000;
 // At shutdown, how long after the drain calls may take to write their last
 // messages (acks, the partial windows to watchers) before they are cut.
 constexpr auto kFinalWritesCap = std::chrono::seconds(5);
+// How long watchers get to read the last items before their streams end
+// (LetWatchersRead).
+constexpr auto kWatcherReadTime = std::chrono::milliseconds(250);
 
 // glibc keeps freed memory for reuse: without this a daemon that outlives
 // many jobs would keep the footprint of its busiest moment (a burst of
@@ -61,7 +64,8 @@ Daemon::Daemon(DaemonOptions options)
       health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       timer_(io_),
-      signals_(io_, SIGINT, SIGTERM) {
+      signals_(io_, SIGINT, SIGTERM),
+      hangup_(io_, SIGHUP) {
   stats_.start_time_ms.store(clock_.NowMs(), std::memory_order_relaxed);
 }
 
@@ -75,7 +79,7 @@ absl::Status CheckStartable(const DaemonOptions& options) {
   if (!options.security.socket_group.empty()) {
     if (auto gid = LookUpGroup(options.security.socket_group); !gid.ok()) return gid.status();
   }
-  return absl::OkStatus();
+  return SinkWriter::Check(options.sinks);
 }
 
 Daemon::~Daemon() {
@@ -90,6 +94,13 @@ absl::Status Daemon::Start() {
   auto security = ServerSecurity::Load(options_.security, stats_);
   if (!security.ok()) return security.status();
   security_ = *std::move(security);
+  // The sinks subscribe before anything can be published, and open their
+  // files before privileges are dropped.
+  if (options_.sinks.any()) {
+    auto sinks = SinkWriter::Start(options_.sinks, windows_out_, events_out_, stats_, Log);
+    if (!sinks.ok()) return sinks.status();
+    sinks_ = *std::move(sinks);
+  }
   // Sockets belong to the user the daemon will run as, so that it can still
   // remove them at exit after --user.
   std::optional<UserIdentity> run_as;
@@ -228,7 +239,21 @@ void Daemon::RequestStop() {
   boost::asio::post(io_, [this] {
     stopping_ = true;
     signals_.cancel();
+    hangup_.cancel();
     timer_.cancel();
+  });
+}
+
+void Daemon::WaitForHangup() {
+  hangup_.async_wait([this](const boost::system::error_code& ec, int /*signal*/) {
+    if (ec || stopping_) return;  // cancelled: stopping
+    if (sinks_) {
+      Log("received Hangup; reopening the sink files");
+      sinks_->Reopen();
+    } else {
+      Log("received Hangup; no sink file to reopen (the configuration is read only at start)");
+    }
+    WaitForHangup();
   });
 }
 
@@ -236,11 +261,30 @@ void Daemon::Run() {
   signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (!ec) Log(absl::StrCat("received ", strsignal(signal), "; shutting down"));
     stopping_ = true;
+    hangup_.cancel();
     timer_.cancel();
   });
+  WaitForHangup();
   ScheduleTick();
   io_.run();
   Shutdown();
+}
+
+void Daemon::LetWatchersRead(std::chrono::steady_clock::time_point cap) {
+  if (stats_.watchers_active.load(std::memory_order_relaxed) == 0) return;
+  // Once a watch stream ends, gRPC closes the connection; a client that has
+  // not yet read what was written before then, and writes to the connection
+  // meanwhile (an HTTP/2 ping or window update), sees the call fail
+  // UNAVAILABLE "Broken pipe" and loses the unread windows. So the watchers
+  // first hand every queued item to gRPC, then the clients get a moment to
+  // read them, and only then do the streams end.
+  while ((windows_out_.Queued() > 0 || events_out_.Queued() > 0) &&
+         std::chrono::steady_clock::now() < cap) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+      kWatcherReadTime, std::max<std::chrono::steady_clock::duration>(
+                            cap - std::chrono::steady_clock::now(), {})));
 }
 
 void Daemon::Shutdown() {
@@ -273,8 +317,11 @@ void Daemon::Shutdown() {
   for (const ClosedWindow& w : partial) PublishClosed(w);
   // Watchers end once they have written what is queued, health watchers
   // too (they were sent NOT_SERVING when the drain began).
+  LetWatchersRead(drain_end + kFinalWritesCap);
   windows_out_.Close();
   events_out_.Close();
+  // The sinks write what is queued, the partial windows included, and close.
+  if (sinks_) sinks_->Finish();
   health_service_.Shutdown();
   stopper.join();
   server_->Wait();

@@ -4,6 +4,7 @@
 #ifndef TORCHMON_SERVER_DAEMON_DAEMON_H_
 #define TORCHMON_SERVER_DAEMON_DAEMON_H_
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "grpcpp/server.h"
 #include "server/core/aggregator.h"
+#include "server/sinks/sink_writer.h"
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/daemon/options.h"
@@ -55,7 +57,8 @@ class Daemon {
   // Closes windows on time until SIGTERM/SIGINT or RequestStop(), then shuts
   // down: reports NOT_SERVING (grpc.health.v1, /healthz), stops accepting,
   // lets open streams deliver for --drain-timeout, closes every open window
-  // as partial. Returns when done.
+  // as partial, writes and flushes the sinks. Returns when done. SIGHUP
+  // meanwhile reopens the sink files.
   void Run();
 
   void RequestStop();
@@ -66,6 +69,11 @@ class Daemon {
   void PublishClosed(const ClosedWindow& window);
   void CloseDueWindows();
   void Shutdown();
+  // At shutdown: waits (until `cap`) for the watchers to take every queued
+  // item, then gives their clients a moment to read before streams end.
+  void LetWatchersRead(std::chrono::steady_clock::time_point cap);
+  // Waits for the next SIGHUP, which reopens the sink files.
+  void WaitForHangup();
 
   const DaemonOptions options_;
   SystemClock clock_;
@@ -83,11 +91,13 @@ class Daemon {
   std::unique_ptr<ServerSecurity> security_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
+  std::unique_ptr<SinkWriter> sinks_;  // null without --jsonl-file / --tensorboard-dir
   std::vector<std::string> grpc_addresses_;
 
   boost::asio::io_context io_;
   boost::asio::steady_timer timer_;
   boost::asio::signal_set signals_;
+  boost::asio::signal_set hangup_;
   // Set on io_'s thread when a stop is asked for; no tick is scheduled after.
   bool stopping_ = false;
   int64_t next_expiry_ms_ = 0;

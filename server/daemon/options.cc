@@ -92,6 +92,12 @@ std::string DaemonUsage() {
       "  --drain-timeout DURATION\n"
       "                         On SIGTERM/SIGINT, how long open streams may keep\n"
       "                         delivering before they are cut. Default: 1s\n"
+      "  --jsonl-file PATH      Append every closed window and event to PATH, one JSON\n"
+      "                         object per line; SIGHUP reopens it (log rotation).\n"
+      "                         Default: none (docs/sinks.md)\n"
+      "  --tensorboard-dir DIR  Write every closed window to TensorBoard event files,\n"
+      "                         one run directory per label set under DIR.\n"
+      "                         Default: none (docs/sinks.md)\n"
       "  --version              Print the version and exit.\n"
       "  -h, --help             Print this help and exit.\n"
       "\n",
@@ -99,7 +105,8 @@ std::string DaemonUsage() {
       "\n"
       "When every listener is up, torchmond prints one line to stdout:\n"
       "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
-      "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n");
+      "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n"
+      "SIGHUP: reopen the --jsonl-file (the configuration is read only at start).\n");
 }
 
 namespace {
@@ -181,6 +188,11 @@ absl::Status ApplyFlag(const std::string& arg,
           "--max-message-size ", options.max_message_bytes,
           " is outside [4096, 1073741824] bytes"));
     }
+  } else if (arg == "--jsonl-file" || arg == "--tensorboard-dir") {
+    std::string path;
+    TORCHMON_ASSIGN(path, next());
+    if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(arg, " is empty"));
+    (arg == "--jsonl-file" ? options.sinks.jsonl_file : options.sinks.tensorboard_dir) = path;
   } else if (arg == "--drain-timeout") {
     TORCHMON_ASSIGN(options.drain_timeout_ms, duration());
   } else if (arg == "--socket-mode") {

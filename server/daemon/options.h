@@ -10,6 +10,7 @@
 #include "server/core/aggregator.h"
 #include "server/daemon/security_options.h"
 #include "server/service/ingest_service.h"
+#include "server/sinks/sink_options.h"
 
 namespace torchmon::server {
 
@@ -38,6 +39,7 @@ struct DaemonOptions {
   uint32_t socket_mode = 0600;
   int64_t drain_timeout_ms = 1000;
   SecurityOptions security;
+  SinkOptions sinks;  // --jsonl-file, --tensorboard-dir (docs/sinks.md)
   // --config FILE / --check-config FILE: the configuration file read, if any.
   std::string config_file;
   // --check-config: validate the configuration and exit; start nothing.

@@ -33,6 +33,11 @@ class Broadcaster {
       queue_.pop_front();
       return item;
     }
+    // Items this subscription lost to a full queue.
+    uint64_t Dropped() const ABSL_LOCKS_EXCLUDED(mu_) {
+      absl::MutexLock lock(&mu_);
+      return dropped_;
+    }
     // True once the broadcaster closed (shutdown) and the queue is drained.
     bool Finished() const ABSL_LOCKS_EXCLUDED(mu_) {
       absl::MutexLock lock(&mu_);
@@ -44,20 +49,25 @@ class Broadcaster {
     std::function<bool(const T&)> filter_;
     std::function<void()> notify_;
     size_t capacity_ = 0;
+    bool counted_by_publish_ = true;
     mutable absl::Mutex mu_;
+    uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
     std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
     bool closed_ ABSL_GUARDED_BY(mu_) = false;
   };
 
   // Items for which `filter` is true are queued (at most `capacity`) and
-  // `notify` is called.
+  // `notify` is called. What the subscription loses to a full queue is in
+  // its Dropped() and, if `counted_by_publish`, in Publish's result too.
   std::shared_ptr<Subscription> Subscribe(std::function<bool(const T&)> filter,
-                                          std::function<void()> notify, size_t capacity)
+                                          std::function<void()> notify, size_t capacity,
+                                          bool counted_by_publish = true)
       ABSL_LOCKS_EXCLUDED(mu_) {
     auto sub = std::make_shared<Subscription>();
     sub->filter_ = std::move(filter);
     sub->notify_ = std::move(notify);
     sub->capacity_ = capacity < 1 ? 1 : capacity;
+    sub->counted_by_publish_ = counted_by_publish;
     absl::MutexLock lock(&mu_);
     if (closed_) {
       absl::MutexLock sub_lock(&sub->mu_);
@@ -78,7 +88,8 @@ class Broadcaster {
   }
 
   // Queues `item` for every matching subscriber. Returns how many queued
-  // items were discarded because a subscriber's queue was full.
+  // items were discarded because a subscriber's queue was full (among the
+  // subscriptions counted by Publish).
   uint64_t Publish(const T& item) ABSL_LOCKS_EXCLUDED(mu_) {
     uint64_t dropped = 0;
     absl::MutexLock lock(&mu_);
@@ -89,12 +100,24 @@ class Broadcaster {
         sub->queue_.push_back(item);
         if (sub->queue_.size() > sub->capacity_) {
           sub->queue_.pop_front();
-          ++dropped;
+          ++sub->dropped_;
+          if (sub->counted_by_publish_) ++dropped;
         }
       }
       sub->notify_();
     }
     return dropped;
+  }
+
+  // Items queued for subscribers and not yet taken by them, all together.
+  size_t Queued() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    size_t queued = 0;
+    for (const auto& sub : subscribers_) {
+      absl::MutexLock sub_lock(&sub->mu_);
+      queued += sub->queue_.size();
+    }
+    return queued;
   }
 
   // Marks every subscription closed (they finish once drained) and wakes them.

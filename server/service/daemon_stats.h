@@ -42,7 +42,18 @@ struct DaemonStats {
   std::atomic<uint64_t> rpcs_unauthenticated{0};
   std::atomic<uint64_t> scrapes_unauthorized{0};
   std::atomic<int64_t> start_time_ms{0};
+  // The sinks of server/sinks/ (docs/sinks.md), indexed by SinkKind.
+  struct Sink {
+    std::atomic<bool> enabled{false};
+    std::atomic<uint64_t> records{0};  // lines or events written
+    std::atomic<uint64_t> dropped{0};  // lost to a full queue
+    std::atomic<uint64_t> errors{0};   // records a write error lost
+  };
+  Sink sinks[2];
 };
+
+enum SinkKind { kJsonlSink = 0, kTensorBoardSink = 1 };
+inline const char* SinkName(int kind) { return kind == kJsonlSink ? "jsonl" : "tensorboard"; }
 
 }  // namespace torchmon::server
 

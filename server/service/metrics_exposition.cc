@@ -315,6 +315,36 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
     out.Sample(m.name, {}, m.value);
   }
   {
+    // Only the sinks the daemon was started with (docs/sinks.md).
+    struct SinkFamily {
+      const char* name;
+      const char* help;
+      std::atomic<uint64_t> DaemonStats::Sink::*counter;
+    };
+    const SinkFamily sink_families[] = {
+        {"torchmon_daemon_sink_records_total",
+         "Records (JSON lines, TensorBoard events) the sink wrote and flushed.",
+         &DaemonStats::Sink::records},
+        {"torchmon_daemon_sink_dropped_total",
+         "Windows and events the sink lost because its queue was full (the disk too slow).",
+         &DaemonStats::Sink::dropped},
+        {"torchmon_daemon_sink_errors_total",
+         "Records the sink lost to a write error (disk full, file removed, permissions).",
+         &DaemonStats::Sink::errors},
+    };
+    for (const SinkFamily& f : sink_families) {
+      bool family_written = false;
+      for (int kind : {kJsonlSink, kTensorBoardSink}) {
+        const DaemonStats::Sink& sink = stats_.sinks[kind];
+        if (!sink.enabled.load(std::memory_order_relaxed)) continue;
+        if (!std::exchange(family_written, true)) out.Family(f.name, f.help, "counter");
+        std::string label;
+        AppendPrometheusLabel(label, "sink", SinkName(kind));
+        out.Sample(f.name, {label}, Load(sink.*f.counter));
+      }
+    }
+  }
+  {
     constexpr const char* kRefused = "torchmon_daemon_series_refused_total";
     out.Family(kRefused,
                "New series refused by a cardinality limit: one client's "

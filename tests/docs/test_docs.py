@@ -143,6 +143,14 @@ def test_every_rpc_message_field_and_enum_value_is_in_api_doc():
                           "/usr/bin/python3 tools/gen_api_doc.py):\n" + "\n".join(problems))
 
 
+def test_every_element_of_the_protos_has_a_comment():
+    # The .proto comments are the API's only reference: an element without
+    # one would have an empty description in docs/api.md.
+    bare = [f"{kind} {owner + '.' if owner else ''}{name}"
+            for kind, owner, name, comment in proto_elements() if not comment]
+    assert not bare, "add a comment in the .proto above: " + ", ".join(bare)
+
+
 def test_the_element_check_finds_a_missing_field_and_a_missing_message():
     doc = read(API_DOC)
     without_field = "\n".join(line for line in doc.splitlines()

@@ -237,6 +237,7 @@ TEST_F(FaultTest, SigtermUnderLoadClosesEveryWindowPartialAndLosesNoAcceptedSamp
 
   // Every window the daemon publishes, until it ends the watch.
   std::map<std::string, uint64_t> watched_accepted;
+  std::map<std::string, std::string> watched_windows;  // for the failure message
   size_t windows = 0, partial = 0;
   auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   auto stub = v1::Query::NewStub(channel);
@@ -248,7 +249,10 @@ TEST_F(FaultTest, SigtermUnderLoadClosesEveryWindowPartialAndLosesNoAcceptedSamp
     v1::WindowSummary w;
     while (reader->Read(&w)) {
       auto rank = w.series().labels().find("rank");
-      watched_accepted[absl::StrCat(rank->second, "/", w.series().stat())] += w.accepted();
+      const std::string key = absl::StrCat(rank->second, "/", w.series().stat());
+      watched_accepted[key] += w.accepted();
+      absl::StrAppend(&watched_windows[key], " [", w.start_ms(), ",", w.end_ms(),
+                      ") accepted=", w.accepted(), " capped=", w.capped());
       ++windows;
       partial += w.partial();
     }
@@ -258,9 +262,11 @@ TEST_F(FaultTest, SigtermUnderLoadClosesEveryWindowPartialAndLosesNoAcceptedSamp
 
   auto stopped = daemon->Stop(SIGTERM, std::chrono::seconds(20));
   ASSERT_TRUE(stopped.ok()) << stopped.status();
-  EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0) << daemon->Stderr();
+  const std::string first_stderr = daemon->Stderr();
+  EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0) << first_stderr;
   watcher.join();
-  reader->Finish();
+  const grpc::Status watch_status = reader->Finish();
+  EXPECT_TRUE(watch_status.ok()) << watch_status.error_code() << " " << watch_status.error_message();
   EXPECT_GT(windows, 0u);
   EXPECT_EQ(partial, windows) << "a window closed on time despite the 60 s grace";
 
@@ -278,7 +284,10 @@ TEST_F(FaultTest, SigtermUnderLoadClosesEveryWindowPartialAndLosesNoAcceptedSamp
     for (const auto& [name, s] : report.stats) {
       // What the first daemon acknowledged is exactly what its windows hold.
       const uint64_t to_first = s.delivered - s.current_delivered;
-      EXPECT_EQ(watched_accepted[absl::StrCat(rank, "/", name)], to_first) << who << " " << name;
+      const std::string key = absl::StrCat(rank, "/", name);
+      EXPECT_EQ(watched_accepted[key], to_first)
+          << who << " " << name << "; windows watched:" << watched_windows[key]
+          << "\nclient:\n" << report.raw << "\nfirst daemon:\n" << first_stderr;
     }
   }
 }

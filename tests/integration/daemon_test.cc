@@ -335,7 +335,8 @@ TEST_F(DaemonTest, HelpExplainsEveryFlag) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   EXPECT_EQ(pclose(p), 0);
   for (const char* flag : {"--listen", "--metrics-listen", "--grace", "--series-ttl", "--history",
-                           "--max-skew", "--max-events", "--socket-mode", "--drain-timeout"}) {
+                           "--max-skew", "--max-events", "--socket-mode", "--drain-timeout",
+                           "--config", "--check-config"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }

@@ -1,0 +1,76 @@
+#include "server/sinks/jsonl.h"
+
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "torchmon/protocol/json.h"
+
+namespace torchmon::server {
+namespace {
+
+using protocol::JsonNumber;
+using protocol::JsonString;
+
+std::string JsonLabels(const Labels& labels) {
+  std::string out = "{";
+  for (const auto& [key, value] : labels) {
+    absl::StrAppend(&out, out.size() > 1 ? "," : "", JsonString(key), ":", JsonString(value));
+  }
+  return out + "}";
+}
+
+// "2026-11-22T18:04:05.123Z" (RFC 3339, UTC, millisecond precision).
+std::string Rfc3339Ms(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
+}
+
+// Microsecond precision for events.
+std::string Rfc3339Us(int64_t unix_us) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromUnixMicros(unix_us),
+                          absl::UTCTimeZone());
+}
+
+}  // namespace
+
+std::string WindowJsonLine(const ClosedWindow& window) {
+  std::string aggregates = "{";
+  for (Aggregation a : kAllAggregations) {
+    if (!Contains(window.aggregations, a)) continue;
+    absl::StrAppend(&aggregates, aggregates.size() > 1 ? "," : "", "\"", AggregationName(a),
+                    "\":", JsonNumber(window.stats.Get(a)));
+  }
+  aggregates += "}";
+  return absl::StrCat(
+      "{\"type\":\"window\",\"stat\":", JsonString(window.series->stat),
+      ",\"labels\":", JsonLabels(window.series->labels.get()), ",\"start_ms\":", window.start_ms,
+      ",\"end_ms\":", window.end_ms, ",\"start\":\"", Rfc3339Ms(window.start_ms), "\",\"end\":\"",
+      Rfc3339Ms(window.end_ms), "\",\"partial\":", window.partial ? "true" : "false",
+      ",\"accepted\":", window.stats.accepted, ",\"capped\":", window.stats.capped,
+      ",\"aggregates\":", aggregates, "}");
+}
+
+std::string EventJsonLine(const EventRecord& event) {
+  std::string data = "{";
+  for (const auto& [key, value] : event.data) {
+    absl::StrAppend(&data, data.size() > 1 ? "," : "", JsonString(key), ":");
+    if (const auto* s = std::get_if<std::string>(&value)) {
+      data += JsonString(*s);
+    } else if (const auto* d = std::get_if<double>(&value)) {
+      data += JsonNumber(*d);
+    } else if (const auto* i = std::get_if<int64_t>(&value)) {
+      absl::StrAppend(&data, *i);
+    } else {
+      data += std::get<bool>(value) ? "true" : "false";
+    }
+  }
+  data += "}";
+  return absl::StrCat("{\"type\":\"event\",\"name\":", JsonString(event.name),
+                      ",\"labels\":", JsonLabels(event.labels),
+                      ",\"timestamp_us\":", event.timestamp_us, ",\"timestamp\":\"",
+                      Rfc3339Us(event.timestamp_us), "\",\"sequence\":", event.sequence,
+                      ",\"data\":", data, "}");
+}
+
+}  // namespace torchmon::server

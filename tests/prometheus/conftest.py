@@ -1,0 +1,61 @@
+"""Puts tests/python (torchmon_testing: the real-daemon helper) on sys.path,
+and provides `cluster`: three torchmond nodes, four fake ranks each, and a
+real Prometheus scraping them with a copy of deploy/prometheus. One cluster
+serves the whole session (it takes a few seconds to fill); it is stopped,
+Prometheus first, however the tests end."""
+
+import os
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+
+import prom_cluster as pc  # noqa: E402  (needs the path above)
+
+STEP = 'stat="train.step_time_ms"'
+
+# What "the data is there" means: every rank's series scraped, the rules
+# evaluated over at least two scrapes (rates), the NaN alert raised.
+READY_QUERIES = {
+    f'count(torchmon_stat{{job="promtest",{STEP},agg="mean"}})': pc.NODES * pc.RANKS_PER_NODE,
+    'count(up{job="torchmond"} == 1)': pc.NODES,
+    f'count(job_instance_stat:torchmon_stat_mean:max{{{STEP}}})': pc.NODES,
+    f'count(job_stat:torchmon_stat_mean:max_over_median{{{STEP}}})': 1,
+    'count(job_instance_reason:torchmon_samples_dropped:rate1m{reason="capped"} > 0)': 1,
+    'count(job_instance:torchmon_samples_accepted:rate1m > 0)': pc.NODES,
+    'count(instance:torchmon_daemon_samples_refused:rate1m)': pc.NODES,
+    f'count(job_instance_stat:torchmon_window_age_seconds:max{{{STEP}}})': pc.NODES,
+    'count(job_stat:torchmon_window_lag_seconds:max{stat="train.loss"})': 1,
+    'count(ALERTS{alertname="TorchmonLossNotFinite",alertstate="firing"})': 1,
+}
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    with tempfile.TemporaryDirectory(prefix="torchmon-prom.") as tmpdir:
+        c = pc.Cluster(tmpdir)
+        try:
+            wait_until_ready(c)
+            yield c
+        finally:
+            c.stop()  # Prometheus, the feeders and the daemons, even on failure
+
+
+def wait_until_ready(c, timeout=45.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = {}
+        for expr in READY_QUERIES:
+            result = c.prometheus.query(expr)
+            got[expr] = result[0][1] if result else None
+        if all(got[e] == want for e, want in READY_QUERIES.items()):
+            return
+        failed = c.feeders.failed()
+        assert not failed, f"feeders failed: {failed}"
+        if time.monotonic() > deadline:
+            pytest.fail(f"Prometheus did not get the expected data in {timeout} s: {got}\n"
+                        f"prometheus log:\n{c.prometheus.read_log()}")
+        time.sleep(0.25)
