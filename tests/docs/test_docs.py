@@ -4,7 +4,8 @@
 - every service, rpc, message, field and enum value of the .proto files, found
   by a plain line scan written independently of the generator, has its
   heading or table row in docs/api.md, with its comment;
-- every relative link in docs/*.md and README.md points to an existing file.
+- every relative link in docs/*.md and README.md points to an existing file,
+  and every #anchor to a heading of its page.
 Each check also has a test that feeds it a broken input and sees it fail.
 """
 
@@ -218,3 +219,56 @@ def test_the_link_check_finds_a_broken_link_and_ignores_code(tmp_path):
     assert broken_links([str(page)], str(tmp_path)) == [
         "docs/page.md: missing.md", "docs/page.md: ../pictures/flow.png",
         "docs/page.md: ../deploy/nothing.yml"]
+
+
+# ---------------------------------------------------------------------------
+# Anchors: #fragments name a heading of their page, as GitHub makes them
+# ---------------------------------------------------------------------------
+
+def heading_anchors(markdown):
+    """GitHub's anchors for the headings of `markdown`, plus <a id/name> ones."""
+    text = re.sub(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", "", markdown, flags=re.M | re.S)
+    anchors, seen = set(), {}
+    for match in re.finditer(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", text, flags=re.M):
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", match.group(1))
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    anchors.update(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", markdown))
+    return anchors
+
+
+def broken_anchors(paths, repo):
+    problems = []
+    for path in paths:
+        markdown = read(path)
+        text = re.sub(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", "", markdown, flags=re.M | re.S)
+        text = re.sub(r"(`+)(?:(?!\1).)+?\1", "", text, flags=re.S)
+        targets = relative_links(markdown) + re.findall(r"\]\((#[^)\s]+)\)", text)
+        for target in targets:
+            file_part, hash_sign, anchor = target.partition("#")
+            if not hash_sign:
+                continue
+            page = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+            if not page.endswith(".md") or not os.path.exists(page):
+                continue  # other files: the link test above
+            if anchor not in heading_anchors(read(page)):
+                problems.append(f"{os.path.relpath(path, repo)}: {target}")
+    return problems
+
+
+def test_every_anchor_in_the_docs_names_a_heading():
+    paths = sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))) + [os.path.join(REPO, "README.md")]
+    problems = broken_anchors(paths, REPO)
+    assert not problems, "links to headings that do not exist:\n" + "\n".join(problems)
+
+
+def test_the_anchor_check_finds_a_missing_heading(tmp_path):
+    (tmp_path / "there.md").write_text("# There\n## Limits of the daemon\n## Limits of the daemon\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "## `Foo.Bar` (message)\n"
+        "[a](#foobar-message) [b](there.md#limits-of-the-daemon) [c](there.md#limits-of-the-daemon-1)\n"
+        "[d](#nope) [e](there.md#limits) `[f](#in-code)`\n")
+    assert broken_anchors([str(page)], str(tmp_path)) == ["page.md: there.md#limits", "page.md: #nope"]
