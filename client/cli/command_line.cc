@@ -30,7 +30,9 @@ enum class Flag {
   kSince,
   kAgg,
   kWindow,
-  kMaxSamples
+  kMaxSamples,
+  kRankLabel,
+  kWindowStart
 };
 
 struct FlagSpec {
@@ -61,6 +63,11 @@ const std::vector<CommandSpec>& Commands() {
       {"windows", {kLabelFlag, kLastFlag, {"--since", Flag::kSince, true}}},
       {"events", {kLabelFlag, kLastFlag}},
       {"watch", {kLabelFlag}},
+      {"ranks",
+       {{"--agg", Flag::kAgg, true},
+        {"--rank-label", Flag::kRankLabel, true},
+        {"--window-start", Flag::kWindowStart, true},
+        kLabelFlag}},
       {"push",
        {{"--agg", Flag::kAgg, true},
         {"--window", Flag::kWindow, true},
@@ -173,6 +180,37 @@ absl::StatusOr<Command> BuildWindows(const SplitCommandLine& line) {
       auto ms = ParseDurationFlag("--since", value);
       if (!ms.ok()) return ms.status();
       command.since_ms = *ms;
+    }
+  }
+  return command;
+}
+
+absl::StatusOr<Command> BuildRanks(const SplitCommandLine& line) {
+  RanksCommand command;
+  if (absl::Status s = CheckPositionalCount(line, 1, 1, "a STAT (name or glob)"); !s.ok()) {
+    return s;
+  }
+  command.stat = line.positionals[0];
+  if (absl::Status s = CheckName("STAT", command.stat); !s.ok()) return s;
+  for (const auto& [flag, value] : line.flags) {
+    if (flag == Flag::kLabel) {
+      if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
+    } else if (flag == Flag::kAgg) {
+      auto parsed = protocol::ParseAggregationList(value);
+      if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
+      if (parsed->size() != 1) {
+        return UsageError(absl::StrCat("--agg: give one aggregation to compare, not \"", value,
+                                       "\""));
+      }
+      command.aggregation = (*parsed)[0];
+    } else if (flag == Flag::kRankLabel) {
+      if (value.empty()) return UsageError("--rank-label is empty");
+      command.rank_label = value;
+    } else if (flag == Flag::kWindowStart) {
+      if (!absl::SimpleAtoi(value, &command.window_start_ms) || command.window_start_ms <= 0) {
+        return UsageError(absl::StrCat("--window-start: \"", value,
+                                       "\" is not a window start in Unix milliseconds"));
+      }
     }
   }
   return command;
@@ -300,6 +338,7 @@ absl::StatusOr<Command> BuildCommand(const SplitCommandLine& line) {
   if (line.command == "windows") return BuildWindows(line);
   if (line.command == "events") return BuildEvents(line);
   if (line.command == "watch") return BuildWatch(line);
+  if (line.command == "ranks") return BuildRanks(line);
   if (line.command == "push") return BuildPush(line);
   return BuildEvent(line);
 }
@@ -534,6 +573,21 @@ std::string UsageText(absl::string_view command) {
         "object per line with --json), until Ctrl-C or the daemon ends the stream.\n\n",
         kLabels, "\n", kGlobal);
   }
+  if (command == "ranks") {
+    return absl::StrCat(
+        "Usage: torchmonctl ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS]\n"
+        "                         [--label k=v]...\n\n"
+        "Compares the ranks of each matching stat in one window: every rank's value,\n"
+        "largest (slowest) first, the median, max/median, and the ranks missing that\n"
+        "window. Series are grouped by stat and their labels other than the rank label,\n"
+        "local_rank and host.\n\n",
+        kLabels,
+        "  --agg AGG           the aggregation compared (default mean)\n"
+        "  --rank-label KEY    the label naming a rank (default rank)\n"
+        "  --window-start MS   the window starting at MS, Unix milliseconds (default: the\n"
+        "                      newest window any rank has closed)\n\n",
+        kGlobal);
+  }
   if (command == "push") {
     return absl::StrCat(
         "Usage: torchmonctl push STAT VALUE... [--agg LIST] [--window DURATION]\n"
@@ -571,6 +625,8 @@ std::string UsageText(absl::string_view command) {
       "      events from the daemon's event log\n"
       "  watch [STAT] [--label k=v]...\n"
       "      print windows as they close, until Ctrl-C\n"
+      "  ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS] [--label k=v]...\n"
+      "      compare the ranks in one window: slowest first, spread, missing ranks\n"
       "  push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--label k=v]...\n"
       "      send samples of a stat\n"
       "  event NAME [key=value]... [--label k=v]...\n"

@@ -81,6 +81,15 @@ struct WatchCommand {
   protocol::LabelList labels;
 };
 
+// ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS] [--label k=v]...
+struct RanksCommand {
+  std::string stat;  // exact or glob
+  protocol::LabelList labels;
+  v1::Aggregation aggregation = v1::MEAN;
+  std::string rank_label = "rank";
+  int64_t window_start_ms = 0;  // 0: the newest window
+};
+
 // push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--label k=v]...
 struct PushCommand {
   std::string stat;
@@ -97,7 +106,7 @@ struct EventCommand {
 };
 
 using Command = std::variant<HelpRequest, SeriesCommand, WindowsCommand, EventsCommand,
-                             WatchCommand, PushCommand, EventCommand>;
+                             WatchCommand, RanksCommand, PushCommand, EventCommand>;
 
 struct Invocation {
   GlobalOptions global;

@@ -13,6 +13,7 @@ namespace torchmon::cli {
 int RunSeries(const GlobalOptions& global, const SeriesCommand& command);
 int RunWindows(const GlobalOptions& global, const WindowsCommand& command);
 int RunEvents(const GlobalOptions& global, const EventsCommand& command);
+int RunRanks(const GlobalOptions& global, const RanksCommand& command);
 
 // Streams windows until the daemon ends the stream or SIGINT/SIGTERM arrives
 // (which ends it with status 0). Call BlockTerminationSignals() first, while

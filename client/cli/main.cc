@@ -51,6 +51,8 @@ int Run(const std::vector<std::string>& args) {
           // Before gRPC starts any thread, so that every thread inherits the mask.
           BlockTerminationSignals();
           return RunWatch(global, command);
+        } else if constexpr (std::is_same_v<T, RanksCommand>) {
+          return RunRanks(global, command);
         } else if constexpr (std::is_same_v<T, PushCommand>) {
           return RunPush(global, command);
         } else {

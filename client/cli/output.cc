@@ -307,6 +307,61 @@ std::string RenderWindowsJson(const v1::GetWindowsResponse& response) {
   return JsonDocument("windows", elements);
 }
 
+std::string RenderRanksTable(const v1::CompareRanksResponse& response,
+                             v1::Aggregation aggregation) {
+  if (response.comparisons().empty()) {
+    return "no ranks to compare: no matching series with a rank label and a closed window\n";
+  }
+  const std::string agg(protocol::AggregationName(aggregation));
+  std::string out;
+  for (const v1::RankComparison& c : response.comparisons()) {
+    if (!out.empty()) out += "\n";
+    absl::StrAppend(&out, c.stat(), " ", FormatLabels(c.labels()), "  ", agg, " of the window ",
+                    FormatLocalTime(c.start_ms()), " - ", FormatLocalTime(c.end_ms()), "\n");
+    if (!c.slowest_rank().empty()) {
+      absl::StrAppend(&out, "slowest rank ", c.slowest_rank(), ": ", FormatNumber(c.max()),
+                      "  median ", FormatNumber(c.median()), "  max/median ",
+                      FormatNumber(c.max_over_median()), "  min ", FormatNumber(c.min()), "\n");
+    }
+    if (!c.missing_ranks().empty()) {
+      absl::StrAppend(&out, "missing this window: ranks ", absl::StrJoin(c.missing_ranks(), ", "),
+                      "\n");
+    }
+    Table table({{"RANK"}, {absl::AsciiStrToUpper(agg), true}, {"ACCEPTED", true}});
+    for (const v1::RankValue& r : c.ranks()) {
+      table.AddRow({r.rank(), FormatNumber(r.value()), absl::StrCat(r.accepted())});
+    }
+    out += table.Render();
+  }
+  return out;
+}
+
+std::string RenderRanksJson(const v1::CompareRanksResponse& response,
+                            v1::Aggregation aggregation) {
+  std::vector<std::string> elements;
+  for (const v1::RankComparison& c : response.comparisons()) {
+    std::vector<std::string> ranks;
+    for (const v1::RankValue& r : c.ranks()) {
+      ranks.push_back(absl::StrCat("{\"rank\":", JsonString(r.rank()),
+                                   ",\"labels\":", JsonLabels(r.series().labels()),
+                                   ",\"value\":", JsonNumber(r.value()),
+                                   ",\"accepted\":", r.accepted(), "}"));
+    }
+    std::vector<std::string> missing;
+    for (const std::string& m : c.missing_ranks()) missing.push_back(JsonString(m));
+    elements.push_back(absl::StrCat(
+        "{\"stat\":", JsonString(c.stat()), ",\"labels\":", JsonLabels(c.labels()),
+        ",\"aggregation\":", JsonString(protocol::AggregationName(aggregation)),
+        ",\"start_ms\":", c.start_ms(), ",\"end_ms\":", c.end_ms(), ",\"ranks\":[",
+        absl::StrJoin(ranks, ","), "],\"missing_ranks\":[", absl::StrJoin(missing, ","),
+        "],\"min\":", JsonNumber(c.min()), ",\"max\":", JsonNumber(c.max()),
+        ",\"median\":", JsonNumber(c.median()), ",\"slowest_rank\":",
+        JsonString(c.slowest_rank()), ",\"max_over_median\":", JsonNumber(c.max_over_median()),
+        "}"));
+  }
+  return JsonDocument("comparisons", elements);
+}
+
 std::string RenderEventsTable(const v1::GetEventsResponse& response) {
   Table table({{"SEQ", true}, {"TIME"}, {"NAME"}, {"LABELS"}, {"DATA"}});
   for (const v1::Event& event : response.events()) {

@@ -61,6 +61,10 @@ std::string RenderSeriesJson(const v1::ListSeriesResponse& response);
 std::string RenderWindowsTable(const v1::GetWindowsResponse& response);
 std::string RenderWindowsJson(const v1::GetWindowsResponse& response);
 
+// ranks: `aggregation` names the value column.
+std::string RenderRanksTable(const v1::CompareRanksResponse& response, v1::Aggregation aggregation);
+std::string RenderRanksJson(const v1::CompareRanksResponse& response, v1::Aggregation aggregation);
+
 // events
 std::string RenderEventsTable(const v1::GetEventsResponse& response);
 std::string RenderEventsJson(const v1::GetEventsResponse& response);

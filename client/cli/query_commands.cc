@@ -134,6 +134,24 @@ int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
   return kExitOk;
 }
 
+int RunRanks(const GlobalOptions& global, const RanksCommand& command) {
+  v1::CompareRanksRequest request;
+  FillSelector(command.stat, command.labels, request.mutable_selector());
+  request.set_aggregation(command.aggregation);
+  request.set_rank_label(command.rank_label);
+  request.set_window_start_ms(command.window_start_ms);
+  v1::CompareRanksResponse response;
+  grpc::ClientContext context;
+  SetDeadline(global, context);
+  const auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
+  const grpc::Status status = stub->CompareRanks(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(global, status);
+  Print(global.json ? RenderRanksJson(response, command.aggregation)
+                    : RenderRanksTable(response, command.aggregation));
+  return kExitOk;
+}
+
 int RunEvents(const GlobalOptions& global, const EventsCommand& command) {
   v1::GetEventsRequest request;
   request.mutable_selector()->set_name(command.name);

@@ -6,6 +6,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/core/rank_comparison.h"
 #include "server/service/convert.h"
 
 namespace torchmon::server {
@@ -146,6 +147,54 @@ grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* c
                                           request->after_sequence(),
                                           static_cast<size_t>(request->limit()))) {
     EventToProto(e, response->add_events());
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext* context,
+                                                     const v1::CompareRanksRequest* request,
+                                                     v1::CompareRanksResponse* response) {
+  stats_.queries.fetch_add(1, std::memory_order_relaxed);
+  auto* reactor = context->DefaultReactor();
+  RankComparisonOptions options;
+  if (request->aggregation() != v1::AGGREGATION_UNSPECIFIED) {
+    if (!v1::Aggregation_IsValid(request->aggregation())) {
+      reactor->Finish(
+          InvalidArgument(absl::StrCat("aggregation ", request->aggregation(), " is unknown")));
+      return reactor;
+    }
+    options.aggregation = static_cast<Aggregation>(request->aggregation());
+  }
+  if (!request->rank_label().empty()) options.rank_label = request->rank_label();
+  if (request->window_start_ms() < 0) {
+    reactor->Finish(InvalidArgument(
+        absl::StrCat("window_start_ms ", request->window_start_ms(), " is negative")));
+    return reactor;
+  }
+  options.window_start_ms = request->window_start_ms();
+  const Selector selector = SelectorFromProto(request->selector());
+  const std::vector<RankComparison> comparisons = torchmon::server::CompareRanks(
+      aggregator_.ListSeries(selector), aggregator_.GetWindows(selector, 0, 0, 0), options);
+  for (const RankComparison& c : comparisons) {
+    v1::RankComparison* out = response->add_comparisons();
+    out->set_stat(c.stat);
+    for (const auto& [key, value] : c.labels) (*out->mutable_labels())[key] = value;
+    out->set_start_ms(c.start_ms);
+    out->set_end_ms(c.end_ms);
+    for (const RankEntry& r : c.ranks) {
+      v1::RankValue* rank = out->add_ranks();
+      rank->set_rank(r.rank);
+      KeyToProto(*r.series, rank->mutable_series());
+      rank->set_value(r.value);
+      rank->set_accepted(r.accepted);
+    }
+    for (const std::string& m : c.missing) out->add_missing_ranks(m);
+    out->set_min(c.min);
+    out->set_max(c.max);
+    out->set_median(c.median);
+    out->set_slowest_rank(c.slowest_rank);
+    out->set_max_over_median(c.max_over_median);
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

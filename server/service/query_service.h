@@ -33,6 +33,9 @@ class QueryService final : public v1::Query::CallbackService {
                                       v1::GetEventsResponse* response) override;
   grpc::ServerWriteReactor<v1::Event>* WatchEvents(grpc::CallbackServerContext* context,
                                                    const v1::WatchEventsRequest* request) override;
+  grpc::ServerUnaryReactor* CompareRanks(grpc::CallbackServerContext* context,
+                                         const v1::CompareRanksRequest* request,
+                                         v1::CompareRanksResponse* response) override;
 
  private:
   const Aggregator& aggregator_;

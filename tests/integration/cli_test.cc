@@ -234,6 +234,68 @@ TEST_F(CliTest, QueryOfAnUnreachableDaemonExitsThreeNamingTheTarget) {
   EXPECT_THAT(r.err, HasSubstr("cannot reach torchmond at " + absent));
 }
 
+TEST_F(CliTest, RanksComparesTheNewestWindowSlowestFirstAndNamesTheMissingRank) {
+  constexpr int64_t kRankWindowMs = 2000;
+  auto await_window_start = [] {
+    ASSERT_TRUE(
+        WaitFor([] { return NowMs() % kRankWindowMs < 100; }, std::chrono::seconds(3)));
+  };
+  auto push_rank = [&](int rank, const std::string& a, const std::string& b) {
+    Push({"cli.step_ms", a, b, "--agg", "mean,max", "--window", "2s", "--label",
+          absl::StrCat("rank=", rank), "--label", "job=j"});
+  };
+  // Rank 3 reports only in an earlier window: behind in the newest one.
+  await_window_start();
+  const int64_t earlier = NowMs() / kRankWindowMs * kRankWindowMs;
+  push_rank(3, "500", "500");
+  ASSERT_TRUE(WaitFor([&] { return NowMs() >= earlier + kRankWindowMs; },
+                      std::chrono::seconds(3)));
+  await_window_start();
+  const int64_t newest = NowMs() / kRankWindowMs * kRankWindowMs;
+  push_rank(0, "100", "102");  // mean 101
+  push_rank(1, "150", "150");
+  push_rank(2, "99", "99");
+  ASSERT_EQ(WaitForWindows("cli.step_ms", 4).size(), 4u);
+
+  const std::vector<Value> comparisons =
+      Elements(At(CtlJson({"ranks", "cli.step_ms"}), "comparisons"));
+  ASSERT_EQ(comparisons.size(), 1u);
+  const Value& c = comparisons[0];
+  EXPECT_EQ(String(At(c, "stat")), "cli.step_ms");
+  EXPECT_EQ(String(At(At(c, "labels"), "job")), "j");
+  EXPECT_EQ(String(At(c, "aggregation")), "mean");
+  EXPECT_EQ(Number(At(c, "start_ms")), newest);
+  std::vector<std::string> order;
+  for (const Value& r : Elements(At(c, "ranks"))) order.push_back(String(At(r, "rank")));
+  EXPECT_THAT(order, ::testing::ElementsAre("1", "0", "2"));
+  EXPECT_EQ(Number(At(Elements(At(c, "ranks"))[1], "value")), 101.0);
+  EXPECT_EQ(Number(At(Elements(At(c, "ranks"))[1], "accepted")), 2.0);
+  EXPECT_EQ(String(Elements(At(c, "missing_ranks")).at(0)), "3");
+  EXPECT_EQ(Number(At(c, "max")), 150.0);
+  EXPECT_EQ(Number(At(c, "min")), 99.0);
+  EXPECT_EQ(Number(At(c, "median")), 101.0);
+  EXPECT_EQ(String(At(c, "slowest_rank")), "1");
+  EXPECT_DOUBLE_EQ(Number(At(c, "max_over_median")), 150.0 / 101.0);
+
+  // An earlier window by its start, another aggregation; the table form.
+  const Value old = Elements(At(CtlJson({"ranks", "cli.*", "--agg", "max", "--window-start",
+                                         absl::StrCat(earlier)}),
+                                "comparisons"))
+                        .at(0);
+  EXPECT_EQ(String(At(old, "slowest_rank")), "3");
+  EXPECT_EQ(Elements(At(old, "missing_ranks")).size(), 3u);
+  const CommandResult table = Ctl({"ranks", "cli.step_ms"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("slowest rank 1: 150  median 101"));
+  EXPECT_THAT(table.out, HasSubstr("missing this window: ranks 3"));
+}
+
+TEST_F(CliTest, RanksOfOneAggregationOnly) {
+  const CommandResult r = Ctl({"ranks", "cli.step_ms", "--agg", "mean,max"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--agg: give one aggregation to compare"));
+}
+
 TEST_F(CliTest, UnknownFlagIsAUsageErrorThatSendsNothing) {
   const CommandResult r = Ctl({"push", "cli.usage", "1", "--bogus"});
   EXPECT_EQ(r.exit_code, 2);

@@ -1,0 +1,108 @@
+#include "server/core/rank_comparison.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace torchmon::server {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Member {
+  std::string rank;
+  std::shared_ptr<const SeriesKey> series;
+};
+
+struct Group {
+  std::vector<Member> members;
+};
+
+}  // namespace
+
+std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& series,
+                                         const std::vector<ClosedWindow>& windows,
+                                         const RankComparisonOptions& options) {
+  // Groups, ordered by (stat, shared labels).
+  std::map<std::pair<std::string, Labels>, Group> groups;
+  for (const SeriesSnapshot& s : series) {
+    if (!Contains(s.spec.aggregations, options.aggregation)) continue;
+    const std::string* rank = nullptr;
+    Labels shared;
+    for (const auto& [key, value] : s.key->labels) {
+      if (key == options.rank_label) {
+        rank = &value;
+      } else if (key != "local_rank" && key != "host") {
+        shared.emplace_back(key, value);
+      }
+    }
+    if (rank == nullptr) continue;
+    groups[{s.key->stat, std::move(shared)}].members.push_back({*rank, s.key});
+  }
+  // Each series' windows by start.
+  absl::flat_hash_map<SeriesKey, std::vector<const ClosedWindow*>> by_series;
+  for (const ClosedWindow& w : windows) by_series[*w.series].push_back(&w);
+
+  std::vector<RankComparison> out;
+  for (auto& [group_key, group] : groups) {
+    RankComparison c;
+    c.stat = group_key.first;
+    c.labels = group_key.second;
+    c.start_ms = options.window_start_ms;
+    if (c.start_ms == 0) {
+      bool any = false;
+      for (const Member& m : group.members) {
+        auto it = by_series.find(*m.series);
+        if (it == by_series.end()) continue;
+        for (const ClosedWindow* w : it->second) {
+          if (!any || w->start_ms > c.start_ms) c.start_ms = w->start_ms;
+          any = true;
+        }
+      }
+      if (!any) continue;  // no rank has closed a window yet
+    }
+    std::vector<double> values;
+    for (const Member& m : group.members) {
+      const ClosedWindow* found = nullptr;
+      if (auto it = by_series.find(*m.series); it != by_series.end()) {
+        for (const ClosedWindow* w : it->second) {
+          if (w->start_ms == c.start_ms) found = w;
+        }
+      }
+      if (found == nullptr) {
+        c.missing.push_back(m.rank);
+        continue;
+      }
+      c.end_ms = found->end_ms;
+      const double v = found->stats.Get(options.aggregation);
+      c.ranks.push_back({m.rank, m.series, v, found->stats.accepted});
+      if (!std::isnan(v)) values.push_back(v);
+    }
+    if (c.ranks.empty()) continue;  // asked for a window no rank has
+    std::sort(c.ranks.begin(), c.ranks.end(), [](const RankEntry& a, const RankEntry& b) {
+      if (std::isnan(a.value) != std::isnan(b.value)) return std::isnan(b.value);
+      if (a.value != b.value) return a.value > b.value;
+      return a.rank < b.rank;
+    });
+    std::sort(c.missing.begin(), c.missing.end());
+    std::sort(values.begin(), values.end());
+    if (values.empty()) {
+      c.min = c.max = c.median = c.max_over_median = kNaN;
+    } else {
+      c.min = values.front();
+      c.max = values.back();
+      const size_t n = values.size();
+      c.median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+      c.slowest_rank = c.ranks.front().rank;
+      c.max_over_median = c.median != 0 ? c.max / c.median : kNaN;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace torchmon::server

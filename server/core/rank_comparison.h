@@ -1,0 +1,52 @@
+// Cross-rank comparison of a stat on one daemon (Query.CompareRanks): for
+// one window, each rank's value of one aggregation and the spread. Pure: it
+// works on copies taken from the aggregator.
+#ifndef TORCHMON_SERVER_CORE_RANK_COMPARISON_H_
+#define TORCHMON_SERVER_CORE_RANK_COMPARISON_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/core/aggregator.h"
+#include "server/core/types.h"
+
+namespace torchmon::server {
+
+struct RankComparisonOptions {
+  Aggregation aggregation = Aggregation::kMean;
+  std::string rank_label = "rank";
+  int64_t window_start_ms = 0;  // 0: per group, the newest window any rank closed
+};
+
+struct RankEntry {
+  std::string rank;
+  std::shared_ptr<const SeriesKey> series;
+  double value = 0;
+  uint64_t accepted = 0;
+};
+
+struct RankComparison {
+  std::string stat;
+  Labels labels;  // shared by the group: series labels without rank, local_rank, host
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  std::vector<RankEntry> ranks;       // largest value first, NaN last
+  std::vector<std::string> missing;   // ranks without the window, sorted
+  double min = 0, max = 0, median = 0;  // over non-NaN values (NaN if none)
+  std::string slowest_rank;           // the rank of `max`
+  double max_over_median = 0;         // NaN if median is 0 or NaN
+};
+
+// Groups `series` by stat and shared labels, keeping those with the rank
+// label that compute the aggregation, and compares the ranks of each group
+// in one window of `windows` (closed windows of those series). Sorted by
+// stat, then labels.
+std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& series,
+                                         const std::vector<ClosedWindow>& windows,
+                                         const RankComparisonOptions& options);
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_CORE_RANK_COMPARISON_H_
