@@ -10,7 +10,7 @@ set -euo pipefail
 #             openssl, which makes the security tests' certificates at test time; clang with
 #             its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports;
 #             systemd-analyze and PyYAML, which check the files under deploy/ in tests/deploy
-#             and tests/prometheus)
+#             and tests/prometheus; chromium, the headless browser of tests/live_page)
 #   --daemon  only what building torchmond and torchmonctl needs (the container image's
 #             build stage, deploy/container/Dockerfile): no Python, torch or test libraries
 daemon_packages=(
@@ -25,7 +25,7 @@ packages=(
 )
 case "${1:-}" in
   "") ;;
-  --test) packages+=(prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml
+  --test) packages+=(prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml chromium
                      systemd openssl clang libclang-rt-14-dev llvm) ;;
   --daemon) packages=("${daemon_packages[@]}") ;;
   *) echo "install-deps.sh: unknown option \"$1\" (expected --test or --daemon)" >&2; exit 2 ;;

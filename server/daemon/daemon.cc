@@ -63,6 +63,7 @@ Daemon::Daemon(DaemonOptions options)
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
       health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
+      live_page_(aggregator_, events_),
       timer_(io_),
       signals_(io_, SIGINT, SIGTERM),
       hangup_(io_, SIGHUP) {
@@ -172,7 +173,8 @@ absl::Status Daemon::Start() {
   }
 
   auto metrics = MetricsHttpServer::Start(options_.metrics_listen, exposition_, stats_,
-                                          security_->metrics_auth());
+                                          security_->metrics_auth(),
+                                          options_.live_page ? &live_page_ : nullptr);
   if (!metrics.ok()) return metrics.status();
   metrics_server_ = *std::move(metrics);
   // Last: everything that needs root (ports, files, chown) is done.

@@ -86,6 +86,7 @@ class Daemon {
   QueryService query_service_;
   HealthService health_service_;
   MetricsExposition exposition_;
+  LivePage live_page_;
 
   // Credentials of the listeners; outlives the server that uses them.
   std::unique_ptr<ServerSecurity> security_;

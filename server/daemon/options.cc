@@ -92,6 +92,8 @@ std::string DaemonUsage() {
       "  --drain-timeout DURATION\n"
       "                         On SIGTERM/SIGINT, how long open streams may keep\n"
       "                         delivering before they are cut. Default: 1s\n"
+      "  --live-page on|off     The live page at / on the metrics port: series, recent\n"
+      "                         windows plotted, events. Default: on (docs/live-page.md)\n"
       "  --jsonl-file PATH      Append every closed window and event to PATH, one JSON\n"
       "                         object per line; SIGHUP reopens it (log rotation).\n"
       "                         Default: none (docs/sinks.md)\n"
@@ -188,6 +190,14 @@ absl::Status ApplyFlag(const std::string& arg,
           "--max-message-size ", options.max_message_bytes,
           " is outside [4096, 1073741824] bytes"));
     }
+  } else if (arg == "--live-page") {
+    std::string text;
+    TORCHMON_ASSIGN(text, next());
+    if (text != "on" && text != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--live-page \"", text, "\" is neither on nor off"));
+    }
+    options.live_page = text == "on";
   } else if (arg == "--jsonl-file" || arg == "--tensorboard-dir") {
     std::string path;
     TORCHMON_ASSIGN(path, next());

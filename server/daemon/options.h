@@ -39,7 +39,8 @@ struct DaemonOptions {
   uint32_t socket_mode = 0600;
   int64_t drain_timeout_ms = 1000;
   SecurityOptions security;
-  SinkOptions sinks;  // --jsonl-file, --tensorboard-dir (docs/sinks.md)
+  SinkOptions sinks;
+  bool live_page = true;  // --live-page: GET / on the metrics port (docs/live-page.md)  // --jsonl-file, --tensorboard-dir (docs/sinks.md)
   // --config FILE / --check-config FILE: the configuration file read, if any.
   std::string config_file;
   // --check-config: validate the configuration and exit; start nothing.

@@ -1,6 +1,8 @@
 #include "server/service/metrics_http_server.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -108,10 +110,87 @@ class MetricsHttpServer::HealthHandler final : public CivetHandler {
   std::atomic<ServingState> state_{ServingState::kStarting};
 };
 
+// GET / and /api/*: the live page (live_page.h).
+class MetricsHttpServer::PageHandler final : public CivetHandler {
+ public:
+  PageHandler(const LivePage& page, DaemonStats& stats,
+              std::shared_ptr<const BasicAuthChecker> auth)
+      : page_(page), stats_(stats), auth_(std::move(auth)) {}
+
+  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
+    if (auth_ != nullptr) {
+      const char* authorization = mg_get_header(conn, "Authorization");
+      if (authorization == nullptr || !auth_->Accepts(authorization)) {
+        stats_.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
+        Send(conn, 401, "text/plain; charset=utf-8", "torchmond: the page needs HTTP basic auth\n",
+             true);
+        return true;
+      }
+    }
+    const mg_request_info* request = mg_get_request_info(conn);
+    const std::string uri = request->local_uri != nullptr ? request->local_uri : "/";
+    if (uri == "/") {
+      Send(conn, 200, "text/html; charset=utf-8", LivePage::Html());
+    } else if (uri == "/api/series") {
+      Send(conn, 200, kJson, page_.SeriesJson());
+    } else if (uri == "/api/windows") {
+      const std::string stat = Query(request, "stat");
+      if (stat.empty()) {
+        Send(conn, 400, "text/plain; charset=utf-8", "torchmond: /api/windows needs ?stat=NAME\n");
+      } else {
+        Send(conn, 200, kJson, page_.WindowsJson(stat, Last(request, 60)));
+      }
+    } else if (uri == "/api/events") {
+      Send(conn, 200, kJson, page_.EventsJson(Last(request, 50)));
+    } else {
+      Send(conn, 404, "text/plain; charset=utf-8", "torchmond: not found\n");
+    }
+    return true;
+  }
+
+ private:
+  static constexpr const char* kJson = "application/json";
+
+  static std::string Query(const mg_request_info* request, const char* name) {
+    if (request->query_string == nullptr) return "";
+    std::string value(4096, '\0');
+    const int n = mg_get_var(request->query_string, std::strlen(request->query_string), name,
+                             value.data(), value.size());
+    if (n < 0) return "";
+    value.resize(static_cast<size_t>(n));
+    return value;
+  }
+  // ?last=N, 1 to 1000; `fallback` when absent or not a number.
+  static size_t Last(const mg_request_info* request, size_t fallback) {
+    const std::string text = Query(request, "last");
+    char* end = nullptr;
+    const long n = text.empty() ? 0 : std::strtol(text.c_str(), &end, 10);
+    if (n < 1 || (end != nullptr && *end != '\0')) return fallback;
+    return static_cast<size_t>(std::min(n, 1000L));
+  }
+  static void Send(mg_connection* conn, int status, const char* type, absl::string_view body,
+                   bool challenge = false) {
+    mg_response_header_start(conn, status);
+    if (challenge) {
+      mg_response_header_add(conn, "WWW-Authenticate", BasicAuthChecker::kChallenge.data(),
+                             static_cast<int>(BasicAuthChecker::kChallenge.size()));
+    }
+    mg_response_header_add(conn, "Content-Type", type, -1);
+    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
+    mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
+    if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+  }
+
+  const LivePage& page_;
+  DaemonStats& stats_;
+  const std::shared_ptr<const BasicAuthChecker> auth_;
+};
+
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
-    std::shared_ptr<const BasicAuthChecker> auth) {
+    std::shared_ptr<const BasicAuthChecker> auth, const LivePage* page) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  if (page != nullptr) server->page_handler_ = std::make_unique<PageHandler>(*page, stats, auth);
   server->handler_ = std::make_unique<Handler>(exposition, stats, std::move(auth));
   server->health_handler_ = std::make_unique<HealthHandler>();
   // Two workers: a scrape of a large daemon takes a while, and a second
@@ -130,6 +209,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   // "$": exactly /metrics, not every path that starts with it.
   server->server_->addHandler("/metrics$", server->handler_.get());
   server->server_->addHandler("/healthz$", server->health_handler_.get());
+  if (server->page_handler_ != nullptr) {
+    server->server_->addHandler("/$", server->page_handler_.get());
+    server->server_->addHandler("/api/", server->page_handler_.get());
+  }
   server->address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", ports.front());
   return server;
 }

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "server/service/auth.h"
 #include "server/service/daemon_stats.h"
+#include "server/service/live_page.h"
 #include "server/service/metrics_exposition.h"
 
 class CivetServer;
@@ -27,6 +28,9 @@ enum class ServingState {
   kShuttingDown,  // 503 "shutting down\n": SIGTERM came, streams drain
 };
 
+// With a LivePage, GET / serves it and /api/series, /api/windows,
+// /api/events its data, behind the same basic auth as /metrics.
+//
 // Thread-safe: scrapes run concurrently on the server's worker threads.
 // /metrics responses use chunked transfer encoding over HTTP/1.1; HTTP/1.0
 // ones end when the connection closes. Every other path is 404. With an auth
@@ -41,7 +45,7 @@ class MetricsHttpServer {
   // refused by `auth` (null: none is), is counted in `stats`.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
       const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
-      std::shared_ptr<const BasicAuthChecker> auth = nullptr);
+      std::shared_ptr<const BasicAuthChecker> auth = nullptr, const LivePage* page = nullptr);
 
   // Stops serving; waits for scrapes in progress.
   ~MetricsHttpServer();
@@ -56,11 +60,13 @@ class MetricsHttpServer {
  private:
   class Handler;
   class HealthHandler;
+  class PageHandler;
   MetricsHttpServer() = default;
 
   std::string address_;
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<HealthHandler> health_handler_;
+  std::unique_ptr<PageHandler> page_handler_;
   std::unique_ptr<CivetServer> server_;
 };
 

@@ -1,0 +1,199 @@
+"""The live page on torchmond's metrics port (docs/live-page.md): its JSON
+endpoints against what was pushed, and the page itself in a real headless
+Chromium, which must show every pushed series, plot each stat and list the
+event; its screenshot must be a real rendering, not a blank page."""
+
+import base64
+import json
+import os
+import shutil
+import struct
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import zlib
+
+import pytest
+
+from torchmon_testing import Daemon
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def http(daemon, path, auth=None):
+    request = urllib.request.Request(f"http://{daemon.metrics}{path}")
+    if auth:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, r.headers.get("Content-Type"), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read().decode()
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    """A daemon holding two stats of two ranks over several closed windows, and an event."""
+    tmp = tmp_path_factory.mktemp("live")
+    daemon = Daemon(str(tmp), "--grace", "100ms")
+    for step in range(3):
+        # Each step in a window of its own: every series gets three windows.
+        start = int(time.time() * 1000) // 200
+        while int(time.time() * 1000) // 200 == start:
+            time.sleep(0.005)
+        for rank in (0, 1):
+            base = 4 - step + rank / 10
+            daemon.ctl("push", "train.loss", str(base), str(base + 1), "--agg", "mean,min,max",
+                       "--window", "200ms", "--label", f"rank={rank}")
+            daemon.ctl("push", "train.step_ms", str(100 + 10 * rank), "--agg", "value,max",
+                       "--window", "200ms", "--label", f"rank={rank}")
+    daemon.ctl("event", "epoch_end", "epoch=1", "note=warm <b>")
+    # Every sample in a closed window (12 of train.loss, 6 of train.step_ms).
+    deadline = time.monotonic() + 10
+    while (sum(w["accepted"] for w in daemon.windows("train.loss")) < 12 or
+           sum(w["accepted"] for w in daemon.windows("train.step_ms")) < 6):
+        assert time.monotonic() < deadline, "windows did not close"
+        time.sleep(0.05)
+    yield daemon
+    daemon.stop()
+
+
+def test_series_endpoint_lists_every_series_with_its_counters(fed):
+    status, content_type, body = http(fed, "/api/series")
+    assert status == 200 and content_type == "application/json"
+    series = json.loads(body)["series"]
+    by_key = {(s["stat"], s["labels"]["rank"]): s for s in series}
+    assert set(by_key) == {(s, r) for s in ("train.loss", "train.step_ms") for r in ("0", "1")}
+    loss = by_key[("train.loss", "0")]
+    assert loss["aggregations"] == ["mean", "max", "min"]
+    assert loss["window_ms"] == 200
+    assert loss["counters"]["accepted"] == 6
+    assert loss["last_window"]["type"] == "window"
+    # What the query API says, the page says.
+    queried = fed.series("train.loss")
+    assert sorted(s["counters"]["accepted"] for s in queried) == [6, 6]
+
+
+def test_windows_endpoint_is_exact_for_the_stat_and_bounded_by_last(fed):
+    _, _, body = http(fed, "/api/windows?stat=train.loss&last=2")
+    windows = json.loads(body)["windows"]
+    assert {w["stat"] for w in windows} == {"train.loss"}
+    per_rank = {}
+    for w in windows:
+        per_rank.setdefault(w["labels"]["rank"], []).append(w)
+    assert set(per_rank) == {"0", "1"} and all(len(ws) <= 2 for ws in per_rank.values())
+    everything = json.loads(http(fed, "/api/windows?stat=train.loss")[2])["windows"]
+    assert sum(w["accepted"] for w in everything) == 12  # 3 pushes × 2 samples × 2 ranks
+    # A glob is not a stat name here.
+    assert json.loads(http(fed, "/api/windows?stat=train.*")[2])["windows"] == []
+    assert http(fed, "/api/windows")[0] == 400
+
+
+def test_events_endpoint_and_unknown_paths(fed):
+    events = json.loads(http(fed, "/api/events")[2])["events"]
+    assert [e["name"] for e in events] == ["epoch_end"]
+    assert events[0]["data"] == {"epoch": 1, "note": "warm <b>"}
+    assert http(fed, "/nope")[0] == 404
+    assert http(fed, "/api/nope")[0] == 404
+
+
+def read_png(path):
+    """Width, height and RGBA rows of an 8-bit RGB/RGBA PNG, decoded here."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    width, height, depth, color, _, _, interlace = header
+    assert depth == 8 and color in (2, 6) and interlace == 0, header
+    channels = 4 if color == 6 else 3
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    rows, previous = [], bytearray(stride)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b = previous[i]
+            c = previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append(bytes(line))
+        previous = line
+    return width, height, channels, rows
+
+
+def chromium(*args, timeout=90):
+    assert os.path.exists(CHROMIUM), "chromium is missing: deploy/dev/install-deps.sh --test"
+    return subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+                           "--hide-scrollbars", "--virtual-time-budget=5000", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_page_shows_what_was_pushed_in_headless_chromium(fed):
+    dom = chromium("--dump-dom", f"http://{fed.metrics}/").stdout
+    for stat in ("train.loss", "train.step_ms"):
+        assert dom.count(f'data-stat="{stat}"') == 2, stat  # one row per rank
+        assert f'data-chart="{stat}"' in dom
+    assert dom.count("<polyline") == 4  # a line per rank and stat
+    # The min–max band: train.loss has both, drawn for a rank with two windows or more.
+    windows = json.loads(http(fed, "/api/windows?stat=train.loss")[2])["windows"]
+    banded = sum(1 for rank in ("0", "1")
+                 if sum(1 for w in windows if w["labels"]["rank"] == rank) > 1)
+    assert banded == 2 and dom.count("<polygon") == banded
+    assert 'data-event="epoch_end"' in dom
+    assert "warm &lt;b&gt;" in dom  # text, not markup
+    assert "4 series" in dom and "error" not in dom.split('id="status"')[1][:80]
+
+
+def test_the_screenshot_is_a_real_rendering(fed, tmp_path):
+    shot = tmp_path / "page.png"
+    result = chromium("--window-size=1280,800", f"--screenshot={shot}", f"http://{fed.metrics}/")
+    assert shot.exists(), result.stderr
+    width, height, channels, rows = read_png(shot)
+    assert (width, height) == (1280, 800)
+    colors = {row[i:i + 3] for row in rows[::4] for i in range(0, len(row), channels * 4)}
+    assert len(colors) > 50, f"only {len(colors)} colours: a blank page?"
+    # The header bar's colour (#1d2330) and the first series' line (#1f77b4).
+    pixels = {row[i:i + 3] for row in rows for i in range(0, len(row), channels)}
+    assert bytes.fromhex("1d2330") in pixels
+    assert any(abs(p[0] - 0x1F) < 12 and abs(p[1] - 0x77) < 12 and abs(p[2] - 0xB4) < 12
+               for p in pixels), "no plotted line in the screenshot"
+
+
+def test_the_page_asks_for_the_metrics_password_and_can_be_turned_off(tmp_path):
+    auth = tmp_path / "auth"
+    auth.write_text("prom:s3cret-pass\n")
+    os.chmod(auth, 0o600)
+    (tmp_path / "a").mkdir()
+    daemon = Daemon(str(tmp_path / "a"), "--metrics-auth-file", str(auth))
+    try:
+        assert http(daemon, "/")[0] == 401
+        assert http(daemon, "/api/series")[0] == 401
+        assert http(daemon, "/api/series", auth="prom:s3cret-pass")[0] == 200
+    finally:
+        daemon.stop()
+    (tmp_path / "b").mkdir()
+    off = Daemon(str(tmp_path / "b"), "--live-page", "off")
+    try:
+        assert http(off, "/")[0] == 404
+        assert http(off, "/api/series")[0] == 404
+        assert http(off, "/metrics")[0] == 200
+    finally:
+        off.stop()
