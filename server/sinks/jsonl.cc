@@ -52,25 +52,34 @@ std::string WindowJsonLine(const ClosedWindow& window) {
 }
 
 std::string EventJsonLine(const EventRecord& event) {
-  std::string data = "{";
+  // data_types, as torchmonctl events --json writes it, tells an int 3 from
+  // a double 3 and the string "NaN" from a NaN double.
+  std::string data = "{", types = "{";
   for (const auto& [key, value] : event.data) {
-    absl::StrAppend(&data, data.size() > 1 ? "," : "", JsonString(key), ":");
+    const char* separator = data.size() > 1 ? "," : "";
+    absl::StrAppend(&data, separator, JsonString(key), ":");
+    absl::StrAppend(&types, separator, JsonString(key), ":");
     if (const auto* s = std::get_if<std::string>(&value)) {
       data += JsonString(*s);
+      types += "\"string\"";
     } else if (const auto* d = std::get_if<double>(&value)) {
       data += JsonNumber(*d);
+      types += "\"double\"";
     } else if (const auto* i = std::get_if<int64_t>(&value)) {
       absl::StrAppend(&data, *i);
+      types += "\"int\"";
     } else {
       data += std::get<bool>(value) ? "true" : "false";
+      types += "\"bool\"";
     }
   }
   data += "}";
+  types += "}";
   return absl::StrCat("{\"type\":\"event\",\"name\":", JsonString(event.name),
                       ",\"labels\":", JsonLabels(event.labels),
                       ",\"timestamp_us\":", event.timestamp_us, ",\"timestamp\":\"",
                       Rfc3339Us(event.timestamp_us), "\",\"sequence\":", event.sequence,
-                      ",\"data\":", data, "}");
+                      ",\"data\":", data, ",\"data_types\":", types, "}");
 }
 
 }  // namespace torchmon::server

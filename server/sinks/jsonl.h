@@ -16,8 +16,9 @@ namespace torchmon::server {
 std::string WindowJsonLine(const ClosedWindow& window);
 
 // {"type":"event","name":...,"labels":{...},"timestamp_us":...,
-//  "timestamp":"<RFC 3339>","sequence":N,"data":{...}}; string fields as
-// JSON strings, numbers as numbers, booleans as true/false.
+//  "timestamp":"<RFC 3339>","sequence":N,"data":{...},"data_types":{...}};
+// string fields as JSON strings, numbers as numbers, booleans as true/false;
+// data_types names each field's type ("string", "int", "double", "bool").
 std::string EventJsonLine(const EventRecord& event);
 
 }  // namespace torchmon::server

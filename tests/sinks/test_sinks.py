@@ -228,6 +228,7 @@ def test_every_window_and_event_reaches_both_sinks_exactly(sink_daemon):
     event = events[0]
     assert event["name"] == "epoch_end"
     assert event["data"] == {"epoch": 3, "lr": 0.25, "ok": True, "note": "a b"}
+    assert event["data_types"] == {"epoch": "int", "lr": "double", "ok": "bool", "note": "string"}
     assert event["timestamp"].endswith("Z") and event["sequence"] >= 1
 
     # TensorBoard: one run per label set, one event per window, every CRC good.

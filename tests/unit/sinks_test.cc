@@ -112,7 +112,8 @@ TEST(JsonlTest, EventLineKeepsFieldTypes) {
             "{\"type\":\"event\",\"name\":\"epoch_end\",\"labels\":{\"rank\":\"1\"},"
             "\"timestamp_us\":1700000000123456,\"timestamp\":\"2023-11-14T22:13:20.123456Z\","
             "\"sequence\":7,\"data\":{\"epoch\":3,\"lr\":0.25,\"ok\":true,\"note\":\"a\\\"b\","
-            "\"bad\":\"+Inf\"}}");
+            "\"bad\":\"+Inf\"},\"data_types\":{\"epoch\":\"int\",\"lr\":\"double\","
+            "\"ok\":\"bool\",\"note\":\"string\",\"bad\":\"double\"}}");
 }
 
 TEST(TensorBoardRunNameTest, LabelsInKeyOrderWithUnsafeBytesEscaped) {
