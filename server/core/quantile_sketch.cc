@@ -1,0 +1,115 @@
+#include "server/core/quantile_sketch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace torchmon::server {
+
+QuantileSketch::QuantileSketch(double relative_accuracy, size_t max_buckets)
+    : alpha_(relative_accuracy),
+      gamma_((1 + relative_accuracy) / (1 - relative_accuracy)),
+      log_gamma_(std::log(gamma_)),
+      max_buckets_(std::max<size_t>(max_buckets, 1)) {}
+
+int32_t QuantileSketch::Index(double magnitude) const {
+  return static_cast<int32_t>(std::ceil(std::log(magnitude) / log_gamma_));
+}
+
+double QuantileSketch::Value(int32_t index) const {
+  // The point of bucket (γ^(i-1), γ^i] within relative error α of both ends.
+  return 2 * std::pow(gamma_, index) / (gamma_ + 1);
+}
+
+void QuantileSketch::Store::Add(int32_t index, uint64_t n, size_t max_buckets) {
+  if (counts.empty()) {
+    offset = index;
+    counts.assign(1, n);
+    return;
+  }
+  const int64_t high = static_cast<int64_t>(offset) + static_cast<int64_t>(counts.size()) - 1;
+  if (index < offset) {
+    // counts.size() ≤ max_buckets, so lowest_kept ≤ offset.
+    const int64_t lowest_kept = high - static_cast<int64_t>(max_buckets) + 1;
+    if (index < lowest_kept) {
+      collapsed = true;  // below what the bound keeps: into the lowest bucket it may hold
+      index = static_cast<int32_t>(lowest_kept);
+    }
+    if (index < offset) {
+      counts.insert(counts.begin(), static_cast<size_t>(offset - index), 0);
+      offset = index;
+    }
+    counts[static_cast<size_t>(index - offset)] += n;
+    return;
+  }
+  if (index > high) {
+    counts.resize(static_cast<size_t>(index - offset) + 1, 0);
+    if (counts.size() > max_buckets) {
+      // Keep the top max_buckets; the lower ones merge into the lowest kept.
+      const size_t drop = counts.size() - max_buckets;
+      uint64_t folded = 0;
+      for (size_t i = 0; i <= drop; ++i) folded += counts[i];
+      counts.erase(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(drop));
+      counts[0] = folded;
+      offset += static_cast<int32_t>(drop);
+      collapsed = true;
+    }
+  }
+  counts[static_cast<size_t>(index - offset)] += n;
+}
+
+void QuantileSketch::Add(double x) {
+  ++count_;
+  if (std::isnan(x)) {
+    ++nans_;
+  } else if (std::isinf(x)) {
+    ++(x > 0 ? positive_inf_ : negative_inf_);
+  } else if (x == 0 || std::fabs(x) < std::numeric_limits<double>::min()) {
+    ++zeros_;  // zero, and subnormals, whose logarithm the mapping cannot hold accurately
+  } else if (x > 0) {
+    positive_.Add(Index(x), 1, max_buckets_);
+  } else {
+    negative_.Add(Index(-x), 1, max_buckets_);
+  }
+}
+
+void QuantileSketch::Merge(const QuantileSketch& other) {
+  for (size_t i = 0; i < other.positive_.counts.size(); ++i) {
+    if (other.positive_.counts[i] == 0) continue;
+    positive_.Add(other.positive_.offset + static_cast<int32_t>(i), other.positive_.counts[i],
+                  max_buckets_);
+  }
+  for (size_t i = 0; i < other.negative_.counts.size(); ++i) {
+    if (other.negative_.counts[i] == 0) continue;
+    negative_.Add(other.negative_.offset + static_cast<int32_t>(i), other.negative_.counts[i],
+                  max_buckets_);
+  }
+  positive_.collapsed |= other.positive_.collapsed;
+  negative_.collapsed |= other.negative_.collapsed;
+  zeros_ += other.zeros_;
+  positive_inf_ += other.positive_inf_;
+  negative_inf_ += other.negative_inf_;
+  nans_ += other.nans_;
+  count_ += other.count_;
+}
+
+double QuantileSketch::Quantile(double q) const {
+  if (count_ == 0 || nans_ > 0) return std::numeric_limits<double>::quiet_NaN();
+  q = std::clamp(q, 0.0, 1.0);
+  const uint64_t rank = static_cast<uint64_t>(std::floor(q * static_cast<double>(count_ - 1)));
+  uint64_t seen = negative_inf_;
+  if (rank < seen) return -std::numeric_limits<double>::infinity();
+  for (size_t i = negative_.counts.size(); i-- > 0;) {  // most negative first
+    seen += negative_.counts[i];
+    if (rank < seen) return -Value(negative_.offset + static_cast<int32_t>(i));
+  }
+  seen += zeros_;
+  if (rank < seen) return 0;
+  for (size_t i = 0; i < positive_.counts.size(); ++i) {
+    seen += positive_.counts[i];
+    if (rank < seen) return Value(positive_.offset + static_cast<int32_t>(i));
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+}  // namespace torchmon::server
