@@ -192,6 +192,16 @@ absl::StatusOr<Command> BuildWindows(const SplitCommandLine& line) {
   return command;
 }
 
+// --agg of ranks and top: exactly one aggregation.
+absl::StatusOr<v1::Aggregation> ParseComparedAggregation(absl::string_view value) {
+  auto parsed = protocol::ParseAggregationList(value);
+  if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
+  if (parsed->size() != 1) {
+    return UsageError(absl::StrCat("--agg: give one aggregation to compare, not \"", value, "\""));
+  }
+  return (*parsed)[0];
+}
+
 absl::StatusOr<Command> BuildRanks(const SplitCommandLine& line) {
   RanksCommand command;
   if (absl::Status s = CheckPositionalCount(line, 1, 1, "a STAT (name or glob)"); !s.ok()) {
@@ -203,13 +213,9 @@ absl::StatusOr<Command> BuildRanks(const SplitCommandLine& line) {
     if (flag == Flag::kLabel) {
       if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
     } else if (flag == Flag::kAgg) {
-      auto parsed = protocol::ParseAggregationList(value);
-      if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
-      if (parsed->size() != 1) {
-        return UsageError(absl::StrCat("--agg: give one aggregation to compare, not \"", value,
-                                       "\""));
-      }
-      command.aggregation = (*parsed)[0];
+      auto aggregation = ParseComparedAggregation(value);
+      if (!aggregation.ok()) return aggregation.status();
+      command.aggregation = *aggregation;
     } else if (flag == Flag::kRankLabel) {
       if (value.empty()) return UsageError("--rank-label is empty");
       command.rank_label = value;
@@ -230,13 +236,9 @@ absl::StatusOr<Command> BuildTop(const SplitCommandLine& line) {
     if (flag == Flag::kLabel) {
       if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
     } else if (flag == Flag::kAgg) {
-      auto parsed = protocol::ParseAggregationList(value);
-      if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
-      if (parsed->size() != 1) {
-        return UsageError(absl::StrCat("--agg: give one aggregation to compare, not \"", value,
-                                       "\""));
-      }
-      command.aggregation = (*parsed)[0];
+      auto aggregation = ParseComparedAggregation(value);
+      if (!aggregation.ok()) return aggregation.status();
+      command.aggregation = *aggregation;
     } else if (flag == Flag::kInterval) {
       auto ms = ParseDurationFlag("--interval", value);
       if (!ms.ok()) return ms.status();

@@ -336,28 +336,37 @@ std::string RenderRanksTable(const v1::CompareRanksResponse& response,
   return out;
 }
 
+namespace {
+
+// One comparison of ranks/top --json.
+std::string RankComparisonJson(const v1::RankComparison& c, v1::Aggregation aggregation) {
+  std::vector<std::string> ranks;
+  for (const v1::RankValue& r : c.ranks()) {
+    ranks.push_back(absl::StrCat("{\"rank\":", JsonString(r.rank()),
+                                 ",\"labels\":", JsonLabels(r.series().labels()),
+                                 ",\"value\":", JsonNumber(r.value()),
+                                 ",\"accepted\":", r.accepted(), "}"));
+  }
+  std::vector<std::string> missing;
+  for (const std::string& m : c.missing_ranks()) missing.push_back(JsonString(m));
+  return absl::StrCat(
+      "{\"stat\":", JsonString(c.stat()), ",\"labels\":", JsonLabels(c.labels()),
+      ",\"aggregation\":", JsonString(protocol::AggregationName(aggregation)),
+      ",\"start_ms\":", c.start_ms(), ",\"end_ms\":", c.end_ms(), ",\"ranks\":[",
+      absl::StrJoin(ranks, ","), "],\"missing_ranks\":[", absl::StrJoin(missing, ","),
+      "],\"min\":", JsonNumber(c.min()), ",\"max\":", JsonNumber(c.max()),
+      ",\"median\":", JsonNumber(c.median()), ",\"slowest_rank\":",
+      JsonString(c.slowest_rank()), ",\"max_over_median\":", JsonNumber(c.max_over_median()),
+      "}");
+}
+
+}  // namespace
+
 std::string RenderRanksJson(const v1::CompareRanksResponse& response,
                             v1::Aggregation aggregation) {
   std::vector<std::string> elements;
   for (const v1::RankComparison& c : response.comparisons()) {
-    std::vector<std::string> ranks;
-    for (const v1::RankValue& r : c.ranks()) {
-      ranks.push_back(absl::StrCat("{\"rank\":", JsonString(r.rank()),
-                                   ",\"labels\":", JsonLabels(r.series().labels()),
-                                   ",\"value\":", JsonNumber(r.value()),
-                                   ",\"accepted\":", r.accepted(), "}"));
-    }
-    std::vector<std::string> missing;
-    for (const std::string& m : c.missing_ranks()) missing.push_back(JsonString(m));
-    elements.push_back(absl::StrCat(
-        "{\"stat\":", JsonString(c.stat()), ",\"labels\":", JsonLabels(c.labels()),
-        ",\"aggregation\":", JsonString(protocol::AggregationName(aggregation)),
-        ",\"start_ms\":", c.start_ms(), ",\"end_ms\":", c.end_ms(), ",\"ranks\":[",
-        absl::StrJoin(ranks, ","), "],\"missing_ranks\":[", absl::StrJoin(missing, ","),
-        "],\"min\":", JsonNumber(c.min()), ",\"max\":", JsonNumber(c.max()),
-        ",\"median\":", JsonNumber(c.median()), ",\"slowest_rank\":",
-        JsonString(c.slowest_rank()), ",\"max_over_median\":", JsonNumber(c.max_over_median()),
-        "}"));
+    elements.push_back(RankComparisonJson(c, aggregation));
   }
   return JsonDocument("comparisons", elements);
 }
@@ -405,11 +414,10 @@ std::string RenderTopTable(int64_t now_ms, const v1::CompareRanksResponse& ranks
 
 std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ranks,
                               v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops) {
-  v1::CompareRanksResponse sorted;
-  for (const v1::RankComparison* c : WidestSpreadsFirst(ranks)) *sorted.add_comparisons() = *c;
-  std::string comparisons = RenderRanksJson(sorted, aggregation);
-  // {"comparisons":[\n...\n]}\n → one line.
-  comparisons.erase(std::remove(comparisons.begin(), comparisons.end(), '\n'), comparisons.end());
+  std::vector<std::string> comparisons;
+  for (const v1::RankComparison* c : WidestSpreadsFirst(ranks)) {
+    comparisons.push_back(RankComparisonJson(*c, aggregation));
+  }
   std::vector<std::string> elements;
   for (const SeriesDrops& d : drops) {
     elements.push_back(absl::StrCat("{\"stat\":", JsonString(d.series.stat()),
@@ -417,8 +425,9 @@ std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ra
                                     ",\"capped\":", d.capped, ",\"late\":", d.late,
                                     ",\"skewed\":", d.skewed, ",\"client\":", d.client, "}"));
   }
-  return absl::StrCat("{\"time_ms\":", now_ms, ",", comparisons.substr(1, comparisons.size() - 2),
-                      ",\"drops\":[", absl::StrJoin(elements, ","), "]}\n");
+  return absl::StrCat("{\"time_ms\":", now_ms, ",\"comparisons\":[",
+                      absl::StrJoin(comparisons, ","), "],\"drops\":[",
+                      absl::StrJoin(elements, ","), "]}\n");
 }
 
 std::string RenderEventsTable(const v1::GetEventsResponse& response) {
