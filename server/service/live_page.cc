@@ -14,20 +14,6 @@ namespace {
 
 using protocol::JsonString;
 
-std::string LabelsJson(const Labels& labels) {
-  std::vector<std::string> parts;
-  for (const auto& [key, value] : labels) {
-    parts.push_back(absl::StrCat(JsonString(key), ":", JsonString(value)));
-  }
-  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
-}
-
-std::string LastWindowJson(const SeriesSnapshot& s) {
-  ClosedWindow w = s.last_window;
-  if (w.series == nullptr) w.series = s.key;
-  return WindowJsonLine(w);
-}
-
 constexpr absl::string_view kHtml = R"html(<!doctype html>
 <html lang="en">
 <head>
@@ -198,7 +184,7 @@ std::string LivePage::SeriesJson() const {
         ",\"aggregations\":[", absl::StrJoin(aggregations, ","), "],\"window_ms\":",
         s.spec.window_ms, ",\"counters\":{\"accepted\":", c.accepted, ",\"capped\":", c.capped,
         ",\"late\":", c.late, ",\"skewed\":", c.skewed, ",\"client\":", c.client_dropped,
-        "},\"last_window\":", s.has_last_window ? LastWindowJson(s) : "null", "}"));
+        "},\"last_window\":", s.has_last_window ? WindowJsonLine(s.last_window) : "null", "}"));
   }
   return absl::StrCat("{\"series\":[", absl::StrJoin(elements, ","), "]}\n");
 }

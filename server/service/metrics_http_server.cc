@@ -13,6 +13,28 @@
 #include "absl/strings/str_cat.h"
 
 namespace torchmon::server {
+namespace {
+
+// A whole response of known length, never cached.
+void SendText(mg_connection* conn, int status, const char* type, absl::string_view body) {
+  mg_response_header_start(conn, status);
+  mg_response_header_add(conn, "Content-Type", type, -1);
+  mg_response_header_add(conn, "Cache-Control", "no-store", -1);
+  mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
+  if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+}
+
+// 401 with the Basic challenge.
+void SendUnauthorized(mg_connection* conn, absl::string_view body) {
+  mg_response_header_start(conn, 401);
+  mg_response_header_add(conn, "WWW-Authenticate", BasicAuthChecker::kChallenge.data(),
+                         static_cast<int>(BasicAuthChecker::kChallenge.size()));
+  mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
+  mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
+  if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+}
+
+}  // namespace
 
 class MetricsHttpServer::Handler final : public CivetHandler {
  public:
@@ -25,7 +47,10 @@ class MetricsHttpServer::Handler final : public CivetHandler {
       const char* authorization = mg_get_header(conn, "Authorization");
       if (authorization == nullptr || !auth_->Accepts(authorization)) {
         stats_.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
-        SendUnauthorized(conn, authorization != nullptr);
+        SendUnauthorized(conn, authorization != nullptr
+                                   ? "torchmond: these credentials are not accepted for /metrics\n"
+                                   : "torchmond: /metrics needs HTTP basic auth "
+                                     "(--metrics-auth-file)\n");
         return true;
       }
     }
@@ -61,18 +86,6 @@ class MetricsHttpServer::Handler final : public CivetHandler {
   }
 
  private:
-  static void SendUnauthorized(mg_connection* conn, bool credentials_sent) {
-    const std::string body =
-        credentials_sent ? "torchmond: these credentials are not accepted for /metrics\n"
-                         : "torchmond: /metrics needs HTTP basic auth (--metrics-auth-file)\n";
-    mg_response_header_start(conn, 401);
-    mg_response_header_add(conn, "WWW-Authenticate", BasicAuthChecker::kChallenge.data(),
-                           static_cast<int>(BasicAuthChecker::kChallenge.size()));
-    mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
-    mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
-    if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
-  }
-
   const MetricsExposition& exposition_;
   DaemonStats& stats_;
   const std::shared_ptr<const BasicAuthChecker> auth_;
@@ -96,11 +109,7 @@ class MetricsHttpServer::HealthHandler final : public CivetHandler {
         body = "shutting down\n";
         break;
     }
-    mg_response_header_start(conn, status);
-    mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
-    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-    mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
-    if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+    SendText(conn, status, "text/plain; charset=utf-8", body);
     return true;
   }
 
@@ -122,28 +131,28 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
       const char* authorization = mg_get_header(conn, "Authorization");
       if (authorization == nullptr || !auth_->Accepts(authorization)) {
         stats_.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
-        Send(conn, 401, "text/plain; charset=utf-8", "torchmond: the page needs HTTP basic auth\n",
-             true);
+        SendUnauthorized(conn, "torchmond: the page needs HTTP basic auth\n");
         return true;
       }
     }
     const mg_request_info* request = mg_get_request_info(conn);
     const std::string uri = request->local_uri != nullptr ? request->local_uri : "/";
     if (uri == "/") {
-      Send(conn, 200, "text/html; charset=utf-8", LivePage::Html());
+      SendText(conn, 200, "text/html; charset=utf-8", LivePage::Html());
     } else if (uri == "/api/series") {
-      Send(conn, 200, kJson, page_.SeriesJson());
+      SendText(conn, 200, kJson, page_.SeriesJson());
     } else if (uri == "/api/windows") {
       const std::string stat = Query(request, "stat");
       if (stat.empty()) {
-        Send(conn, 400, "text/plain; charset=utf-8", "torchmond: /api/windows needs ?stat=NAME\n");
+        SendText(conn, 400, "text/plain; charset=utf-8",
+                 "torchmond: /api/windows needs ?stat=NAME\n");
       } else {
-        Send(conn, 200, kJson, page_.WindowsJson(stat, Last(request, 60)));
+        SendText(conn, 200, kJson, page_.WindowsJson(stat, Last(request, 60)));
       }
     } else if (uri == "/api/events") {
-      Send(conn, 200, kJson, page_.EventsJson(Last(request, 50)));
+      SendText(conn, 200, kJson, page_.EventsJson(Last(request, 50)));
     } else {
-      Send(conn, 404, "text/plain; charset=utf-8", "torchmond: not found\n");
+      SendText(conn, 404, "text/plain; charset=utf-8", "torchmond: not found\n");
     }
     return true;
   }
@@ -168,19 +177,6 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
     if (n < 1 || (end != nullptr && *end != '\0')) return fallback;
     return static_cast<size_t>(std::min(n, 1000L));
   }
-  static void Send(mg_connection* conn, int status, const char* type, absl::string_view body,
-                   bool challenge = false) {
-    mg_response_header_start(conn, status);
-    if (challenge) {
-      mg_response_header_add(conn, "WWW-Authenticate", BasicAuthChecker::kChallenge.data(),
-                             static_cast<int>(BasicAuthChecker::kChallenge.size()));
-    }
-    mg_response_header_add(conn, "Content-Type", type, -1);
-    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-    mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
-    if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
-  }
-
   const LivePage& page_;
   DaemonStats& stats_;
   const std::shared_ptr<const BasicAuthChecker> auth_;

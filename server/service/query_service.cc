@@ -174,8 +174,14 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
   }
   options.window_start_ms = request->window_start_ms();
   const Selector selector = SelectorFromProto(request->selector());
+  // Only the windows that can be compared: each series' newest (the newest
+  // window of a group is one of them, and a rank without it lacks it), or
+  // those from the asked start on; not every series' whole history.
   const std::vector<RankComparison> comparisons = torchmon::server::CompareRanks(
-      aggregator_.ListSeries(selector), aggregator_.GetWindows(selector, 0, 0, 0), options);
+      aggregator_.ListSeries(selector),
+      aggregator_.GetWindows(selector, options.window_start_ms, 0,
+                             options.window_start_ms == 0 ? 1 : 0),
+      options);
   for (const RankComparison& c : comparisons) {
     v1::RankComparison* out = response->add_comparisons();
     out->set_stat(c.stat);

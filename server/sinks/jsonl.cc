@@ -12,14 +12,6 @@ namespace {
 using protocol::JsonNumber;
 using protocol::JsonString;
 
-std::string JsonLabels(const Labels& labels) {
-  std::string out = "{";
-  for (const auto& [key, value] : labels) {
-    absl::StrAppend(&out, out.size() > 1 ? "," : "", JsonString(key), ":", JsonString(value));
-  }
-  return out + "}";
-}
-
 // "2026-11-22T18:04:05.123Z" (RFC 3339, UTC, millisecond precision).
 std::string Rfc3339Ms(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
@@ -34,6 +26,14 @@ std::string Rfc3339Us(int64_t unix_us) {
 
 }  // namespace
 
+std::string LabelsJson(const Labels& labels) {
+  std::string out = "{";
+  for (const auto& [key, value] : labels) {
+    absl::StrAppend(&out, out.size() > 1 ? "," : "", JsonString(key), ":", JsonString(value));
+  }
+  return out + "}";
+}
+
 std::string WindowJsonLine(const ClosedWindow& window) {
   std::string aggregates = "{";
   for (Aggregation a : kAllAggregations) {
@@ -44,7 +44,7 @@ std::string WindowJsonLine(const ClosedWindow& window) {
   aggregates += "}";
   return absl::StrCat(
       "{\"type\":\"window\",\"stat\":", JsonString(window.series->stat),
-      ",\"labels\":", JsonLabels(window.series->labels.get()), ",\"start_ms\":", window.start_ms,
+      ",\"labels\":", LabelsJson(window.series->labels.get()), ",\"start_ms\":", window.start_ms,
       ",\"end_ms\":", window.end_ms, ",\"start\":\"", Rfc3339Ms(window.start_ms), "\",\"end\":\"",
       Rfc3339Ms(window.end_ms), "\",\"partial\":", window.partial ? "true" : "false",
       ",\"accepted\":", window.stats.accepted, ",\"capped\":", window.stats.capped,
@@ -76,7 +76,7 @@ std::string EventJsonLine(const EventRecord& event) {
   data += "}";
   types += "}";
   return absl::StrCat("{\"type\":\"event\",\"name\":", JsonString(event.name),
-                      ",\"labels\":", JsonLabels(event.labels),
+                      ",\"labels\":", LabelsJson(event.labels),
                       ",\"timestamp_us\":", event.timestamp_us, ",\"timestamp\":\"",
                       Rfc3339Us(event.timestamp_us), "\",\"sequence\":", event.sequence,
                       ",\"data\":", data, ",\"data_types\":", types, "}");

@@ -10,6 +10,9 @@
 
 namespace torchmon::server {
 
+// {"k":"v",...}: a label set as a JSON object, keys in order.
+std::string LabelsJson(const Labels& labels);
+
 // {"type":"window","stat":...,"labels":{...},"start_ms":...,"end_ms":...,
 //  "start":"<RFC 3339>","end":"<RFC 3339>","partial":false,"accepted":N,
 //  "capped":N,"aggregates":{"mean":...,...}} without a trailing newline.
