@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "torchmon/protocol/json.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::loadgen {
@@ -13,6 +14,7 @@ namespace {
 
 constexpr size_t kMaxClientErrors = 5;
 
+using protocol::JsonString;
 using SeriesId = std::pair<std::string, std::string>;  // rank label, stat name
 
 std::string LabelOr(const v1::SeriesKey& key, const std::string& name) {
@@ -50,33 +52,6 @@ std::string Grouped(uint64_t n) {
 }
 
 std::string Rate(double per_second) { return Grouped(static_cast<uint64_t>(per_second + 0.5)); }
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string JsonNumber(double v) { return v < 0 ? "null" : absl::StrFormat("%.6g", v); }
 
