@@ -34,6 +34,19 @@ void SendUnauthorized(mg_connection* conn, absl::string_view body) {
   if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
 }
 
+// With `auth`, a request without credentials it accepts is counted, answered
+// 401 (`no_credentials` or `wrong_credentials` as the body) and true is
+// returned; the caller then stops.
+bool Refused(mg_connection* conn, const BasicAuthChecker* auth, DaemonStats& stats,
+             absl::string_view no_credentials, absl::string_view wrong_credentials) {
+  if (auth == nullptr) return false;
+  const char* authorization = mg_get_header(conn, "Authorization");
+  if (authorization != nullptr && auth->Accepts(authorization)) return false;
+  stats.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
+  SendUnauthorized(conn, authorization == nullptr ? no_credentials : wrong_credentials);
+  return true;
+}
+
 }  // namespace
 
 class MetricsHttpServer::Handler final : public CivetHandler {
@@ -43,16 +56,10 @@ class MetricsHttpServer::Handler final : public CivetHandler {
       : exposition_(exposition), stats_(stats), auth_(std::move(auth)) {}
 
   bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
-    if (auth_ != nullptr) {
-      const char* authorization = mg_get_header(conn, "Authorization");
-      if (authorization == nullptr || !auth_->Accepts(authorization)) {
-        stats_.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
-        SendUnauthorized(conn, authorization != nullptr
-                                   ? "torchmond: these credentials are not accepted for /metrics\n"
-                                   : "torchmond: /metrics needs HTTP basic auth "
-                                     "(--metrics-auth-file)\n");
-        return true;
-      }
+    if (Refused(conn, auth_.get(), stats_,
+                "torchmond: /metrics needs HTTP basic auth (--metrics-auth-file)\n",
+                "torchmond: these credentials are not accepted for /metrics\n")) {
+      return true;
     }
     const auto start = std::chrono::steady_clock::now();
     const mg_request_info* request = mg_get_request_info(conn);
@@ -127,13 +134,9 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
       : page_(page), stats_(stats), auth_(std::move(auth)) {}
 
   bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
-    if (auth_ != nullptr) {
-      const char* authorization = mg_get_header(conn, "Authorization");
-      if (authorization == nullptr || !auth_->Accepts(authorization)) {
-        stats_.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
-        SendUnauthorized(conn, "torchmond: the page needs HTTP basic auth\n");
-        return true;
-      }
+    if (Refused(conn, auth_.get(), stats_, "torchmond: the page needs HTTP basic auth\n",
+                "torchmond: these credentials are not accepted for the page\n")) {
+      return true;
     }
     const mg_request_info* request = mg_get_request_info(conn);
     const std::string uri = request->local_uri != nullptr ? request->local_uri : "/";
