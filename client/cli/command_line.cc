@@ -169,13 +169,18 @@ absl::StatusOr<Command> BuildSeries(const SplitCommandLine& line) {
   return command;
 }
 
-absl::StatusOr<Command> BuildWindows(const SplitCommandLine& line) {
-  WindowsCommand command;
+// The one positional of windows and ranks: a STAT, name or glob.
+absl::Status TakeStat(const SplitCommandLine& line, std::string& stat) {
   if (absl::Status s = CheckPositionalCount(line, 1, 1, "a STAT (name or glob)"); !s.ok()) {
     return s;
   }
-  command.stat = line.positionals[0];
-  if (absl::Status s = CheckName("STAT", command.stat); !s.ok()) return s;
+  stat = line.positionals[0];
+  return CheckName("STAT", stat);
+}
+
+absl::StatusOr<Command> BuildWindows(const SplitCommandLine& line) {
+  WindowsCommand command;
+  if (absl::Status s = TakeStat(line, command.stat); !s.ok()) return s;
   for (const auto& [flag, value] : line.flags) {
     if (flag == Flag::kLabel) {
       if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
@@ -204,11 +209,7 @@ absl::StatusOr<v1::Aggregation> ParseComparedAggregation(absl::string_view value
 
 absl::StatusOr<Command> BuildRanks(const SplitCommandLine& line) {
   RanksCommand command;
-  if (absl::Status s = CheckPositionalCount(line, 1, 1, "a STAT (name or glob)"); !s.ok()) {
-    return s;
-  }
-  command.stat = line.positionals[0];
-  if (absl::Status s = CheckName("STAT", command.stat); !s.ok()) return s;
+  if (absl::Status s = TakeStat(line, command.stat); !s.ok()) return s;
   for (const auto& [flag, value] : line.flags) {
     if (flag == Flag::kLabel) {
       if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
