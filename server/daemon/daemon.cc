@@ -181,8 +181,8 @@ absl::Status Daemon::Start() {
   if (run_as.has_value()) {
     if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
   }
-  health_service_.SetServing(true);
   metrics_server_->SetServingState(ServingState::kServing);
+  health_service_.SetServing(true);
   return absl::OkStatus();
 }
 
@@ -293,8 +293,9 @@ void Daemon::Shutdown() {
   // Draining from here on, first of all: health watchers (load balancers)
   // are told NOT_SERVING and /healthz answers 503 while the streams drain.
   // New calls, health checks included, are refused from the next line on.
-  health_service_.SetServing(false);
+  // /healthz first: whoever a watcher tells NOT_SERVING then finds 503 too.
   metrics_server_->SetServingState(ServingState::kShuttingDown);
+  health_service_.SetServing(false);
   // Stop accepting calls. Open ingest streams get drain_timeout to end by
   // themselves (clients finishing), then are ended; watchers end once they
   // have written the partial windows. Shutdown returns when every call has
