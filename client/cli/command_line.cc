@@ -198,7 +198,7 @@ absl::StatusOr<Command> BuildWindows(const SplitCommandLine& line) {
 }
 
 // --agg of ranks and top: exactly one aggregation.
-absl::StatusOr<v1::Aggregation> ParseComparedAggregation(absl::string_view value) {
+absl::StatusOr<protocol::NamedAggregation> ParseComparedAggregation(absl::string_view value) {
   auto parsed = protocol::ParseAggregationList(value);
   if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
   if (parsed->size() != 1) {
@@ -324,7 +324,9 @@ absl::StatusOr<Command> BuildPush(const SplitCommandLine& line) {
   }
   auto parsed = protocol::ParseAggregationList(aggregations);
   if (!parsed.ok()) return UsageError(absl::StrCat("--agg: ", parsed.status().message()));
-  for (v1::Aggregation aggregation : *parsed) command.spec.add_aggregations(aggregation);
+  for (const protocol::NamedAggregation& aggregation : *parsed) {
+    protocol::AddToSpec(aggregation, &command.spec);
+  }
   command.spec.set_window_size_ms(window_ms);
   command.spec.set_max_samples(max_samples);
   if (window_ms < protocol::kMinWindowMs || window_ms > protocol::kMaxWindowMs) {
@@ -621,7 +623,7 @@ std::string UsageText(absl::string_view command) {
         kLabels,
         "  --interval DURATION time between refreshes, at least 100ms (default 2s)\n"
         "  --count N           stop after N refreshes (default: until Ctrl-C)\n"
-        "  --agg AGG           the aggregation compared (default mean)\n\n",
+        "  --agg AGG           the aggregation compared, e.g. max or p99 (default mean)\n\n",
         kGlobal);
   }
   if (command == "ranks") {
@@ -633,7 +635,7 @@ std::string UsageText(absl::string_view command) {
         "window. Series are grouped by stat and their labels other than the rank label,\n"
         "local_rank and host.\n\n",
         kLabels,
-        "  --agg AGG           the aggregation compared (default mean)\n"
+        "  --agg AGG           the aggregation compared, e.g. max or p99 (default mean)\n"
         "  --rank-label KEY    the label naming a rank (default rank)\n"
         "  --window-start MS   the window starting at MS, Unix milliseconds (default: the\n"
         "                      newest window any rank has closed)\n\n",
@@ -646,7 +648,8 @@ std::string UsageText(absl::string_view command) {
         "Sends each VALUE as a sample of STAT, stamped now, and waits until the daemon\n"
         "has acknowledged them. VALUE is a decimal number, nan, inf or -inf.\n\n"
         "  --agg LIST          aggregations, comma-separated from value, mean, count, sum,\n"
-        "                      max, min (default: all six)\n"
+        "                      max, min and quantiles pNN (p50, p99, p99.9); default: the\n"
+        "                      six of torch.monitor\n"
         "  --window DURATION   window length, 10ms to 24h (default 10s)\n"
         "  --max-samples N     samples accepted per window; 0 = unlimited (default 0)\n"
         "  --label k=v         a label of the stat, added to the identity labels taken\n"

@@ -85,7 +85,7 @@ struct WatchCommand {
 struct RanksCommand {
   std::string stat;  // exact or glob
   protocol::LabelList labels;
-  v1::Aggregation aggregation = v1::MEAN;
+  protocol::NamedAggregation aggregation{v1::MEAN, 0};
   std::string rank_label = "rank";
   int64_t window_start_ms = 0;  // 0: the newest window
 };
@@ -93,7 +93,7 @@ struct RanksCommand {
 // top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...
 struct TopCommand {
   protocol::LabelList labels;
-  v1::Aggregation aggregation = v1::MEAN;
+  protocol::NamedAggregation aggregation{v1::MEAN, 0};
   int64_t interval_ms = 2000;
   int32_t count = 0;  // refreshes before exiting; 0: until Ctrl-C
 };

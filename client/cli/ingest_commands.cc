@@ -97,10 +97,11 @@ int RunPush(const GlobalOptions& global, const PushCommand& command) {
     }
   }
 
-  std::vector<Aggregation> aggregations;
+  std::vector<StatAggregation> aggregations;
   for (int aggregation : command.spec.aggregations()) {
     aggregations.push_back(static_cast<Aggregation>(aggregation));
   }
+  for (double q : command.spec.quantiles()) aggregations.push_back(Quantile(q));
   Stat stat(client, command.stat, aggregations,
             std::chrono::milliseconds(command.spec.window_size_ms()), command.spec.max_samples(),
             command.labels);

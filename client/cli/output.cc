@@ -61,10 +61,26 @@ std::string JsonLabels(const google::protobuf::Map<std::string, std::string>& la
 
 std::string JsonBool(bool b) { return b ? "true" : "false"; }
 
+// "mean", "p99".
+std::string AggregateName(const v1::AggregateValue& aggregate) {
+  return protocol::AggregationName(
+      protocol::NamedAggregation{aggregate.aggregation(), aggregate.quantile()});
+}
+
+// The aggregations of a spec, quantiles last: "mean", "max", "p99".
+std::vector<std::string> SpecAggregationNames(const v1::StatSpec& spec) {
+  std::vector<std::string> names;
+  for (int aggregation : spec.aggregations()) {
+    names.emplace_back(protocol::AggregationName(static_cast<v1::Aggregation>(aggregation)));
+  }
+  for (double q : spec.quantiles()) names.push_back(protocol::QuantileName(q));
+  return names;
+}
+
 std::string AggregateList(const v1::WindowSummary& window) {
   std::vector<std::string> parts;
   for (const v1::AggregateValue& aggregate : window.aggregates()) {
-    parts.push_back(absl::StrCat(protocol::AggregationName(aggregate.aggregation()), "=",
+    parts.push_back(absl::StrCat(AggregateName(aggregate), "=",
                                  FormatNumber(aggregate.value())));
   }
   return absl::StrJoin(parts, " ");
@@ -75,7 +91,7 @@ std::string WindowJson(const v1::WindowSummary& window) {
   bool first = true;
   for (const v1::AggregateValue& aggregate : window.aggregates()) {
     absl::StrAppend(&aggregates, first ? "" : ",",
-                    JsonString(protocol::AggregationName(aggregate.aggregation())), ":",
+                    JsonString(AggregateName(aggregate)), ":",
                     JsonNumber(aggregate.value()));
     first = false;
   }
@@ -220,11 +236,7 @@ std::string RenderSeriesTable(const v1::ListSeriesResponse& response) {
                {"CLIENT_DROPPED", true},
                {"LAST_WINDOW"}});
   for (const v1::SeriesInfo& info : response.series()) {
-    std::vector<std::string> aggregations;
-    for (int aggregation : info.spec().aggregations()) {
-      aggregations.emplace_back(
-          protocol::AggregationName(static_cast<v1::Aggregation>(aggregation)));
-    }
+    const std::vector<std::string> aggregations = SpecAggregationNames(info.spec());
     const v1::SeriesCounters& counters = info.counters();
     std::string last_window = "-";
     if (info.has_last_window()) {
@@ -246,9 +258,8 @@ std::string RenderSeriesJson(const v1::ListSeriesResponse& response) {
   std::vector<std::string> elements;
   for (const v1::SeriesInfo& info : response.series()) {
     std::vector<std::string> aggregations;
-    for (int aggregation : info.spec().aggregations()) {
-      aggregations.push_back(
-          JsonString(protocol::AggregationName(static_cast<v1::Aggregation>(aggregation))));
+    for (const std::string& name : SpecAggregationNames(info.spec())) {
+      aggregations.push_back(JsonString(name));
     }
     const v1::SeriesCounters& counters = info.counters();
     elements.push_back(absl::StrCat(
@@ -265,17 +276,18 @@ std::string RenderSeriesJson(const v1::ListSeriesResponse& response) {
 }
 
 std::string RenderWindowsTable(const v1::GetWindowsResponse& response) {
-  // One column per aggregation present in any window, in Aggregation order.
-  std::set<int> present;
+  // One column per aggregation present in any window, in Aggregation order,
+  // then the quantiles, smallest first.
+  std::set<std::pair<int, double>> present;
   for (const v1::WindowSummary& window : response.windows()) {
     for (const v1::AggregateValue& aggregate : window.aggregates()) {
-      present.insert(aggregate.aggregation());
+      present.emplace(aggregate.aggregation(), aggregate.quantile());
     }
   }
   std::vector<Table::Column> columns = {{"STAT"}, {"LABELS"}, {"START"}, {"END"}};
-  for (int aggregation : present) {
-    columns.push_back({absl::AsciiStrToUpper(
-                           protocol::AggregationName(static_cast<v1::Aggregation>(aggregation))),
+  for (const auto& [aggregation, quantile] : present) {
+    columns.push_back({absl::AsciiStrToUpper(protocol::AggregationName(protocol::NamedAggregation{
+                           static_cast<v1::Aggregation>(aggregation), quantile})),
                        true});
   }
   columns.push_back({"ACCEPTED", true});
@@ -286,10 +298,12 @@ std::string RenderWindowsTable(const v1::GetWindowsResponse& response) {
     std::vector<std::string> row = {window.series().stat(), FormatLabels(window.series().labels()),
                                     FormatLocalTime(window.start_ms()),
                                     FormatLocalTime(window.end_ms())};
-    for (int aggregation : present) {
+    for (const auto& [aggregation, quantile] : present) {
       std::string cell = "-";
       for (const v1::AggregateValue& aggregate : window.aggregates()) {
-        if (aggregate.aggregation() == aggregation) cell = FormatNumber(aggregate.value());
+        if (aggregate.aggregation() == aggregation && aggregate.quantile() == quantile) {
+          cell = FormatNumber(aggregate.value());
+        }
       }
       row.push_back(cell);
     }
@@ -308,11 +322,11 @@ std::string RenderWindowsJson(const v1::GetWindowsResponse& response) {
 }
 
 std::string RenderRanksTable(const v1::CompareRanksResponse& response,
-                             v1::Aggregation aggregation) {
+                             const protocol::NamedAggregation& aggregation) {
   if (response.comparisons().empty()) {
     return "no ranks to compare: no matching series with a rank label and a closed window\n";
   }
-  const std::string agg(protocol::AggregationName(aggregation));
+  const std::string agg = protocol::AggregationName(aggregation);
   std::string out;
   for (const v1::RankComparison& c : response.comparisons()) {
     if (!out.empty()) out += "\n";
@@ -339,7 +353,7 @@ std::string RenderRanksTable(const v1::CompareRanksResponse& response,
 namespace {
 
 // One comparison of ranks/top --json.
-std::string RankComparisonJson(const v1::RankComparison& c, v1::Aggregation aggregation) {
+std::string RankComparisonJson(const v1::RankComparison& c, const protocol::NamedAggregation& aggregation) {
   std::vector<std::string> ranks;
   for (const v1::RankValue& r : c.ranks()) {
     ranks.push_back(absl::StrCat("{\"rank\":", JsonString(r.rank()),
@@ -363,7 +377,7 @@ std::string RankComparisonJson(const v1::RankComparison& c, v1::Aggregation aggr
 }  // namespace
 
 std::string RenderRanksJson(const v1::CompareRanksResponse& response,
-                            v1::Aggregation aggregation) {
+                            const protocol::NamedAggregation& aggregation) {
   std::vector<std::string> elements;
   for (const v1::RankComparison& c : response.comparisons()) {
     elements.push_back(RankComparisonJson(c, aggregation));
@@ -383,9 +397,9 @@ std::vector<const v1::RankComparison*> WidestSpreadsFirst(const v1::CompareRanks
 }
 
 std::string RenderTopTable(int64_t now_ms, const v1::CompareRanksResponse& ranks,
-                           v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops) {
+                           const protocol::NamedAggregation& aggregation, const std::vector<SeriesDrops>& drops) {
   constexpr size_t kRows = 20;
-  const std::string agg(protocol::AggregationName(aggregation));
+  const std::string agg = protocol::AggregationName(aggregation);
   std::string out = absl::StrCat("torchmon top  ", FormatLocalTime(now_ms), "\n\n",
                                  "Rank spread (", agg, " of each stat's newest window)\n");
   Table spread({{"STAT"}, {"LABELS"}, {"SLOWEST"}, {absl::AsciiStrToUpper(agg), true},
@@ -413,7 +427,7 @@ std::string RenderTopTable(int64_t now_ms, const v1::CompareRanksResponse& ranks
 }
 
 std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ranks,
-                              v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops) {
+                              const protocol::NamedAggregation& aggregation, const std::vector<SeriesDrops>& drops) {
   std::vector<std::string> comparisons;
   for (const v1::RankComparison* c : WidestSpreadsFirst(ranks)) {
     comparisons.push_back(RankComparisonJson(*c, aggregation));

@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "torchmon/protocol/json.h"
+#include "torchmon/protocol/protocol.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::cli {
@@ -62,8 +63,8 @@ std::string RenderWindowsTable(const v1::GetWindowsResponse& response);
 std::string RenderWindowsJson(const v1::GetWindowsResponse& response);
 
 // ranks: `aggregation` names the value column.
-std::string RenderRanksTable(const v1::CompareRanksResponse& response, v1::Aggregation aggregation);
-std::string RenderRanksJson(const v1::CompareRanksResponse& response, v1::Aggregation aggregation);
+std::string RenderRanksTable(const v1::CompareRanksResponse& response, const protocol::NamedAggregation& aggregation);
+std::string RenderRanksJson(const v1::CompareRanksResponse& response, const protocol::NamedAggregation& aggregation);
 
 // top: one refresh. `drops` are the series that dropped samples since the
 // previous refresh (counts of that interval).
@@ -74,9 +75,9 @@ struct SeriesDrops {
 // The comparisons, widest spread (max/median) first; NaN spreads last.
 std::vector<const v1::RankComparison*> WidestSpreadsFirst(const v1::CompareRanksResponse& ranks);
 std::string RenderTopTable(int64_t now_ms, const v1::CompareRanksResponse& ranks,
-                           v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops);
+                           const protocol::NamedAggregation& aggregation, const std::vector<SeriesDrops>& drops);
 std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ranks,
-                              v1::Aggregation aggregation, const std::vector<SeriesDrops>& drops);
+                              const protocol::NamedAggregation& aggregation, const std::vector<SeriesDrops>& drops);
 
 // events
 std::string RenderEventsTable(const v1::GetEventsResponse& response);

@@ -140,7 +140,8 @@ int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
 int RunRanks(const GlobalOptions& global, const RanksCommand& command) {
   v1::CompareRanksRequest request;
   FillSelector(command.stat, command.labels, request.mutable_selector());
-  request.set_aggregation(command.aggregation);
+  request.set_aggregation(command.aggregation.aggregation);
+  request.set_quantile(command.aggregation.quantile);
   request.set_rank_label(command.rank_label);
   request.set_window_start_ms(command.window_start_ms);
   v1::CompareRanksResponse response;
@@ -228,7 +229,8 @@ int RunTop(const GlobalOptions& global, const TopCommand& command) {
     }
     v1::CompareRanksRequest ranks_request;
     FillSelector("", command.labels, ranks_request.mutable_selector());
-    ranks_request.set_aggregation(command.aggregation);
+    ranks_request.set_aggregation(command.aggregation.aggregation);
+    ranks_request.set_quantile(command.aggregation.quantile);
     v1::CompareRanksResponse ranks;
     v1::ListSeriesRequest series_request;
     FillSelector("", command.labels, series_request.mutable_selector());

@@ -233,14 +233,18 @@ ClientCore::~ClientCore() { Shutdown(); }
 bool ClientCore::InForkedChild() const { return getpid() != owner_pid_; }
 
 std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
-                                                    const std::vector<Aggregation>& aggregations,
+                                                    const std::vector<StatAggregation>& aggregations,
                                                     std::chrono::milliseconds window_size,
                                                     int64_t max_samples, const Labels& labels) {
   v1::StatDefinition def;
   def.set_name(name);
   v1::StatSpec* spec = def.mutable_spec();
-  for (Aggregation a : aggregations) {
-    spec->add_aggregations(static_cast<v1::Aggregation>(static_cast<int>(a)));
+  for (const StatAggregation& a : aggregations) {
+    if (a.aggregation == Aggregation::QUANTILE) {
+      spec->add_quantiles(a.quantile);
+    } else {
+      spec->add_aggregations(static_cast<v1::Aggregation>(static_cast<int>(a.aggregation)));
+    }
   }
   spec->set_window_size_ms(window_size.count());
   spec->set_max_samples(max_samples);

@@ -7,12 +7,12 @@
 
 namespace torchmon {
 
-Stat::Stat(Client& client, std::string name, std::vector<Aggregation> aggregations,
+Stat::Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
            std::chrono::milliseconds window_size, int64_t max_samples, Labels labels)
     : state_(client.core_->RegisterStat(std::move(name), aggregations, window_size, max_samples,
                                         labels)) {}
 
-Stat::Stat(std::string name, std::vector<Aggregation> aggregations,
+Stat::Stat(std::string name, std::vector<StatAggregation> aggregations,
            std::chrono::milliseconds window_size, int64_t max_samples, Labels labels)
     : Stat(Client::Default(), std::move(name), std::move(aggregations), window_size, max_samples,
            std::move(labels)) {}

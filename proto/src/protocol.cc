@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -115,13 +117,30 @@ std::string Quote(absl::string_view text, size_t max_bytes) {
 }
 
 absl::Status ValidateSpec(const v1::StatSpec& spec) {
-  if (spec.aggregations().empty()) {
+  if (spec.aggregations().empty() && spec.quantiles().empty()) {
     return absl::InvalidArgumentError("aggregations is empty: give at least one");
   }
   for (int a : spec.aggregations()) {
+    if (a == v1::QUANTILE) {
+      return absl::InvalidArgumentError(
+          "aggregation QUANTILE is given by the quantiles field (e.g. 0.99 for p99), not in "
+          "aggregations");
+    }
     if (a < v1::VALUE || a > v1::MIN) {
       return absl::InvalidArgumentError(absl::StrCat("aggregation ", a, " is not a known aggregation"));
     }
+  }
+  std::vector<double> quantiles;
+  for (double q : spec.quantiles()) {
+    absl::StatusOr<double> canonical = CanonicalQuantile(q);
+    if (!canonical.ok()) return canonical.status();
+    if (std::find(quantiles.begin(), quantiles.end(), *canonical) == quantiles.end()) {
+      quantiles.push_back(*canonical);
+    }
+  }
+  if (quantiles.size() > kMaxQuantiles) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        quantiles.size(), " distinct quantiles (at most ", kMaxQuantiles, " per stat)"));
   }
   if (spec.window_size_ms() < kMinWindowMs || spec.window_size_ms() > kMaxWindowMs) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -207,25 +226,92 @@ absl::string_view AggregationName(v1::Aggregation aggregation) {
     case v1::SUM: return "sum";
     case v1::MAX: return "max";
     case v1::MIN: return "min";
+    case v1::QUANTILE: return "quantile";
     default: return "unspecified";
   }
 }
 
-absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregationList(absl::string_view text) {
-  std::vector<v1::Aggregation> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(part));
-    bool found = false;
-    for (int a = v1::VALUE; a <= v1::MIN; ++a) {
-      if (AggregationName(static_cast<v1::Aggregation>(a)) == name) {
-        out.push_back(static_cast<v1::Aggregation>(a));
-        found = true;
+namespace {
+// Quantiles live on a grid of 1e-6 (four decimals of a percentage).
+constexpr double kQuantileGrid = 1e6;
+}  // namespace
+
+absl::StatusOr<double> CanonicalQuantile(double q) {
+  if (!(q > 0 && q < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantile ", q, " is not strictly between 0 and 1 (use min or max for the "
+                     "ends)"));
+  }
+  const double steps = std::round(q * kQuantileGrid);
+  if (std::fabs(q * kQuantileGrid - steps) > 1e-3 || steps <= 0 || steps >= kQuantileGrid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "quantile ", absl::StrFormat("%.17g", q),
+        " has more than four decimals as a percentage (p99.9999 is the finest)"));
+  }
+  return steps / kQuantileGrid;
+}
+
+std::string QuantileName(double q) {
+  // q·100 with at most four decimals, trailing zeros dropped: "99", "99.9".
+  std::string percent = absl::StrFormat("%.4f", q * 100);
+  while (percent.back() == '0') percent.pop_back();
+  if (percent.back() == '.') percent.pop_back();
+  return absl::StrCat("p", percent);
+}
+
+std::string AggregationName(const NamedAggregation& aggregation) {
+  if (aggregation.aggregation == v1::QUANTILE) return QuantileName(aggregation.quantile);
+  return std::string(AggregationName(aggregation.aggregation));
+}
+
+absl::StatusOr<NamedAggregation> ParseAggregation(absl::string_view text) {
+  const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  for (int a = v1::VALUE; a <= v1::MIN; ++a) {
+    if (AggregationName(static_cast<v1::Aggregation>(a)) == name) {
+      return NamedAggregation{static_cast<v1::Aggregation>(a), 0};
+    }
+  }
+  if (name.size() > 1 && name[0] == 'p') {
+    const absl::string_view digits = absl::string_view(name).substr(1);
+    double percent;
+    // Digits and at most one point only: SimpleAtod would take "1e1" or "inf".
+    const bool plain = digits.find_first_not_of("0123456789.") == absl::string_view::npos &&
+                       std::count(digits.begin(), digits.end(), '.') <= 1 &&
+                       digits.front() != '.' && digits.back() != '.';
+    if (plain && absl::SimpleAtod(digits, &percent)) {
+      const size_t point = digits.find('.');
+      if (point != absl::string_view::npos && digits.size() - point - 1 > 4) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "quantile \"", text, "\" has more than four decimals (p99.9999 is the finest)"));
       }
+      if (!(percent > 0 && percent < 100)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "quantile \"", text, "\" is not strictly between p0 and p100 (use min or max)"));
+      }
+      absl::StatusOr<double> q = CanonicalQuantile(percent / 100);
+      if (!q.ok()) return q.status();
+      return NamedAggregation{v1::QUANTILE, *q};
     }
-    if (!found) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "aggregation \"", part, "\" is not one of value, mean, count, sum, max, min"));
-    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "aggregation \"", Quote(text), "\" is not one of value, mean, count, sum, max, min or a "
+      "quantile pNN (p50, p99, p99.9)"));
+}
+
+void AddToSpec(const NamedAggregation& aggregation, v1::StatSpec* spec) {
+  if (aggregation.aggregation == v1::QUANTILE) {
+    spec->add_quantiles(aggregation.quantile);
+  } else {
+    spec->add_aggregations(aggregation.aggregation);
+  }
+}
+
+absl::StatusOr<std::vector<NamedAggregation>> ParseAggregationList(absl::string_view text) {
+  std::vector<NamedAggregation> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    absl::StatusOr<NamedAggregation> aggregation = ParseAggregation(part);
+    if (!aggregation.ok()) return aggregation.status();
+    out.push_back(*aggregation);
   }
   if (out.empty()) return absl::InvalidArgumentError("aggregation list is empty");
   return out;

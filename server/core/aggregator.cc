@@ -134,7 +134,11 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
       auto pos = std::lower_bound(s.open.begin(), s.open.end(), index,
                                   [](const OpenWindow& o, int64_t k) { return o.index < k; });
       if (pos == s.open.end() || pos->index != index) {
-        pos = s.open.insert(pos, OpenWindow{index, WindowStats{}});
+        pos = s.open.insert(pos, OpenWindow{index, WindowStats{}, nullptr});
+        if (!s.spec.quantiles.empty()) {
+          pos->sketch = s.spare_sketch != nullptr ? std::move(s.spare_sketch)
+                                                  : std::make_unique<QuantileSketch>();
+        }
         deadlines_.emplace(DeadlineMs(s, index), id);
       }
       cached = &*pos;
@@ -144,6 +148,7 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
     }
     if (cached->stats.Add(values[i], s.spec.max_samples)) {
       ++result.accepted;
+      if (cached->sketch != nullptr) cached->sketch->Add(values[i]);
     } else {
       ++result.capped;
     }
@@ -169,8 +174,8 @@ absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   return absl::OkStatus();
 }
 
-ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s,
-                                        const WindowRecord& r) {
+ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t i) {
+  const WindowRecord& r = s->history[i];
   ClosedWindow w;
   w.series = std::shared_ptr<const SeriesKey>(s, &s->key);
   w.aggregations = s->spec.aggregations;
@@ -178,6 +183,11 @@ ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s,
   w.end_ms = r.start_ms + s->spec.window_ms;
   w.stats = r.stats;
   w.partial = r.partial;
+  const absl::Span<const double> values = s->history.quantiles(i);
+  w.quantiles.reserve(values.size());
+  for (size_t q = 0; q < values.size(); ++q) {
+    w.quantiles.push_back(QuantileValue{s->spec.quantiles[q], values[q]});
+  }
   return w;
 }
 
@@ -186,10 +196,18 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t dea
   Series& s = *series;
   const size_t limit = std::max<size_t>(options_.history_windows, 1);
   size_t closed = 0;
-  for (const OpenWindow& o : s.open) {
+  absl::InlinedVector<double, protocol::kMaxQuantiles> quantiles;
+  for (OpenWindow& o : s.open) {
     if (!everything && DeadlineMs(s, o.index) > deadline_ms) break;
-    s.history.Push(WindowRecord{o.index * s.spec.window_ms, o.stats, everything}, limit);
-    out.push_back(ToClosedWindow(series, s.history.back()));
+    quantiles.clear();
+    if (o.sketch != nullptr) {
+      for (double q : s.spec.quantiles) quantiles.push_back(o.sketch->Quantile(q));
+      o.sketch->Clear();
+      if (s.spare_sketch == nullptr) s.spare_sketch = std::move(o.sketch);
+    }
+    s.history.Push(WindowRecord{o.index * s.spec.window_ms, o.stats, everything}, limit,
+                   quantiles);
+    out.push_back(ToClosedWindow(series, s.history.size() - 1));
     s.last_closed_index = std::max(s.last_closed_index, o.index);
     ++closed;
   }
@@ -278,7 +296,7 @@ SeriesSnapshot Aggregator::Snapshot(const std::shared_ptr<Series>& s) {
   snap.counters = s->counters;
   if (!s->history.empty()) {
     snap.has_last_window = true;
-    snap.last_window = ToClosedWindow(s, s->history.back());
+    snap.last_window = ToClosedWindow(s, s->history.size() - 1);
   }
   snap.last_update_ms = s->last_update_ms;
   return snap;
@@ -315,7 +333,7 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
         const int64_t end = r.start_ms + s->spec.window_ms;
         if (start_ms != 0 && r.start_ms < start_ms) break;
         if (end_ms != 0 && end > end_ms) continue;
-        windows.push_back(ToClosedWindow(s, r));
+        windows.push_back(ToClosedWindow(s, i));
       }
       if (windows.empty()) continue;
       std::reverse(windows.begin(), windows.end());
@@ -353,7 +371,8 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
       const std::shared_ptr<Series>& s = slots_[i].series;
       if (s == nullptr) continue;
       fn(SeriesView{std::shared_ptr<const SeriesKey>(s, &s->key), s->spec, s->counters,
-                    s->history.empty() ? nullptr : &s->history.back()});
+                    s->history.empty() ? nullptr : &s->history.back(),
+                    s->history.back_quantiles()});
     }
   }
 }

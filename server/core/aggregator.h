@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "server/core/clock.h"
+#include "server/core/quantile_sketch.h"
 #include "server/core/selector.h"
 #include "server/core/types.h"
 #include "server/core/window_history.h"
@@ -131,6 +132,8 @@ class Aggregator {
     const SeriesCounters& counters;
     // The last closed window, or null if none closed yet.
     const WindowRecord* last_window;
+    // Its quantiles' values, in the order of spec.quantiles.
+    absl::Span<const double> last_quantiles;
   };
   // Calls `fn` for every series, in no particular order, holding the lock
   // shared, one chunk of series (kWalkChunk) at a time, and letting waiting
@@ -152,6 +155,8 @@ class Aggregator {
   struct OpenWindow {
     int64_t index;
     WindowStats stats;
+    // The accepted samples' sketch, for a series with quantiles.
+    std::unique_ptr<QuantileSketch> sketch;
   };
   struct Series {
     // Immutable once created, so ClosedWindow::series may read it without
@@ -167,6 +172,9 @@ class Aggregator {
     // idle series' RSS grows by a third from the fragmentation).
     absl::InlinedVector<OpenWindow, 1> open;  // sorted by index
     WindowHistory history;
+    // A closed window's sketch, cleared, for the next window to reuse: its
+    // buckets are already allocated.
+    std::unique_ptr<QuantileSketch> spare_sketch;
   };
   // The series table: a series lives in a slot; its id is the slot index
   // plus the slot's generation, which changes when the series is removed,
@@ -190,7 +198,8 @@ class Aggregator {
   void CloseWindows(const std::shared_ptr<Series>& s, int64_t deadline_ms, bool everything,
                     std::vector<ClosedWindow>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static SeriesSnapshot Snapshot(const std::shared_ptr<Series>& s);
-  static ClosedWindow ToClosedWindow(const std::shared_ptr<Series>& s, const WindowRecord& r);
+  // History record i of `s`.
+  static ClosedWindow ToClosedWindow(const std::shared_ptr<Series>& s, size_t i);
 
   const AggregatorOptions options_;
   const Clock& clock_;

@@ -93,6 +93,12 @@ void QuantileSketch::Merge(const QuantileSketch& other) {
   count_ += other.count_;
 }
 
+void QuantileSketch::Clear() {
+  positive_.Clear();
+  negative_.Clear();
+  zeros_ = positive_inf_ = negative_inf_ = nans_ = count_ = 0;
+}
+
 double QuantileSketch::Quantile(double q) const {
   if (count_ == 0 || nans_ > 0) return std::numeric_limits<double>::quiet_NaN();
   q = std::clamp(q, 0.0, 1.0);

@@ -42,6 +42,9 @@ class QuantileSketch {
   // bucket limit. The result is the sketch of both sample sets.
   void Merge(const QuantileSketch& other);
 
+  // Forgets every sample; keeps the bucket storage for reuse.
+  void Clear();
+
   // The q-quantile, 0 ≤ q ≤ 1 (clamped); NaN if empty or a NaN was added.
   double Quantile(double q) const;
 
@@ -59,6 +62,11 @@ class QuantileSketch {
     bool collapsed = false;
 
     void Add(int32_t index, uint64_t n, size_t max_buckets);
+    void Clear() {
+      offset = 0;
+      counts.clear();
+      collapsed = false;
+    }
   };
 
   int32_t Index(double magnitude) const;

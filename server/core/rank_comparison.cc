@@ -30,7 +30,7 @@ std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& seri
   // Groups, ordered by (stat, shared labels).
   std::map<std::pair<std::string, Labels>, Group> groups;
   for (const SeriesSnapshot& s : series) {
-    if (!Contains(s.spec.aggregations, options.aggregation)) continue;
+    if (!s.spec.Computes(options.aggregate)) continue;
     const std::string* rank = nullptr;
     Labels shared;
     for (const auto& [key, value] : s.key->labels) {
@@ -78,7 +78,8 @@ std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& seri
         continue;
       }
       c.end_ms = found->end_ms;
-      const double v = found->stats.Get(options.aggregation);
+      const double v =
+          found->Value(options.aggregate).value_or(std::numeric_limits<double>::quiet_NaN());
       c.ranks.push_back({m.rank, m.series, v, found->stats.accepted});
       if (!std::isnan(v)) values.push_back(v);
     }

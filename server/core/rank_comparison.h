@@ -15,7 +15,7 @@
 namespace torchmon::server {
 
 struct RankComparisonOptions {
-  Aggregation aggregation = Aggregation::kMean;
+  AggregateRef aggregate;  // mean unless set
   std::string rank_label = "rank";
   int64_t window_start_ms = 0;  // 0: per group, the newest window any rank closed
 };

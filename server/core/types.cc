@@ -1,7 +1,10 @@
 #include "server/core/types.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 
@@ -13,8 +16,30 @@ const char* AggregationName(Aggregation a) {
     case Aggregation::kSum: return "sum";
     case Aggregation::kMax: return "max";
     case Aggregation::kMin: return "min";
+    case Aggregation::kQuantile: return "quantile";
   }
   return "unknown";
+}
+
+std::string AggregateName(const AggregateRef& ref) {
+  if (ref.aggregation == Aggregation::kQuantile) return protocol::QuantileName(ref.quantile);
+  return AggregationName(ref.aggregation);
+}
+
+bool StatSpec::Computes(const AggregateRef& ref) const {
+  if (ref.aggregation != Aggregation::kQuantile) return Contains(aggregations, ref.aggregation);
+  return std::find(quantiles.begin(), quantiles.end(), ref.quantile) != quantiles.end();
+}
+
+std::optional<double> ClosedWindow::Value(const AggregateRef& ref) const {
+  if (ref.aggregation != Aggregation::kQuantile) {
+    if (!Contains(aggregations, ref.aggregation)) return std::nullopt;
+    return stats.Get(ref.aggregation);
+  }
+  for (const QuantileValue& q : quantiles) {
+    if (q.quantile == ref.quantile) return q.value;
+  }
+  return std::nullopt;
 }
 
 const Labels& LabelSet::EmptyLabels() {
@@ -32,10 +57,11 @@ std::string SeriesKey::ToString() const {
 }
 
 std::string StatSpec::ToString() const {
-  std::vector<const char*> names;
+  std::vector<std::string> names;
   for (Aggregation a : kAllAggregations) {
     if (Contains(aggregations, a)) names.push_back(AggregationName(a));
   }
+  for (double q : quantiles) names.push_back(protocol::QuantileName(q));
   std::string window = window_ms % 1000 == 0 ? absl::StrCat(window_ms / 1000, "s")
                                              : absl::StrCat(window_ms, "ms");
   return absl::StrCat("aggregations=[", absl::StrJoin(names, ","), "] window=", window,
@@ -52,6 +78,7 @@ double WindowStats::Get(Aggregation a) const {
     case Aggregation::kSum: return sum;
     case Aggregation::kMax: return saw_nan ? nan : max;
     case Aggregation::kMin: return saw_nan ? nan : min;
+    case Aggregation::kQuantile: return nan;  // kept apart: ClosedWindow::Value
   }
   return nan;
 }

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,8 +56,13 @@ class LabelSet {
   std::shared_ptr<const Labels> labels_;  // null when empty
 };
 
-// Aggregations, numbered as torchmon.v1.Aggregation.
-enum class Aggregation : uint8_t { kValue = 1, kMean = 2, kCount = 3, kSum = 4, kMax = 5, kMin = 6 };
+// Aggregations, numbered as torchmon.v1.Aggregation. kQuantile is named
+// with its quantile (AggregateRef); a StatSpec lists its quantiles apart
+// and never holds it in an AggregationSet.
+enum class Aggregation : uint8_t {
+  kValue = 1, kMean = 2, kCount = 3, kSum = 4, kMax = 5, kMin = 6, kQuantile = 7
+};
+// The six of torch.monitor.
 inline constexpr Aggregation kAllAggregations[] = {Aggregation::kValue, Aggregation::kMean,
                                                     Aggregation::kCount, Aggregation::kSum,
                                                     Aggregation::kMax,   Aggregation::kMin};
@@ -68,8 +74,17 @@ constexpr AggregationSet AggregationBit(Aggregation a) {
 }
 constexpr bool Contains(AggregationSet set, Aggregation a) { return (set & AggregationBit(a)) != 0; }
 
-// Lower-case name: "value", "mean", ...
+// Lower-case name: "value", "mean", ..., "quantile".
 const char* AggregationName(Aggregation a);
+
+// One aggregation as a query names it: one of the six, or a quantile.
+struct AggregateRef {
+  Aggregation aggregation = Aggregation::kMean;
+  double quantile = 0;  // kQuantile only: in (0, 1)
+};
+
+// "mean", or "p99" for the quantile 0.99.
+std::string AggregateName(const AggregateRef& ref);
 
 // A series: stat name plus its full label set.
 struct SeriesKey {
@@ -95,14 +110,19 @@ struct StatSpec {
   AggregationSet aggregations = 0;
   int64_t window_ms = 0;
   int64_t max_samples = 0;  // 0 = unlimited
+  // Quantiles estimated per window: sorted, distinct, each canonical
+  // (protocol::CanonicalQuantile), at most protocol::kMaxQuantiles.
+  std::vector<double> quantiles;
 
   friend bool operator==(const StatSpec& a, const StatSpec& b) {
-    return a.aggregations == b.aggregations && a.window_ms == b.window_ms &&
-           a.max_samples == b.max_samples;
+    return a.aggregations == b.aggregations && a.quantiles == b.quantiles &&
+           a.window_ms == b.window_ms && a.max_samples == b.max_samples;
   }
   friend bool operator!=(const StatSpec& a, const StatSpec& b) { return !(a == b); }
-  // "aggregations=[mean,max] window=1s max_samples=unlimited".
+  // "aggregations=[mean,max,p99] window=1s max_samples=unlimited".
   std::string ToString() const;
+  // Whether a series of this spec computes `ref`.
+  bool Computes(const AggregateRef& ref) const;
 };
 
 // The running aggregates of one window. MIN and MAX follow NaN: once a NaN is
@@ -140,8 +160,20 @@ struct WindowStats {
   double Get(Aggregation a) const;
 };
 
+// A quantile's estimate over one window.
+struct QuantileValue {
+  double quantile = 0;
+  double value = 0;
+
+  friend bool operator==(const QuantileValue& a, const QuantileValue& b) {
+    return a.quantile == b.quantile &&
+           (a.value == b.value || (a.value != a.value && b.value != b.value));
+  }
+};
+
 // A closed window as a series keeps it (the series' spec gives the rest:
-// end = start + window, aggregations).
+// end = start + window, aggregations; WindowHistory keeps the quantiles'
+// values beside it).
 struct WindowRecord {
   int64_t start_ms = 0;
   WindowStats stats;
@@ -155,8 +187,31 @@ struct ClosedWindow {
   int64_t start_ms = 0;
   int64_t end_ms = 0;
   WindowStats stats;
+  // The series' quantiles, smallest first, with their estimates.
+  std::vector<QuantileValue> quantiles;
   bool partial = false;
+
+  // The value of `ref`, or nullopt if the series does not compute it.
+  std::optional<double> Value(const AggregateRef& ref) const;
 };
+
+// Calls fn(AggregateRef, value) for every aggregate of a window, in the
+// order the API lists them: the six in Aggregation order, then the
+// quantiles, smallest first.
+template <typename Fn>
+void ForEachAggregate(AggregationSet aggregations, const WindowStats& stats,
+                      const std::vector<QuantileValue>& quantiles, Fn&& fn) {
+  for (Aggregation a : kAllAggregations) {
+    if (Contains(aggregations, a)) fn(AggregateRef{a, 0}, stats.Get(a));
+  }
+  for (const QuantileValue& q : quantiles) {
+    fn(AggregateRef{Aggregation::kQuantile, q.quantile}, q.value);
+  }
+}
+template <typename Fn>
+void ForEachAggregate(const ClosedWindow& window, Fn&& fn) {
+  ForEachAggregate(window.aggregations, window.stats, window.quantiles, std::forward<Fn>(fn));
+}
 
 // Cumulative accounting of one series. For every series:
 // samples sent = accepted + capped + late + skewed + client_dropped.

@@ -51,6 +51,9 @@ absl::StatusOr<StatSpec> SpecFromProto(const v1::StatSpec& spec) {
   if (absl::Status s = protocol::ValidateSpec(spec); !s.ok()) return s;
   StatSpec out;
   for (int a : spec.aggregations()) out.aggregations |= AggregationBit(static_cast<Aggregation>(a));
+  for (double q : spec.quantiles()) out.quantiles.push_back(*protocol::CanonicalQuantile(q));
+  std::sort(out.quantiles.begin(), out.quantiles.end());
+  out.quantiles.erase(std::unique(out.quantiles.begin(), out.quantiles.end()), out.quantiles.end());
   out.window_ms = spec.window_size_ms();
   out.max_samples = spec.max_samples();
   return out;
@@ -60,6 +63,7 @@ void SpecToProto(const StatSpec& spec, v1::StatSpec* out) {
   for (Aggregation a : kAllAggregations) {
     if (Contains(spec.aggregations, a)) out->add_aggregations(static_cast<v1::Aggregation>(a));
   }
+  for (double q : spec.quantiles) out->add_quantiles(q);
   out->set_window_size_ms(spec.window_ms);
   out->set_max_samples(spec.max_samples);
 }
@@ -100,12 +104,12 @@ void WindowToProto(const ClosedWindow& window, v1::WindowSummary* out) {
   KeyToProto(*window.series, out->mutable_series());
   out->set_start_ms(window.start_ms);
   out->set_end_ms(window.end_ms);
-  for (Aggregation a : kAllAggregations) {
-    if (!Contains(window.aggregations, a)) continue;
-    v1::AggregateValue* value = out->add_aggregates();
-    value->set_aggregation(static_cast<v1::Aggregation>(a));
-    value->set_value(window.stats.Get(a));
-  }
+  ForEachAggregate(window, [out](const AggregateRef& ref, double value) {
+    v1::AggregateValue* aggregate = out->add_aggregates();
+    aggregate->set_aggregation(static_cast<v1::Aggregation>(ref.aggregation));
+    aggregate->set_quantile(ref.quantile);
+    aggregate->set_value(value);
+  });
   out->set_accepted(window.stats.accepted);
   out->set_capped(window.stats.capped);
   out->set_partial(window.partial);

@@ -8,6 +8,7 @@
 #include "server/core/selector.h"
 #include "server/sinks/jsonl.h"
 #include "torchmon/protocol/json.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
@@ -95,10 +96,12 @@ function renderChart(stat, windows) {
     bySeries.get(key).push(w);
   }
   const line = w => num(w.aggregates.mean ?? w.aggregates.value ?? w.aggregates.p50 ?? w.aggregates.sum ?? w.aggregates.max);
+  // Quantile aggregates ("p50", "p99.9"), each drawn as a dashed line.
+  const quantiles = w => Object.keys(w.aggregates).filter(a => /^p[0-9]/.test(a));
   let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
   for (const w of windows) {
     x0 = Math.min(x0, w.end_ms); x1 = Math.max(x1, w.end_ms);
-    for (const v of [line(w), num(w.aggregates.min), num(w.aggregates.max)]) {
+    for (const v of [line(w), num(w.aggregates.min), num(w.aggregates.max), ...quantiles(w).map(q => num(w.aggregates[q]))]) {
       if (Number.isFinite(v)) { y0 = Math.min(y0, v); y1 = Math.max(y1, v); }
     }
   }
@@ -122,6 +125,12 @@ function renderChart(stat, windows) {
     const pts = ws.filter(w => Number.isFinite(line(w))).map(w => `${X(w.end_ms)},${Y(line(w))}`);
     if (pts.length) {
       svg.append(el("polyline", {svg: 1, points: pts.join(" "), fill: "none", stroke: color, "stroke-width": "2", "vector-effect": "non-scaling-stroke"}));
+    }
+    for (const q of [...new Set(ws.flatMap(quantiles))]) {
+      const qpts = ws.filter(w => Number.isFinite(num(w.aggregates[q]))).map(w => `${X(w.end_ms)},${Y(num(w.aggregates[q]))}`);
+      if (qpts.length) {
+        svg.append(el("polyline", {svg: 1, "data-quantile": q, points: qpts.join(" "), fill: "none", stroke: color, "stroke-width": "1.5", "stroke-dasharray": "4 3", "vector-effect": "non-scaling-stroke"}));
+      }
     }
     const item = el("span"); const swatch = el("i"); swatch.style.background = color;
     item.append(swatch, document.createTextNode(key)); legend.append(item);
@@ -177,6 +186,9 @@ std::string LivePage::SeriesJson() const {
       if (Contains(s.spec.aggregations, a)) {
         aggregations.push_back(absl::StrCat("\"", AggregationName(a), "\""));
       }
+    }
+    for (double q : s.spec.quantiles) {
+      aggregations.push_back(absl::StrCat("\"", protocol::QuantileName(q), "\""));
     }
     const SeriesCounters& c = s.counters;
     elements.push_back(absl::StrCat(

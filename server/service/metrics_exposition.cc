@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
@@ -25,6 +27,7 @@ struct SeriesRow {
   SeriesCounters counters;
   bool has_window = false;
   WindowRecord window;
+  std::vector<double> quantiles;  // window's, in the order of spec.quantiles
 };
 
 struct EventRow {
@@ -123,6 +126,7 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
     if (s.last_window != nullptr) {
       row.has_window = true;
       row.window = *s.last_window;
+      row.quantiles.assign(s.last_quantiles.begin(), s.last_quantiles.end());
     }
   });
   snap.series.resize(rows);
@@ -173,6 +177,12 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
                  out.Sample("torchmon_stat",
                             {stat_text(r), kAggregationParts[static_cast<int>(a)], label_text(r)},
                             r.window.stats.Get(a));
+               }
+               for (size_t i = 0; i < r.quantiles.size(); ++i) {
+                 // A quantile's name is "p" and digits: nothing to escape.
+                 const std::string agg =
+                     absl::StrCat(",agg=\"", protocol::QuantileName(r.spec.quantiles[i]), "\"");
+                 out.Sample("torchmon_stat", {stat_text(r), agg, label_text(r)}, r.quantiles[i]);
                }
              });
   per_series("torchmon_window_accepted_samples", "Samples accepted in the last closed window.",

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/core/rank_comparison.h"
 #include "server/service/convert.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
@@ -164,7 +165,15 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
           InvalidArgument(absl::StrCat("aggregation ", request->aggregation(), " is unknown")));
       return reactor;
     }
-    options.aggregation = static_cast<Aggregation>(request->aggregation());
+    options.aggregate.aggregation = static_cast<Aggregation>(request->aggregation());
+    if (request->aggregation() == v1::QUANTILE) {
+      absl::StatusOr<double> q = protocol::CanonicalQuantile(request->quantile());
+      if (!q.ok()) {
+        reactor->Finish(InvalidArgument(std::string(q.status().message())));
+        return reactor;
+      }
+      options.aggregate.quantile = *q;
+    }
   }
   if (!request->rank_label().empty()) options.rank_label = request->rank_label();
   if (request->window_start_ms() < 0) {

@@ -36,11 +36,10 @@ std::string LabelsJson(const Labels& labels) {
 
 std::string WindowJsonLine(const ClosedWindow& window) {
   std::string aggregates = "{";
-  for (Aggregation a : kAllAggregations) {
-    if (!Contains(window.aggregations, a)) continue;
-    absl::StrAppend(&aggregates, aggregates.size() > 1 ? "," : "", "\"", AggregationName(a),
-                    "\":", JsonNumber(window.stats.Get(a)));
-  }
+  ForEachAggregate(window, [&aggregates](const AggregateRef& ref, double value) {
+    absl::StrAppend(&aggregates, aggregates.size() > 1 ? "," : "", "\"", AggregateName(ref),
+                    "\":", JsonNumber(value));
+  });
   aggregates += "}";
   return absl::StrCat(
       "{\"type\":\"window\",\"stat\":", JsonString(window.series->stat),

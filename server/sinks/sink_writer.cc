@@ -214,11 +214,11 @@ void SinkWriter::WriteWindow(const ClosedWindow& window) {
   // tagged "<stat>.<aggregation>", at the window's end. The step is the
   // window's index since the epoch, so curves of every rank line up.
   std::vector<std::pair<std::string, float>> scalars;
-  for (Aggregation a : kAllAggregations) {
-    if (!Contains(window.aggregations, a)) continue;
-    scalars.emplace_back(absl::StrCat(window.series->stat, ".", AggregationName(a)),
-                         static_cast<float>(window.stats.Get(a)));
-  }
+  // Quantiles are tagged "<stat>.p99".
+  ForEachAggregate(window, [&](const AggregateRef& ref, double value) {
+    scalars.emplace_back(absl::StrCat(window.series->stat, ".", AggregateName(ref)),
+                         static_cast<float>(value));
+  });
   const int64_t length = window.end_ms - window.start_ms;
   const int64_t step = length > 0 ? window.start_ms / length : 0;
   Write(kTensorBoardSink, *run,

@@ -171,7 +171,7 @@ struct DaemonFixture {
     client = std::make_unique<Client>(options);
     for (const char* name : {"bench.add0", "bench.add1"}) {
       stats.push_back(std::make_unique<Stat>(
-          *client, name, std::vector<Aggregation>{Aggregation::MEAN}, std::chrono::seconds(10)));
+          *client, name, std::vector<torchmon::StatAggregation>{Aggregation::MEAN}, std::chrono::seconds(10)));
     }
   }
   ~DaemonFixture() {

@@ -278,7 +278,7 @@ void BM_IngestDuringScrape(benchmark::State& state) {
   const bool scraping = state.range(1) != 0;
   Exposition& e = ExpositionOf(n);
   auto id = e.aggregator.Define(SeriesKey{"ingest.probe", {{"rank", "0"}}},
-                                StatSpec{AggregationBit(Aggregation::kSum), kWindowMs, 0});
+                                StatSpec{AggregationBit(Aggregation::kSum), kWindowMs, 0, {}});
   if (!id.ok()) return state.SkipWithError("Define failed");
   std::atomic<bool> stop{false};
   std::atomic<int> scrapes{0};

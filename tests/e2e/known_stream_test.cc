@@ -99,7 +99,7 @@ TEST_F(KnownStreamTest, EveryAggregateAndEveryAccountingCounterIsExact) {
   const int64_t b = a + kWindowMs * 1000;  // window B
   const int64_t hour_us = 3600LL * 1000 * 1000;
   using Agg = Aggregation;
-  const std::vector<Agg> all = {Agg::VALUE, Agg::MEAN, Agg::COUNT, Agg::SUM, Agg::MAX, Agg::MIN};
+  const std::vector<StatAggregation> all = {Agg::VALUE, Agg::MEAN, Agg::COUNT, Agg::SUM, Agg::MAX, Agg::MIN};
 
   std::vector<std::unique_ptr<Client>> clients;
   for (int r = 0; r < kRanks; ++r) {

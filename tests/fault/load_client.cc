@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < flags.stats; ++i) {
     stats.push_back(std::make_unique<torchmon::Stat>(
         *client, absl::StrCat("load.s", i),
-        std::vector<torchmon::Aggregation>{torchmon::Aggregation::COUNT,
+        std::vector<torchmon::StatAggregation>{torchmon::Aggregation::COUNT,
                                            torchmon::Aggregation::SUM},
         std::chrono::milliseconds(flags.window_ms)));
   }

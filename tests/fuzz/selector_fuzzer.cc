@@ -294,8 +294,16 @@ void FuzzTextForms(absl::string_view input) {
   }
   if (auto aggregations = protocol::ParseAggregationList(input); aggregations.ok()) {
     FUZZ_CHECK(!aggregations->empty(), "empty aggregation list accepted");
-    for (v1::Aggregation a : *aggregations) {
-      FUZZ_CHECK(a >= v1::VALUE && a <= v1::MIN, "aggregation ", a);
+    for (const protocol::NamedAggregation& a : *aggregations) {
+      if (a.aggregation == v1::QUANTILE) {
+        FUZZ_CHECK(a.quantile > 0 && a.quantile < 1, "quantile ", a.quantile);
+        // The name a quantile is shown by parses back to the same quantile.
+        auto again = protocol::ParseAggregation(protocol::QuantileName(a.quantile));
+        FUZZ_CHECK(again.ok() && *again == a, "quantile name round trip ", a.quantile);
+      } else {
+        FUZZ_CHECK(a.aggregation >= v1::VALUE && a.aggregation <= v1::MIN, "aggregation ",
+                   a.aggregation);
+      }
     }
   }
   if (auto value = cli::ParseSampleValue(input); value.ok()) {

@@ -158,7 +158,7 @@ class DrainingDaemonTest : public HealthTest {
     HealthTest::SetUp();
     StartDaemon({"--grace", "500ms", "--drain-timeout", "60s"});
     client_ = std::make_unique<Client>(Options());
-    stat_ = std::make_unique<Stat>(*client_, "draining", std::vector<Aggregation>{Aggregation::SUM},
+    stat_ = std::make_unique<Stat>(*client_, "draining", std::vector<StatAggregation>{Aggregation::SUM},
                                    std::chrono::seconds(10));
     stat_->add(1.0);
     ASSERT_TRUE(client_->Flush(std::chrono::seconds(5)).ok());

@@ -62,7 +62,7 @@ class AggregatorTest : public ::testing::Test {
                   int64_t window_ms = kW, int64_t max_samples = 0,
                   AggregationSet aggregations = kAll) {
     auto id = aggregator_->Define(SeriesKey{name, std::move(labels)},
-                                  StatSpec{aggregations, window_ms, max_samples});
+                                  StatSpec{aggregations, window_ms, max_samples, {}});
     EXPECT_TRUE(id.ok()) << id.status();
     return id.value_or(0);
   }
@@ -518,10 +518,10 @@ TEST_F(AggregatorTest, SameNameWithOtherLabelsIsAnotherSeries) {
 
 TEST_F(AggregatorTest, ConflictingDefinitionIsAlreadyExistsNamingSeriesAndBothSpecs) {
   const SeriesKey key{"train.loss", {{"rank", "0"}}};
-  ASSERT_TRUE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kMean), 1000, 0}).ok());
+  ASSERT_TRUE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kMean), 1000, 0, {}}).ok());
   auto conflict = aggregator_->Define(
       key, StatSpec{AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax), 2000,
-                    10});
+                    10, {}});
   ASSERT_TRUE(absl::IsAlreadyExists(conflict.status())) << conflict.status();
   const std::string message(conflict.status().message());
   EXPECT_THAT(message, HasSubstr("train.loss{rank=\"0\"}"));
@@ -531,9 +531,9 @@ TEST_F(AggregatorTest, ConflictingDefinitionIsAlreadyExistsNamingSeriesAndBothSp
 
 TEST_F(AggregatorTest, ConflictingDefinitionLeavesTheFirstSpecInPlace) {
   const SeriesKey key{"s", {}};
-  const StatSpec first{AggregationBit(Aggregation::kSum), 1000, 0};
+  const StatSpec first{AggregationBit(Aggregation::kSum), 1000, 0, {}};
   ASSERT_TRUE(aggregator_->Define(key, first).ok());
-  EXPECT_FALSE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kSum), 1000, 5}).ok());
+  EXPECT_FALSE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kSum), 1000, 5, {}}).ok());
   const auto list = aggregator_->ListSeries(Selector{});
   ASSERT_THAT(list, SizeIs(1));
   EXPECT_EQ(list[0].spec, first);

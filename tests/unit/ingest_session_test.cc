@@ -182,7 +182,7 @@ TEST_F(IngestSessionTest, ConflictingRedefinitionOnTheSameStreamKeepsTheFirstBin
 TEST_F(IngestSessionTest, ConflictingDefinitionIsAlreadyExistsNamingBothAndOtherStatsApply) {
   ASSERT_TRUE(aggregator_
                   .Define(SeriesKey{"train.loss", {{"rank", "0"}}},
-                          StatSpec{AggregationBit(Aggregation::kMean), 1000, 0})
+                          StatSpec{AggregationBit(Aggregation::kMean), 1000, 0, {}})
                   .ok());
   v1::IngestBatch batch;
   SetHello(batch, {{"rank", "0"}});
@@ -203,7 +203,7 @@ TEST_F(IngestSessionTest, ConflictingDefinitionIsAlreadyExistsNamingBothAndOther
 
 TEST_F(IngestSessionTest, SamplesUnderARefusedDefinitionAreRefusedWithItsReason) {
   ASSERT_TRUE(aggregator_
-                  .Define(SeriesKey{"s", {}}, StatSpec{AggregationBit(Aggregation::kMean), 1000, 0})
+                  .Define(SeriesKey{"s", {}}, StatSpec{AggregationBit(Aggregation::kMean), 1000, 0, {}})
                   .ok());
   v1::IngestBatch batch;
   AddDefinition(batch, 1, "s", {v1::MAX});

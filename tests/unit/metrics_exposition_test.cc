@@ -58,7 +58,7 @@ class MetricsExpositionTest : public ::testing::Test {
   SeriesId Define(const std::string& name, AggregationSet aggregations, int64_t max_samples = 0,
                   Labels labels = {{"rank", "0"}}) {
     auto id = aggregator_.Define(SeriesKey{name, std::move(labels)},
-                                 StatSpec{aggregations, 1000, max_samples});
+                                 StatSpec{aggregations, 1000, max_samples, {}});
     EXPECT_TRUE(id.ok()) << id.status();
     return id.value_or(0);
   }

@@ -2,7 +2,9 @@
 // UTF-8, aggregation lists and spec bounds.
 #include "torchmon/protocol/protocol.h"
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -177,16 +179,26 @@ TEST(ValidateNameTest, RefusesEmptyAndInvalidUtf8NamingTheField) {
   EXPECT_TRUE(ValidateName("stat name", "train loss/π").ok());
 }
 
+// The names of a parsed list, as AggregationName writes them.
+std::vector<std::string> Names(const std::vector<NamedAggregation>& aggregations) {
+  std::vector<std::string> out;
+  for (const NamedAggregation& a : aggregations) out.push_back(AggregationName(a));
+  return out;
+}
+
 TEST(ParseAggregationListTest, ParsesNamesCaseInsensitivelyInOrder) {
   auto aggs = ParseAggregationList("mean, MAX,Count");
   ASSERT_TRUE(aggs.ok()) << aggs.status();
-  EXPECT_THAT(*aggs, ElementsAre(v1::MEAN, v1::MAX, v1::COUNT));
+  EXPECT_THAT(Names(*aggs), ElementsAre("mean", "max", "count"));
+  EXPECT_EQ((*aggs)[1].aggregation, v1::MAX);
 }
 
 TEST(ParseAggregationListTest, AcceptsAllSix) {
   auto aggs = ParseAggregationList("value,mean,count,sum,max,min");
   ASSERT_TRUE(aggs.ok());
-  EXPECT_THAT(*aggs, ElementsAre(v1::VALUE, v1::MEAN, v1::COUNT, v1::SUM, v1::MAX, v1::MIN));
+  std::vector<v1::Aggregation> kinds;
+  for (const NamedAggregation& a : *aggs) kinds.push_back(a.aggregation);
+  EXPECT_THAT(kinds, ElementsAre(v1::VALUE, v1::MEAN, v1::COUNT, v1::SUM, v1::MAX, v1::MIN));
 }
 
 TEST(ParseAggregationListTest, RefusesAnUnknownNameNamingIt) {
@@ -198,6 +210,60 @@ TEST(ParseAggregationListTest, RefusesAnUnknownNameNamingIt) {
 TEST(ParseAggregationListTest, RefusesAnEmptyList) {
   EXPECT_FALSE(ParseAggregationList("").ok());
   EXPECT_FALSE(ParseAggregationList(" , ").ok());
+}
+
+TEST(ParseAggregationTest, ParsesQuantileNamesToTheirQuantile) {
+  struct Case {
+    const char* name;
+    double quantile;
+  };
+  for (const Case& c : {Case{"p50", 0.5}, Case{"p90", 0.9}, Case{"P99", 0.99},
+                        Case{"p99.9", 0.999}, Case{"p99.99", 0.9999}, Case{"p0.1", 0.001},
+                        Case{"p99.9999", 0.999999}, Case{"p05", 0.05}}) {
+    auto parsed = ParseAggregation(c.name);
+    ASSERT_TRUE(parsed.ok()) << c.name << ": " << parsed.status();
+    EXPECT_EQ(parsed->aggregation, v1::QUANTILE) << c.name;
+    EXPECT_EQ(parsed->quantile, c.quantile) << c.name;
+  }
+}
+
+TEST(ParseAggregationTest, QuantileNamesRoundTrip) {
+  for (const char* name : {"p50", "p90", "p99", "p99.9", "p99.99", "p0.0001", "p12.3456"}) {
+    auto parsed = ParseAggregation(name);
+    ASSERT_TRUE(parsed.ok()) << name;
+    EXPECT_EQ(AggregationName(*parsed), name);
+    EXPECT_EQ(QuantileName(parsed->quantile), name);
+  }
+  // Another spelling of the same quantile names it the same way.
+  EXPECT_EQ(QuantileName(*CanonicalQuantile(0.999)), "p99.9");
+  EXPECT_EQ(QuantileName(*CanonicalQuantile(0.5)), "p50");
+}
+
+TEST(ParseAggregationTest, RefusesQuantilesOutsideTheOpenIntervalOrTooFine) {
+  for (const char* name : {"p0", "p100", "p150", "p99.99999", "p", "p-1", "p1e1", "pinf",
+                           "pnan", "p.5", "p5.", "p9 9", "p99..9", "q99"}) {
+    auto parsed = ParseAggregation(name);
+    ASSERT_FALSE(parsed.ok()) << name;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(name)) << name;
+  }
+}
+
+TEST(ParseAggregationListTest, MixesTheSixAndQuantiles) {
+  auto aggs = ParseAggregationList("mean,p99,max,p50");
+  ASSERT_TRUE(aggs.ok()) << aggs.status();
+  EXPECT_THAT(Names(*aggs), ElementsAre("mean", "p99", "max", "p50"));
+  v1::StatSpec spec;
+  for (const NamedAggregation& a : *aggs) AddToSpec(a, &spec);
+  EXPECT_THAT(spec.aggregations(), ElementsAre(v1::MEAN, v1::MAX));
+  EXPECT_THAT(spec.quantiles(), ElementsAre(0.99, 0.5));
+}
+
+TEST(CanonicalQuantileTest, RoundsToTheGridAndRefusesTheRest) {
+  EXPECT_EQ(*CanonicalQuantile(0.99), 0.99);
+  EXPECT_EQ(*CanonicalQuantile(99.9 / 100), 0.999);
+  for (double q : {0.0, 1.0, -0.5, 1.5, 0.1234567, std::nan(""), HUGE_VAL}) {
+    EXPECT_FALSE(CanonicalQuantile(q).ok()) << q;
+  }
 }
 
 v1::StatSpec Spec(int64_t window_ms, int64_t max_samples = 0) {
@@ -234,8 +300,47 @@ TEST(ValidateSpecTest, RefusesMissingOrUnknownAggregations) {
   unspecified.add_aggregations(v1::AGGREGATION_UNSPECIFIED);
   EXPECT_FALSE(ValidateSpec(unspecified).ok());
   v1::StatSpec unknown = Spec(1000);
-  unknown.add_aggregations(static_cast<v1::Aggregation>(7));
+  unknown.add_aggregations(static_cast<v1::Aggregation>(8));
   EXPECT_FALSE(ValidateSpec(unknown).ok());
+  // QUANTILE names its quantile in `quantiles`, not in `aggregations`.
+  v1::StatSpec bare_quantile = Spec(1000);
+  bare_quantile.add_aggregations(v1::QUANTILE);
+  absl::Status s = ValidateSpec(bare_quantile);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("quantiles field"));
+}
+
+TEST(ValidateSpecTest, AcceptsQuantilesAloneOrBesideTheSix) {
+  v1::StatSpec alone = Spec(1000);
+  alone.clear_aggregations();
+  alone.add_quantiles(0.99);
+  EXPECT_TRUE(ValidateSpec(alone).ok());
+  v1::StatSpec both = Spec(1000);
+  both.add_quantiles(0.5);
+  both.add_quantiles(0.999);
+  both.add_quantiles(0.5);  // duplicates are ignored
+  EXPECT_TRUE(ValidateSpec(both).ok());
+}
+
+TEST(ValidateSpecTest, RefusesBadQuantilesNamingThem) {
+  for (double q : {0.0, 1.0, 1.5, -0.1, 0.99999999, std::nan("")}) {
+    v1::StatSpec spec = Spec(1000);
+    spec.add_quantiles(q);
+    absl::Status s = ValidateSpec(spec);
+    ASSERT_FALSE(s.ok()) << q;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("quantile")) << q;
+  }
+}
+
+TEST(ValidateSpecTest, RefusesMoreThanTheMaximumOfDistinctQuantiles) {
+  v1::StatSpec spec = Spec(1000);
+  for (size_t i = 1; i <= kMaxQuantiles; ++i) spec.add_quantiles(static_cast<double>(i) / 100);
+  spec.add_quantiles(0.01);  // a duplicate does not count
+  EXPECT_TRUE(ValidateSpec(spec).ok());
+  spec.add_quantiles(0.99);
+  absl::Status s = ValidateSpec(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("at most 16"));
 }
 
 TEST(IsLoopbackHostTest, KnowsTheLoopbackAddresses) {

@@ -92,7 +92,7 @@ TEST_F(RankComparisonTest, AnAskedWindowAnotherAggregationAndAnEvenMedian) {
   AddWindow(r0, 2000, {1000});
   RankComparisonOptions options;
   options.window_start_ms = 1000;
-  options.aggregation = Aggregation::kMax;
+  options.aggregate.aggregation = Aggregation::kMax;
   auto c = Compare(options);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].start_ms, 1000);

@@ -156,7 +156,7 @@ TEST(StatSpecTest, ToStringListsAggregationsWindowAndCap) {
 }
 
 TEST(StatSpecTest, SpecsDifferingInAnyFieldAreNotEqual) {
-  StatSpec a{AggregationBit(Aggregation::kSum), 1000, 0};
+  StatSpec a{AggregationBit(Aggregation::kSum), 1000, 0, {}};
   StatSpec b = a;
   EXPECT_EQ(a, b);
   b.max_samples = 1;

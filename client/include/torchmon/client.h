@@ -29,8 +29,26 @@ class ClientCore;
 struct StatState;
 }  // namespace detail
 
-// Mirrors torch.monitor.Aggregation.
-enum class Aggregation : int { VALUE = 1, MEAN = 2, COUNT = 3, SUM = 4, MAX = 5, MIN = 6 };
+// Mirrors torch.monitor.Aggregation, plus QUANTILE (see Quantile below).
+enum class Aggregation : int {
+  VALUE = 1, MEAN = 2, COUNT = 3, SUM = 4, MAX = 5, MIN = 6, QUANTILE = 7
+};
+
+// One aggregation of a Stat: one of torch.monitor's six (converted
+// implicitly from Aggregation) or a quantile (made by Quantile()).
+struct StatAggregation {
+  StatAggregation(Aggregation a) : aggregation(a) {}  // NOLINT(google-explicit-constructor)
+  StatAggregation(Aggregation a, double q) : aggregation(a), quantile(q) {}
+
+  Aggregation aggregation;
+  double quantile = 0;  // QUANTILE only
+};
+
+// The q-quantile of each window, estimated by the daemon within 1% relative
+// error (docs/semantics.md): Quantile(0.99) is "p99". 0 < q < 1 with at most
+// four decimals as a percentage (0.9999 is p99.99); a Stat with another
+// value is refused like any invalid definition.
+inline StatAggregation Quantile(double q) { return StatAggregation(Aggregation::QUANTILE, q); }
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
@@ -211,11 +229,12 @@ int64_t WallMicros() noexcept;
 // their definitions agree; the daemon refuses a conflicting definition.
 class Stat {
  public:
-  // max_samples: cap per window; 0 = unlimited.
-  Stat(Client& client, std::string name, std::vector<Aggregation> aggregations,
+  // max_samples: cap per window; 0 = unlimited. aggregations may mix the
+  // six and quantiles: {Aggregation::MEAN, Quantile(0.5), Quantile(0.99)}.
+  Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
   // Uses Client::Default().
-  Stat(std::string name, std::vector<Aggregation> aggregations,
+  Stat(std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
   ~Stat();
   Stat(const Stat&) = delete;

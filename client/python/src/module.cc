@@ -16,9 +16,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "torchmon/client.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace py = pybind11;
 
@@ -62,6 +64,7 @@ struct LocalWindow {
       case Aggregation::SUM: return sum;
       case Aggregation::MAX: return count == 0 ? 0.0 : (saw_nan ? nan : max);
       case Aggregation::MIN: return count == 0 ? 0.0 : (saw_nan ? nan : min);
+      case Aggregation::QUANTILE: break;  // the daemon's alone: never mirrored here
     }
     return nan;
   }
@@ -73,15 +76,18 @@ class PyStat {
  public:
   // `on_window(data)` (or None) is called with torch.monitor.Stat's event
   // data ({"<name>.<agg>": value}) each time a local window completes.
+  // `aggregations` are the six mirrored here; `quantiles` only go to the
+  // daemon (a sketch per window in every training process is what torchmon
+  // exists to avoid).
   PyStat(std::shared_ptr<Client> client, std::string name, std::vector<Aggregation> aggregations,
-         std::chrono::microseconds window_size, int64_t max_samples, Labels labels,
-         py::object on_window)
+         const std::vector<double>& quantiles, std::chrono::microseconds window_size,
+         int64_t max_samples, Labels labels, py::object on_window)
       : client_(std::move(client)),
         on_window_(std::move(on_window)),
         aggregations_(aggregations),
         window_ms_(std::max<int64_t>(1, window_size.count() / 1000)),
         max_samples_(max_samples),
-        stat_(*client_, std::move(name), std::move(aggregations),
+        stat_(*client_, std::move(name), StatAggregations(aggregations, quantiles),
               std::chrono::milliseconds(window_size.count() / 1000),
               // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
               max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples,
@@ -154,6 +160,13 @@ class PyStat {
     }
   }
 
+  static std::vector<StatAggregation> StatAggregations(const std::vector<Aggregation>& aggregations,
+                                                       const std::vector<double>& quantiles) {
+    std::vector<StatAggregation> out(aggregations.begin(), aggregations.end());
+    for (double q : quantiles) out.push_back(Quantile(q));
+    return out;
+  }
+
   static std::string AggregationLowerName(Aggregation a) {
     switch (a) {
       case Aggregation::VALUE: return "value";
@@ -162,6 +175,7 @@ class PyStat {
       case Aggregation::SUM: return "sum";
       case Aggregation::MAX: return "max";
       case Aggregation::MIN: return "min";
+      case Aggregation::QUANTILE: return "quantile";
     }
     return "unknown";
   }
@@ -306,12 +320,28 @@ PYBIND11_MODULE(_torchmon, m) {
 
   py::class_<PyStat>(m, "Stat")
       .def(py::init([](std::shared_ptr<Client> client, std::string name,
-                       std::vector<Aggregation> aggregations,
+                       const std::vector<std::variant<Aggregation, std::string>>& aggregations,
                        std::chrono::microseconds window_size, int64_t max_samples,
                        std::optional<std::map<std::string, std::string>> labels,
                        py::object on_window) {
-             return std::make_unique<PyStat>(std::move(client), std::move(name),
-                                             std::move(aggregations), window_size, max_samples,
+             // Aggregation members, or names: "mean", "p99", "p99.9".
+             std::vector<Aggregation> six;
+             std::vector<double> quantiles;
+             for (const auto& a : aggregations) {
+               if (const auto* member = std::get_if<Aggregation>(&a)) {
+                 six.push_back(*member);
+                 continue;
+               }
+               auto parsed = protocol::ParseAggregation(std::get<std::string>(a));
+               if (!parsed.ok()) throw py::value_error(std::string(parsed.status().message()));
+               if (parsed->aggregation == v1::QUANTILE) {
+                 quantiles.push_back(parsed->quantile);
+               } else {
+                 six.push_back(static_cast<Aggregation>(static_cast<int>(parsed->aggregation)));
+               }
+             }
+             return std::make_unique<PyStat>(std::move(client), std::move(name), std::move(six),
+                                             quantiles, window_size, max_samples,
                                              LabelsFromDict(labels), std::move(on_window));
            }),
            py::arg("client"), py::arg("name"), py::arg("aggregations"), py::arg("window_size"),

@@ -262,6 +262,15 @@ _live_stats: "weakref.WeakSet[Stat]" = weakref.WeakSet()
 class Stat:
     """A stat aggregated in fixed windows by torchmond (torch.monitor.Stat).
 
+    ``aggregations`` holds ``Aggregation`` members and, beyond
+    torch.monitor, names: ``"mean"`` and the others, and quantiles ``"p50"``,
+    ``"p99"``, ``"p99.9"`` (any ``pNN``, at most four decimals), estimated
+    by the daemon per window within 1% relative error. Quantiles are
+    computed by the daemon only: ``get()`` and the ``torch.monitor.Stat``
+    window events of this process carry the six aggregations, not them;
+    read quantiles from Prometheus (``agg="p99"``), ``torchmonctl`` or the
+    Query API. A name that is not an aggregation raises ``ValueError``.
+
     ``window_size`` is a ``datetime.timedelta`` (millisecond precision, 10 ms
     to 24 h). ``max_samples`` caps the samples accepted per window; unlike
     torch.monitor the window is not closed early. ``labels`` are added to the
@@ -270,7 +279,7 @@ class Stat:
 
     __slots__ = ("_native", "add", "__weakref__")
 
-    def __init__(self, name: str, aggregations: Sequence[Aggregation],
+    def __init__(self, name: str, aggregations: Sequence[Union[Aggregation, str]],
                  window_size: _dt.timedelta, max_samples: int = sys.maxsize, *,
                  labels: Optional[Mapping[str, str]] = None,
                  client: Optional[Client] = None) -> None:
@@ -292,7 +301,10 @@ class Stat:
         return self._native.count
 
     def get(self) -> Dict[Aggregation, float]:
-        """This process's aggregates of the last completed window (zeros before one)."""
+        """This process's aggregates of the last completed window (zeros before one).
+
+        The six aggregations only; quantiles are the daemon's (see Stat).
+        """
         return self._native.get()
 
     @property

@@ -63,7 +63,7 @@ class ClientCore {
   // fails: an invalid stat gets a state that drops and counts every sample,
   // and the reason is recorded (TakeErrors) and printed once.
   std::shared_ptr<StatState> RegisterStat(std::string name,
-                                          const std::vector<Aggregation>& aggregations,
+                                          const std::vector<StatAggregation>& aggregations,
                                           std::chrono::milliseconds window_size,
                                           int64_t max_samples, const Labels& labels);
 

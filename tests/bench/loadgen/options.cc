@@ -124,11 +124,12 @@ absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
     } else if (arg == "--aggs") {
       std::string text;
       LOADGEN_ASSIGN(text, value());
-      std::vector<v1::Aggregation> parsed;
+      std::vector<protocol::NamedAggregation> parsed;
       LOADGEN_ASSIGN(parsed, protocol::ParseAggregationList(text));
       options.aggregations.clear();
-      for (v1::Aggregation a : parsed) {
-        options.aggregations.push_back(static_cast<Aggregation>(static_cast<int>(a)));
+      for (const protocol::NamedAggregation& a : parsed) {
+        options.aggregations.emplace_back(static_cast<Aggregation>(static_cast<int>(a.aggregation)),
+                                          a.quantile);
       }
     } else if (arg == "--max-samples") {
       LOADGEN_ASSIGN(options.max_samples, integer(0, INT64_MAX));

@@ -39,7 +39,7 @@ struct LoadgenOptions {
   double rate = 0;  // samples/s over all ranks; 0: flat out
   int64_t duration_ms = 10000;
   int64_t window_ms = 1000;
-  std::vector<Aggregation> aggregations = {Aggregation::MEAN};
+  std::vector<StatAggregation> aggregations = {Aggregation::MEAN};
   int64_t max_samples = 0;
   size_t buffer_samples = 1 << 14;
   int64_t flush_timeout_ms = 30000;

@@ -57,9 +57,9 @@ std::string JsonNumber(double v) { return v < 0 ? "null" : absl::StrFormat("%.6g
 
 std::string AggregationNames(const LoadgenOptions& options) {
   std::vector<std::string> names;
-  for (Aggregation a : options.aggregations) {
-    names.emplace_back(
-        protocol::AggregationName(static_cast<v1::Aggregation>(static_cast<int>(a))));
+  for (const StatAggregation& a : options.aggregations) {
+    names.push_back(protocol::AggregationName(protocol::NamedAggregation{
+        static_cast<v1::Aggregation>(static_cast<int>(a.aggregation)), a.quantile}));
   }
   return absl::StrJoin(names, ",");
 }

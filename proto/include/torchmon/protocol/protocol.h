@@ -66,9 +66,45 @@ absl::Status ValidateName(absl::string_view what, absl::string_view name,
 // "<invalid UTF-8>". Error messages must stay small whatever a client sends.
 std::string Quote(absl::string_view text, size_t max_bytes = 64);
 
-// Validates a StatSpec: at least one known aggregation, window size within
+// Quantiles per stat, at most.
+inline constexpr size_t kMaxQuantiles = 16;
+
+// Validates a StatSpec: known aggregations (QUANTILE only through
+// `quantiles`), at least one aggregation or quantile, valid quantiles (see
+// CanonicalQuantile), at most kMaxQuantiles distinct, window size within
 // bounds, max_samples ≥ 0.
 absl::Status ValidateSpec(const v1::StatSpec& spec);
+
+// A quantile as torchmon names it: 0 < q < 1 with at most four decimals as
+// a percentage, so that its name ("p99.99") is exact and two spellings of
+// one quantile (0.999 and "p99.9") are the same number. Returns q rounded
+// to that grid (within 1e-9 of it) or InvalidArgument naming the value.
+absl::StatusOr<double> CanonicalQuantile(double q);
+
+// "p50", "p99", "p99.9" for 0.5, 0.99, 0.999. `q` must be canonical.
+std::string QuantileName(double q);
+
+// One aggregation as named on command lines, in the exposition and in the
+// sinks: one of the six, or QUANTILE with its quantile.
+struct NamedAggregation {
+  v1::Aggregation aggregation = v1::AGGREGATION_UNSPECIFIED;
+  double quantile = 0;  // QUANTILE only
+
+  friend bool operator==(const NamedAggregation& a, const NamedAggregation& b) {
+    return a.aggregation == b.aggregation && a.quantile == b.quantile;
+  }
+};
+
+// "mean", "p99".
+std::string AggregationName(const NamedAggregation& aggregation);
+
+// Parses one name, case-insensitively: value, mean, count, sum, max, min,
+// or pNN (p50, p99, p99.9: a percentage strictly between 0 and 100 with at
+// most four decimals).
+absl::StatusOr<NamedAggregation> ParseAggregation(absl::string_view name);
+
+// Adds `aggregation` to `spec`: to aggregations, or its quantile to quantiles.
+void AddToSpec(const NamedAggregation& aggregation, v1::StatSpec* spec);
 
 // Parses "k=v,k=v" (TORCHMON_LABELS, --label). Keys are validated; an empty
 // string gives an empty list. Later duplicates override earlier ones.
@@ -87,8 +123,9 @@ std::string FormatDurationMs(int64_t ms);
 // Lower-case name of an aggregation ("mean"); "unspecified" for 0.
 absl::string_view AggregationName(v1::Aggregation aggregation);
 
-// Parses "mean,max" (case-insensitive) into aggregations, in the given order.
-absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregationList(absl::string_view text);
+// Parses "mean,max,p99" (case-insensitive, see ParseAggregation) into
+// aggregations, in the given order.
+absl::StatusOr<std::vector<NamedAggregation>> ParseAggregationList(absl::string_view text);
 
 // The daemon's default Unix socket path:
 //   $XDG_RUNTIME_DIR/torchmon/torchmond.sock   if XDG_RUNTIME_DIR is set,
