@@ -840,5 +840,90 @@ TEST_F(AggregatorTest, ClosedWindowKeepsItsSeriesKeyAfterTheSeriesExpired) {
   EXPECT_EQ(closed[0].series->ToString(), "s{rank=\"7\"}");
 }
 
+// --- Quantiles ---------------------------------------------------------------
+
+// A series with p50 and p99 beside the six.
+SeriesId DefineWithQuantiles(Aggregator& aggregator, const std::string& name) {
+  auto id = aggregator.Define(SeriesKey{name, {{"rank", "0"}}},
+                              StatSpec{kAll, kW, 0, {0.5, 0.99}});
+  EXPECT_TRUE(id.ok()) << id.status();
+  return id.value_or(0);
+}
+
+TEST_F(AggregatorTest, EachWindowEstimatesItsOwnQuantilesAndKeepsThemInHistory) {
+  AggregatorOptions options = TestOptions();
+  options.history_windows = 3;  // the ring wraps
+  Reset(options);
+  const SeriesId id = DefineWithQuantiles(*aggregator_, "q");
+  // Window k holds 1..100 scaled by 10^k: its own samples only, although
+  // the windows reuse one sketch.
+  for (int k = 0; k < 5; ++k) {
+    std::vector<double> values;
+    std::vector<int64_t> stamps;
+    for (int v = 1; v <= 100; ++v) {
+      values.push_back(v * std::pow(10.0, k));
+      stamps.push_back(Us(kT0 + k * kW + 10));
+    }
+    Add(id, values, stamps);
+    clock_.Set(kT0 + (k + 1) * kW + kGrace);
+    const auto closed = aggregator_->CloseDueWindows();
+    ASSERT_THAT(closed, SizeIs(1));
+    ASSERT_THAT(closed[0].quantiles, SizeIs(2));
+    // Ranks floor(0.5·99) = 49 and floor(0.99·99) = 98: 50 and 99, scaled.
+    EXPECT_NEAR(closed[0].quantiles[0].value, 50 * std::pow(10.0, k), 0.5 * std::pow(10.0, k));
+    EXPECT_NEAR(closed[0].quantiles[1].value, 99 * std::pow(10.0, k), 0.99 * std::pow(10.0, k));
+    EXPECT_EQ(closed[0].quantiles[1].quantile, 0.99);
+  }
+  // History keeps the last three windows, each with its own quantiles.
+  const auto history = AllWindows();
+  ASSERT_THAT(history, SizeIs(3));
+  for (int i = 0; i < 3; ++i) {
+    const double scale = std::pow(10.0, i + 2);
+    ASSERT_THAT(history[i].quantiles, SizeIs(2));
+    EXPECT_NEAR(history[i].quantiles[0].value, 50 * scale, 0.5 * scale) << i;
+    EXPECT_NEAR(*history[i].Value(AggregateRef{Aggregation::kQuantile, 0.99}), 99 * scale,
+                0.99 * scale)
+        << i;
+    EXPECT_FALSE(history[i].Value(AggregateRef{Aggregation::kQuantile, 0.9}).has_value());
+  }
+  // The exposition's view of the last window has the newest quantiles.
+  aggregator_->ForEachSeries([](const Aggregator::SeriesView& s) {
+    ASSERT_THAT(s.last_quantiles, SizeIs(2));
+    EXPECT_NEAR(s.last_quantiles[1], 99 * 1e4, 0.99 * 1e4);
+  });
+}
+
+TEST_F(AggregatorTest, OpenWindowsSideBySideKeepSeparateSketches) {
+  const SeriesId id = DefineWithQuantiles(*aggregator_, "q");
+  // Two windows open at once (within the grace): samples alternate.
+  Add(id, {1, 1000, 2, 2000, 3, 3000},
+      {Us(kT0 + 10), Us(kT0 + kW + 10), Us(kT0 + 20), Us(kT0 + kW + 20), Us(kT0 + 30),
+       Us(kT0 + kW + 30)});
+  clock_.Set(kT0 + 2 * kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(2));
+  EXPECT_NEAR(closed[0].quantiles[1].value, 3, 0.03);
+  EXPECT_NEAR(closed[1].quantiles[0].value, 2000, 20);
+}
+
+TEST_F(AggregatorTest, SeriesWithoutQuantilesReportNone) {
+  const SeriesId id = Define("plain");
+  AddAt(id, 1, kT0 + 10);
+  clock_.Set(kT0 + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_THAT(closed[0].quantiles, IsEmpty());
+}
+
+TEST_F(AggregatorTest, QuantilesArePartOfTheDefinition) {
+  const SeriesKey key{"q", {{"rank", "0"}}};
+  ASSERT_TRUE(aggregator_->Define(key, StatSpec{kAll, kW, 0, {0.5, 0.99}}).ok());
+  EXPECT_TRUE(aggregator_->Define(key, StatSpec{kAll, kW, 0, {0.5, 0.99}}).ok());
+  auto conflict = aggregator_->Define(key, StatSpec{kAll, kW, 0, {0.5}});
+  ASSERT_TRUE(absl::IsAlreadyExists(conflict.status()));
+  EXPECT_THAT(std::string(conflict.status().message()), HasSubstr("p50,p99]"));
+  EXPECT_THAT(std::string(conflict.status().message()), HasSubstr("min,p50]"));
+}
+
 }  // namespace
 }  // namespace torchmon::server

@@ -103,6 +103,27 @@ TEST_F(MetricsExpositionTest, StatLineShowsEachRequestedAggregationOfTheLastClos
   EXPECT_THAT(text, Not(HasSubstr("agg=\"value\"")));
 }
 
+TEST_F(MetricsExpositionTest, QuantilesAreStatLinesNamedByTheirPercentage) {
+  auto id = aggregator_.Define(SeriesKey{"step", {{"rank", "0"}}},
+                               StatSpec{Aggs({Aggregation::kMean}), 1000, 0, {0.5, 0.999}});
+  ASSERT_TRUE(id.ok());
+  std::vector<double> values;
+  for (int v = 1; v <= 1000; ++v) values.push_back(v);
+  Add(*id, values, kT0 + 10);
+  CloseWindowsEndingBy(kT0 + 1000);
+  const std::string text = Scrape();
+  // Ranks floor(0.5·999) = 499 and floor(0.999·999) = 998: 500 and 999.
+  const auto p50 = ValueOf(text, "torchmon_stat{stat=\"step\",agg=\"p50\",rank=\"0\"}");
+  const auto p999 = ValueOf(text, "torchmon_stat{stat=\"step\",agg=\"p99.9\",rank=\"0\"}");
+  ASSERT_TRUE(p50.has_value()) << text;
+  ASSERT_TRUE(p999.has_value()) << text;
+  EXPECT_NEAR(*p50, 500, 5);
+  EXPECT_NEAR(*p999, 999, 9.99);
+  EXPECT_THAT(ValueOf(text, "torchmon_stat{stat=\"step\",agg=\"mean\",rank=\"0\"}"),
+              Optional(500.5));
+  EXPECT_THAT(text, Not(HasSubstr("agg=\"p99\"")));
+}
+
 TEST_F(MetricsExpositionTest, StatLineFollowsTheNewestClosedWindow) {
   const SeriesId id = Define("s", Aggs({Aggregation::kSum}));
   Add(id, {1}, kT0);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sinks/crc32c.h"
 #include "server/sinks/jsonl.h"
@@ -13,6 +14,8 @@
 
 namespace torchmon::server {
 namespace {
+
+using ::testing::HasSubstr;
 
 std::string Bytes(std::initializer_list<int> bytes) {
   std::string s;
@@ -98,6 +101,14 @@ TEST(JsonlTest, WindowLineHasEveryFieldEscapedAndNaNAsAString) {
             "\"start\":\"2023-11-14T22:13:20.000Z\",\"end\":\"2023-11-14T22:13:21.000Z\","
             "\"partial\":true,\"accepted\":3,\"capped\":4,"
             "\"aggregates\":{\"mean\":\"NaN\",\"count\":3,\"max\":\"NaN\"}}");
+}
+
+TEST(JsonlTest, QuantilesFollowTheSixUnderTheirNames) {
+  ClosedWindow w = Window();
+  w.quantiles = {{0.5, 1.5}, {0.999, std::numeric_limits<double>::infinity()}};
+  EXPECT_THAT(WindowJsonLine(w),
+              HasSubstr("\"aggregates\":{\"mean\":\"NaN\",\"count\":3,\"max\":\"NaN\","
+                        "\"p50\":1.5,\"p99.9\":\"+Inf\"}}"));
 }
 
 TEST(JsonlTest, EventLineKeepsFieldTypes) {
