@@ -325,6 +325,60 @@ TEST_F(CliTest, TopShowsTheWidestSpreadFirstAndDropsSinceThePreviousRefresh) {
   EXPECT_THAT(table.out, HasSubstr("Dropped samples since the last refresh"));
 }
 
+TEST_F(CliTest, PushWithQuantilesShowsThemInWindowsSeriesAndRanks) {
+  AwaitStartOfWindow();
+  // 1..100 on two ranks, except that rank 1's 99 and 100 are 1000 ms
+  // stalls. p50 is the sample of rank floor(0.5·99) = 49, p99 of rank 98.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> args = {"cli.q"};
+    for (int v = 1; v <= 100; ++v) args.push_back(absl::StrCat(rank == 1 && v >= 99 ? 1000 : v));
+    for (const char* a : {"--agg", "mean,P99,p50", "--window", "500ms", "--label"}) {
+      args.push_back(a);
+    }
+    args.push_back(absl::StrCat("rank=", rank));
+    Push(args);
+  }
+  ASSERT_EQ(WaitForWindows("cli.q", 2).size(), 2u);
+  const std::vector<Value> windows = Elements(At(CtlJson({"windows", "cli.q"}), "windows"));
+  ASSERT_EQ(windows.size(), 2u);
+  const Value& aggregates = At(windows[0], "aggregates");
+  EXPECT_EQ(aggregates.struct_value().fields_size(), 3);
+  EXPECT_NEAR(Number(At(aggregates, "p50")), 50, 0.5);
+  EXPECT_NEAR(Number(At(aggregates, "p99")), 99, 0.99);
+  EXPECT_EQ(Number(At(aggregates, "mean")), 50.5);
+
+  // The series lists its aggregations, quantiles last, smallest first.
+  const Value series = Elements(At(CtlJson({"series", "--stat", "cli.q", "--label", "rank=0"}), "series")).at(0);
+  std::vector<std::string> names;
+  for (const Value& n : Elements(At(series, "aggregations"))) names.push_back(String(n));
+  EXPECT_THAT(names, ::testing::ElementsAre("mean", "p50", "p99"));
+
+  // The windows table has a column per quantile.
+  const CommandResult table = Ctl({"windows", "cli.q"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("P50"));
+  EXPECT_THAT(table.out, HasSubstr("P99"));
+
+  // ranks compares a quantile: only p99 sees rank 1's stalls.
+  const Value c =
+      Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p99"}), "comparisons")).at(0);
+  EXPECT_EQ(String(At(c, "aggregation")), "p99");
+  EXPECT_EQ(String(At(c, "slowest_rank")), "1");
+  EXPECT_NEAR(Number(At(c, "max")), 1000, 10);
+  // A quantile the series do not estimate compares nothing.
+  EXPECT_TRUE(
+      Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p90"}), "comparisons")).empty());
+}
+
+TEST_F(CliTest, AQuantileOutsideTheOpenIntervalIsAUsageErrorThatSendsNothing) {
+  for (const char* agg : {"p100", "p0", "mean,p99.99999", "p1e1"}) {
+    const CommandResult r = Ctl({"push", "cli.badq", "1", "--agg", agg});
+    EXPECT_EQ(r.exit_code, 2) << agg;
+    EXPECT_THAT(r.err, HasSubstr("--agg")) << agg;
+  }
+  ExpectNothingArrived();
+}
+
 TEST_F(CliTest, RanksOfOneAggregationOnly) {
   const CommandResult r = Ctl({"ranks", "cli.step_ms", "--agg", "mean,max"});
   EXPECT_EQ(r.exit_code, 2);
