@@ -46,7 +46,7 @@ def fed(tmp_path_factory):
             base = 4 - step + rank / 10
             daemon.ctl("push", "train.loss", str(base), str(base + 1), "--agg", "mean,min,max",
                        "--window", "200ms", "--label", f"rank={rank}")
-            daemon.ctl("push", "train.step_ms", str(100 + 10 * rank), "--agg", "value,max",
+            daemon.ctl("push", "train.step_ms", str(100 + 10 * rank), "--agg", "value,max,p50,p99",
                        "--window", "200ms", "--label", f"rank={rank}")
     daemon.ctl("event", "epoch_end", "epoch=1", "note=warm <b>")
     # Every sample in a closed window (12 of train.loss, 6 of train.step_ms).
@@ -67,6 +67,11 @@ def test_series_endpoint_lists_every_series_with_its_counters(fed):
     assert set(by_key) == {(s, r) for s in ("train.loss", "train.step_ms") for r in ("0", "1")}
     loss = by_key[("train.loss", "0")]
     assert loss["aggregations"] == ["mean", "max", "min"]
+    step = by_key[("train.step_ms", "0")]
+    assert step["aggregations"] == ["value", "max", "p50", "p99"]
+    # One sample a window: p99 is that sample, within the sketch's 1%.
+    last = step["last_window"]["aggregates"]
+    assert abs(last["p99"] - last["value"]) <= 0.01 * last["value"]
     assert loss["window_ms"] == 200
     assert loss["counters"]["accepted"] == 6
     assert loss["last_window"]["type"] == "window"
@@ -151,7 +156,9 @@ def test_the_page_shows_what_was_pushed_in_headless_chromium(fed):
     for stat in ("train.loss", "train.step_ms"):
         assert dom.count(f'data-stat="{stat}"') == 2, stat  # one row per rank
         assert f'data-chart="{stat}"' in dom
-    assert dom.count("<polyline") == 4  # a line per rank and stat
+    # A line per rank and stat, and a dashed one per rank and quantile of train.step_ms.
+    assert dom.count("<polyline") == 4 + 4
+    assert dom.count('data-quantile="p50"') == 2 and dom.count('data-quantile="p99"') == 2
     # The min–max band: train.loss has both, drawn for a rank with two windows or more.
     windows = json.loads(http(fed, "/api/windows?stat=train.loss")[2])["windows"]
     banded = sum(1 for rank in ("0", "1")

@@ -5,6 +5,7 @@ the training loop."""
 import datetime
 import math
 import os
+import random
 import threading
 import time
 
@@ -63,6 +64,46 @@ def test_aggregates_queried_back_match_python(daemon):
         for agg, value in expected(values).items():
             assert same(w["aggregates"][agg], value), (name, agg, w["aggregates"][agg], value)
         assert w["labels"] == {"rank": "0"}
+
+
+def test_quantiles_named_as_strings_are_estimated_by_the_daemon(daemon):
+    client = torchmon.Client(target=daemon.target, labels={"rank": "0"},
+                             labels_from_environment=False)
+    step = torchmon.Stat("step_time", [torchmon.MEAN, "p50", "P99", "p99.9", "max"], WINDOW,
+                         client=client)
+    # A heavy tail: Pareto(1.1) samples from a fixed stream.
+    rng = random.Random(7)
+    values = [(1.0 - rng.random()) ** (-1 / 1.1) for _ in range(2000)]
+    wait_for_window_start()
+    for v in values:
+        step.add(v)
+    assert client.flush(5)
+    # The local mirror of torch.monitor's get() has the six only.
+    assert set(step.get()) <= {torchmon.MEAN, torchmon.MAX}
+
+    (w,) = daemon.wait_windows("step_time", 1)
+    ordered = sorted(values)
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)):
+        exact = ordered[math.floor(q * (len(ordered) - 1))]
+        assert abs(w["aggregates"][name] - exact) <= 0.01 * exact, (name, w["aggregates"], exact)
+    assert w["aggregates"]["max"] == max(values)
+    # /metrics shows the same estimate under agg="p99.9".
+    prefix = 'torchmon_stat{stat="step_time",agg="p99.9",rank="0"} '
+    (line,) = [l for l in daemon.scrape().splitlines() if l.startswith(prefix)]
+    assert float(line[len(prefix):]) == w["aggregates"]["p99.9"]
+
+
+def test_an_unknown_aggregation_name_raises_value_error_naming_it(daemon):
+    client = torchmon.Client(target=daemon.target, labels_from_environment=False)
+    for bad in ("p100", "median", "p99.99999"):
+        try:
+            torchmon.Stat("bad", [bad], WINDOW, client=client)
+        except ValueError as e:
+            assert bad in str(e), str(e)
+        else:
+            raise AssertionError(f"{bad} accepted")
+    assert client.flush(5)
+    assert daemon.series("bad") == []
 
 
 def test_max_samples_caps_and_accounting_is_exact(daemon):
