@@ -21,7 +21,7 @@ import pytest
 
 from torchmon_testing import TORCHMOND, Daemon
 
-AGGS = "mean,max,min,count,sum"
+AGGS = "mean,max,min,count,sum,p50,p99"
 
 
 # --- an independent TFRecord / tensorflow.Event reader ----------------------
@@ -207,7 +207,7 @@ def test_every_window_and_event_reaches_both_sinks_exactly(sink_daemon):
         for field in ("stat", "labels", "start_ms", "end_ms", "accepted", "capped", "partial"):
             assert w[field] == q[field], (field, w, q)
         assert w["aggregates"] == q["aggregates"]
-        assert list(w["aggregates"]) == ["mean", "count", "sum", "max", "min"]
+        assert list(w["aggregates"]) == ["mean", "count", "sum", "max", "min", "p50", "p99"]
         assert w["end"].endswith("Z") and w["end_ms"] - w["start_ms"] == 500
         assert w["labels"]["job"] == "run/1 \"x\""
     for rank, values in pushed.items():
