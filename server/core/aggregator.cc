@@ -90,6 +90,7 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   s->key.labels = InternLocked(key.labels);
   const SeriesId id = MakeId(slot, slots_[slot].generation);
   s->spec = spec;
+  if (!spec.quantiles.empty()) s->quantiles = std::make_unique<SeriesQuantiles>(spec.quantiles.size());
   s->last_update_ms = now;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
   ids_.emplace(&s->key, id);
@@ -118,6 +119,7 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
   // Samples of a block almost always share a window: while they fall in
   // [cached_start_us, cached_end_us) no division is needed.
   OpenWindow* cached = nullptr;
+  QuantileSketch* cached_sketch = nullptr;  // cached's, for a series with quantiles
   int64_t cached_start_us = 0, cached_end_us = 0;
   for (size_t i = 0; i < values.size(); ++i) {
     const int64_t ts_us = timestamps_us[i];
@@ -134,21 +136,18 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
       auto pos = std::lower_bound(s.open.begin(), s.open.end(), index,
                                   [](const OpenWindow& o, int64_t k) { return o.index < k; });
       if (pos == s.open.end() || pos->index != index) {
-        pos = s.open.insert(pos, OpenWindow{index, WindowStats{}, nullptr});
-        if (!s.spec.quantiles.empty()) {
-          pos->sketch = s.spare_sketch != nullptr ? std::move(s.spare_sketch)
-                                                  : std::make_unique<QuantileSketch>();
-        }
+        pos = s.open.insert(pos, OpenWindow{index, WindowStats{}});
         deadlines_.emplace(DeadlineMs(s, index), id);
       }
       cached = &*pos;
+      cached_sketch = s.quantiles != nullptr ? &s.quantiles->SketchFor(index) : nullptr;
       // Not late, so the window is near now and these cannot overflow.
       cached_start_us = index * w * 1000;
       cached_end_us = cached_start_us + w * 1000;
     }
     if (cached->stats.Add(values[i], s.spec.max_samples)) {
       ++result.accepted;
-      if (cached->sketch != nullptr) cached->sketch->Add(values[i]);
+      if (cached_sketch != nullptr) cached_sketch->Add(values[i]);
     } else {
       ++result.capped;
     }
@@ -174,6 +173,35 @@ absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   return absl::OkStatus();
 }
 
+// SeriesQuantiles::Close's buffer holds every quantile of a spec inline.
+static_assert(protocol::kMaxQuantiles <= 16);
+
+QuantileSketch& Aggregator::SeriesQuantiles::SketchFor(int64_t index) {
+  auto pos = std::lower_bound(open.begin(), open.end(), index,
+                              [](const auto& o, int64_t k) { return o.first < k; });
+  if (pos == open.end() || pos->first != index) {
+    pos = open.insert(pos, {index, spare != nullptr ? std::move(spare)
+                                                    : std::make_unique<QuantileSketch>()});
+  }
+  return *pos->second;
+}
+
+void Aggregator::SeriesQuantiles::Close(int64_t index, const QuantileList& quantiles,
+                                        absl::InlinedVector<double, 16>& out) {
+  out.clear();
+  auto pos = std::lower_bound(open.begin(), open.end(), index,
+                              [](const auto& o, int64_t k) { return o.first < k; });
+  if (pos == open.end() || pos->first != index) {
+    // Cannot happen: every open window got its sketch with its first sample.
+    out.assign(quantiles.size(), std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
+  for (double q : quantiles) out.push_back(pos->second->Quantile(q));
+  pos->second->Clear();
+  if (spare == nullptr) spare = std::move(pos->second);
+  open.erase(pos);
+}
+
 ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t i) {
   const WindowRecord& r = s->history[i];
   ClosedWindow w;
@@ -183,10 +211,12 @@ ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t
   w.end_ms = r.start_ms + s->spec.window_ms;
   w.stats = r.stats;
   w.partial = r.partial;
-  const absl::Span<const double> values = s->history.quantiles(i);
-  w.quantiles.reserve(values.size());
-  for (size_t q = 0; q < values.size(); ++q) {
-    w.quantiles.push_back(QuantileValue{s->spec.quantiles[q], values[q]});
+  if (s->quantiles != nullptr) {
+    const absl::Span<const double> values = s->quantiles->history[i];
+    w.quantiles.reserve(values.size());
+    for (size_t q = 0; q < values.size(); ++q) {
+      w.quantiles.push_back(QuantileValue{s->spec.quantiles[q], values[q]});
+    }
   }
   return w;
 }
@@ -196,17 +226,14 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t dea
   Series& s = *series;
   const size_t limit = std::max<size_t>(options_.history_windows, 1);
   size_t closed = 0;
-  absl::InlinedVector<double, protocol::kMaxQuantiles> quantiles;
-  for (OpenWindow& o : s.open) {
+  absl::InlinedVector<double, 16> quantiles;
+  for (const OpenWindow& o : s.open) {
     if (!everything && DeadlineMs(s, o.index) > deadline_ms) break;
-    quantiles.clear();
-    if (o.sketch != nullptr) {
-      for (double q : s.spec.quantiles) quantiles.push_back(o.sketch->Quantile(q));
-      o.sketch->Clear();
-      if (s.spare_sketch == nullptr) s.spare_sketch = std::move(o.sketch);
+    s.history.Push(WindowRecord{o.index * s.spec.window_ms, o.stats, everything}, limit);
+    if (s.quantiles != nullptr) {
+      s.quantiles->Close(o.index, s.spec.quantiles, quantiles);
+      s.quantiles->history.Push(quantiles, limit);
     }
-    s.history.Push(WindowRecord{o.index * s.spec.window_ms, o.stats, everything}, limit,
-                   quantiles);
     out.push_back(ToClosedWindow(series, s.history.size() - 1));
     s.last_closed_index = std::max(s.last_closed_index, o.index);
     ++closed;
@@ -372,7 +399,9 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
       if (s == nullptr) continue;
       fn(SeriesView{std::shared_ptr<const SeriesKey>(s, &s->key), s->spec, s->counters,
                     s->history.empty() ? nullptr : &s->history.back(),
-                    s->history.back_quantiles()});
+                    s->quantiles != nullptr && s->quantiles->history.size() > 0
+                        ? s->quantiles->history.back()
+                        : absl::Span<const double>()});
     }
   }
 }

@@ -155,8 +155,25 @@ class Aggregator {
   struct OpenWindow {
     int64_t index;
     WindowStats stats;
-    // The accepted samples' sketch, for a series with quantiles.
-    std::unique_ptr<QuantileSketch> sketch;
+  };
+  // What a series with quantiles holds beyond the six aggregations. Behind
+  // one pointer, so that the series without pay 8 bytes for it.
+  struct SeriesQuantiles {
+    explicit SeriesQuantiles(size_t width) : history(width) {}
+    // The sketch of each open window, by window index (sorted, as `open`).
+    absl::InlinedVector<std::pair<int64_t, std::unique_ptr<QuantileSketch>>, 1> open;
+    // A closed window's sketch, cleared, for the next window to reuse: its
+    // buckets are already allocated.
+    std::unique_ptr<QuantileSketch> spare;
+    // The estimates of the closed windows, row i for history record i.
+    QuantileHistory history;
+
+    // The sketch of window `index`, created if it has none.
+    QuantileSketch& SketchFor(int64_t index);
+    // Removes window `index`'s sketch, writing its estimates of `quantiles`
+    // to `out`, and keeps it (cleared) as the spare.
+    void Close(int64_t index, const QuantileList& quantiles,
+               absl::InlinedVector<double, 16>& out);
   };
   struct Series {
     // Immutable once created, so ClosedWindow::series may read it without
@@ -172,9 +189,7 @@ class Aggregator {
     // idle series' RSS grows by a third from the fragmentation).
     absl::InlinedVector<OpenWindow, 1> open;  // sorted by index
     WindowHistory history;
-    // A closed window's sketch, cleared, for the next window to reuse: its
-    // buckets are already allocated.
-    std::unique_ptr<QuantileSketch> spare_sketch;
+    std::unique_ptr<SeriesQuantiles> quantiles;  // null without quantiles
   };
   // The series table: a series lives in a slot; its id is the slot index
   // plus the slot's generation, which changes when the series is removed,

@@ -42,6 +42,11 @@ std::optional<double> ClosedWindow::Value(const AggregateRef& ref) const {
   return std::nullopt;
 }
 
+const std::vector<double>& QuantileList::Empty() {
+  static const std::vector<double>* const empty = new std::vector<double>();
+  return *empty;
+}
+
 const Labels& LabelSet::EmptyLabels() {
   static const Labels* const empty = new Labels();
   return *empty;

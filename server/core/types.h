@@ -105,6 +105,38 @@ struct SeriesKey {
   std::string ToString() const;
 };
 
+// The quantiles of a StatSpec: sorted, distinct, canonical. A value type
+// one pointer wide that allocates nothing when empty: every series holds a
+// spec, and most have no quantiles.
+class QuantileList {
+ public:
+  QuantileList() = default;
+  QuantileList(std::vector<double> quantiles)  // NOLINT(google-explicit-constructor)
+      : list_(quantiles.empty() ? nullptr
+                                : std::make_unique<const std::vector<double>>(std::move(quantiles))) {}
+  QuantileList(std::initializer_list<double> quantiles)
+      : QuantileList(std::vector<double>(quantiles)) {}
+  QuantileList(const QuantileList& other) : QuantileList(other.get()) {}
+  QuantileList& operator=(const QuantileList& other) {
+    if (this != &other) *this = QuantileList(other.get());
+    return *this;
+  }
+  QuantileList(QuantileList&&) = default;
+  QuantileList& operator=(QuantileList&&) = default;
+
+  const std::vector<double>& get() const { return list_ != nullptr ? *list_ : Empty(); }
+  std::vector<double>::const_iterator begin() const { return get().begin(); }
+  std::vector<double>::const_iterator end() const { return get().end(); }
+  size_t size() const { return get().size(); }
+  bool empty() const { return list_ == nullptr; }
+  double operator[](size_t i) const { return get()[i]; }
+  friend bool operator==(const QuantileList& a, const QuantileList& b) { return a.get() == b.get(); }
+
+ private:
+  static const std::vector<double>& Empty();
+  std::unique_ptr<const std::vector<double>> list_;  // null when empty
+};
+
 // How a series is aggregated.
 struct StatSpec {
   AggregationSet aggregations = 0;
@@ -112,7 +144,7 @@ struct StatSpec {
   int64_t max_samples = 0;  // 0 = unlimited
   // Quantiles estimated per window: sorted, distinct, each canonical
   // (protocol::CanonicalQuantile), at most protocol::kMaxQuantiles.
-  std::vector<double> quantiles;
+  QuantileList quantiles;
 
   friend bool operator==(const StatSpec& a, const StatSpec& b) {
     return a.aggregations == b.aggregations && a.quantiles == b.quantiles &&
@@ -172,8 +204,8 @@ struct QuantileValue {
 };
 
 // A closed window as a series keeps it (the series' spec gives the rest:
-// end = start + window, aggregations; WindowHistory keeps the quantiles'
-// values beside it).
+// end = start + window, aggregations; a series with quantiles keeps their
+// values apart, in a QuantileHistory).
 struct WindowRecord {
   int64_t start_ms = 0;
   WindowStats stats;

@@ -51,9 +51,11 @@ absl::StatusOr<StatSpec> SpecFromProto(const v1::StatSpec& spec) {
   if (absl::Status s = protocol::ValidateSpec(spec); !s.ok()) return s;
   StatSpec out;
   for (int a : spec.aggregations()) out.aggregations |= AggregationBit(static_cast<Aggregation>(a));
-  for (double q : spec.quantiles()) out.quantiles.push_back(*protocol::CanonicalQuantile(q));
-  std::sort(out.quantiles.begin(), out.quantiles.end());
-  out.quantiles.erase(std::unique(out.quantiles.begin(), out.quantiles.end()), out.quantiles.end());
+  std::vector<double> quantiles;
+  for (double q : spec.quantiles()) quantiles.push_back(*protocol::CanonicalQuantile(q));
+  std::sort(quantiles.begin(), quantiles.end());
+  quantiles.erase(std::unique(quantiles.begin(), quantiles.end()), quantiles.end());
+  out.quantiles = std::move(quantiles);
   out.window_ms = spec.window_size_ms();
   out.max_samples = spec.max_samples();
   return out;

@@ -23,11 +23,14 @@ constexpr int64_t kWindowMs = 10'000;
 // The middle of a window: [1'700'000'000'000, 1'700'000'010'000).
 constexpr int64_t kNowMs = 1'700'000'005'000;
 
-StatSpec MeanMaxMin() {
+// mean, max, min, and the first `quantiles` of p50, p99, p99.9.
+StatSpec MeanMaxMin(int64_t quantiles = 0) {
   StatSpec spec;
   spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
                       AggregationBit(Aggregation::kMin);
   spec.window_ms = kWindowMs;
+  constexpr double kQuantiles[] = {0.5, 0.99, 0.999};
+  spec.quantiles = std::vector<double>(kQuantiles, kQuantiles + std::min<int64_t>(quantiles, 3));
   return spec;
 }
 
@@ -42,12 +45,12 @@ uint64_t TotalAccepted(const Aggregator& agg) {
 }
 
 // AddSamples per sample, one series, every sample inside the open window.
-// Arg: samples per call (block size).
+// Args: samples per call (block size); quantiles estimated (0 to 3).
 void BM_AggregatorAddSamples(benchmark::State& state) {
   const size_t block = static_cast<size_t>(state.range(0));
   ManualClock clock(kNowMs);
   Aggregator agg(AggregatorOptions{}, clock);
-  auto id = agg.Define(Key(0), MeanMaxMin());
+  auto id = agg.Define(Key(0), MeanMaxMin(state.range(1)));
   if (!id.ok()) return state.SkipWithError("Define failed");
   std::vector<double> values(block);
   std::vector<int64_t> timestamps(block);
@@ -68,7 +71,10 @@ void BM_AggregatorAddSamples(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<int64_t>(expected));
 }
-BENCHMARK(BM_AggregatorAddSamples)->Arg(1)->Arg(64)->Arg(4096)->MinTime(0.2);
+BENCHMARK(BM_AggregatorAddSamples)
+    ->ArgsProduct({{1, 64, 4096}, {0, 3}})
+    ->ArgNames({"block", "quantiles"})
+    ->MinTime(0.2);
 
 // CloseDueWindows with N series each holding one open window that is due.
 // Only the close is timed; refilling the windows for the next iteration is
@@ -175,7 +181,10 @@ BENCHMARK(BM_AggregatorGetWindows)->Arg(100)->Arg(0)->Unit(benchmark::kMicroseco
 // bytes_per_history_window. Measured with mallinfo2: bytes in use by malloc
 // (chunk overhead included) plus its mmapped blocks, where the large tables
 // (the slot array, the key index) live; exact and independent of RSS
-// granularity. One iteration; Arg: number of series.
+// granularity. One iteration; Args: number of series; quantiles estimated
+// per series (0 to 3: p50, p99, p99.9), whose idle cost is the cleared
+// sketch each series keeps for its next window, and 8 bytes per quantile
+// per history window.
 size_t HeapBytesInUse() {
   const struct mallinfo2 m = mallinfo2();
   return m.uordblks + m.hblkhd;
@@ -213,7 +222,7 @@ void BM_MemoryPerIdleSeries(benchmark::State& state) {
                                        {"job", "llama-pretrain-7b"},
                                        {"local_rank", std::to_string(rank % 8)},
                                        {"rank", std::to_string(rank)}}},
-                            MeanMaxMin());
+                            MeanMaxMin(state.range(1)));
       if (!id.ok()) return state.SkipWithError("Define failed");
       ids.push_back(*id);
     }
@@ -238,10 +247,11 @@ void BM_MemoryPerIdleSeries(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MemoryPerIdleSeries)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Arg(1'000'000)
-    ->Arg(1 << 20)  // a power of two: the key index at its emptiest, the worst case
+    ->Args({10'000, 0})
+    ->Args({100'000, 0})
+    ->Args({1'000'000, 0})
+    ->Args({1 << 20, 0})  // a power of two: the key index at its emptiest, the worst case
+    ->Args({100'000, 3})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
