@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
   torchmon::Stat loss(client, "train.loss", {Aggregation::MEAN, Aggregation::MIN, Aggregation::MAX},
                       window);
   torchmon::Stat step_time(client, "train.step_time_ms",
-                           {Aggregation::MEAN, Aggregation::MAX, Aggregation::COUNT}, window);
+                           {Aggregation::MEAN, Aggregation::MAX, Aggregation::COUNT,
+                            torchmon::Quantile(0.5), torchmon::Quantile(0.99)},
+                           window);
   torchmon::Stat lr(client, "train.lr", {Aggregation::VALUE}, window);
   torchmon::Stat throughput(client, "train.samples_per_second", {Aggregation::MEAN}, window);
   torchmon::Stat grad_norm(client, "train.grad_norm", {Aggregation::MEAN, Aggregation::MAX},
