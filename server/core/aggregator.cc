@@ -177,8 +177,7 @@ absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
 static_assert(protocol::kMaxQuantiles <= 16);
 
 QuantileSketch& Aggregator::SeriesQuantiles::SketchFor(int64_t index) {
-  auto pos = std::lower_bound(open.begin(), open.end(), index,
-                              [](const auto& o, int64_t k) { return o.first < k; });
+  auto pos = Find(index);
   if (pos == open.end() || pos->first != index) {
     pos = open.insert(pos, {index, spare != nullptr ? std::move(spare)
                                                     : std::make_unique<QuantileSketch>()});
@@ -189,8 +188,7 @@ QuantileSketch& Aggregator::SeriesQuantiles::SketchFor(int64_t index) {
 void Aggregator::SeriesQuantiles::Close(int64_t index, const QuantileList& quantiles,
                                         absl::InlinedVector<double, 16>& out) {
   out.clear();
-  auto pos = std::lower_bound(open.begin(), open.end(), index,
-                              [](const auto& o, int64_t k) { return o.first < k; });
+  auto pos = Find(index);
   if (pos == open.end() || pos->first != index) {
     // Cannot happen: every open window got its sketch with its first sample.
     out.assign(quantiles.size(), std::numeric_limits<double>::quiet_NaN());

@@ -8,6 +8,7 @@
 #ifndef TORCHMON_SERVER_CORE_AGGREGATOR_H_
 #define TORCHMON_SERVER_CORE_AGGREGATOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -168,6 +169,11 @@ class Aggregator {
     // The estimates of the closed windows, row i for history record i.
     QuantileHistory history;
 
+    // The entry of window `index` in `open`, or where it belongs.
+    auto Find(int64_t index) {
+      return std::lower_bound(open.begin(), open.end(), index,
+                              [](const auto& o, int64_t k) { return o.first < k; });
+    }
     // The sketch of window `index`, created if it has none.
     QuantileSketch& SketchFor(int64_t index);
     // Removes window `index`'s sketch, writing its estimates of `quantiles`

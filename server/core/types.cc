@@ -61,12 +61,17 @@ std::string SeriesKey::ToString() const {
                       "}");
 }
 
-std::string StatSpec::ToString() const {
+std::vector<std::string> StatSpec::AggregationNames() const {
   std::vector<std::string> names;
   for (Aggregation a : kAllAggregations) {
     if (Contains(aggregations, a)) names.push_back(AggregationName(a));
   }
   for (double q : quantiles) names.push_back(protocol::QuantileName(q));
+  return names;
+}
+
+std::string StatSpec::ToString() const {
+  const std::vector<std::string> names = AggregationNames();
   std::string window = window_ms % 1000 == 0 ? absl::StrCat(window_ms / 1000, "s")
                                              : absl::StrCat(window_ms, "ms");
   return absl::StrCat("aggregations=[", absl::StrJoin(names, ","), "] window=", window,

@@ -153,6 +153,9 @@ struct StatSpec {
   friend bool operator!=(const StatSpec& a, const StatSpec& b) { return !(a == b); }
   // "aggregations=[mean,max,p99] window=1s max_samples=unlimited".
   std::string ToString() const;
+  // The names of the aggregations, as the API orders them: the six in
+  // Aggregation order, then the quantiles ("p99"), smallest first.
+  std::vector<std::string> AggregationNames() const;
   // Whether a series of this spec computes `ref`.
   bool Computes(const AggregateRef& ref) const;
 };

@@ -8,7 +8,6 @@
 #include "server/core/selector.h"
 #include "server/sinks/jsonl.h"
 #include "torchmon/protocol/json.h"
-#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
@@ -182,13 +181,8 @@ std::string LivePage::SeriesJson() const {
   std::vector<std::string> elements;
   for (const SeriesSnapshot& s : aggregator_.ListSeries(Selector{})) {
     std::vector<std::string> aggregations;
-    for (Aggregation a : kAllAggregations) {
-      if (Contains(s.spec.aggregations, a)) {
-        aggregations.push_back(absl::StrCat("\"", AggregationName(a), "\""));
-      }
-    }
-    for (double q : s.spec.quantiles) {
-      aggregations.push_back(absl::StrCat("\"", protocol::QuantileName(q), "\""));
+    for (const std::string& name : s.spec.AggregationNames()) {
+      aggregations.push_back(JsonString(name));
     }
     const SeriesCounters& c = s.counters;
     elements.push_back(absl::StrCat(
