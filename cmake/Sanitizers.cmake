@@ -54,7 +54,7 @@ target_compile_definitions(torchmon_sanitizer_support PRIVATE
   TORCHMON_SANITIZER_DIR="${_dir}")
 # Not torchmon_strict: the Mutex wrappers define lock functions the
 # thread-safety analysis would hold to their annotations.
-target_compile_options(torchmon_sanitizer_support PRIVATE -Wall -Wextra -Werror)
+target_compile_options(torchmon_sanitizer_support PRIVATE ${TORCHMON_WARNING_FLAGS})
 if(TORCHMON_SANITIZER_KIND STREQUAL "tsan")
   # Synchronization TSan cannot see inside Debian's libraries, annotated at
   # their entry points: absl::Mutex / CondVar, gRPC's hand-over of a batch

@@ -2,25 +2,34 @@
 # Builds torchmon and runs every test. What CI runs (.ci/run) and what the
 # README tells a newcomer to run.
 #
-# Two builds: build/ (gcc) runs the whole suite; build-fuzz/ (clang, the
-# fuzz preset) checks the thread-safety annotations with -Wthread-safety and
-# runs each libFuzzer target under ASan + UBSan for TORCHMON_FUZZ_SECONDS
-# (default 20). The whole suite under ASan+UBSan and under TSan is not run
+# Three builds, warnings as errors (TORCHMON_WERROR) in each: build/ (gcc,
+# RelWithDebInfo) runs the whole suite, the wheel's and the packages' tests
+# included; build-release/ (gcc, Release, TORCHMON_BUILD_TESTS=OFF) builds
+# every product target the way a user's `cmake --build` does, so a Release-only
+# warning or a product that needs the tests to build cannot come back;
+# build-fuzz/ (clang, the fuzz preset) checks the thread-safety annotations
+# with -Wthread-safety and runs each libFuzzer target under ASan + UBSan for
+# TORCHMON_FUZZ_SECONDS (default 20). The whole suite under ASan+UBSan and under TSan is not run
 # here (each takes about as long again as the gcc build and suite); see
 # docs/testing.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TORCHMON_BUILD_DIR:-$root/build}
+release_build=${TORCHMON_RELEASE_BUILD_DIR:-$root/build-release}
 fuzz_build=${TORCHMON_FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs=$(nproc)
 
 "$root/deploy/dev/install-deps.sh" --test
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHMON_WERROR=ON
 cmake --build "$build" -j"$jobs"
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 300
 
+cmake -S "$root" -B "$release_build" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_BUILD_TESTS=OFF \
+  -DTORCHMON_WERROR=ON
+cmake --build "$release_build" -j"$jobs"
+
 # Only what the fuzzers and the thread-safety check need: the fuzz targets
 # (with the server, client and CLI libraries under them) and torchmond.
-cmake -S "$root" -B "$fuzz_build" --preset fuzz ${TORCHMON_FUZZ_SECONDS:+-DTORCHMON_FUZZ_SECONDS=$TORCHMON_FUZZ_SECONDS}
+cmake -S "$root" -B "$fuzz_build" --preset fuzz -DTORCHMON_WERROR=ON ${TORCHMON_FUZZ_SECONDS:+-DTORCHMON_FUZZ_SECONDS=$TORCHMON_FUZZ_SECONDS}
 cmake --build "$fuzz_build" -j"$jobs" --target ingest_fuzzer selector_fuzzer make_seed_corpus torchmond
 ctest --test-dir "$fuzz_build" --output-on-failure -j"$jobs"

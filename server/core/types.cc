@@ -42,6 +42,17 @@ std::optional<double> ClosedWindow::Value(const AggregateRef& ref) const {
   return std::nullopt;
 }
 
+QuantileList::QuantileList(std::vector<double> quantiles)
+    : list_(quantiles.empty() ? nullptr
+                              : std::make_unique<const std::vector<double>>(std::move(quantiles))) {}
+
+// Built in place, with no moved-from vector to destroy: that destruction is
+// what gcc 12 misreads.
+QuantileList::QuantileList(std::initializer_list<double> quantiles)
+    : list_(quantiles.size() == 0 ? nullptr : std::make_unique<const std::vector<double>>(quantiles)) {}
+
+QuantileList::QuantileList(const QuantileList& other) : QuantileList(other.get()) {}
+
 const std::vector<double>& QuantileList::Empty() {
   static const std::vector<double>* const empty = new std::vector<double>();
   return *empty;

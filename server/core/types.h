@@ -111,12 +111,12 @@ struct SeriesKey {
 class QuantileList {
  public:
   QuantileList() = default;
-  QuantileList(std::vector<double> quantiles)  // NOLINT(google-explicit-constructor)
-      : list_(quantiles.empty() ? nullptr
-                                : std::make_unique<const std::vector<double>>(std::move(quantiles))) {}
-  QuantileList(std::initializer_list<double> quantiles)
-      : QuantileList(std::vector<double>(quantiles)) {}
-  QuantileList(const QuantileList& other) : QuantileList(other.get()) {}
+  // Out of line (types.cc): inlined into a caller, gcc 12 at -O2 and above
+  // reports a false -Wfree-nonheap-object on the vector built from an
+  // initializer list.
+  QuantileList(std::vector<double> quantiles);  // NOLINT(google-explicit-constructor)
+  QuantileList(std::initializer_list<double> quantiles);
+  QuantileList(const QuantileList& other);
   QuantileList& operator=(const QuantileList& other) {
     if (this != &other) *this = QuantileList(other.get());
     return *this;
