@@ -13,6 +13,14 @@ tree), with a buffer large enough that no sample is dropped; drops are
 reported.
 
     /usr/bin/python3 tests/bench/python_add_bench.py [--calls 1000000] [--rounds 15]
+
+TORCHMON_PYTHON_DIR imports torchmon from elsewhere than the build tree: the
+site-packages of a venv the wheel is installed in, or another build's
+client/python to compare bindings (one per process: two copies of the
+client would register torchmon.proto twice with one libprotobuf).
+
+The "empty loop" calls `callable`, the cheapest C function there is (METH_O,
+no allocation), so "net" is what a call costs beyond any C call.
 """
 
 import argparse
@@ -26,7 +34,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
-sys.path.insert(0, os.path.join(BUILD, "client", "python"))
+sys.path.insert(0, os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "client", "python")))
 
 import torch  # noqa: E402
 import torch.monitor  # noqa: E402
@@ -61,7 +69,7 @@ def main():
             window = datetime.timedelta(seconds=60)
             ours = torchmon.Stat("bench.add", aggs_tm, window, client=client)
             theirs = torch.monitor.Stat("bench.add", aggs_torch, window)
-            noop = (lambda v: None)
+            noop = callable
 
             samples = {"torchmon": [], "torch.monitor": [], "empty loop": []}
             for _ in range(args.rounds):

@@ -1,31 +1,377 @@
-// _torchmon: the pybind11 binding of the C++ client. One implementation for
-// both languages; this file only adapts types, the GIL and torch.monitor's
-// Python names. The Python package (torchmon/__init__.py) builds the public
-// API on top of it.
-#include <pybind11/chrono.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
+// _torchmon: the binding of the C++ client for CPython, written against the
+// limited C API of Python 3.10 (Py_LIMITED_API, set by the build) so that
+// one `abi3` extension serves every CPython from 3.10 on. One implementation
+// for both languages; this file only adapts types, the GIL and
+// torch.monitor's Python names. The Python package (torchmon/__init__.py)
+// builds the public API on top of it: Aggregation is its IntEnum, and
+// timedeltas arrive here as integer microseconds.
+//
+// Types are heap types made from specs (the limited API has no static type
+// objects); C++ state lives behind one pointer per object, created in
+// tp_new and destroyed in tp_dealloc. No C++ exception crosses into Python:
+// each entry point that may throw converts to a Python exception.
+#ifndef Py_LIMITED_API
+#error "_torchmon is built against the limited C API: define Py_LIMITED_API"
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 
-#include <time.h>
-
-#include <array>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <limits>
-#include <map>
 #include <memory>
-#include <optional>
+#include <new>
 #include <string>
-#include <variant>
+#include <utility>
 #include <vector>
 
 #include "torchmon/client.h"
 #include "torchmon/protocol/protocol.h"
 
-namespace py = pybind11;
+#ifndef TORCHMON_VERSION
+#error "TORCHMON_VERSION must be defined by the build"
+#endif
 
 namespace torchmon::python {
 namespace {
+
+// ---------------------------------------------------------------------------
+// Small owning reference, so early returns cannot leak.
+class Ref {
+ public:
+  Ref() = default;
+  explicit Ref(PyObject* o) : o_(o) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() { Py_XDECREF(o_); }
+  PyObject* get() const { return o_; }
+  PyObject* release() { return std::exchange(o_, nullptr); }
+  explicit operator bool() const { return o_ != nullptr; }
+
+ private:
+  PyObject* o_ = nullptr;
+};
+
+// Runs `fn` and turns a C++ exception into a Python one. Returns false if
+// an exception is set.
+template <typename Fn>
+bool Guarded(Fn&& fn) {
+  try {
+    fn();
+    return !PyErr_Occurred();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return false;
+}
+
+// The name of o's type, for messages (the limited API hides tp_name).
+std::string TypeName(PyObject* o) {
+  Ref name(PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(o)), "__name__"));
+  const char* utf8 = name ? PyUnicode_AsUTF8AndSize(name.get(), nullptr) : nullptr;
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+    return "?";
+  }
+  return utf8;
+}
+
+// str -> std::string. Sets TypeError naming `what` otherwise.
+bool ToString(PyObject* o, const char* what, std::string* out) {
+  if (!PyUnicode_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "%s must be str, not %s", what, TypeName(o).c_str());
+    return false;
+  }
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(o, &size);
+  if (data == nullptr) return false;
+  out->assign(data, static_cast<size_t>(size));
+  return true;
+}
+
+// None or str -> std::string ("" for None).
+bool ToOptionalString(PyObject* o, const char* what, std::string* out) {
+  out->clear();
+  if (o == nullptr || o == Py_None) return true;
+  return ToString(o, what, out);
+}
+
+// None or a mapping of str to str -> Labels, sorted by name.
+bool ToLabels(PyObject* o, Labels* out) {
+  out->clear();
+  if (o == nullptr || o == Py_None) return true;
+  if (!PyDict_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "labels must be a dict of str to str, not %s",
+                 TypeName(o).c_str());
+    return false;
+  }
+  Py_ssize_t pos = 0;
+  PyObject* key = nullptr;
+  PyObject* value = nullptr;
+  while (PyDict_Next(o, &pos, &key, &value)) {
+    std::string k, v;
+    if (!ToString(key, "a label name", &k) || !ToString(value, "a label value", &v)) return false;
+    out->emplace_back(std::move(k), std::move(v));
+  }
+  std::sort(out->begin(), out->end());
+  return true;
+}
+
+PyObject* FromString(const std::string& s) {
+  return PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+}
+
+// Sets d[key] = value and drops the reference to value.
+bool SetItem(PyObject* d, const char* key, PyObject* value) {
+  if (value == nullptr) return false;
+  const int rc = PyDict_SetItemString(d, key, value);
+  Py_DECREF(value);
+  return rc == 0;
+}
+
+// tp_free of a heap type, then the type's own reference: what every heap
+// type's dealloc ends with.
+void FreeObject(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  auto free_fn = reinterpret_cast<freefunc>(PyType_GetSlot(type, Py_tp_free));
+  free_fn(self);
+  Py_DECREF(type);
+}
+
+// ---------------------------------------------------------------------------
+// Client
+
+// The client is shared by the Python Client object and every Stat made on
+// it; the last owner to go destroys it, with the GIL released (destruction
+// flushes, bounded by ClientOptions::destructor_flush_timeout, and joins the
+// sender thread).
+using ClientPtr = std::shared_ptr<Client>;
+
+struct ClientObject {
+  PyObject_HEAD
+  ClientPtr* client;  // never null once tp_new returned
+};
+
+PyTypeObject* client_type = nullptr;
+PyTypeObject* stat_type = nullptr;
+
+ClientPtr MakeClient(ClientOptions options) {
+  return ClientPtr(new Client(std::move(options)), [](Client* c) {
+    Py_BEGIN_ALLOW_THREADS
+    delete c;
+    Py_END_ALLOW_THREADS
+  });
+}
+
+PyObject* ClientNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"target", "labels", "labels_from_environment",
+                                   "buffer_samples", "client_name", "token_file", "token",
+                                   "tls_ca", "tls_cert", "tls_key", "tls_server_name", nullptr};
+  PyObject *target = Py_None, *labels = Py_None, *token_file = Py_None, *token = Py_None,
+           *tls_ca = Py_None, *tls_cert = Py_None, *tls_key = Py_None,
+           *tls_server_name = Py_None, *client_name = nullptr;
+  int labels_from_environment = 1;
+  Py_ssize_t buffer_samples = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOpnUOOOOOO", const_cast<char**>(keywords),
+                                   &target, &labels, &labels_from_environment, &buffer_samples,
+                                   &client_name, &token_file, &token, &tls_ca, &tls_cert,
+                                   &tls_key, &tls_server_name)) {
+    return nullptr;
+  }
+  if (buffer_samples < 0) {
+    PyErr_SetString(PyExc_ValueError, "buffer_samples must be >= 0");
+    return nullptr;
+  }
+  ClientOptions options;
+  std::string target_string;
+  // Unset ones come from TORCHMON_TOKEN_FILE, TORCHMON_TLS_* (docs/security.md).
+  if (!ToOptionalString(target, "target", &target_string) ||
+      !ToOptionalString(token_file, "token_file", &options.security.token_file) ||
+      !ToOptionalString(token, "token", &options.security.token) ||
+      !ToOptionalString(tls_ca, "tls_ca", &options.security.tls_ca_file) ||
+      !ToOptionalString(tls_cert, "tls_cert", &options.security.tls_cert_file) ||
+      !ToOptionalString(tls_key, "tls_key", &options.security.tls_key_file) ||
+      !ToOptionalString(tls_server_name, "tls_server_name", &options.security.tls_server_name) ||
+      !ToLabels(labels, &options.labels)) {
+    return nullptr;
+  }
+  if (!target_string.empty()) options.target = std::move(target_string);
+  options.labels_from_environment = labels_from_environment != 0;
+  if (buffer_samples > 0) options.stat_buffer_samples = static_cast<size_t>(buffer_samples);
+  options.client_name = "torchmon-python";
+  if (client_name != nullptr && !ToString(client_name, "client_name", &options.client_name)) {
+    return nullptr;
+  }
+
+  Ref self(PyType_GenericAlloc(type, 0));
+  if (!self) return nullptr;
+  auto* obj = reinterpret_cast<ClientObject*>(self.get());
+  obj->client = nullptr;
+  if (!Guarded([&] { obj->client = new ClientPtr(MakeClient(std::move(options))); })) {
+    return nullptr;
+  }
+  return self.release();
+}
+
+void ClientDealloc(PyObject* self) {
+  auto* obj = reinterpret_cast<ClientObject*>(self);
+  delete obj->client;  // the deleter releases the GIL if this was the last owner
+  FreeObject(self);
+}
+
+Client& ClientOf(PyObject* self) { return **reinterpret_cast<ClientObject*>(self)->client; }
+
+// flush(timeout: float seconds) -> bool. Waits with the GIL released so
+// other Python threads keep running.
+PyObject* ClientFlush(PyObject* self, PyObject* arg) {
+  const double timeout_s = PyFloat_AsDouble(arg);
+  if (timeout_s == -1.0 && PyErr_Occurred()) return nullptr;
+  if (!(timeout_s >= 0) || timeout_s > 1e9) {
+    PyErr_SetString(PyExc_ValueError, "timeout must be between 0 and 1e9 seconds");
+    return nullptr;
+  }
+  Client& client = ClientOf(self);
+  bool ok = false;
+  Py_BEGIN_ALLOW_THREADS
+  ok = client.Flush(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))).ok();
+  Py_END_ALLOW_THREADS
+  return PyBool_FromLong(ok);
+}
+
+// Converts a Python value to torch.monitor's data_value_t. bool is tested
+// before int: in Python, True is an int.
+bool ToEventValue(const std::string& key, PyObject* value, EventValue* out) {
+  if (PyBool_Check(value)) {
+    *out = value == Py_True;
+  } else if (PyLong_Check(value)) {
+    const long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) return false;
+    *out = static_cast<int64_t>(v);
+  } else if (PyFloat_Check(value)) {
+    *out = PyFloat_AsDouble(value);
+  } else if (PyUnicode_Check(value)) {
+    std::string s;
+    if (!ToString(value, "an event value", &s)) return false;
+    *out = std::move(s);
+  } else {
+    PyErr_Format(PyExc_TypeError, "event data[\"%s\"] must be str, float, int or bool, not %s",
+                 key.c_str(), TypeName(value).c_str());
+    return false;
+  }
+  return true;
+}
+
+// log_event(name, timestamp_us, data, labels=None)
+PyObject* ClientLogEvent(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"name", "timestamp_us", "data", "labels", nullptr};
+  PyObject *name = nullptr, *data = nullptr, *labels = Py_None;
+  long long timestamp_us = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ULO!|O", const_cast<char**>(keywords), &name,
+                                   &timestamp_us, &PyDict_Type, &data, &labels)) {
+    return nullptr;
+  }
+  Event event;
+  if (!ToString(name, "name", &event.name) || !ToLabels(labels, &event.labels)) return nullptr;
+  event.timestamp =
+      std::chrono::system_clock::time_point(std::chrono::microseconds(timestamp_us));
+  Py_ssize_t pos = 0;
+  PyObject* key = nullptr;
+  PyObject* value = nullptr;
+  while (PyDict_Next(data, &pos, &key, &value)) {
+    std::string k;
+    EventValue v;
+    if (!ToString(key, "an event data key", &k) || !ToEventValue(k, value, &v)) return nullptr;
+    event.data.emplace(std::move(k), std::move(v));
+  }
+  if (!Guarded([&] { ClientOf(self).LogEvent(event); })) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* ClientStatsDict(PyObject* self, PyObject*) {
+  const ClientStats s = ClientOf(self).Stats();
+  Ref d(PyDict_New());
+  if (!d) return nullptr;
+  const std::pair<const char*, uint64_t> fields[] = {
+      {"samples_added", s.samples_added},
+      {"samples_sent", s.samples_sent},
+      {"samples_delivered", s.samples_delivered},
+      {"samples_dropped", s.samples_dropped},
+      {"events_logged", s.events_logged},
+      {"events_sent", s.events_sent},
+      {"events_delivered", s.events_delivered},
+      {"events_dropped", s.events_dropped},
+      {"batches_sent", s.batches_sent},
+      {"batches_resent", s.batches_resent},
+      {"batches_acked", s.batches_acked},
+      {"errors", s.errors},
+      {"connects", s.connects},
+      {"daemon_restarts", s.daemon_restarts},
+  };
+  for (const auto& [key, value] : fields) {
+    if (!SetItem(d.get(), key, PyLong_FromUnsignedLongLong(value))) return nullptr;
+  }
+  return d.release();
+}
+
+PyObject* ClientTakeErrors(PyObject* self, PyObject*) {
+  std::vector<std::string> errors;
+  if (!Guarded([&] { errors = ClientOf(self).TakeErrors(); })) return nullptr;
+  Ref list(PyList_New(static_cast<Py_ssize_t>(errors.size())));
+  if (!list) return nullptr;
+  for (size_t i = 0; i < errors.size(); ++i) {
+    PyObject* s = FromString(errors[i]);
+    if (s == nullptr) return nullptr;
+    PyList_SetItem(list.get(), static_cast<Py_ssize_t>(i), s);  // steals s
+  }
+  return list.release();
+}
+
+PyObject* ClientGetTarget(PyObject* self, void*) { return FromString(ClientOf(self).target()); }
+
+PyObject* ClientGetLabels(PyObject* self, void*) {
+  Ref d(PyDict_New());
+  if (!d) return nullptr;
+  for (const auto& [k, v] : ClientOf(self).labels()) {
+    Ref value(FromString(v));
+    if (!value || PyDict_SetItemString(d.get(), k.c_str(), value.get()) != 0) return nullptr;
+  }
+  return d.release();
+}
+
+PyMethodDef client_methods[] = {
+    {"flush", ClientFlush, METH_O,
+     "flush(timeout) -> bool\n\nWaits (GIL released) until everything recorded so far is "
+     "acknowledged by the daemon, at most `timeout` seconds. Returns True if it was."},
+    {"log_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(ClientLogEvent)),
+     METH_VARARGS | METH_KEYWORDS,
+     "log_event(name, timestamp_us, data, labels=None)\n\nSends an event to the daemon."},
+    {"stats", ClientStatsDict, METH_NOARGS, "stats() -> dict\n\nCumulative counters."},
+    {"take_errors", ClientTakeErrors, METH_NOARGS,
+     "take_errors() -> list\n\nThe daemon's refusals not yet taken, oldest first."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef client_getset[] = {
+    {"target", ClientGetTarget, nullptr, "The resolved target.", nullptr},
+    {"labels", ClientGetLabels, nullptr, "The resolved identity labels.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot client_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(ClientNew)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(ClientDealloc)},
+    {Py_tp_methods, client_methods},
+    {Py_tp_getset, client_getset},
+    {Py_tp_doc, const_cast<char*>("A connection to torchmond and its sender thread.")},
+    {0, nullptr}};
+
+PyType_Spec client_spec = {"torchmon._torchmon.Client", sizeof(ClientObject), 0,
+                           Py_TPFLAGS_DEFAULT, client_slots};
+
+// ---------------------------------------------------------------------------
+// Stat
 
 int64_t FloorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -70,39 +416,51 @@ struct LocalWindow {
   }
 };
 
+const char* AggregationLowerName(Aggregation a) {
+  switch (a) {
+    case Aggregation::VALUE: return "value";
+    case Aggregation::MEAN: return "mean";
+    case Aggregation::COUNT: return "count";
+    case Aggregation::SUM: return "sum";
+    case Aggregation::MAX: return "max";
+    case Aggregation::MIN: return "min";
+    case Aggregation::QUANTILE: return "quantile";
+  }
+  return "unknown";
+}
+
 // torch.monitor.Stat's shape over torchmon::Stat. Methods run with the GIL
 // held, which is what serialises the local window bookkeeping.
-class PyStat {
+class LocalStat {
  public:
-  // `on_window(data)` (or None) is called with torch.monitor.Stat's event
-  // data ({"<name>.<agg>": value}) each time a local window completes.
   // `aggregations` are the six mirrored here; `quantiles` only go to the
   // daemon (a sketch per window in every training process is what torchmon
   // exists to avoid).
-  PyStat(std::shared_ptr<Client> client, std::string name, std::vector<Aggregation> aggregations,
-         const std::vector<double>& quantiles, std::chrono::microseconds window_size,
-         int64_t max_samples, Labels labels, py::object on_window)
+  LocalStat(ClientPtr client, std::string name, std::vector<Aggregation> aggregations,
+            const std::vector<double>& quantiles, int64_t window_us, int64_t max_samples,
+            Labels labels)
       : client_(std::move(client)),
-        on_window_(std::move(on_window)),
-        aggregations_(aggregations),
-        window_ms_(std::max<int64_t>(1, window_size.count() / 1000)),
+        aggregations_(std::move(aggregations)),
+        window_ms_(std::max<int64_t>(1, window_us / 1000)),
         max_samples_(max_samples),
-        stat_(*client_, std::move(name), StatAggregations(aggregations, quantiles),
-              std::chrono::milliseconds(window_size.count() / 1000),
+        stat_(*client_, std::move(name), StatAggregations(aggregations_, quantiles),
+              std::chrono::milliseconds(window_us / 1000),
               // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
               max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples,
               std::move(labels)) {}
 
   // Called from training loops between steps, with cold caches: the clock
   // is the client's TSC clock (no vDSO page to fault in) and, while `now`
-  // stays inside the current local window, no division is made.
-  void add(double v) {
+  // stays inside the current local window, no division is made. Returns
+  // true if a local window completed (last_closed() holds it).
+  bool Add(double v) {
     const int64_t now_us = WallMicros();
+    bool completed = false;
     if (now_us < window_start_us_ || now_us >= window_end_us_) {
       // Outside the current window's bounds: another window.
       if (current_.count > 0) {
         last_closed_ = current_;
-        ReportWindow();
+        completed = true;
       }
       current_ = LocalWindow();
       window_index_ = FloorDiv(FloorDiv(now_us, 1000), window_ms_);
@@ -114,52 +472,35 @@ class PyStat {
       current_.Add(v);
     }
     stat_.add(v, now_us);
+    return completed;
   }
 
   // Samples in the current window (torch.monitor.Stat.count).
-  int64_t count() {
+  int64_t Count() const {
     const int64_t index = FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_);
     return index == window_index_ ? static_cast<int64_t>(current_.count) : 0;
   }
 
-  // The aggregates of the last completed window (torch.monitor.Stat.get()).
-  std::map<Aggregation, double> get() {
+  // The last completed window (torch.monitor.Stat.get()).
+  const LocalWindow& LastCompleted() const {
     const int64_t index = FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_);
-    const LocalWindow& w = index == window_index_ ? last_closed_ : current_;
-    std::map<Aggregation, double> out;
-    for (Aggregation a : aggregations_) out[a] = w.Get(a);
-    return out;
+    return index == window_index_ ? last_closed_ : current_;
   }
 
-  const std::string& name() const { return stat_.name(); }
-  uint64_t added() const { return stat_.added(); }
-
-  // Reports the window still open, as torch.monitor does when a Stat is
-  // destroyed.
-  void ReportOpenWindow() {
-    if (current_.count == 0) return;
+  // Closes the window still open, as torch.monitor does when a Stat is
+  // destroyed. Returns true if it held samples (last_closed() holds them).
+  bool CloseOpenWindow() {
+    if (current_.count == 0) return false;
     last_closed_ = current_;
     current_ = LocalWindow();
-    ReportWindow();
+    return true;
   }
-  uint64_t dropped() const { return stat_.dropped(); }
+
+  const LocalWindow& last_closed() const { return last_closed_; }
+  const std::vector<Aggregation>& aggregations() const { return aggregations_; }
+  const Stat& stat() const { return stat_; }
 
  private:
-  // Hands the completed window to the event handlers. A failing handler
-  // must not make add() raise: its exception is reported as unraisable.
-  void ReportWindow() {
-    if (on_window_.is_none()) return;
-    try {
-      py::dict data;
-      for (Aggregation a : aggregations_) {
-        data[py::str(stat_.name() + "." + AggregationLowerName(a))] = last_closed_.Get(a);
-      }
-      on_window_(data);
-    } catch (py::error_already_set& e) {
-      e.discard_as_unraisable("torchmon.Stat window event handler");
-    }
-  }
-
   static std::vector<StatAggregation> StatAggregations(const std::vector<Aggregation>& aggregations,
                                                        const std::vector<double>& quantiles) {
     std::vector<StatAggregation> out(aggregations.begin(), aggregations.end());
@@ -167,21 +508,7 @@ class PyStat {
     return out;
   }
 
-  static std::string AggregationLowerName(Aggregation a) {
-    switch (a) {
-      case Aggregation::VALUE: return "value";
-      case Aggregation::MEAN: return "mean";
-      case Aggregation::COUNT: return "count";
-      case Aggregation::SUM: return "sum";
-      case Aggregation::MAX: return "max";
-      case Aggregation::MIN: return "min";
-      case Aggregation::QUANTILE: return "quantile";
-    }
-    return "unknown";
-  }
-
-  std::shared_ptr<Client> client_;  // keeps the connection alive while the Stat is
-  py::object on_window_;
+  ClientPtr client_;  // keeps the connection alive while the Stat is
   std::vector<Aggregation> aggregations_;
   int64_t window_ms_;
   int64_t max_samples_;
@@ -194,166 +521,230 @@ class PyStat {
   LocalWindow last_closed_;
 };
 
-Labels LabelsFromDict(const std::optional<std::map<std::string, std::string>>& labels) {
-  Labels out;
-  if (labels) {
-    for (const auto& [k, v] : *labels) out.emplace_back(k, v);
+struct StatObject {
+  PyObject_HEAD
+  LocalStat* stat;      // never null once tp_new returned
+  PyObject* on_window;  // None or a callable, owned
+};
+
+LocalStat& StatOf(PyObject* self) { return *reinterpret_cast<StatObject*>(self)->stat; }
+
+// Parses the aggregations: Aggregation members (ints 1..6, as the
+// package's IntEnum is) or names: "mean", "p99", "p99.9".
+bool ParseAggregations(PyObject* sequence, std::vector<Aggregation>* six,
+                       std::vector<double>* quantiles) {
+  Ref fast(PySequence_List(sequence));
+  if (!fast) {
+    PyErr_SetString(PyExc_TypeError, "aggregations must be a sequence");
+    return false;
   }
-  return out;
-}
-
-std::shared_ptr<Client> MakeClient(
-    std::optional<std::string> target, std::optional<std::map<std::string, std::string>> labels,
-    bool labels_from_environment, size_t buffer_samples, std::string client_name,
-    std::optional<std::string> token_file, std::optional<std::string> token,
-    std::optional<std::string> tls_ca, std::optional<std::string> tls_cert,
-    std::optional<std::string> tls_key, std::optional<std::string> tls_server_name) {
-  ClientOptions options;
-  if (target) options.target = *target;
-  // Unset ones come from TORCHMON_TOKEN_FILE, TORCHMON_TLS_* (docs/security.md).
-  options.security.token_file = token_file.value_or("");
-  options.security.token = token.value_or("");
-  options.security.tls_ca_file = tls_ca.value_or("");
-  options.security.tls_cert_file = tls_cert.value_or("");
-  options.security.tls_key_file = tls_key.value_or("");
-  options.security.tls_server_name = tls_server_name.value_or("");
-  options.labels = LabelsFromDict(labels);
-  options.labels_from_environment = labels_from_environment;
-  if (buffer_samples > 0) options.stat_buffer_samples = buffer_samples;
-  options.client_name = std::move(client_name);
-  // Destruction happens with the GIL released (see the holder below), and
-  // interpreter exit flushes explicitly first.
-  return std::shared_ptr<Client>(new Client(options), [](Client* c) {
-    py::gil_scoped_release release;
-    delete c;
-  });
-}
-
-// Converts a Python value to torch.monitor's data_value_t. bool is tested
-// before int: in Python, True is an int.
-EventValue ToEventValue(const std::string& key, const py::handle& value) {
-  if (py::isinstance<py::bool_>(value)) return value.cast<bool>();
-  if (py::isinstance<py::int_>(value)) return value.cast<int64_t>();
-  if (py::isinstance<py::float_>(value)) return value.cast<double>();
-  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
-  throw py::type_error("event data[\"" + key + "\"] must be str, float, int or bool, not " +
-                       std::string(py::str(value.get_type().attr("__name__"))));
-}
-
-// Flushes with the GIL released so other Python threads keep running.
-bool FlushClient(Client& client, double timeout_s) {
-  absl::Status status;
-  {
-    py::gil_scoped_release release;
-    status = client.Flush(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  const Py_ssize_t n = PyList_Size(fast.get());
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PyList_GetItem(fast.get(), i);  // borrowed
+    if (PyUnicode_Check(item)) {
+      std::string name;
+      if (!ToString(item, "an aggregation", &name)) return false;
+      auto parsed = protocol::ParseAggregation(name);
+      if (!parsed.ok()) {
+        const std::string message(parsed.status().message());
+        PyErr_SetString(PyExc_ValueError, message.c_str());
+        return false;
+      }
+      if (parsed->aggregation == v1::QUANTILE) {
+        quantiles->push_back(parsed->quantile);
+      } else {
+        six->push_back(static_cast<Aggregation>(static_cast<int>(parsed->aggregation)));
+      }
+    } else if (PyLong_Check(item) && !PyBool_Check(item)) {
+      const long value = PyLong_AsLong(item);
+      if (value == -1 && PyErr_Occurred()) return false;
+      if (value < static_cast<long>(Aggregation::VALUE) ||
+          value > static_cast<long>(Aggregation::MIN)) {
+        PyErr_Format(PyExc_ValueError, "%ld is not an Aggregation", value);
+        return false;
+      }
+      six->push_back(static_cast<Aggregation>(value));
+    } else {
+      PyErr_Format(PyExc_TypeError, "aggregations must be Aggregation members or names, not %s",
+                   TypeName(item).c_str());
+      return false;
+    }
   }
-  return status.ok();
+  return true;
 }
+
+// Stat(client, name, aggregations, window_us, max_samples, labels=None,
+//      on_window=None). `on_window(data)` is called with torch.monitor.Stat's
+// event data ({"<name>.<agg>": value}) each time a local window completes.
+PyObject* StatNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"client", "name", "aggregations", "window_us", "max_samples",
+                                   "labels", "on_window", nullptr};
+  PyObject *client = nullptr, *name = nullptr, *aggregations = nullptr, *labels = Py_None,
+           *on_window = Py_None;
+  long long window_us = 0, max_samples = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!UOLL|OO", const_cast<char**>(keywords),
+                                   client_type, &client, &name, &aggregations, &window_us,
+                                   &max_samples, &labels, &on_window)) {
+    return nullptr;
+  }
+  if (on_window != Py_None && !PyCallable_Check(on_window)) {
+    PyErr_SetString(PyExc_TypeError, "on_window must be callable or None");
+    return nullptr;
+  }
+  std::string name_string;
+  std::vector<Aggregation> six;
+  std::vector<double> quantiles;
+  Labels label_list;
+  if (!ToString(name, "name", &name_string) || !ParseAggregations(aggregations, &six, &quantiles) ||
+      !ToLabels(labels, &label_list)) {
+    return nullptr;
+  }
+  Ref self(PyType_GenericAlloc(type, 0));
+  if (!self) return nullptr;
+  auto* obj = reinterpret_cast<StatObject*>(self.get());
+  obj->stat = nullptr;
+  Py_INCREF(on_window);
+  obj->on_window = on_window;
+  const ClientPtr& client_ptr = *reinterpret_cast<ClientObject*>(client)->client;
+  if (!Guarded([&] {
+        obj->stat = new LocalStat(client_ptr, std::move(name_string), std::move(six), quantiles,
+                                  window_us, max_samples, std::move(label_list));
+      })) {
+    return nullptr;
+  }
+  return self.release();
+}
+
+void StatDealloc(PyObject* self) {
+  auto* obj = reinterpret_cast<StatObject*>(self);
+  // May drop the last reference to the client, whose deleter releases the GIL.
+  delete obj->stat;
+  Py_XDECREF(obj->on_window);
+  FreeObject(self);
+}
+
+// Hands the last completed window to the handler. A failing handler must
+// not make add() raise: its exception is reported as unraisable.
+void ReportWindow(PyObject* self) {
+  auto* obj = reinterpret_cast<StatObject*>(self);
+  if (obj->on_window == Py_None) return;
+  const LocalStat& stat = *obj->stat;
+  Ref data(PyDict_New());
+  bool ok = static_cast<bool>(data);
+  for (Aggregation a : stat.aggregations()) {
+    if (!ok) break;
+    const std::string key = stat.stat().name() + "." + AggregationLowerName(a);
+    ok = SetItem(data.get(), key.c_str(), PyFloat_FromDouble(stat.last_closed().Get(a)));
+  }
+  if (ok) {
+    Ref result(PyObject_CallFunctionObjArgs(obj->on_window, data.get(), nullptr));
+    ok = static_cast<bool>(result);
+  }
+  if (!ok) PyErr_WriteUnraisable(obj->on_window);
+}
+
+// add(v): the hot path. METH_O, so a call is one C function call.
+PyObject* StatAdd(PyObject* self, PyObject* arg) {
+  double v;
+  if (PyFloat_CheckExact(arg)) {
+    v = PyFloat_AsDouble(arg);
+  } else {
+    v = PyFloat_AsDouble(arg);  // ints and anything with __float__ or __index__
+    if (v == -1.0 && PyErr_Occurred()) return nullptr;
+  }
+  if (StatOf(self).Add(v)) ReportWindow(self);
+  Py_RETURN_NONE;
+}
+
+PyObject* StatReportOpenWindow(PyObject* self, PyObject*) {
+  if (StatOf(self).CloseOpenWindow()) ReportWindow(self);
+  Py_RETURN_NONE;
+}
+
+// get() -> {int: float}: the package maps the keys to its Aggregation.
+PyObject* StatGet(PyObject* self, PyObject*) {
+  const LocalStat& stat = StatOf(self);
+  const LocalWindow& window = stat.LastCompleted();
+  Ref d(PyDict_New());
+  if (!d) return nullptr;
+  for (Aggregation a : stat.aggregations()) {
+    Ref key(PyLong_FromLong(static_cast<long>(a)));
+    Ref value(PyFloat_FromDouble(window.Get(a)));
+    if (!key || !value || PyDict_SetItem(d.get(), key.get(), value.get()) != 0) return nullptr;
+  }
+  return d.release();
+}
+
+PyObject* StatGetCount(PyObject* self, void*) { return PyLong_FromLongLong(StatOf(self).Count()); }
+PyObject* StatGetName(PyObject* self, void*) { return FromString(StatOf(self).stat().name()); }
+PyObject* StatGetAdded(PyObject* self, void*) {
+  return PyLong_FromUnsignedLongLong(StatOf(self).stat().added());
+}
+PyObject* StatGetDropped(PyObject* self, void*) {
+  return PyLong_FromUnsignedLongLong(StatOf(self).stat().dropped());
+}
+
+PyMethodDef stat_methods[] = {
+    {"add", StatAdd, METH_O, "add(v)\n\nRecords a sample; never blocks or raises on a full buffer."},
+    {"get", StatGet, METH_NOARGS,
+     "get() -> dict\n\nThis process's aggregates of the last completed window."},
+    {"report_open_window", StatReportOpenWindow, METH_NOARGS,
+     "report_open_window()\n\nCloses the local window still open and reports it."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef stat_getset[] = {
+    {"count", StatGetCount, nullptr, "Samples added in the current window.", nullptr},
+    {"name", StatGetName, nullptr, "The stat's name.", nullptr},
+    {"added", StatGetAdded, nullptr, "Samples added through this Stat.", nullptr},
+    {"dropped", StatGetDropped, nullptr, "Samples dropped before sending.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyType_Slot stat_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(StatNew)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(StatDealloc)},
+    {Py_tp_methods, stat_methods},
+    {Py_tp_getset, stat_getset},
+    {Py_tp_doc, const_cast<char*>("A stat streamed to torchmond, with torch.monitor's local "
+                                  "window bookkeeping.")},
+    {0, nullptr}};
+
+PyType_Spec stat_spec = {"torchmon._torchmon.Stat", sizeof(StatObject), 0, Py_TPFLAGS_DEFAULT,
+                         stat_slots};
+
+// ---------------------------------------------------------------------------
+// Module
+
+PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "_torchmon",
+    "Native core of torchmon: the C++ client, bound with CPython's limited C API (abi3).",
+    -1,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr};
 
 }  // namespace
-
-PYBIND11_MODULE(_torchmon, m) {
-  m.doc() = "Native core of torchmon: the C++ client, bound with pybind11.";
-
-  py::enum_<Aggregation>(m, "Aggregation",
-                         "Aggregations computed over each window (torch.monitor.Aggregation).")
-      .value("VALUE", Aggregation::VALUE, "The last value added in the window.")
-      .value("MEAN", Aggregation::MEAN, "The arithmetic mean of the values added.")
-      .value("COUNT", Aggregation::COUNT, "The number of values added.")
-      .value("SUM", Aggregation::SUM, "The sum of the values added.")
-      .value("MAX", Aggregation::MAX, "The largest value added (NaN if any was NaN).")
-      .value("MIN", Aggregation::MIN, "The smallest value added (NaN if any was NaN).");
-
-  py::class_<Client, std::shared_ptr<Client>>(m, "Client",
-                                              "A connection to torchmond and its sender thread.")
-      .def(py::init(&MakeClient), py::arg("target") = py::none(), py::arg("labels") = py::none(),
-           py::arg("labels_from_environment") = true, py::arg("buffer_samples") = 0,
-           py::arg("client_name") = "torchmon-python", py::arg("token_file") = py::none(),
-           py::arg("token") = py::none(), py::arg("tls_ca") = py::none(),
-           py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(),
-           py::arg("tls_server_name") = py::none())
-      .def("flush", &FlushClient, py::arg("timeout"),
-           "Waits (GIL released) until everything recorded so far is acknowledged by the "
-           "daemon, at most `timeout` seconds. Returns True if it was.")
-      .def(
-          "log_event",
-          [](Client& client, const std::string& name, int64_t timestamp_us, const py::dict& data,
-             std::optional<std::map<std::string, std::string>> labels) {
-            Event event;
-            event.name = name;
-            event.timestamp = std::chrono::system_clock::time_point(
-                std::chrono::microseconds(timestamp_us));
-            for (const auto& [k, v] : data) {
-              const std::string key = py::str(k);
-              event.data.emplace(key, ToEventValue(key, v));
-            }
-            event.labels = LabelsFromDict(labels);
-            client.LogEvent(event);
-          },
-          py::arg("name"), py::arg("timestamp_us"), py::arg("data"), py::arg("labels") = py::none())
-      .def("stats",
-           [](const Client& client) {
-             const ClientStats s = client.Stats();
-             py::dict d;
-             d["samples_added"] = s.samples_added;
-             d["samples_sent"] = s.samples_sent;
-             d["samples_delivered"] = s.samples_delivered;
-             d["samples_dropped"] = s.samples_dropped;
-             d["events_logged"] = s.events_logged;
-             d["events_sent"] = s.events_sent;
-             d["events_delivered"] = s.events_delivered;
-             d["events_dropped"] = s.events_dropped;
-             d["batches_sent"] = s.batches_sent;
-             d["batches_resent"] = s.batches_resent;
-             d["batches_acked"] = s.batches_acked;
-             d["errors"] = s.errors;
-             d["connects"] = s.connects;
-             d["daemon_restarts"] = s.daemon_restarts;
-             return d;
-           })
-      .def("take_errors", &Client::TakeErrors)
-      .def_property_readonly("target", &Client::target)
-      .def_property_readonly("labels", [](const Client& c) {
-        std::map<std::string, std::string> out(c.labels().begin(), c.labels().end());
-        return out;
-      });
-
-  py::class_<PyStat>(m, "Stat")
-      .def(py::init([](std::shared_ptr<Client> client, std::string name,
-                       const std::vector<std::variant<Aggregation, std::string>>& aggregations,
-                       std::chrono::microseconds window_size, int64_t max_samples,
-                       std::optional<std::map<std::string, std::string>> labels,
-                       py::object on_window) {
-             // Aggregation members, or names: "mean", "p99", "p99.9".
-             std::vector<Aggregation> six;
-             std::vector<double> quantiles;
-             for (const auto& a : aggregations) {
-               if (const auto* member = std::get_if<Aggregation>(&a)) {
-                 six.push_back(*member);
-                 continue;
-               }
-               auto parsed = protocol::ParseAggregation(std::get<std::string>(a));
-               if (!parsed.ok()) throw py::value_error(std::string(parsed.status().message()));
-               if (parsed->aggregation == v1::QUANTILE) {
-                 quantiles.push_back(parsed->quantile);
-               } else {
-                 six.push_back(static_cast<Aggregation>(static_cast<int>(parsed->aggregation)));
-               }
-             }
-             return std::make_unique<PyStat>(std::move(client), std::move(name), std::move(six),
-                                             quantiles, window_size, max_samples,
-                                             LabelsFromDict(labels), std::move(on_window));
-           }),
-           py::arg("client"), py::arg("name"), py::arg("aggregations"), py::arg("window_size"),
-           py::arg("max_samples"), py::arg("labels") = py::none(),
-           py::arg("on_window") = py::none())
-      .def("report_open_window", &PyStat::ReportOpenWindow)
-      .def("add", &PyStat::add, py::arg("v"))
-      .def_property_readonly("count", &PyStat::count)
-      .def("get", &PyStat::get)
-      .def_property_readonly("name", &PyStat::name)
-      .def_property_readonly("added", &PyStat::added)
-      .def_property_readonly("dropped", &PyStat::dropped);
-}
-
 }  // namespace torchmon::python
+
+PyMODINIT_FUNC PyInit__torchmon() {
+  using namespace torchmon::python;
+  Ref module(PyModule_Create(&module_def));
+  if (!module) return nullptr;
+  if (client_type == nullptr) {
+    client_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&client_spec));
+    if (client_type == nullptr) return nullptr;
+  }
+  if (stat_type == nullptr) {
+    stat_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&stat_spec));
+    if (stat_type == nullptr) return nullptr;
+  }
+  // PyModule_AddObjectRef (3.10) leaves our reference to the type alone.
+  if (PyModule_AddObjectRef(module.get(), "Client", reinterpret_cast<PyObject*>(client_type)) < 0 ||
+      PyModule_AddObjectRef(module.get(), "Stat", reinterpret_cast<PyObject*>(stat_type)) < 0 ||
+      PyModule_AddStringConstant(module.get(), "__version__", TORCHMON_VERSION) < 0) {
+    return nullptr;
+  }
+  return module.release();
+}

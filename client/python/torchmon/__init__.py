@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import datetime as _dt
+import enum
 import os
 import sys
 import threading
@@ -22,14 +23,37 @@ import weakref
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _torchmon
-from ._torchmon import Aggregation
+
+#: The torchmon version (the project's, as in the wheel's metadata).
+__version__: str = _torchmon.__version__
 
 __all__ = [
-    "Aggregation", "VALUE", "MEAN", "COUNT", "SUM", "MAX", "MIN", "STAT_EVENT",
+    "__version__", "Aggregation", "VALUE", "MEAN", "COUNT", "SUM", "MAX", "MIN", "STAT_EVENT",
     "Client", "Stat", "Event", "EventHandlerHandle", "data_value_t",
     "log_event", "register_event_handler", "unregister_event_handler",
     "default_client", "set_default_client", "flush",
 ]
+
+class Aggregation(enum.IntEnum):
+    """Aggregations computed over each window (torch.monitor.Aggregation)."""
+
+    #: The last value added in the window.
+    VALUE = 1
+    #: The arithmetic mean of the values added.
+    MEAN = 2
+    #: The number of values added.
+    COUNT = 3
+    #: The sum of the values added.
+    SUM = 4
+    #: The largest value added (NaN if any was NaN).
+    MAX = 5
+    #: The smallest value added (NaN if any was NaN).
+    MIN = 6
+
+    def __str__(self) -> str:
+        # As torch.monitor's (a pybind11 enum) prints: "Aggregation.MEAN".
+        return f"Aggregation.{self.name}"
+
 
 VALUE = Aggregation.VALUE
 MEAN = Aggregation.MEAN
@@ -51,6 +75,12 @@ def _seconds(timeout: Union[float, _dt.timedelta]) -> float:
     if isinstance(timeout, _dt.timedelta):
         return timeout.total_seconds()
     return float(timeout)
+
+
+def _window_us(window_size: _dt.timedelta) -> int:
+    if not isinstance(window_size, _dt.timedelta):
+        raise TypeError(f"window_size must be a datetime.timedelta, not {type(window_size).__name__}")
+    return window_size // _dt.timedelta(microseconds=1)
 
 
 def _timestamp_us(timestamp: _dt.datetime) -> int:
@@ -285,9 +315,9 @@ class Stat:
                  client: Optional[Client] = None) -> None:
         client = client if client is not None else default_client()
         self._native = _torchmon.Stat(
-            client._native, name, list(aggregations), window_size, max_samples,
+            client._native, name, list(aggregations), _window_us(window_size), max_samples,
             dict(labels) if labels is not None else None, _stat_window_completed)
-        # The native method itself: add() costs one pybind11 call, no Python frame.
+        # The native method itself: add() costs one C call, no Python frame.
         self.add = self._native.add
         _live_stats.add(self)
 
@@ -305,7 +335,7 @@ class Stat:
 
         The six aggregations only; quantiles are the daemon's (see Stat).
         """
-        return self._native.get()
+        return {Aggregation(k): v for k, v in self._native.get().items()}
 
     @property
     def added(self) -> int:

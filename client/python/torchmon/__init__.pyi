@@ -1,17 +1,16 @@
 import datetime
+import enum
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-class Aggregation:
-    VALUE: "Aggregation"
-    MEAN: "Aggregation"
-    COUNT: "Aggregation"
-    SUM: "Aggregation"
-    MAX: "Aggregation"
-    MIN: "Aggregation"
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
+__version__: str
+
+class Aggregation(enum.IntEnum):
+    VALUE = 1
+    MEAN = 2
+    COUNT = 3
+    SUM = 4
+    MAX = 5
+    MIN = 6
 
 VALUE: Aggregation
 MEAN: Aggregation
