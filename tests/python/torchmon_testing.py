@@ -16,7 +16,9 @@ BUILD_DIR = os.environ.get(
     os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 TORCHMOND = os.path.join(BUILD_DIR, "server", "torchmond")
 TORCHMONCTL = os.path.join(BUILD_DIR, "client", "cli", "torchmonctl")
-PYTHON_DIR = os.path.join(BUILD_DIR, "client", "python")
+# Where child processes import torchmon from: the build tree, or (the wheel's
+# tests, tests/wheel) the site-packages of a venv the wheel was installed in.
+PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD_DIR, "client", "python"))
 
 # Short windows keep the tests quick; the daemon's grace matches.
 WINDOW_MS = 500

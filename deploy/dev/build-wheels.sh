@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the torchmon wheel into dist/ (or $1): one cp310-abi3 wheel that
+# installs into every CPython >= 3.10, self-contained (docs/install.md).
+#
+#   deploy/dev/build-wheels.sh [OUT_DIR]
+#
+# pip builds client/python (setuptools driving this tree's CMake, no
+# network, no build isolation: the build tools are Debian's), then
+# repair_wheel.py grafts the shared libraries it needs into the wheel and
+# sets its manylinux tag. TORCHMON_WHEEL_BUILD_DIR reuses a configured build
+# (deploy/dev/test.sh passes its Release build) instead of a fresh one under
+# client/python/build/.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=$(realpath -m "${1:-$root/dist}")
+python=${TORCHMON_WHEEL_PYTHON:-/usr/bin/python3}
+# pip builds from client/python: a relative build directory means the caller's.
+if [[ -n ${TORCHMON_WHEEL_BUILD_DIR:-} ]]; then
+  export TORCHMON_WHEEL_BUILD_DIR=$(realpath "$TORCHMON_WHEEL_BUILD_DIR")
+fi
+
+raw=$(mktemp -d "${TMPDIR:-/tmp}/torchmon-wheel.XXXXXX")
+trap 'rm -rf "$raw"' EXIT
+"$python" -m pip wheel "$root/client/python" --no-build-isolation --no-deps --no-index -w "$raw"
+mkdir -p "$out"
+rm -f "$out"/torchmon-*.whl
+for wheel in "$raw"/torchmon-*.whl; do
+  "$python" "$root/deploy/dev/repair_wheel.py" "$wheel" -w "$out"
+done

@@ -1,0 +1,215 @@
+"""The torchmon wheel as users get it (docs/install.md): built by
+deploy/dev/build-wheels.sh, installed with plain `pip install` into fresh venvs
+of every CPython the machine has from 3.10 on (pyenv's and Debian's), used
+against a real daemon, audited for the libraries it needs, and refused by an
+interpreter it does not support. The whole tests/python suite then runs once
+more with the module from the wheel.
+
+TORCHMON_WHEEL_DIR names the directory holding the wheel (CTest builds it
+there first: the wheel_build fixture, tests/wheel/CMakeLists.txt).
+"""
+
+import glob
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+
+from torchmon_testing import Daemon  # noqa: E402
+
+spec = importlib.util.spec_from_file_location(
+    "repair_wheel", os.path.join(ROOT, "deploy", "dev", "repair_wheel.py"))
+repair_wheel = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(repair_wheel)
+
+SUPPORTED_MINORS = (10, 11, 12, 13)
+
+
+def project_version():
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        return re.search(r"project\(\s*torchmon\s+VERSION\s+([0-9.]+)", f.read()).group(1)
+
+
+@pytest.fixture(scope="session")
+def wheel():
+    wheel_dir = os.environ.get("TORCHMON_WHEEL_DIR", os.path.join(ROOT, "dist"))
+    wheels = glob.glob(os.path.join(wheel_dir, "torchmon-*.whl"))
+    assert len(wheels) == 1, f"expected one wheel in {wheel_dir} (deploy/dev/build-wheels.sh), found {wheels}"
+    return wheels[0]
+
+
+def pyenv_pythons():
+    """{(3, minor): path} of pyenv's CPythons."""
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    out = {}
+    for path in sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3"))):
+        match = re.search(r"/versions/3\.(\d+)\.\d+/", path)
+        if match:
+            out[(3, int(match.group(1)))] = path
+    return out
+
+
+def interpreters():
+    pythons = {f"pyenv-3.{minor}": path for (_, minor), path in pyenv_pythons().items()
+               if minor in SUPPORTED_MINORS}
+    pythons["debian"] = "/usr/bin/python3"
+    return pythons
+
+
+def test_every_supported_python_is_on_this_machine():
+    # The tests below run once per interpreter found; this one makes sure a
+    # missing interpreter is a failure, not a silently shorter run.
+    minors = {minor for (_, minor) in pyenv_pythons()}
+    assert set(SUPPORTED_MINORS) <= minors, f"pyenv has 3.{sorted(minors)}"
+
+
+def make_venv(python, where, *extra):
+    subprocess.run([python, "-m", "venv", *extra, where], check=True)
+    return os.path.join(where, "bin", "python")
+
+
+def pip_install(venv_python, wheel):
+    return subprocess.run([venv_python, "-m", "pip", "install", "--no-index",
+                           "--disable-pip-version-check", wheel],
+                          capture_output=True, text=True, timeout=300)
+
+
+def clean_env():
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def test_metadata(wheel):
+    name = os.path.basename(wheel)
+    assert re.fullmatch(rf"torchmon-{re.escape(project_version())}-cp310-abi3-manylinux_2_\d+_x86_64\.whl",
+                        name), name
+    with zipfile.ZipFile(wheel) as z:
+        dist_info = f"torchmon-{project_version()}.dist-info"
+        metadata = z.read(f"{dist_info}/METADATA").decode()
+        tags = z.read(f"{dist_info}/WHEEL").decode()
+        names = z.namelist()
+    assert "Name: torchmon\n" in metadata
+    assert f"Version: {project_version()}\n" in metadata
+    assert "Requires-Python: >=3.10\n" in metadata
+    assert "License: BSD-3-Clause\n" in metadata
+    assert "Requires-Dist" not in metadata  # torch is not required
+    assert f"{dist_info}/LICENSE" in names
+    assert "Copyright (c) 2026, the torchmon authors" in zipfile.ZipFile(wheel).read(
+        f"{dist_info}/LICENSE").decode()
+    assert re.search(r"^Tag: cp310-abi3-manylinux_2_\d+_x86_64$", tags, re.M), tags
+    assert "torchmon/_torchmon.abi3.so" in names
+    assert "torchmon/py.typed" in names and "torchmon/__init__.pyi" in names
+
+
+def test_every_needed_library_is_inside_the_wheel_or_glibc_or_the_cxx_runtime(wheel, tmp_path):
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path)
+    elf_files = [p for p in glob.glob(str(tmp_path / "**" / "*"), recursive=True)
+                 if os.path.isfile(p) and repair_wheel.is_elf(p)]
+    libs = {os.path.basename(p) for p in glob.glob(str(tmp_path / "torchmon.libs" / "*"))}
+    # gRPC, protobuf, absl and OpenSSL at least: the extension links them.
+    for expected in ("libgrpc++-", "libprotobuf-", "libabsl_", "libssl-", "libcrypto-"):
+        assert any(lib.startswith(expected) for lib in libs), (expected, sorted(libs))
+    unresolved = []
+    for path in elf_files:
+        for soname in repair_wheel.needed(path):
+            if soname not in repair_wheel.SYSTEM_LIBRARIES and soname not in libs:
+                unresolved.append((os.path.relpath(path, tmp_path), soname))
+        dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True,
+                                 check=True).stdout
+        assert "$ORIGIN" in dynamic, (path, dynamic)
+    assert unresolved == [], unresolved
+    # The extension exports its init function and nothing of the static
+    # client, gRPC templates included.
+    extension = str(tmp_path / "torchmon" / "_torchmon.abi3.so")
+    symbols = subprocess.run(["nm", "-D", "--defined-only", extension], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    assert [line.split()[-1] for line in symbols] == ["PyInit__torchmon"], symbols
+
+
+@pytest.mark.parametrize("name", sorted(interpreters()))
+def test_wheel_installs_and_works_in_a_fresh_venv(name, wheel, tmp_path):
+    python = interpreters()[name]
+    venv_python = make_venv(python, str(tmp_path / "venv"))
+    out = pip_install(venv_python, wheel)
+    assert out.returncode == 0, out.stdout + out.stderr
+    with tempfile.TemporaryDirectory(prefix="torchmon-wheel.") as tmpdir:
+        daemon = Daemon(tmpdir)
+        try:
+            run = subprocess.run(
+                [venv_python, os.path.join(HERE, "smoke.py"), daemon.target,
+                 json.dumps(sorted(repair_wheel.SYSTEM_LIBRARIES))],
+                capture_output=True, text=True, timeout=120, env=clean_env(), cwd=str(tmp_path))
+            assert run.returncode == 0, run.stdout + run.stderr
+            seen = json.loads(run.stdout)
+            (window, *_) = daemon.wait_windows("wheel.step_ms", 2)
+            (event,) = daemon.ctl("events", "wheel.epoch_end")["events"]
+        finally:
+            daemon.stop()
+
+    # Imported from the venv, not the build tree; versioned as the project.
+    assert seen["file"].startswith(str(tmp_path / "venv")), seen["file"]
+    assert seen["version"] == project_version()
+    assert seen["aggregation"] == ["Aggregation.MEAN", "MEAN", 2]
+    # Nothing but glibc and the C++ runtime came from the host.
+    assert seen["foreign_libraries"] == [], seen["foreign_libraries"]
+    # In process, as torch.monitor: count, get() and the window event.
+    assert seen["count"] == 100
+    assert seen["get"] == {"MEAN": 50.5, "COUNT": 100.0, "MAX": 100.0}
+    assert {"name": "torch.monitor.Stat",
+            "data": {"wheel.step_ms.mean": 50.5, "wheel.step_ms.count": 100.0,
+                     "wheel.step_ms.max": 100.0}} in seen["events"]
+    assert seen["flushed"] is True and seen["errors"] == []
+    assert seen["stats"]["samples_added"] == seen["stats"]["samples_delivered"] == 101
+    # The daemon's view, read back with torchmonctl.
+    assert window["accepted"] == 100
+    aggregates = window["aggregates"]
+    assert aggregates["mean"] == 50.5 and aggregates["count"] == 100 and aggregates["max"] == 100
+    assert abs(aggregates["p99"] - 99) <= 0.01 * 99, aggregates
+    assert window["labels"] == {"python": seen["python"]}
+    assert event["data"] == {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}
+
+
+def test_an_unsupported_python_refuses_the_wheel_at_install_time(wheel, tmp_path):
+    old = {minor: path for (_, minor), path in pyenv_pythons().items() if minor < 10}
+    assert 9 in old, "pyenv's CPython 3.9 is the unsupported interpreter this test uses"
+    venv_python = make_venv(old[9], str(tmp_path / "venv"))
+    out = pip_install(venv_python, wheel)
+    assert out.returncode != 0
+    message = out.stdout + out.stderr
+    assert ("is not a supported wheel on this platform" in message
+            or "requires a different Python" in message), message
+    probe = subprocess.run([venv_python, "-c", "import torchmon"], capture_output=True, text=True,
+                           env=clean_env(), cwd=str(tmp_path))
+    assert probe.returncode != 0 and "No module named 'torchmon'" in probe.stderr
+
+
+def test_the_python_suite_passes_with_the_module_from_the_wheel(wheel, tmp_path):
+    # Debian's python3 (where python3-torch and pytest live), in a venv that
+    # sees them, with torchmon from the wheel instead of the build tree.
+    venv_python = make_venv("/usr/bin/python3", str(tmp_path / "venv"), "--system-site-packages")
+    out = pip_install(venv_python, wheel)
+    assert out.returncode == 0, out.stdout + out.stderr
+    site = subprocess.run([venv_python, "-c", "import torchmon, os; "
+                           "print(os.path.dirname(os.path.dirname(torchmon.__file__)))"],
+                          capture_output=True, text=True, check=True, env=clean_env(),
+                          cwd=str(tmp_path)).stdout.strip()
+    assert site.startswith(str(tmp_path / "venv")), site
+    env = clean_env()
+    env["TORCHMON_PYTHON_DIR"] = site
+    suite = subprocess.run([venv_python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            os.path.join(ROOT, "tests", "python")],
+                           capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
+    assert suite.returncode == 0, suite.stdout[-5000:] + suite.stderr[-2000:]
+    assert re.search(r"\d+ passed", suite.stdout), suite.stdout[-2000:]
