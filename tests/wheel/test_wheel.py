@@ -213,3 +213,38 @@ def test_the_python_suite_passes_with_the_module_from_the_wheel(wheel, tmp_path)
                            capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
     assert suite.returncode == 0, suite.stdout[-5000:] + suite.stderr[-2000:]
     assert re.search(r"\d+ passed", suite.stdout), suite.stdout[-2000:]
+
+
+@pytest.mark.parametrize("torchmon_first", [True, False])
+def test_the_wheel_lives_beside_debians_grpcio_and_torch_in_one_process(torchmon_first, wheel,
+                                                                        tmp_path):
+    # Debian's python3-grpcio and python3-torch use the system's libgrpc and
+    # libprotobuf; the wheel brings its own copies. Both must work in one
+    # process, whichever is imported first.
+    venv_python = make_venv("/usr/bin/python3", str(tmp_path / "venv"), "--system-site-packages")
+    out = pip_install(venv_python, wheel)
+    assert out.returncode == 0, out.stdout + out.stderr
+    with tempfile.TemporaryDirectory(prefix="torchmon-wheel.") as tmpdir:
+        daemon = Daemon(tmpdir)
+        try:
+            use_torchmon = (
+                "import datetime, torchmon\n"
+                f"c = torchmon.Client(target={daemon.target!r}, labels_from_environment=False)\n"
+                "s = torchmon.Stat('beside.grpcio', [torchmon.COUNT], datetime.timedelta(seconds=60),"
+                " client=c)\n"
+                "for i in range(1000): s.add(float(i))\n"
+                "assert c.flush(10)\n")
+            use_grpcio = (
+                "import grpc, torch\n"
+                f"ch = grpc.insecure_channel({daemon.target!r})\n"
+                "grpc.channel_ready_future(ch).result(timeout=10)\n"
+                "print('grpcio ready')\n")
+            code = use_torchmon + use_grpcio if torchmon_first else use_grpcio + use_torchmon
+            run = subprocess.run([venv_python, "-c", code], capture_output=True, text=True,
+                                 timeout=120, env=clean_env(), cwd=str(tmp_path))
+            assert run.returncode == 0, run.stdout + run.stderr
+            assert "grpcio ready" in run.stdout
+            (series,) = daemon.series("beside.grpcio")
+            assert series["counters"]["accepted"] == 1000, series
+        finally:
+            daemon.stop()
