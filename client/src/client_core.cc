@@ -461,19 +461,25 @@ void ClientCore::SenderMain() {
   // Each Flush may cut one pause short; more would let a daemon that ends
   // every stream at once turn a waiting Flush into a reconnect loop.
   uint64_t flush_that_cut_pause = 0;
-  // Since when connecting has failed without a break (none: not failing).
-  std::optional<Clock::time_point> failing_since;
+  // Since when connecting has failed without a break, while `failing`. Not a
+  // std::optional: gcc 12 at -Os (MinSizeRel) reports a false
+  // -Wmaybe-uninitialized on reading one.
+  bool failing = false;
+  Clock::time_point failing_since;
   while (!Stopping()) {
     if (!WaitForChannel(backoff.Next())) {
-      if (!failing_since) failing_since = Clock::now();
-      if (!Stopping() && Clock::now() - *failing_since >= kUnreachableAfter) {
+      if (!failing) {
+        failing = true;
+        failing_since = Clock::now();
+      }
+      if (!Stopping() && Clock::now() - failing_since >= kUnreachableAfter) {
         PrintOnce(absl::StrCat("torchmon: daemon at ", target_,
                                " is unreachable; buffering samples and retrying"));
       }
       backoff.Grow();
       continue;
     }
-    failing_since.reset();
+    failing = false;
     if (RunStream()) {
       backoff.Reset();
     } else {
