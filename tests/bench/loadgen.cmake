@@ -17,4 +17,7 @@ target_link_libraries(torchmon-loadgen PRIVATE
   absl::status absl::statusor absl::strings absl::str_format
   Threads::Threads)
 torchmon_strict(torchmon-loadgen)
-install(TARGETS torchmon-loadgen RUNTIME DESTINATION bin)
+# Not part of a default install (nor of the packages): a test tool, built
+# only with the tests. `cmake --install <build> --component loadgen` installs it.
+install(TARGETS torchmon-loadgen RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        COMPONENT loadgen EXCLUDE_FROM_ALL)

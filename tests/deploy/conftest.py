@@ -42,13 +42,14 @@ def duration_s(text):
     return int(m.group(1)) * scale
 
 
-def check_config(text, tmp_path):
+def check_config(text, tmp_path, torchmond=None):
     """Runs the real `torchmond --check-config` on a configuration text.
 
     The shipped files name the group torchmon, which a build machine need not
     have: then the file as shipped must fail on exactly that group, and a copy
     naming this process's group instead must pass. Returns the output of the
-    run that passed."""
+    run that passed. `torchmond` is the binary (default: the build's)."""
+    torchmond = torchmond or TORCHMOND
     path = tmp_path / "torchmond.conf"
     path.write_text(text)
     group = config_settings(text).get("socket-group", [None])[-1]
@@ -59,13 +60,13 @@ def check_config(text, tmp_path):
         except KeyError:
             missing_group = True
     if missing_group:
-        out = subprocess.run([TORCHMOND, "--check-config", str(path)], capture_output=True,
+        out = subprocess.run([torchmond, "--check-config", str(path)], capture_output=True,
                              text=True, timeout=30)
         assert out.returncode == 2, out
         assert f'--socket-group "{group}": no such group' in out.stderr, out.stderr
         here = grp.getgrgid(os.getgid()).gr_name
         path.write_text(re.sub(r"(?m)^(\s*socket-group\s*=\s*).*$", r"\g<1>" + here, text))
-    out = subprocess.run([TORCHMOND, "--check-config", str(path)], capture_output=True,
+    out = subprocess.run([torchmond, "--check-config", str(path)], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{path}: ok", out.stdout

@@ -4,7 +4,6 @@ runs as. No systemd needs to be running."""
 
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -13,7 +12,16 @@ from conftest import DEPLOY, TORCHMOND, config_settings, duration_s
 
 UNIT = os.path.join(DEPLOY, "systemd", "torchmond.service")
 SYSUSERS = os.path.join(DEPLOY, "systemd", "torchmon.sysusers")
-INSTALLED_TORCHMOND = "/usr/local/bin/torchmond"
+# The unit is a template: `cmake --install` and the Debian package write the
+# installed paths in (cmake/InstallDaemonFiles.cmake). These are the
+# package's, with prefix /usr.
+INSTALLED_TORCHMOND = "/usr/bin/torchmond"
+INSTALLED_CONF = "/etc/torchmon/torchmond.conf"
+
+
+def render(text, torchmond=INSTALLED_TORCHMOND):
+    assert "@TORCHMOND@" in text and "@TORCHMOND_CONF@" in text
+    return text.replace("@TORCHMOND@", torchmond).replace("@TORCHMOND_CONF@", INSTALLED_CONF)
 
 
 def read_unit(text):
@@ -34,7 +42,7 @@ def read_unit(text):
 @pytest.fixture(scope="module")
 def unit():
     with open(UNIT) as f:
-        return read_unit(f.read())
+        return read_unit(render(f.read()))
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +59,10 @@ def shipped_config():
 def verify(unit_text, tmp_path):
     """systemd-analyze verify on a copy whose binary is the built torchmond:
     verify refuses an ExecStart= whose program does not exist, and this
-    machine has no installed /usr/local/bin/torchmond."""
+    machine has no installed /usr/bin/torchmond. (tests/install verifies the
+    unit the package installs, with its own paths.)"""
     path = tmp_path / "torchmond.service"
-    path.write_text(unit_text.replace(INSTALLED_TORCHMOND, os.path.abspath(TORCHMOND)))
+    path.write_text(render(unit_text, os.path.abspath(TORCHMOND)))
     return subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True,
                           text=True, timeout=60)
 
@@ -61,7 +70,6 @@ def verify(unit_text, tmp_path):
 def test_unit_passes_systemd_analyze_verify_without_a_word(tmp_path):
     with open(UNIT) as f:
         text = f.read()
-    assert INSTALLED_TORCHMOND in text
     out = verify(text, tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout + out.stderr == ""
@@ -78,7 +86,8 @@ def test_verify_reports_a_broken_unit(tmp_path):
 
 def test_sandbox_exposure_is_low(tmp_path):
     path = tmp_path / "torchmond.service"
-    shutil.copy(UNIT, path)
+    with open(UNIT) as f:
+        path.write_text(render(f.read(), os.path.abspath(TORCHMOND)))
     out = subprocess.run(["systemd-analyze", "security", "--offline=yes", str(path)],
                          capture_output=True, text=True, timeout=60)
     m = re.search(r"Overall exposure level for torchmond.service: (\d+\.\d+)", out.stdout)
@@ -90,9 +99,8 @@ def test_sandbox_exposure_is_low(tmp_path):
 def test_daemon_starts_from_the_shipped_file_as_an_unprivileged_user(unit, service):
     assert service["Type"] in ("exec", "simple")  # no sd_notify in torchmond
     assert service["User"] == "torchmon" and service["Group"] == "torchmon"
-    assert service["ExecStart"] == f"{INSTALLED_TORCHMOND} --config /etc/torchmon/torchmond.conf"
-    assert service["ExecStartPre"] == (
-        f"{INSTALLED_TORCHMOND} --check-config /etc/torchmon/torchmond.conf")
+    assert service["ExecStart"] == f"{INSTALLED_TORCHMOND} --config {INSTALLED_CONF}"
+    assert service["ExecStartPre"] == f"{INSTALLED_TORCHMOND} --check-config {INSTALLED_CONF}"
     assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 

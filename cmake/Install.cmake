@@ -1,0 +1,88 @@
+# What `cmake --install` puts where (docs/install.md). Components:
+#   daemon  torchmond, torchmonctl, the configuration, the systemd unit,
+#           sysusers.d and tmpfiles.d entries, the docs
+#   dev     the C++ client: headers, static libraries, the CMake package
+#           (find_package(torchmon CONFIG) -> torchmon::client) and torchmon.pc
+#   python  the torchmon package for Python3_EXECUTABLE (client/python)
+#   loadgen torchmon-loadgen, only on request (EXCLUDE_FROM_ALL)
+# Nothing here needs a test target: TORCHMON_BUILD_TESTS=OFF installs the same.
+
+include(CMakePackageConfigHelpers)
+
+set(TORCHMON_CMAKE_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/torchmon)
+
+# --- dev ---------------------------------------------------------------------
+install(TARGETS torchmon_client torchmon_proto EXPORT torchmonTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The client's headers, the protocol conventions they include, and the
+# generated torchmon.v1 messages and stubs (a Query client needs them too).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/include/torchmon
+                  ${PROJECT_SOURCE_DIR}/proto/include/torchmon
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
+        FILES_MATCHING PATTERN "*.h")
+install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/torchmon/v1
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/torchmon COMPONENT dev
+        FILES_MATCHING PATTERN "*.pb.h")
+install(FILES ${PROJECT_SOURCE_DIR}/proto/torchmon/v1/torchmon.proto
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/torchmon/proto/torchmon/v1 COMPONENT dev)
+install(EXPORT torchmonTargets NAMESPACE torchmon:: FILE torchmonTargets.cmake
+        DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR} COMPONENT dev)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/torchmonConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/cmake/torchmonConfig.cmake
+  INSTALL_DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR})
+# 0.x: a minor release may change the API, so only the same minor matches.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/torchmonConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/torchmonConfig.cmake
+              ${PROJECT_BINARY_DIR}/cmake/torchmonConfigVersion.cmake
+        DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR} COMPONENT dev)
+
+# torchmon.pc, relocatable: the prefix is found from the file's own place.
+file(RELATIVE_PATH TORCHMON_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" TORCHMON_PC_TO_PREFIX "${TORCHMON_PC_TO_PREFIX}")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/torchmon.pc.in ${PROJECT_BINARY_DIR}/cmake/torchmon.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/torchmon.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+
+# --- daemon ------------------------------------------------------------------
+# The binaries install from server/ and client/cli/. The rest depends on the
+# prefix chosen at install time (`--prefix`, or CPack's /usr), so a script
+# run by `cmake --install` places it: with prefix /usr the configuration goes
+# to /etc and the unit to /lib/systemd/system, as Debian has them; otherwise
+# everything stays under the prefix (<prefix>/etc, <prefix>/lib/systemd/system).
+# The docs an operator needs, the licence in Debian's copyright format and
+# the changelog Debian policy asks for (gzip -9n: reproducible), in each
+# package's doc directory.
+# The project has no mail domain of its own; whoever publishes packages sets
+# theirs (lintian reports bogus-mail-host until then: docs/install.md).
+set(TORCHMON_PACKAGE_CONTACT "the torchmon authors <torchmon@localhost>" CACHE STRING
+    "Maintainer of the Debian packages (Name <address>)")
+set(TORCHMON_VERSION ${PROJECT_VERSION})
+configure_file(${PROJECT_SOURCE_DIR}/deploy/debian/changelog.in
+               ${PROJECT_BINARY_DIR}/debian/changelog.Debian @ONLY)
+execute_process(COMMAND gzip -9nf ${PROJECT_BINARY_DIR}/debian/changelog.Debian
+                COMMAND_ERROR_IS_FATAL ANY)
+foreach(component_doc "daemon;torchmond" "dev;libtorchmon-dev")
+  list(GET component_doc 0 component)
+  list(GET component_doc 1 package)
+  install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/copyright
+                ${PROJECT_BINARY_DIR}/debian/changelog.Debian.gz
+          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package} COMPONENT ${component})
+endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/README.md
+              ${PROJECT_SOURCE_DIR}/docs/install.md
+              ${PROJECT_SOURCE_DIR}/docs/deploy.md
+              ${PROJECT_SOURCE_DIR}/docs/operating.md
+              ${PROJECT_SOURCE_DIR}/docs/security.md
+              ${PROJECT_SOURCE_DIR}/docs/metrics.md
+              ${PROJECT_SOURCE_DIR}/docs/cli.md
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/torchmond COMPONENT daemon)
+
+install(CODE "
+  set(TORCHMON_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
+  set(TORCHMON_BINARY_DIR \"${PROJECT_BINARY_DIR}\")
+  set(TORCHMON_INSTALL_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
+" COMPONENT daemon)
+install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/InstallDaemonFiles.cmake COMPONENT daemon)
