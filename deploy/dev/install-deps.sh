@@ -10,7 +10,9 @@ set -euo pipefail
 #             openssl, which makes the security tests' certificates at test time; clang with
 #             its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports;
 #             systemd-analyze and PyYAML, which check the files under deploy/ in tests/deploy
-#             and tests/prometheus; chromium, the headless browser of tests/live_page)
+#             and tests/prometheus; chromium, the headless browser of tests/live_page;
+#             lintian, which checks the Debian packages in tests/install. tests/wheel also
+#             uses pyenv's CPythons 3.9-3.13, which this script does not install)
 #   --daemon  only what building torchmond and torchmonctl needs (the container image's
 #             build stage, deploy/container/Dockerfile): no Python, torch or test libraries
 daemon_packages=(
@@ -21,12 +23,14 @@ daemon_packages=(
 packages=(
   "${daemon_packages[@]}" pkg-config git curl prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-dev pybind11-dev python3-torch
+  python3-dev python3-torch
+  # the wheel (deploy/dev/build-wheels.sh) and the Debian packages (cpack -G DEB)
+  python3-setuptools python3-wheel python3-pip python3-venv patchelf file dpkg-dev
 )
 case "${1:-}" in
   "") ;;
   --test) packages+=(prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml chromium
-                     systemd openssl clang libclang-rt-14-dev llvm) ;;
+                     systemd openssl clang libclang-rt-14-dev llvm lintian) ;;
   --daemon) packages=("${daemon_packages[@]}") ;;
   *) echo "install-deps.sh: unknown option \"$1\" (expected --test or --daemon)" >&2; exit 2 ;;
 esac

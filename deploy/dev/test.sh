@@ -20,13 +20,16 @@ fuzz_build=${TORCHMON_FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs=$(nproc)
 
 "$root/deploy/dev/install-deps.sh" --test
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHMON_WERROR=ON
-cmake --build "$build" -j"$jobs"
-ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 300
-
 cmake -S "$root" -B "$release_build" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_BUILD_TESTS=OFF \
   -DTORCHMON_WERROR=ON
 cmake --build "$release_build" -j"$jobs"
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHMON_WERROR=ON
+cmake --build "$build" -j"$jobs"
+# tests/install installs (cmake --install, cpack) from the Release build: a
+# product build that never built a test target.
+TORCHMON_INSTALL_BUILD_DIR="$release_build" \
+  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 300
 
 # Only what the fuzzers and the thread-safety check need: the fuzz targets
 # (with the server, client and CLI libraries under them) and torchmond.
