@@ -24,17 +24,24 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/include/torchmon
 install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/torchmon/v1
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/torchmon COMPONENT dev
         FILES_MATCHING PATTERN "*.pb.h")
+# The .proto beside its generated headers, as Debian's libprotobuf-dev keeps
+# google/protobuf/*.proto: `protoc -I <prefix>/include` finds it under the
+# name it was compiled with (torchmon/v1/torchmon.proto), for other languages.
 install(FILES ${PROJECT_SOURCE_DIR}/proto/torchmon/v1/torchmon.proto
-        DESTINATION ${CMAKE_INSTALL_DATADIR}/torchmon/proto/torchmon/v1 COMPONENT dev)
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/torchmon/v1 COMPONENT dev)
 install(EXPORT torchmonTargets NAMESPACE torchmon:: FILE torchmonTargets.cmake
         DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR} COMPONENT dev)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/torchmonConfig.cmake.in
   ${PROJECT_BINARY_DIR}/cmake/torchmonConfig.cmake
   INSTALL_DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR})
-# 0.x: a minor release may change the API, so only the same minor matches.
+# SameMajorVersion: find_package(torchmon X.Y) accepts any installed X.Z with
+# Z >= Y. While torchmon is 0.x that means any 0.Z from the requested one on,
+# although a 0.x minor release may change the API; a project that needs one
+# minor asks for a range, find_package(torchmon 0.1...<0.2), which this file
+# honours (docs/install.md).
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/torchmonConfigVersion.cmake
-  COMPATIBILITY SameMinorVersion)
+  COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/cmake/torchmonConfig.cmake
               ${PROJECT_BINARY_DIR}/cmake/torchmonConfigVersion.cmake
         DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR} COMPONENT dev)
@@ -51,7 +58,9 @@ install(FILES ${PROJECT_BINARY_DIR}/cmake/torchmon.pc
 # prefix chosen at install time (`--prefix`, or CPack's /usr), so a script
 # run by `cmake --install` places it: with prefix /usr the configuration goes
 # to /etc and the unit to /lib/systemd/system, as Debian has them; otherwise
-# everything stays under the prefix (<prefix>/etc, <prefix>/lib/systemd/system).
+# everything stays under the prefix (<prefix>/etc, <prefix>/lib/systemd/system),
+# but for GNUInstallDirs' other SYSCONFDIR rules (/etc/opt/<name> for the
+# prefix /opt/<name>; an absolute CMAKE_INSTALL_SYSCONFDIR as given).
 # The docs an operator needs, the licence in Debian's copyright format and
 # the changelog Debian policy asks for (gzip -9n: reproducible), in each
 # package's doc directory.
@@ -84,5 +93,7 @@ install(CODE "
   set(TORCHMON_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
   set(TORCHMON_BINARY_DIR \"${PROJECT_BINARY_DIR}\")
   set(TORCHMON_INSTALL_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
+  set(TORCHMON_INSTALL_SYSCONFDIR \"${CMAKE_INSTALL_SYSCONFDIR}\")
+  set(TORCHMON_INSTALL_DATAROOTDIR \"${CMAKE_INSTALL_DATAROOTDIR}\")
 " COMPONENT daemon)
 install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/InstallDaemonFiles.cmake COMPONENT daemon)

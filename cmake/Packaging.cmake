@@ -25,11 +25,14 @@ set(CPACK_DEB_COMPONENT_INSTALL ON)
 
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+# Runtime dependencies from what the ELF files link (dpkg-shlibdeps): the
+# daemon's libraries; libtorchmon-dev has only static archives, which
+# dpkg-shlibdeps does not look at, so its Depends are spelled out below.
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_COMPRESSION_TYPE xz)
 
 set(CPACK_DEBIAN_DAEMON_PACKAGE_NAME torchmond)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_SECTION admin)
-set(CPACK_DEBIAN_DAEMON_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_SUGGESTS "prometheus")
 set(CPACK_COMPONENT_DAEMON_DESCRIPTION
 "torch.monitor stats out of process: the torchmond daemon

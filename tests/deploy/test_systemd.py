@@ -17,11 +17,14 @@ SYSUSERS = os.path.join(DEPLOY, "systemd", "torchmon.sysusers")
 # package's, with prefix /usr.
 INSTALLED_TORCHMOND = "/usr/bin/torchmond"
 INSTALLED_CONF = "/etc/torchmon/torchmond.conf"
+INSTALLED_DOC_DIR = "/usr/share/doc/torchmond"
 
 
 def render(text, torchmond=INSTALLED_TORCHMOND):
     assert "@TORCHMOND@" in text and "@TORCHMOND_CONF@" in text
-    return text.replace("@TORCHMOND@", torchmond).replace("@TORCHMOND_CONF@", INSTALLED_CONF)
+    assert "@TORCHMOND_DOC_DIR@" in text
+    return (text.replace("@TORCHMOND@", torchmond).replace("@TORCHMOND_CONF@", INSTALLED_CONF)
+                .replace("@TORCHMOND_DOC_DIR@", INSTALLED_DOC_DIR))
 
 
 def read_unit(text):

@@ -1,18 +1,22 @@
-// consumer TARGET STAT_NAME: records 1..100 into a stat and one event, then
-// flushes. Built out of tree against an installed torchmon
-// (tests/install/test_install.py), once with find_package and once with
-// pkg-config.
+// consumer TARGET STAT_NAME [WINDOW_MS]: records 1..100 into a stat (windows
+// of WINDOW_MS, default 60000) and one event, then flushes. Built out of tree
+// against an installed torchmon (tests/install/test_install.py), once with
+// find_package and once with pkg-config; the test reads back what the
+// daemon aggregated with the installed torchmonctl.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "torchmon/client.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: consumer TARGET STAT_NAME\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: consumer TARGET STAT_NAME [WINDOW_MS]\n");
     return 2;
   }
+  const std::chrono::milliseconds window(argc == 4 ? std::atoll(argv[3]) : 60000);
   torchmon::ClientOptions options;
   options.target = argv[1];
   options.labels = {{"built_with", "installed"}};
@@ -21,7 +25,7 @@ int main(int argc, char** argv) {
   torchmon::Stat stat(client, argv[2],
                       {torchmon::Aggregation::SUM, torchmon::Aggregation::COUNT,
                        torchmon::Aggregation::MAX, torchmon::Quantile(0.5)},
-                      std::chrono::seconds(60));
+                      window);
   for (int i = 1; i <= 100; ++i) stat.add(static_cast<double>(i));
   client.LogEvent(torchmon::Event("consumer_done", {{"samples", int64_t{100}}}));
   const absl::Status status = client.Flush(std::chrono::seconds(10));
