@@ -12,7 +12,6 @@ install needs no test target. Default: this CTest's build (TORCHMON_BUILD_DIR).
 """
 
 import glob
-import importlib.util
 import os
 import re
 import shutil
@@ -29,11 +28,9 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 import torchmon_testing  # noqa: E402
+from torchmon_testing import load_source, project_version  # noqa: E402
 
-spec = importlib.util.spec_from_file_location(
-    "deploy_conftest", os.path.join(ROOT, "tests", "deploy", "conftest.py"))
-deploy_conftest = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(deploy_conftest)
+deploy_conftest = load_source("deploy_conftest", "tests/deploy/conftest.py")
 
 BUILD = os.path.abspath(os.environ.get("TORCHMON_INSTALL_BUILD_DIR")
                         or os.environ.get("TORCHMON_BUILD_DIR")
@@ -46,10 +43,6 @@ def run(*args, **kwargs):
     assert out.returncode == 0, f"{args}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
 
-
-def project_version():
-    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
-        return re.search(r"project\(\s*torchmon\s+VERSION\s+([0-9.]+)", f.read()).group(1)
 
 
 def find_one(top, name):

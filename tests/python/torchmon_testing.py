@@ -4,13 +4,16 @@ other pytest suites (tests/grpc_tooling, tests/prometheus, ...), which put this
 directory on sys.path. Paths come from the build tree (TORCHMON_BUILD_DIR, set
 by CTest)."""
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import urllib.request
 
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD_DIR = os.environ.get(
     "TORCHMON_BUILD_DIR",
     os.path.join(os.path.dirname(__file__), "..", "..", "build"))
@@ -97,3 +100,19 @@ def next_window_start_s():
 def run_python(code, env, timeout=60):
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def project_version():
+    """The project's version, from the top-level CMakeLists.txt: what the wheel
+    and the packages must carry."""
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        return re.search(r"project\(\s*torchmon\s+VERSION\s+([0-9.]+)", f.read()).group(1)
+
+
+def load_source(name, path):
+    """Imports the Python file at `path` (relative to the repository root) as
+    module `name`: a script or a conftest the tests cannot import by name."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -10,7 +10,6 @@ there first: the wheel_build fixture, tests/wheel/CMakeLists.txt).
 """
 
 import glob
-import importlib.util
 import json
 import os
 import re
@@ -25,19 +24,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
-from torchmon_testing import Daemon  # noqa: E402
+from torchmon_testing import Daemon, load_source, project_version  # noqa: E402
 
-spec = importlib.util.spec_from_file_location(
-    "repair_wheel", os.path.join(ROOT, "deploy", "dev", "repair_wheel.py"))
-repair_wheel = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(repair_wheel)
+repair_wheel = load_source("repair_wheel", "deploy/dev/repair_wheel.py")
 
 SUPPORTED_MINORS = (10, 11, 12, 13)
 
-
-def project_version():
-    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
-        return re.search(r"project\(\s*torchmon\s+VERSION\s+([0-9.]+)", f.read()).group(1)
 
 
 @pytest.fixture(scope="session")
@@ -195,17 +187,26 @@ def test_an_unsupported_python_refuses_the_wheel_at_install_time(wheel, tmp_path
     assert probe.returncode != 0 and "No module named 'torchmon'" in probe.stderr
 
 
-def test_the_python_suite_passes_with_the_module_from_the_wheel(wheel, tmp_path):
-    # Debian's python3 (where python3-torch and pytest live), in a venv that
-    # sees them, with torchmon from the wheel instead of the build tree.
-    venv_python = make_venv("/usr/bin/python3", str(tmp_path / "venv"), "--system-site-packages")
+@pytest.fixture(scope="module")
+def debian_venv(wheel, tmp_path_factory):
+    """Debian's python3 (where python3-torch, python3-grpcio and pytest live)
+    in a venv that sees them, with torchmon installed from the wheel."""
+    venv = tmp_path_factory.mktemp("debian") / "venv"
+    venv_python = make_venv("/usr/bin/python3", str(venv), "--system-site-packages")
     out = pip_install(venv_python, wheel)
     assert out.returncode == 0, out.stdout + out.stderr
+    return venv_python
+
+
+def test_the_python_suite_passes_with_the_module_from_the_wheel(debian_venv, tmp_path):
+    # torchmon from the wheel instead of the build tree.
+    venv_python = debian_venv
+    venv = os.path.dirname(os.path.dirname(venv_python))
     site = subprocess.run([venv_python, "-c", "import torchmon, os; "
                            "print(os.path.dirname(os.path.dirname(torchmon.__file__)))"],
                           capture_output=True, text=True, check=True, env=clean_env(),
                           cwd=str(tmp_path)).stdout.strip()
-    assert site.startswith(str(tmp_path / "venv")), site
+    assert site.startswith(venv + os.sep), site
     env = clean_env()
     env["TORCHMON_PYTHON_DIR"] = site
     suite = subprocess.run([venv_python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -216,14 +217,12 @@ def test_the_python_suite_passes_with_the_module_from_the_wheel(wheel, tmp_path)
 
 
 @pytest.mark.parametrize("torchmon_first", [True, False])
-def test_the_wheel_lives_beside_debians_grpcio_and_torch_in_one_process(torchmon_first, wheel,
-                                                                        tmp_path):
+def test_the_wheel_lives_beside_debians_grpcio_and_torch_in_one_process(torchmon_first,
+                                                                        debian_venv, tmp_path):
     # Debian's python3-grpcio and python3-torch use the system's libgrpc and
     # libprotobuf; the wheel brings its own copies. Both must work in one
     # process, whichever is imported first.
-    venv_python = make_venv("/usr/bin/python3", str(tmp_path / "venv"), "--system-site-packages")
-    out = pip_install(venv_python, wheel)
-    assert out.returncode == 0, out.stdout + out.stderr
+    venv_python = debian_venv
     with tempfile.TemporaryDirectory(prefix="torchmon-wheel.") as tmpdir:
         daemon = Daemon(tmpdir)
         try:
