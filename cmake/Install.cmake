@@ -54,18 +54,14 @@ install(FILES ${PROJECT_BINARY_DIR}/cmake/torchmon.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
 # --- daemon ------------------------------------------------------------------
-# The binaries install from server/ and client/cli/. The rest depends on the
-# prefix chosen at install time (`--prefix`, or CPack's /usr), so a script
-# run by `cmake --install` places it: with prefix /usr the configuration goes
-# to /etc and the unit to /lib/systemd/system, as Debian has them; otherwise
-# everything stays under the prefix (<prefix>/etc, <prefix>/lib/systemd/system),
-# but for GNUInstallDirs' other SYSCONFDIR rules (/etc/opt/<name> for the
-# prefix /opt/<name>; an absolute CMAKE_INSTALL_SYSCONFDIR as given).
+# The binaries install from server/ and client/cli/.
 # The docs an operator needs, the licence in Debian's copyright format and
 # the changelog Debian policy asks for (gzip -9n: reproducible), in each
 # package's doc directory.
+#
 # The project has no mail domain of its own; whoever publishes packages sets
-# theirs (lintian reports bogus-mail-host until then: docs/install.md).
+# theirs (lintian reports bogus-mail-host until then: docs/install.md). The
+# changelog names it; cmake/Packaging.cmake makes it the packages' maintainer.
 set(TORCHMON_PACKAGE_CONTACT "the torchmon authors <torchmon@localhost>" CACHE STRING
     "Maintainer of the Debian packages (Name <address>)")
 set(TORCHMON_VERSION ${PROJECT_VERSION})
@@ -89,6 +85,13 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md
               ${PROJECT_SOURCE_DIR}/docs/cli.md
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/torchmond COMPONENT daemon)
 
+# The rest depends on the prefix chosen at install time (`--prefix`, or
+# CPack's /usr), so a script run by `cmake --install` places it: with prefix
+# /usr the configuration goes to /etc and the unit to /lib/systemd/system, as
+# Debian has them; otherwise everything stays under the prefix
+# (<prefix>/etc, <prefix>/lib/systemd/system), but for GNUInstallDirs' other
+# SYSCONFDIR rules (/etc/opt/<name> for the prefix /opt/<name>; an absolute
+# CMAKE_INSTALL_SYSCONFDIR as given).
 install(CODE "
   set(TORCHMON_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
   set(TORCHMON_BINARY_DIR \"${PROJECT_BINARY_DIR}\")

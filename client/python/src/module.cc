@@ -477,14 +477,12 @@ class LocalStat {
 
   // Samples in the current window (torch.monitor.Stat.count).
   int64_t Count() const {
-    const int64_t index = FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_);
-    return index == window_index_ ? static_cast<int64_t>(current_.count) : 0;
+    return InCurrentWindow() ? static_cast<int64_t>(current_.count) : 0;
   }
 
   // The last completed window (torch.monitor.Stat.get()).
   const LocalWindow& LastCompleted() const {
-    const int64_t index = FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_);
-    return index == window_index_ ? last_closed_ : current_;
+    return InCurrentWindow() ? last_closed_ : current_;
   }
 
   // Closes the window still open, as torch.monitor does when a Stat is
@@ -501,6 +499,11 @@ class LocalStat {
   const Stat& stat() const { return stat_; }
 
  private:
+  // Whether now lies in the window the last add() opened.
+  bool InCurrentWindow() const {
+    return FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_) == window_index_;
+  }
+
   static std::vector<StatAggregation> StatAggregations(const std::vector<Aggregation>& aggregations,
                                                        const std::vector<double>& quantiles) {
     std::vector<StatAggregation> out(aggregations.begin(), aggregations.end());
@@ -645,13 +648,9 @@ void ReportWindow(PyObject* self) {
 
 // add(v): the hot path. METH_O, so a call is one C function call.
 PyObject* StatAdd(PyObject* self, PyObject* arg) {
-  double v;
-  if (PyFloat_CheckExact(arg)) {
-    v = PyFloat_AsDouble(arg);
-  } else {
-    v = PyFloat_AsDouble(arg);  // ints and anything with __float__ or __index__
-    if (v == -1.0 && PyErr_Occurred()) return nullptr;
-  }
+  // Floats, ints and anything with __float__ or __index__ (a 0-d tensor).
+  const double v = PyFloat_AsDouble(arg);
+  if (v == -1.0 && PyErr_Occurred()) return nullptr;
   if (StatOf(self).Add(v)) ReportWindow(self);
   Py_RETURN_NONE;
 }
