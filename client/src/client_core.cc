@@ -1,5 +1,7 @@
 #include "detail/client_core.h"
+#include "detail/backoff.h"
 #include "detail/credentials.h"
+#include "detail/outgoing_batch.h"
 #include "detail/send_pacer.h"
 #include "detail/wall_clock.h"
 
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <optional>
 #include <random>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -21,20 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Batches are cut at about this much payload: large enough that per-message
-// costs vanish, far below gRPC's 4 MiB default receive limit.
-constexpr size_t kBatchBudgetBytes = size_t{1} << 20;
-// Wire bytes budgeted per sample: 8 for the value plus a zigzag varint delta
-// that is 1-3 bytes for realistic spacing. A generous 16 caps a batch at
-// 65536 samples while keeping even pathological deltas under ~1.2 MiB.
-constexpr size_t kSampleBytes = 16;
-constexpr size_t kBlockOverheadBytes = 32;
-constexpr size_t kDropReportBytes = 16;
-
-constexpr size_t kMaxKeptErrors = 1000;
-// Distinct messages printed to stderr; a daemon refusing every batch with a
-// slightly different message must not flood the training log.
-constexpr size_t kMaxPrintedMessages = 100;
 // The daemon is reported unreachable once connecting has failed this long:
 // a daemon that is starting, or slow to accept, is not worth a line in the
 // training log.
@@ -51,13 +40,21 @@ constexpr milliseconds kHalfCloseGrace{250};
 // A cycle that found a producer mid-push retries this soon; the producer
 // finishes in nanoseconds unless it was preempted.
 constexpr milliseconds kIncompleteRetry{1};
-// At most this many stats are looked at between two batches (round robin):
-// a process with a huge number of stats does not pay for all of them every
-// SendPacer::kLookInterval.
+// At most this many listed stats are looked at between two batches (round
+// robin): a process with a huge number of busy stats does not pay for all of
+// them every SendPacer::kLookInterval.
 constexpr size_t kMaxStatsPerLook = 4096;
-// Tag and length bytes around a hello, definition or event, on top of its
-// own ByteSizeLong().
-constexpr size_t kFieldOverheadBytes = 8;
+// A listed stat that has added nothing for this long, and has been drained,
+// gives its chunk back and leaves the sender's list. Long enough that a stat
+// added to every few hundred ms keeps its chunk (a chunk change costs two
+// CAS and a cache miss or two), short enough that a burst's memory returns
+// to the budget soon after.
+constexpr milliseconds kIdleRelease{1000};
+// While closed stats wait for acknowledgements, the registry is scanned for
+// them at most this often.
+constexpr milliseconds kRetireInterval{1000};
+static_assert(ClientOptions::kMinBufferBytes == ChunkPool::MinBudgetBytes(),
+              "client.h documents the pool's minimum");
 
 std::string CodeName(int code) {
   std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
@@ -79,6 +76,18 @@ uint64_t DrawInstance() {
   uint64_t instance = 0;
   while (instance == 0) instance = rng();
   return instance;
+}
+
+// Refuses what cannot work before any thread starts (see ClientOptions).
+size_t CheckedBudget(const ClientOptions& options) {
+  if (options.buffer_bytes < ClientOptions::kMinBufferBytes ||
+      options.buffer_bytes > ChunkPool::MaxBudgetBytes()) {
+    throw std::invalid_argument(absl::StrCat(
+        "torchmon: ClientOptions::buffer_bytes is ", options.buffer_bytes, "; it must be at least ",
+        ClientOptions::kMinBufferBytes, " (2 MiB: one batch of samples) and at most ",
+        ChunkPool::MaxBudgetBytes()));
+  }
+  return options.buffer_bytes;
 }
 
 ClientOptions Normalize(ClientOptions options) {
@@ -138,55 +147,10 @@ absl::Status ValidateStatLabels(const Labels& stat_labels, const Labels& identit
 
 }  // namespace
 
-// Reconnect delays: doubling from initial to max, each drawn with ±20%
-// jitter so that the ranks of a job do not reconnect in lockstep.
-class ClientCore::Backoff {
- public:
-  Backoff(milliseconds initial, milliseconds max)
-      : initial_(initial),
-        max_(max),
-        current_(initial),
-        rng_(static_cast<uint32_t>(getpid()) ^
-             static_cast<uint32_t>(Clock::now().time_since_epoch().count())) {}
-
-  milliseconds Next() {
-    std::uniform_real_distribution<double> jitter(0.8, 1.2);
-    return milliseconds(std::max<int64_t>(
-        1, static_cast<int64_t>(static_cast<double>(current_.count()) * jitter(rng_))));
-  }
-  void Grow() { current_ = std::min(current_ * 2, max_); }
-  void Reset() { current_ = initial_; }
-
- private:
-  const milliseconds initial_;
-  const milliseconds max_;
-  milliseconds current_;
-  std::minstd_rand rng_;
-};
-
 struct ClientCore::StreamState {
   Stream* stream;
   // Distinguishes streams for StatState::defined_on_stream.
   uint64_t generation;
-};
-
-// One IngestBatch being filled, with what to account once its write
-// succeeds or fails.
-struct ClientCore::OutgoingBatch {
-  struct StatPart {
-    StatState* stat;
-    uint64_t samples = 0;
-    uint64_t drops = 0;
-    bool defines = false;
-  };
-
-  bool empty() const { return bytes == 0; }
-
-  v1::IngestBatch batch;
-  std::vector<StatPart> parts;
-  size_t bytes = 0;  // estimated payload; > 0 whenever anything was added
-  uint64_t samples = 0;
-  uint64_t events = 0;
 };
 
 ClientCore::ClientCore(ClientOptions options)
@@ -195,7 +159,9 @@ ClientCore::ClientCore(ClientOptions options)
       client_name_(options_.client_name.empty() ? absl::StrCat("torchmon-cpp/0.1 pid=", getpid())
                                                 : options_.client_name),
       owner_pid_(getpid()),
-      client_instance_(DrawInstance()) {
+      buffers_(std::make_shared<ClientBuffers>(CheckedBudget(options_))),
+      client_instance_(DrawInstance()),
+      error_log_(options_.log_to_stderr) {
   std::vector<std::string> label_errors;
   labels_ = ResolveLabels(options_, &label_errors);
   for (std::string& error : label_errors) RecordLocalError(std::move(error));
@@ -260,12 +226,11 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
     id = next_stat_id_++;
   }
   def.set_id(id);
-  // The ring is allocated outside the lock: it can be megabytes.
-  auto state =
-      std::make_shared<StatState>(std::move(def), status.ok(), options_.stat_buffer_samples);
+  auto state = std::make_shared<StatState>(std::move(def), status.ok(), buffers_);
   {
     absl::MutexLock lock(&mu_);
     stats_.push_back(state);
+    if (state->valid) new_stats_.push_back(state.get());
   }
   if (!status.ok()) {
     RecordLocalError(
@@ -315,10 +280,7 @@ ClientStats ClientCore::Stats() const {
 
 std::vector<std::string> ClientCore::TakeErrors() {
   absl::MutexLock lock(&mu_);
-  std::vector<std::string> errors(std::make_move_iterator(errors_.begin()),
-                                  std::make_move_iterator(errors_.end()));
-  errors_.clear();
-  return errors;
+  return error_log_.Take();
 }
 
 bool ClientCore::HasPendingLocked() const {
@@ -397,7 +359,7 @@ void ClientCore::Shutdown() {
 
 void ClientCore::AbandonUndelivered() {
   absl::MutexLock lock(&mu_);
-  // From here on dropped() also counts what add() left in the rings.
+  // From here on dropped() also counts what add() left buffered.
   for (const auto& stat : stats_) stat->accepting.store(false, std::memory_order_release);
   for (const auto& kept : retained_) {
     for (const OutgoingBatch::StatPart& part : kept->parts) {
@@ -418,27 +380,12 @@ bool ClientCore::Stopping() const {
   return stop_;
 }
 
-std::string ClientCore::ShouldPrintLocked(const std::string& line) {
-  if (!options_.log_to_stderr) return "";
-  if (printed_.size() >= kMaxPrintedMessages || !printed_.insert(line).second) return "";
-  if (printed_.size() == kMaxPrintedMessages) {
-    return absl::StrCat(line, "\ntorchmon: further distinct messages are not printed; ",
-                        "see Client::TakeErrors()");
-  }
-  return line;
-}
-
-void ClientCore::RecordErrorLocked(std::string message) {
-  errors_.push_back(std::move(message));
-  if (errors_.size() > kMaxKeptErrors) errors_.pop_front();
-}
-
 void ClientCore::RecordLocalError(std::string message) {
   std::string line;
   {
     absl::MutexLock lock(&mu_);
-    line = ShouldPrintLocked(absl::StrCat("torchmon: ", message));
-    RecordErrorLocked(std::move(message));
+    line = error_log_.ShouldPrint(absl::StrCat("torchmon: ", message));
+    error_log_.Record(std::move(message));
   }
   if (!line.empty()) PrintLine(line);
 }
@@ -447,7 +394,7 @@ void ClientCore::PrintOnce(const std::string& line) {
   std::string to_print;
   {
     absl::MutexLock lock(&mu_);
-    to_print = ShouldPrintLocked(line);
+    to_print = error_log_.ShouldPrint(line);
   }
   if (!to_print.empty()) PrintLine(to_print);
 }
@@ -457,7 +404,9 @@ void ClientCore::PrintOnce(const std::string& line) {
 void ClientCore::SenderMain() {
   // Named so that top -H and profilers show what the training process runs.
   pthread_setname_np(pthread_self(), "torchmon-send");
-  Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  Backoff backoff(options_.initial_backoff, options_.max_backoff,
+                  static_cast<uint32_t>(getpid()) ^
+                      static_cast<uint32_t>(Clock::now().time_since_epoch().count()));
   // Each Flush may cut one pause short; more would let a daemon that ends
   // every stream at once turn a waiting Flush into a reconnect loop.
   uint64_t flush_that_cut_pause = 0;
@@ -559,7 +508,7 @@ bool ClientCore::RunStream() {
         if (stop_ || read_done_) break;
         const Clock::time_point now = Clock::now();
         if (now >= next_cycle || (cycle.complete && flush_requested_ > flush_written_)) break;
-        // Between cycles the rings are looked at (cheap), so that a burst
+        // Between cycles the buffers are looked at (cheap), so that a burst
         // after a quiet spell is sent at once (see SendPacer).
         if (now >= next_look) {
           if (LookForBurstLocked()) break;
@@ -582,7 +531,7 @@ bool ClientCore::RunStream() {
         written_sequence_ = last_sequence_;
         progress_cv_.SignalAll();
       }
-      next_cycle = cycle_start + pacer.NextGap(since_last, cycle.max_ring_fill);
+      next_cycle = cycle_start + pacer.NextGap(since_last, cycle.max_fill);
     } else {
       next_cycle = Clock::now() + kIncompleteRetry;
     }
@@ -616,7 +565,7 @@ bool ClientCore::RunStream() {
     // before a Flush waiting on this stream learns that it broke.
     if (!stopping && (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                       status.error_code() == grpc::StatusCode::PERMISSION_DENIED)) {
-      RecordErrorLocked(absl::StrCat(CodeName(status.error_code()), ": ", status.error_message()));
+      error_log_.Record(absl::StrCat(CodeName(status.error_code()), ": ", status.error_message()));
       credentials_refused_ = absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                                           absl::StrCat("torchmon: the daemon at ", target_,
                                                        " refused this client: ",
@@ -636,72 +585,111 @@ bool ClientCore::RunStream() {
 }
 
 bool ClientCore::LookForBurstLocked() {
-  const size_t n = std::min(stats_.size(), kMaxStatsPerLook);
+  const ChunkPool& pool = buffers_->pool;
+  if (SendPacer::IsBurst(pool.bytes_in_use(), pool.budget_bytes())) return true;
+  const size_t n = std::min(active_.size(), kMaxStatsPerLook);
   for (size_t i = 0; i < n; ++i) {
-    if (look_position_ >= stats_.size()) look_position_ = 0;
-    const StatState& stat = *stats_[look_position_++];
-    const uint64_t buffered = stat.ring.pushed() - stat.ring.popped();
-    if (SendPacer::IsBurst(buffered, stat.ring.capacity())) return true;
+    if (look_position_ >= active_.size()) look_position_ = 0;
+    const StatBuffer& buffer = active_[look_position_++]->buffer;
+    if (SendPacer::IsBurst(buffer.pushed() - buffer.popped(), StatBuffer::kMaxSamples)) return true;
   }
   return false;
+}
+
+void ClientCore::TakeReadyStats(Clock::time_point now) {
+  StatState* next;
+  for (StatState* stat = buffers_->TakeReady(); stat != nullptr; stat = next) {
+    next = stat->ready_next;
+    stat->pushed_seen = stat->buffer.pushed();
+    stat->active_at = now;
+    active_.push_back(stat);
+  }
+}
+
+bool ClientCore::TryUnlist(size_t i, Clock::time_point now) {
+  StatState& stat = *active_[i];
+  const uint64_t pushed = stat.buffer.pushed();
+  if (pushed != stat.pushed_seen) {
+    stat.pushed_seen = pushed;
+    stat.active_at = now;
+    return false;
+  }
+  if (now - stat.active_at < kIdleRelease || stat.buffer.popped() != pushed ||
+      stat.unreported_drops() != 0) {
+    return false;
+  }
+  // Unlisted before the chunk goes: a producer that then binds a new chunk
+  // (or drops) finds the flag clear and lists the stat again. A drop
+  // counted before the flag cleared is caught by the second look.
+  stat.listed.store(false, std::memory_order_seq_cst);
+  const bool unbound = stat.buffer.Release(buffers_->pool);
+  if (!unbound || stat.unreported_drops() != 0) {
+    // Still busy after all. Keep it, unless a producer listed it again
+    // meanwhile: then it is on the ready stack and comes back from there.
+    if (!stat.listed.exchange(true)) return false;
+  }
+  active_[i] = active_.back();
+  active_.pop_back();
+  return true;
 }
 
 bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   *result = CycleResult{};
   WallClock::Recalibrate();
+  const Clock::time_point now = Clock::now();
   // Raw pointers are safe: only this thread removes stats from the
   // registry (RetireClosedStats, between cycles), and Shutdown only after
   // joining it.
-  std::vector<StatState*> stats;
+  std::vector<StatState*> fresh;
   std::deque<v1::Event> events;
   {
     absl::MutexLock lock(&mu_);
-    stats.reserve(stats_.size());
-    for (const auto& stat : stats_) stats.push_back(stat.get());
+    fresh.swap(new_stats_);
     events.swap(events_);
   }
+  TakeReadyStats(now);
 
   OutgoingBatch out;
   auto write = [&]() { return out.empty() || WriteBatch(state, out); };
   auto fail = [&]() {
+    // The stream is broken; the next one opens with every definition.
     RequeueEvents(events);
     return false;
   };
 
   // Definitions of stats registered since the stream opened, first, so
   // every id is known before a sample or drop report uses it.
-  for (StatState* stat : stats) {
-    if (!stat->valid || stat->defined_on_stream == state.generation) continue;
-    const size_t size = stat->definition.ByteSizeLong() + kFieldOverheadBytes;
-    if (out.bytes + size > kBatchBudgetBytes && !write()) return fail();
-    *out.batch.add_definitions() = stat->definition;
+  for (StatState* stat : fresh) {
+    if (stat->defined_on_stream == state.generation) continue;
+    if (!out.Fits(DefinitionBytes(stat->definition)) && !write()) return fail();
+    out.AddDefinition(*stat);
     stat->defined_on_stream = state.generation;
-    out.parts.push_back({stat, 0, 0, true});
-    out.bytes += size;
   }
 
-  for (StatState* stat : stats) {
-    if (!stat->valid) continue;
+  const ChunkPool& pool = buffers_->pool;
+  result->max_fill =
+      static_cast<double>(pool.bytes_in_use()) / static_cast<double>(pool.budget_bytes());
+  for (size_t i = 0; i < active_.size();) {
+    StatState* stat = active_[i];
     // Samples pushed after this point wait for the next cycle, so a busy
     // producer cannot keep the cycle (and the flush it serves) going.
-    const uint64_t target = stat->ring.pushed();
-    result->max_ring_fill =
-        std::max(result->max_ring_fill, static_cast<double>(target - stat->ring.popped()) /
-                                            static_cast<double>(stat->ring.capacity()));
-    while (stat->ring.popped() < target) {
-      const size_t used = out.bytes + kBlockOverheadBytes;
-      const size_t room = used >= kBatchBudgetBytes ? 0 : (kBatchBudgetBytes - used) / kSampleBytes;
+    const uint64_t target = stat->buffer.pushed();
+    result->max_fill =
+        std::max(result->max_fill, static_cast<double>(target - stat->buffer.popped()) /
+                                       static_cast<double>(StatBuffer::kMaxSamples));
+    while (stat->buffer.popped() < target) {
+      const uint64_t room = out.SampleRoom();
       if (room == 0) {
         if (!write()) return fail();
         continue;
       }
-      const uint64_t want = std::min<uint64_t>(room, target - stat->ring.popped());
-      size_t taken = AppendSamples(*stat, want, out);
+      const uint64_t want = std::min<uint64_t>(room, target - stat->buffer.popped());
+      size_t taken = out.AddSamples(*stat, buffers_->pool, want);
       // Zero means a producer has claimed the next cell and not yet
       // published it; give it a moment before leaving it for a later cycle.
       for (int spin = 0; taken == 0 && spin < 64; ++spin) {
         std::this_thread::yield();
-        taken = AppendSamples(*stat, want, out);
+        taken = out.AddSamples(*stat, buffers_->pool, want);
       }
       if (taken == 0) {
         result->complete = false;
@@ -709,60 +697,22 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
       }
     }
     if (const uint64_t drops = stat->unreported_drops(); drops > 0) {
-      if (out.bytes + kDropReportBytes > kBatchBudgetBytes && !write()) return fail();
-      v1::DropReport* report = out.batch.add_drops();
-      report->set_stat_id(stat->definition.id());
-      report->set_dropped(drops);
-      out.parts.push_back({stat, 0, drops, false});
-      out.bytes += kDropReportBytes;
+      if (!out.Fits(kDropReportBytes) && !write()) return fail();
+      out.AddDropReport(*stat, drops);
       // Reported from now on: the batch is kept until acknowledged.
       stat->drops_written.fetch_add(drops, std::memory_order_relaxed);
     }
+    if (!TryUnlist(i, now)) ++i;
   }
 
   while (!events.empty()) {
     const size_t size = events.front().ByteSizeLong() + kFieldOverheadBytes;
-    if (out.bytes + size > kBatchBudgetBytes && !write()) return fail();
-    *out.batch.add_events() = std::move(events.front());
+    if (!out.Fits(size) && !write()) return fail();
+    out.AddEvent(std::move(events.front()), size);
     events.pop_front();
-    ++out.events;
-    out.bytes += size;
   }
   if (!write()) return fail();
   return true;
-}
-
-size_t ClientCore::AppendSamples(StatState& stat, uint64_t max, OutgoingBatch& out) {
-  v1::SampleBlock* block = out.batch.add_samples();
-  auto* values = block->mutable_values();
-  auto* deltas = block->mutable_time_deltas_us();
-  values->Reserve(static_cast<int>(max));
-  deltas->Reserve(static_cast<int>(max));
-  int64_t base = 0;
-  int64_t previous = 0;
-  bool all_at_base = true;
-  const size_t n = stat.ring.PopMany(max, [&](const Sample& sample) {
-    if (values->empty()) base = previous = sample.timestamp_us;
-    // Unsigned arithmetic: explicit timestamps may be anything, and the
-    // daemon's modulo-2^64 running sum restores them exactly.
-    const auto delta = static_cast<int64_t>(static_cast<uint64_t>(sample.timestamp_us) -
-                                            static_cast<uint64_t>(previous));
-    values->AddAlreadyReserved(sample.value);
-    deltas->AddAlreadyReserved(delta);
-    all_at_base = all_at_base && delta == 0;
-    previous = sample.timestamp_us;
-  });
-  if (n == 0) {
-    out.batch.mutable_samples()->RemoveLast();
-    return 0;
-  }
-  block->set_stat_id(stat.definition.id());
-  block->set_base_time_us(base);
-  if (all_at_base) deltas->Clear();
-  out.parts.push_back({&stat, n, 0, false});
-  out.samples += n;
-  out.bytes += kBlockOverheadBytes + n * kSampleBytes;
-  return n;
 }
 
 bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
@@ -816,7 +766,7 @@ bool ClientCore::OpenStream(StreamState& state) {
   };
   for (const auto& stat : stats) {
     if (!stat->valid) continue;
-    const size_t size = stat->definition.ByteSizeLong() + kFieldOverheadBytes;
+    const size_t size = DefinitionBytes(stat->definition);
     if (bytes + size > kBatchBudgetBytes && !write_opening()) return false;
     *opening.add_definitions() = stat->definition;
     stat->defined_on_stream = state.generation;
@@ -862,15 +812,28 @@ void ClientCore::RequeueEvents(std::deque<v1::Event>& events) {
 }
 
 void ClientCore::RetireClosedStats() {
+  // Scanning the registry is O(stats): only when a stat was closed since,
+  // or now and then while closed ones wait for acknowledgements.
+  const uint64_t closed = buffers_->closed_stats.load(std::memory_order_acquire);
+  const Clock::time_point now = Clock::now();
+  if (closed == closed_seen_ && !(closed_kept_ && now - last_retire_ >= kRetireInterval)) return;
+  closed_seen_ = closed;
+  last_retire_ = now;
+  closed_kept_ = false;
   absl::MutexLock lock(&mu_);
   size_t kept = 0;
   for (size_t i = 0; i < stats_.size(); ++i) {
     StatState& stat = *stats_[i];
-    if (stat.closed.load(std::memory_order_acquire) && !stat.HasPending()) {
-      retired_added_ += stat.added();
-      retired_dropped_ += stat.dropped();
-      retired_delivered_ += stat.delivered.load(std::memory_order_relaxed);
-      continue;
+    if (stat.closed.load(std::memory_order_acquire)) {
+      // A listed stat is on active_ or the ready stack: it waits until the
+      // sender has unlisted it.
+      if (!stat.HasPending() && !stat.listed.load(std::memory_order_acquire)) {
+        retired_added_ += stat.added();
+        retired_dropped_ += stat.dropped();
+        retired_delivered_ += stat.delivered.load(std::memory_order_relaxed);
+        continue;
+      }
+      closed_kept_ = true;
     }
     if (kept != i) stats_[kept] = std::move(stats_[i]);
     ++kept;
@@ -925,9 +888,9 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
     for (const v1::IngestError& error : ack.errors()) {
       ++counters_.errors;
       std::string message = absl::StrCat(CodeName(error.code()), ": ", error.message());
-      std::string line = ShouldPrintLocked(absl::StrCat("torchmon: daemon refused: ", message));
+      std::string line = error_log_.ShouldPrint(absl::StrCat("torchmon: daemon refused: ", message));
       if (!line.empty()) to_print.push_back(std::move(line));
-      RecordErrorLocked(std::move(message));
+      error_log_.Record(std::move(message));
     }
     progress_cv_.SignalAll();
     sender_cv_.SignalAll();  // room for more unacknowledged batches

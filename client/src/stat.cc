@@ -17,7 +17,10 @@ Stat::Stat(std::string name, std::vector<StatAggregation> aggregations,
     : Stat(Client::Default(), std::move(name), std::move(aggregations), window_size, max_samples,
            std::move(labels)) {}
 
-Stat::~Stat() { state_->closed.store(true, std::memory_order_release); }
+Stat::~Stat() {
+  state_->closed.store(true, std::memory_order_release);
+  state_->buffers->closed_stats.fetch_add(1, std::memory_order_release);
+}
 
 int64_t WallMicros() noexcept { return detail::WallClock::NowMicros(); }
 

@@ -1,12 +1,14 @@
 // The cost of recording one sample in the training process: the clock read
 // alone (the floor), the StatState path behind Stat::add with a consumer
-// draining the ring as the sender thread does, and the real Stat::add with a
+// draining the buffer as the sender thread does, and the real Stat::add with a
 // Client streaming to a real torchmond child process.
 //
 // Every benchmark reports items_per_second over all its threads; the
-// "dropped" counter is the fraction of adds that found the ring full (then
+// "dropped" counter is the fraction of adds that found no room (then
 // the figure measures the drop path, not the push, and should be discounted).
+#include <malloc.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
 #include "detail/stat_state.h"
@@ -34,9 +37,12 @@ inline int64_t NowMicros() noexcept {
   return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
-// Per-Stat ring of the end-to-end benchmark: 4 Mi samples (96 MiB), so a
-// short run does not outpace the sender and measure the drop path.
-constexpr size_t kRingSamples = size_t{1} << 22;
+// Samples one run adds to a stat. A tight add() loop outpaces what the
+// sender and daemon sustain on two cores, so a run must fit what a stat may
+// buffer with default options from its first add (its first eight chunks,
+// about 143,000 samples: StatBuffer) whatever the sender manages meanwhile,
+// or it would measure the drop path.
+constexpr size_t kRunSamples = size_t{1} << 17;
 
 void BM_ClockGettimeRealtime(benchmark::State& state) {
   for (auto _ : state) {
@@ -50,20 +56,21 @@ BENCHMARK(BM_ClockGettimeRealtime)->Threads(1)->MinTime(0.1);
 //
 // The push alone: Stat::add minus the clock read and the out-of-line call.
 // No consumer runs concurrently: every kDrainEvery adds a thread drains the
-// rings with the timer paused, as the sender drains in bulk once per send
+// buffers with the timer paused, as the sender drains in bulk once per send
 // interval. A concurrent consumer thread that naps cannot keep up with
 // pushes of a few ns on two cores, and one that spins takes a core from the
 // producers; either way the figure would be the drop path's.
 
 constexpr int kDrainEvery = 4096;
 
-struct RingFixture {
-  explicit RingFixture(size_t ring_samples) {
+struct BufferFixture {
+  explicit BufferFixture(size_t budget_bytes)
+      : buffers(std::make_shared<detail::ClientBuffers>(budget_bytes)) {
     for (int i = 0; i < 2; ++i) {
       v1::StatDefinition def;
       def.set_id(static_cast<uint32_t>(i + 1));
       def.set_name("bench.stat");
-      stats.push_back(std::make_unique<detail::StatState>(def, true, ring_samples));
+      stats.push_back(std::make_unique<detail::StatState>(def, true, buffers));
     }
   }
   uint64_t added() const { return stats[0]->added() + stats[1]->added(); }
@@ -78,12 +85,13 @@ struct RingFixture {
     // under drain_mu.
     double sum = 0;
     for (const auto& s : stats) {
-      while (s->ring.PopMany(size_t{1} << 16, [&](const detail::Sample& x) { sum += x.value; }) !=
-             0) {
+      while (s->buffer.Drain(buffers->pool, uint64_t{1} << 16,
+                             [&](double value, int64_t) { sum += value; }) != 0) {
       }
     }
     checksum += sum;
   }
+  std::shared_ptr<detail::ClientBuffers> buffers;
   std::vector<std::unique_ptr<detail::StatState>> stats;
   absl::Mutex drain_mu;
   double checksum ABSL_GUARDED_BY(drain_mu) = 0;
@@ -93,16 +101,16 @@ struct RingFixture {
 // thread 0 lets go of the global after the loop and the last holder destroys
 // it.
 absl::Mutex g_ring_mu;
-std::shared_ptr<RingFixture> g_ring ABSL_GUARDED_BY(g_ring_mu);
+std::shared_ptr<BufferFixture> g_ring ABSL_GUARDED_BY(g_ring_mu);
 
-std::shared_ptr<RingFixture> AcquireRing(size_t ring_samples) {
+std::shared_ptr<BufferFixture> AcquireRing(size_t budget_bytes) {
   absl::MutexLock lock(&g_ring_mu);
-  if (g_ring == nullptr) g_ring = std::make_shared<RingFixture>(ring_samples);
+  if (g_ring == nullptr) g_ring = std::make_shared<BufferFixture>(budget_bytes);
   return g_ring;
 }
 
 void RunStatStateAdd(benchmark::State& state, bool shared_stat) {
-  const std::shared_ptr<RingFixture> ring = AcquireRing(size_t{1} << state.range(0));
+  const std::shared_ptr<BufferFixture> ring = AcquireRing(size_t{1} << state.range(0));
   // No thread adds before the loop's start barrier, so thread 0 reads
   // quiescent counters here and after the loop's stop barrier.
   const uint64_t added_before = ring->added();
@@ -134,16 +142,16 @@ void RunStatStateAdd(benchmark::State& state, bool shared_stat) {
 
 void BM_StatStateAdd_SeparateStats(benchmark::State& state) { RunStatStateAdd(state, false); }
 void BM_StatStateAdd_SameStat(benchmark::State& state) { RunStatStateAdd(state, true); }
-// Arg: log2 of the ring size: the default 2^14 (384 KiB, cache-resident) and
-// 2^21 (48 MiB, not).
+// Arg: log2 of the client's budget in bytes: the default 2^25 (32 MiB). The
+// drains every kDrainEvery adds keep each stat in a few chunks, as the
+// sender does.
 BENCHMARK(BM_StatStateAdd_SeparateStats)
-    ->Arg(14)
-    ->Arg(21)
+    ->Arg(25)
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime()
     ->MinTime(0.1);
-BENCHMARK(BM_StatStateAdd_SameStat)->Arg(14)->Arg(21)->Threads(2)->UseRealTime()->MinTime(0.1);
+BENCHMARK(BM_StatStateAdd_SameStat)->Arg(25)->Threads(2)->UseRealTime()->MinTime(0.1);
 
 // --- Stat::add end to end ---------------------------------------------------
 
@@ -166,7 +174,6 @@ struct DaemonFixture {
     options.target = daemon->unix_target();
     options.labels_from_environment = false;
     options.labels = {{"job", "bench"}};
-    options.stat_buffer_samples = kRingSamples;
     options.client_name = "torchmon_benchmarks";
     client = std::make_unique<Client>(options);
     for (const char* name : {"bench.add0", "bench.add1"}) {
@@ -192,7 +199,7 @@ void RunStatAdd(benchmark::State& state, bool shared_stat) {
   uint64_t dropped_before = 0;
   if (state.thread_index() == 0) {
     f = &Daemon();
-    // Start each run with empty rings so that the run measures pushes.
+    // Start each run with empty buffers so that the run measures pushes.
     if (!f->client->Flush(std::chrono::seconds(10)).ok()) {
       state.SkipWithError("Flush before the run failed");
     }
@@ -211,7 +218,7 @@ void RunStatAdd(benchmark::State& state, bool shared_stat) {
     for (const auto& s : f->stats) dropped += s->dropped();
     dropped -= dropped_before;
     state.counters["dropped"] = static_cast<double>(dropped);
-    // A sample that finds its ring full takes the cheaper drop path: a run
+    // A sample that finds no room takes the cheaper drop path: a run
     // with drops would not measure add().
     if (dropped != 0) state.SkipWithError("samples were dropped; the figure would mix in drops");
   }
@@ -219,15 +226,65 @@ void RunStatAdd(benchmark::State& state, bool shared_stat) {
 
 void BM_StatAdd_SeparateStats(benchmark::State& state) { RunStatAdd(state, false); }
 void BM_StatAdd_SameStat(benchmark::State& state) { RunStatAdd(state, true); }
-// A tight add() loop outpaces what the sender and daemon sustain on two
-// cores, so each run adds no more than half a ring per stat (the rings are
-// emptied before every run), whatever the sender manages meanwhile.
+// Each run adds at most kRunSamples per stat (the buffers are emptied
+// before every run).
 BENCHMARK(BM_StatAdd_SeparateStats)
     ->Threads(1)
     ->Threads(2)
-    ->Iterations(kRingSamples / 2)
+    ->Iterations(kRunSamples)
     ->UseRealTime();
-BENCHMARK(BM_StatAdd_SameStat)->Threads(2)->Iterations(kRingSamples / 4)->UseRealTime();
+BENCHMARK(BM_StatAdd_SameStat)->Threads(2)->Iterations(kRunSamples / 2)->UseRealTime();
+
+// --- Memory of a defined stat ----------------------------------------------
+//
+// 10,000 stats on a client that has no daemon (nothing is sent or freed
+// meanwhile): heap bytes (glibc's mallinfo2) and resident bytes per stat
+// once defined (idle), and after one add each (each stat then holds its
+// first chunk of the budget, 256 B, until the sender drains it).
+
+size_t HeapInUse() { return mallinfo2().uordblks; }
+
+size_t ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+void BM_StatMemory(benchmark::State& state) {
+  constexpr int kStats = 10000;
+  testing::TempDir dir;
+  ClientOptions options;
+  options.target = "unix://" + dir.path() + "/absent.sock";
+  options.labels_from_environment = false;
+  options.log_to_stderr = false;
+  for (auto _ : state) {
+    Client client(options);
+    std::vector<std::unique_ptr<Stat>> stats;
+    stats.reserve(kStats);
+    const size_t heap0 = HeapInUse();
+    const size_t rss0 = ResidentBytes();
+    for (int i = 0; i < kStats; ++i) {
+      stats.push_back(std::make_unique<Stat>(
+          client, absl::StrCat("mem.s", i),
+          std::vector<StatAggregation>{Aggregation::MEAN, Aggregation::MAX},
+          std::chrono::seconds(60)));
+    }
+    const size_t heap1 = HeapInUse();
+    const size_t rss1 = ResidentBytes();
+    for (auto& s : stats) s->add(1.0);
+    const size_t heap2 = HeapInUse();
+    const size_t rss2 = ResidentBytes();
+    state.counters["idle_heap_B_per_stat"] = static_cast<double>(heap1 - heap0) / kStats;
+    state.counters["idle_rss_B_per_stat"] = static_cast<double>(rss1 - rss0) / kStats;
+    state.counters["added_heap_B_per_stat"] = static_cast<double>(heap2 - heap0) / kStats;
+    state.counters["added_rss_B_per_stat"] = static_cast<double>(rss2 - rss0) / kStats;
+  }
+}
+BENCHMARK(BM_StatMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace torchmon

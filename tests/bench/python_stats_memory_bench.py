@@ -2,9 +2,9 @@
 """RSS of a Python process that defines many stats: torchmon vs torch.monitor.
 
 Each measurement is a fresh child process that imports torch (and torchmon),
-reads its RSS, creates N stats with the same aggregations and window, adds
-one sample to each, and reads its RSS again; the difference is what the
-stats cost. torchmon's stats send to a real torchmond started here and the
+reads its RSS, creates N stats with the same aggregations and window, reads
+its RSS (the idle stats' cost), adds one sample to each, and reads its RSS
+again; the differences are what the stats cost. torchmon's stats send to a real torchmond started here and the
 child flushes before measuring, so the samples really went through the
 client. Children alternate between the two modules for --repeats rounds;
 medians are printed, with the cost per stat and the difference.
@@ -47,12 +47,13 @@ else:
     make = lambda i: torch.monitor.Stat(f"mem.s{{i}}", aggs, window)
 before = rss_bytes()
 stats = [make(i) for i in range(n)]
+idle = rss_bytes()
 for s in stats:
     s.add(1.0)
 if which == "torchmon":
     assert client.flush(60), "not delivered"
 after = rss_bytes()
-print(json.dumps({{"before": before, "after": after}}))
+print(json.dumps({{"before": before, "idle": idle, "after": after}}))
 """
 
 
@@ -63,7 +64,7 @@ def measure(which, n, target):
     if out.returncode != 0:
         raise SystemExit(f"{which} child failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    return result["after"] - result["before"]
+    return result["idle"] - result["before"], result["after"] - result["before"]
 
 
 def main():
@@ -81,9 +82,12 @@ def main():
         try:
             assert daemon.stdout.readline().startswith("torchmond ready")
             growth = {"torch.monitor": [], "torchmon": []}
+            idle = {"torch.monitor": [], "torchmon": []}
             for _ in range(args.repeats):
                 for which in ("torch.monitor", "torchmon"):
-                    growth[which].append(measure(which, args.stats, "unix://" + sock))
+                    defined, added = measure(which, args.stats, "unix://" + sock)
+                    idle[which].append(defined)
+                    growth[which].append(added)
         finally:
             daemon.terminate()
             daemon.wait(timeout=30)
@@ -97,6 +101,10 @@ def main():
               f" rounds: {', '.join(f'{v / mib:.1f}' for v in growth[which])} MiB)")
     print(f"torchmon - torch.monitor: {(med['torchmon'] - med['torch.monitor']) / mib:.1f} MiB "
           f"(target: <= 10 MiB)")
+    print("defined, before any add (medians):")
+    for which in ("torch.monitor", "torchmon"):
+        m = statistics.median(idle[which])
+        print(f"  {which:14s} {m / mib:9.1f} MiB  ({m / args.stats:9.0f} B per idle stat)")
 
 
 if __name__ == "__main__":

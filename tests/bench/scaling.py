@@ -49,17 +49,6 @@ def rss_bytes(pid):
     raise RuntimeError("no VmRSS for pid %d" % pid)
 
 
-def buffer_for(rate_per_stat):
-    # Half a second of samples per stat (power of two, at least 64): enough
-    # for this machine's scheduling stalls without gigabytes of rings when
-    # there are a million stats.
-    need = max(64, int(rate_per_stat * 0.5))
-    size = 64
-    while size < need:
-        size *= 2
-    return size
-
-
 def run_one(series, clients, rate, duration_s):
     stats_per_client = series // clients
     with tempfile.TemporaryDirectory(prefix="torchmon-scaling.") as tmp:
@@ -79,7 +68,6 @@ def run_one(series, clients, rate, duration_s):
                    "--ranks", str(clients), "--stats", str(stats_per_client),
                    "--rate", str(rate), "--duration", "%ds" % duration_s,
                    "--window", "%ds" % WINDOW_S, "--aggs", "mean,max,min",
-                   "--buffer-samples", str(buffer_for(rate / series)),
                    "--query-timeout", "120s", "--flush-timeout", "120s", "--json"]
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s * 10 + 300)
             try:

@@ -29,7 +29,7 @@ struct Flags {
   int64_t rate = 10'000;  // samples per second, all stats together
   int64_t window_ms = 100;
   int64_t flush_ms = 5000;
-  size_t buffer = 1 << 14;
+  size_t buffer_bytes = torchmon::ClientOptions{}.buffer_bytes;
 };
 
 bool Parse(int argc, char** argv, Flags* f) {
@@ -43,7 +43,7 @@ bool Parse(int argc, char** argv, Flags* f) {
     else if (key == "--rate") ok = absl::SimpleAtoi(v, &f->rate);
     else if (key == "--window-ms") ok = absl::SimpleAtoi(v, &f->window_ms);
     else if (key == "--flush-ms") ok = absl::SimpleAtoi(v, &f->flush_ms);
-    else if (key == "--buffer") ok = absl::SimpleAtoi(v, &f->buffer);
+    else if (key == "--buffer-bytes") ok = absl::SimpleAtoi(v, &f->buffer_bytes);
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad flag %s %s\n", key.c_str(), v);
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   options.target = flags.target;
   options.labels_from_environment = false;
   options.labels = {{"rank", flags.rank}};
-  options.stat_buffer_samples = flags.buffer;
+  options.buffer_bytes = flags.buffer_bytes;
   options.initial_backoff = std::chrono::milliseconds(20);
   options.max_backoff = std::chrono::milliseconds(200);
   options.destructor_flush_timeout = std::chrono::milliseconds(0);

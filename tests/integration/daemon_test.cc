@@ -9,6 +9,8 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -226,16 +228,81 @@ TEST_F(DaemonTest, LateAndSkewedSamplesAreCountedAndNeverMovedToAnotherWindow) {
 TEST_F(DaemonTest, ClientDropsAreReportedSoAccountingStaysExact) {
   StartDaemon();
   ClientOptions o = Options();
-  o.stat_buffer_samples = 16;
+  o.buffer_bytes = ClientOptions::kMinBufferBytes;
   o.send_interval = std::chrono::milliseconds(200);
   Client client(o);
   Stat s(client, "bursty", {Aggregation::COUNT}, std::chrono::seconds(10));
-  for (int i = 0; i < 10000; ++i) s.add(1.0);
+  // A million adds in a few ms: far more than one stat may hold of a 2 MiB
+  // budget (about 67,000 samples) before the sender's next look.
+  constexpr int kAdds = 1000000;
+  for (int i = 0; i < kAdds; ++i) s.add(1.0);
   ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
   ASSERT_GT(s.dropped(), 0u);
   const v1::SeriesCounters c = OnlySeries("bursty").counters();
   EXPECT_EQ(c.client_dropped(), s.dropped());
-  EXPECT_EQ(c.accepted() + c.capped() + c.late() + c.skewed() + c.client_dropped(), 10000u);
+  EXPECT_EQ(c.accepted() + c.capped() + c.late() + c.skewed() + c.client_dropped(),
+            static_cast<uint64_t>(kAdds));
+}
+
+TEST_F(DaemonTest, TenThousandStatsFromFourThreadsShareASmallBudgetAndAccountExactly) {
+  StartDaemon({"--grace", "60s"});  // no sample can be late
+  ClientOptions o = Options();
+  // 2 MiB: less than the 10,000 stats' first chunks (256 B each), so adds
+  // are refused while the sender drains, and the client must drop, count
+  // and report exactly what it refuses.
+  o.buffer_bytes = ClientOptions::kMinBufferBytes;
+  Client client(o);
+  constexpr int kStats = 10000;
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20;
+  std::vector<std::unique_ptr<Stat>> stats;
+  for (int i = 0; i < kStats; ++i) {
+    stats.push_back(std::make_unique<Stat>(client, absl::StrCat("many.s", i),
+                                           std::vector<StatAggregation>{Aggregation::COUNT},
+                                           std::chrono::seconds(10)));
+  }
+  // Every thread adds to every stat, each starting at its own offset, so
+  // stats see several producers at once.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        for (int i = 0; i < kStats; ++i) stats[(i + t * kStats / kThreads) % kStats]->add(r);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(30)).ok());
+
+  uint64_t dropped = 0;
+  std::map<std::string, StatCounters> by_name;
+  for (const auto& s : stats) {
+    const StatCounters c = s->counters();
+    ASSERT_EQ(c.added, uint64_t{kThreads} * kRounds) << s->name();
+    ASSERT_EQ(c.added, c.delivered + c.dropped) << s->name();
+    ASSERT_EQ(c.drops_reported, c.dropped) << s->name();
+    dropped += c.dropped;
+    by_name[s->name()] = c;
+  }
+  EXPECT_GT(dropped, 0u) << "the budget never ran out: the test checks nothing about drops";
+
+  auto stub = daemon_->QueryStub();
+  v1::ListSeriesRequest req;
+  req.mutable_selector()->set_stat("many.*");
+  v1::ListSeriesResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->ListSeries(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.series_size(), kStats);
+  for (const v1::SeriesInfo& series : resp.series()) {
+    const auto it = by_name.find(series.series().stat());
+    ASSERT_NE(it, by_name.end()) << series.series().stat();
+    const v1::SeriesCounters& c = series.counters();
+    ASSERT_EQ(c.accepted(), it->second.delivered) << it->first;
+    ASSERT_EQ(c.client_dropped(), it->second.dropped) << it->first;
+    ASSERT_EQ(c.capped() + c.late() + c.skewed(), 0u) << it->first;
+  }
+  std::cout << "10,000 stats x 4 threads, 2 MiB budget: " << dropped << " of "
+            << uint64_t{kStats} * kThreads * kRounds << " samples dropped, each counted\n";
 }
 
 TEST_F(DaemonTest, IdleSeriesExpireFromQueriesAndTheScrape) {

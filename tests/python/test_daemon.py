@@ -132,6 +132,28 @@ def test_add_never_raises_and_flush_returns_when_the_daemon_is_down():
     assert client.stats()["samples_added"] == 10_001
 
 
+def test_a_budget_too_small_for_one_batch_raises_value_error_naming_the_smallest(daemon):
+    for bad in (1, 1_000_000, (2 << 20) - 1, -5):
+        try:
+            torchmon.Client(target=daemon.target, labels_from_environment=False,
+                            buffer_bytes=bad)
+        except ValueError as e:
+            assert f"buffer_bytes={bad}" in str(e) and "2097152" in str(e), str(e)
+        else:
+            raise AssertionError(f"buffer_bytes={bad} accepted")
+    # The smallest that works holds a stat's samples and delivers them.
+    client = torchmon.Client(target=daemon.target, labels_from_environment=False,
+                             buffer_bytes=2 << 20)
+    stat = torchmon.Stat("small.budget", [torchmon.COUNT], datetime.timedelta(seconds=60),
+                         client=client)
+    for i in range(1000):
+        stat.add(float(i))
+    assert client.flush(5)
+    assert client.stats()["samples_dropped"] == 0
+    (series,) = daemon.series("small.budget")
+    assert series["counters"]["accepted"] == 1000
+
+
 def test_flush_releases_the_gil(daemon):
     client = torchmon.Client(target="unix:///nonexistent/torchmond.sock")
     stat = torchmon.Stat("pending", [torchmon.SUM], WINDOW, client=client)

@@ -111,9 +111,20 @@ struct ClientOptions {
   // unless labels_from_environment is false; these win on conflict.
   Labels labels;
   bool labels_from_environment = true;
-  // Per-Stat buffer between add() and the sender thread, in samples (rounded
-  // up to a power of two). When full, add() drops and counts the sample.
-  size_t stat_buffer_samples = 1 << 14;
+  // The memory, in bytes, for samples between add() and the sender thread,
+  // shared by all the stats of this client according to what they send: a
+  // stat holds none until it is added to, 256 bytes (8 samples) after its
+  // first add, chunks each four times larger while it stays busy (24 bytes a
+  // sample), and gives them back once drained and idle for a second. One
+  // stat holds at most 8 chunks (about 700,000 samples), and the last eighth
+  // of the budget only serves stats taking their first chunk, so a flooding
+  // stat cannot keep the others from buffering. When no room is left, add()
+  // drops and counts the sample (Stat::dropped, reported to the daemon).
+  // The budget is reserved as address space and becomes resident only as
+  // it is used. At least kMinBufferBytes, or the Client constructor throws
+  // std::invalid_argument.
+  size_t buffer_bytes = size_t{32} << 20;
+  static constexpr size_t kMinBufferBytes = size_t{2} << 20;
   // Events buffered while waiting to be sent; beyond this they are dropped
   // and counted (Client::Stats().events_dropped).
   size_t max_buffered_events = 10000;

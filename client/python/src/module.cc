@@ -169,21 +169,27 @@ ClientPtr MakeClient(ClientOptions options) {
 
 PyObject* ClientNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"target", "labels", "labels_from_environment",
-                                   "buffer_samples", "client_name", "token_file", "token",
+                                   "buffer_bytes", "client_name", "token_file", "token",
                                    "tls_ca", "tls_cert", "tls_key", "tls_server_name", nullptr};
   PyObject *target = Py_None, *labels = Py_None, *token_file = Py_None, *token = Py_None,
            *tls_ca = Py_None, *tls_cert = Py_None, *tls_key = Py_None,
            *tls_server_name = Py_None, *client_name = nullptr;
   int labels_from_environment = 1;
-  Py_ssize_t buffer_samples = 0;
+  Py_ssize_t buffer_bytes = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOpnUOOOOOO", const_cast<char**>(keywords),
-                                   &target, &labels, &labels_from_environment, &buffer_samples,
+                                   &target, &labels, &labels_from_environment, &buffer_bytes,
                                    &client_name, &token_file, &token, &tls_ca, &tls_cert,
                                    &tls_key, &tls_server_name)) {
     return nullptr;
   }
-  if (buffer_samples < 0) {
-    PyErr_SetString(PyExc_ValueError, "buffer_samples must be >= 0");
+  // 0: the default. Checked here so that Python gets a ValueError naming
+  // its own keyword, not the C++ field.
+  if (buffer_bytes != 0 && (buffer_bytes < 0 || static_cast<size_t>(buffer_bytes) <
+                                                    ClientOptions::kMinBufferBytes)) {
+    PyErr_Format(PyExc_ValueError,
+                 "buffer_bytes=%zd is too small: it must be at least %zu (2 MiB: one batch of "
+                 "samples), or 0 for the default (%zu)",
+                 buffer_bytes, ClientOptions::kMinBufferBytes, ClientOptions{}.buffer_bytes);
     return nullptr;
   }
   ClientOptions options;
@@ -201,7 +207,7 @@ PyObject* ClientNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   }
   if (!target_string.empty()) options.target = std::move(target_string);
   options.labels_from_environment = labels_from_environment != 0;
-  if (buffer_samples > 0) options.stat_buffer_samples = static_cast<size_t>(buffer_samples);
+  if (buffer_bytes > 0) options.buffer_bytes = static_cast<size_t>(buffer_bytes);
   options.client_name = "torchmon-python";
   if (client_name != nullptr && !ToString(client_name, "client_name", &options.client_name)) {
     return nullptr;

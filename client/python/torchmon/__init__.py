@@ -175,7 +175,7 @@ class Client:
     def __init__(self, target: Optional[str] = None,
                  labels: Optional[Mapping[str, str]] = None, *,
                  labels_from_environment: bool = True,
-                 buffer_samples: int = 0,
+                 buffer_bytes: int = 0,
                  token_file: Optional[str] = None,
                  token: Optional[str] = None,
                  tls_ca: Optional[str] = None,
@@ -184,7 +184,7 @@ class Client:
                  tls_server_name: Optional[str] = None) -> None:
         self._native = _torchmon.Client(
             target, dict(labels) if labels is not None else None, labels_from_environment,
-            buffer_samples, f"torchmon-python pid={os.getpid()}", token_file, token, tls_ca,
+            buffer_bytes, f"torchmon-python pid={os.getpid()}", token_file, token, tls_ca,
             tls_cert, tls_key, tls_server_name)
 
     @property

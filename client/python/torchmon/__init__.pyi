@@ -38,7 +38,7 @@ def log_event(event: Event) -> None: ...
 
 class Client:
     def __init__(self, target: Optional[str] = ..., labels: Optional[Mapping[str, str]] = ..., *,
-                 labels_from_environment: bool = ..., buffer_samples: int = ...,
+                 labels_from_environment: bool = ..., buffer_bytes: int = ...,
                  token_file: Optional[str] = ..., token: Optional[str] = ...,
                  tls_ca: Optional[str] = ..., tls_cert: Optional[str] = ...,
                  tls_key: Optional[str] = ..., tls_server_name: Optional[str] = ...) -> None: ...

@@ -16,9 +16,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "detail/error_log.h"
+#include "detail/outgoing_batch.h"
 #include "detail/stat_state.h"
 #include "grpcpp/grpcpp.h"
 #include "torchmon/client.h"
@@ -35,7 +36,7 @@ absl::Status EventToProto(const Event& event, v1::Event* out);
 // destructor) flushes, stops it and detaches every registered Stat.
 //
 // Threads: the sender thread owns the gRPC stream and is the only consumer
-// of the stat rings; a reader thread per stream reads IngestAcks. Everything
+// of the stat buffers; a reader thread per stream reads IngestAcks. Everything
 // they share with API callers is guarded by mu_.
 //
 // Delivery: every batch with samples, drops or events gets the next
@@ -85,9 +86,7 @@ class ClientCore {
 
  private:
   using Stream = grpc::ClientReaderWriter<v1::IngestBatch, v1::IngestAck>;
-  class Backoff;
   struct StreamState;
-  struct OutgoingBatch;
 
   // --- sender thread ---
   void SenderMain() ABSL_LOCKS_EXCLUDED(mu_);
@@ -100,10 +99,11 @@ class ClientCore {
     // False if a sample buffered at the start could not be taken yet (a
     // producer was mid-push): the cycle does not complete a flush.
     bool complete = true;
-    // The largest fraction of a ring found occupied, for pacing.
-    double max_ring_fill = 0;
+    // The largest fraction of a stat's buffer, or of the client's budget,
+    // found occupied, for pacing.
+    double max_fill = 0;
   };
-  // Drains rings and the event queue into batches and writes them. False if
+  // Drains the listed stats and the event queue into batches and writes them. False if
   // a write failed (the stream is broken).
   bool RunCycle(StreamState& stream, CycleResult* result) ABSL_LOCKS_EXCLUDED(mu_);
   // Numbers `out`, keeps it until acknowledged and writes it. `out` is left
@@ -120,7 +120,8 @@ class ClientCore {
   bool WaitForAckRoom(size_t own_bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts everything still unacknowledged as dropped; the client stopped.
   void AbandonUndelivered() ABSL_LOCKS_EXCLUDED(mu_);
-  // True if a ring looked at is full enough that a cycle should not wait.
+  // True if the budget, or a listed stat's buffer, is full enough that a
+  // cycle should not wait.
   bool LookForBurstLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts events taken for a cycle but never written back at the queue head.
   void RequeueEvents(std::deque<v1::Event>& events) ABSL_LOCKS_EXCLUDED(mu_);
@@ -130,9 +131,11 @@ class ClientCore {
   void ReaderMain(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAck(const v1::IngestAck& ack) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Samples of `stat` for the current batch: pops up to `max` into a new
-  // SampleBlock of `out`. Returns how many (0: nothing published yet).
-  size_t AppendSamples(StatState& stat, uint64_t max, OutgoingBatch& out);
+  // Moves the stats that woke since the last cycle onto active_.
+  void TakeReadyStats(std::chrono::steady_clock::time_point now);
+  // Takes active_[i] off the sender's list if it is drained, idle since
+  // kIdleRelease and can give its chunk back; true if it did.
+  bool TryUnlist(size_t i, std::chrono::steady_clock::time_point now);
 
   // --- any thread ---
   bool HasPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -140,11 +143,6 @@ class ClientCore {
   bool WaitProgressLocked(std::chrono::steady_clock::time_point deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Stopping() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Keeps `message` for TakeErrors (the newest kMaxKeptErrors).
-  void RecordErrorLocked(std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What to print for `line`: "" if it was printed before or the printing
-  // budget is spent, else the line (plus a notice when the budget runs out).
-  std::string ShouldPrintLocked(const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a client-side error and prints it once, prefixed "torchmon: ".
   void RecordLocalError(std::string message) ABSL_LOCKS_EXCLUDED(mu_);
   // Prints `line` to stderr unless it was printed before.
@@ -161,9 +159,22 @@ class ClientCore {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Ingest::Stub> stub_;
 
+  // The sample budget, shared with every StatState.
+  const std::shared_ptr<ClientBuffers> buffers_;
+
   // Sender thread only.
   uint64_t last_sequence_ = 0;
   uint64_t stream_generation_ = 0;
+  // The listed stats (StatState::listed): those holding a chunk or with
+  // drops to report. Raw pointers: a listed stat is never retired.
+  std::vector<StatState*> active_;
+  // Where the next LookForBurstLocked starts in active_.
+  size_t look_position_ = 0;
+  // ClientBuffers::closed_stats when RetireClosedStats last ran, whether
+  // that pass kept a closed stat (still pending), and when it ran.
+  uint64_t closed_seen_ = 0;
+  bool closed_kept_ = false;
+  std::chrono::steady_clock::time_point last_retire_{};
 
   mutable absl::Mutex mu_;
   // Wakes the sender: flush requested, stop, stream ended by the daemon.
@@ -173,8 +184,10 @@ class ClientCore {
   absl::CondVar progress_cv_;
 
   std::vector<std::shared_ptr<StatState>> stats_ ABSL_GUARDED_BY(mu_);
-  // Where the next LookForBurstLocked starts in stats_.
-  size_t look_position_ ABSL_GUARDED_BY(mu_) = 0;
+  // Valid stats registered since the sender last looked: their definitions
+  // go out in the next cycle. Raw pointers: a stat never defined is pending,
+  // so it is not retired.
+  std::vector<StatState*> new_stats_ ABSL_GUARDED_BY(mu_);
   uint32_t next_stat_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Counts of stats that were closed and left the registry.
   uint64_t retired_added_ ABSL_GUARDED_BY(mu_) = 0;
@@ -215,8 +228,7 @@ class ClientCore {
 
   // The non-sample counters; sample counts are summed from the stats.
   ClientStats counters_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> errors_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::string> printed_ ABSL_GUARDED_BY(mu_);
+  ErrorLog error_log_ ABSL_GUARDED_BY(mu_);
 
   std::thread sender_;
 };

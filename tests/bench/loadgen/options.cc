@@ -34,7 +34,7 @@ std::string LoadgenUsage() {
          "  --window DURATION      Window size of every stat. Default: 1s\n"
          "  --aggs LIST            Aggregations, e.g. mean,max. Default: mean\n"
          "  --max-samples N        Per-window cap of every stat (0 = none). Default: 0\n"
-         "  --buffer-samples N     ClientOptions.stat_buffer_samples. Default: 16384\n"
+         "  --buffer-bytes N       ClientOptions.buffer_bytes of each rank. Default: 33554432\n"
          "Bounds and output:\n"
          "  --flush-timeout DURATION  Bound on each rank's final Flush. Default: 30s\n"
          "  --query-timeout DURATION  Deadline of the connect check and ListSeries. Default: 10s\n"
@@ -133,10 +133,10 @@ absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
       }
     } else if (arg == "--max-samples") {
       LOADGEN_ASSIGN(options.max_samples, integer(0, INT64_MAX));
-    } else if (arg == "--buffer-samples") {
+    } else if (arg == "--buffer-bytes") {
       int64_t n;
-      LOADGEN_ASSIGN(n, integer(1, int64_t{1} << 30));
-      options.buffer_samples = static_cast<size_t>(n);
+      LOADGEN_ASSIGN(n, integer(static_cast<int64_t>(ClientOptions::kMinBufferBytes), int64_t{1} << 40));
+      options.buffer_bytes = static_cast<size_t>(n);
     } else if (arg == "--flush-timeout") {
       LOADGEN_ASSIGN(options.flush_timeout_ms, duration());
     } else if (arg == "--query-timeout") {

@@ -41,7 +41,7 @@ struct LoadgenOptions {
   int64_t window_ms = 1000;
   std::vector<StatAggregation> aggregations = {Aggregation::MEAN};
   int64_t max_samples = 0;
-  size_t buffer_samples = 1 << 14;
+  size_t buffer_bytes = ClientOptions{}.buffer_bytes;
   int64_t flush_timeout_ms = 30000;
   int64_t query_timeout_ms = 10000;
   bool json = false;

@@ -71,7 +71,7 @@ RankWorker::RankWorker(const LoadgenOptions& options, const std::string& target,
   client_options.target = target;
   client_options.labels = {{"job", job}, {"rank", absl::StrCat(rank)}};
   client_options.labels_from_environment = false;
-  client_options.stat_buffer_samples = options.buffer_samples;
+  client_options.buffer_bytes = options.buffer_bytes;
   client_options.log_to_stderr = false;
   client_options.client_name = absl::StrCat("torchmon-loadgen rank=", rank);
   // Run() already flushed; a daemon gone by then must not hold up the exit.

@@ -143,7 +143,7 @@ std::string FormatText(const LoadgenOptions& options, const Report& r) {
       options.stats % options.threads_per_rank != 0 ? "+" : "",
       " stats = ", options.ranks * options.stats, " series; window ",
       protocol::FormatDurationMs(options.window_ms), ", aggs ", AggregationNames(options),
-      ", buffer ", options.buffer_samples, " samples\n");
+      ", buffer ", options.buffer_bytes, " bytes\n");
   absl::StrAppend(
       &out, "  offered      ",
       options.rate > 0 ? absl::StrCat(Rate(options.rate), " samples/s") : std::string("flat out"),
@@ -207,7 +207,7 @@ std::string FormatJson(const LoadgenOptions& options, const Report& r) {
       ",\"stats_per_rank\":", options.stats, ",\"threads_per_rank\":", options.threads_per_rank,
       ",\"rate\":", JsonNumber(options.rate), ",\"duration_ms\":", options.duration_ms,
       ",\"window_ms\":", options.window_ms, ",\"aggs\":", JsonString(AggregationNames(options)),
-      ",\"max_samples\":", options.max_samples, ",\"buffer_samples\":", options.buffer_samples,
+      ",\"max_samples\":", options.max_samples, ",\"buffer_bytes\":", options.buffer_bytes,
       "}");
   absl::StrAppend(&out, ",\"sent\":", r.sent, ",\"accepted\":", r.accepted,
                   ",\"capped\":", r.capped, ",\"late\":", r.late, ",\"skewed\":", r.skewed,

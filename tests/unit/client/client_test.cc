@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -85,16 +86,43 @@ TEST_F(ClientWithoutDaemonTest, StatsCountEverySampleAddedAndNothingSent) {
   EXPECT_EQ(b.added(), 5u);
 }
 
-TEST_F(ClientWithoutDaemonTest, AddBeyondTheBufferDropsAndCountsEveryExtraSample) {
+TEST_F(ClientWithoutDaemonTest, AddBeyondTheBudgetDropsAndCountsEveryExtraSample) {
   ClientOptions o = Options();
-  o.stat_buffer_samples = 4;
+  o.buffer_bytes = ClientOptions::kMinBufferBytes;
   Client client(o);
   Stat stat(client, "busy", {Aggregation::COUNT}, std::chrono::seconds(1));
-  for (int i = 0; i < 100; ++i) stat.add(i);
-  EXPECT_EQ(stat.added(), 100u);
-  EXPECT_EQ(stat.dropped(), 96u);
-  EXPECT_EQ(client.Stats().samples_added, 100u);
-  EXPECT_EQ(client.Stats().samples_dropped, 96u);
+  // Nothing is sent without a daemon: what the budget holds stays buffered.
+  constexpr uint64_t kAdds = 200000;
+  for (uint64_t i = 0; i < kAdds; ++i) stat.add(static_cast<double>(i));
+  EXPECT_EQ(stat.added(), kAdds);
+  // At most the budget less its reserve, 24 bytes a sample.
+  const uint64_t most = (o.buffer_bytes - o.buffer_bytes / 8) / 24;
+  EXPECT_GE(stat.dropped(), kAdds - most);
+  EXPECT_LT(stat.dropped(), kAdds);
+  EXPECT_EQ(client.Stats().samples_added, kAdds);
+  EXPECT_EQ(client.Stats().samples_dropped, stat.dropped());
+  // The flooded budget still has room for another stat's first samples.
+  Stat quiet(client, "quiet", {Aggregation::COUNT}, std::chrono::seconds(1));
+  for (int i = 0; i < 8; ++i) quiet.add(i);
+  EXPECT_EQ(quiet.dropped(), 0u);
+}
+
+TEST_F(ClientWithoutDaemonTest, ABudgetTooSmallForOneBatchIsRefusedNamingTheField) {
+  ClientOptions o = Options();
+  o.buffer_bytes = 1000;
+  try {
+    Client client(o);
+    FAIL() << "a 1000-byte budget was accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("ClientOptions::buffer_bytes is 1000"), std::string::npos) << message;
+    EXPECT_NE(message.find("at least 2097152"), std::string::npos) << message;
+  }
+  o.buffer_bytes = ClientOptions::kMinBufferBytes;
+  Client smallest(o);
+  Stat stat(smallest, "fits", {Aggregation::COUNT}, std::chrono::seconds(1));
+  stat.add(1);
+  EXPECT_EQ(stat.dropped(), 0u);
 }
 
 TEST_F(ClientWithoutDaemonTest, StatOutlivingItsClientCountsLaterSamplesAsDropped) {

@@ -1,0 +1,132 @@
+#include "detail/chunk_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <new>
+
+namespace torchmon::detail {
+namespace {
+
+constexpr uint64_t kIndexMask = 0xffffffffu;
+
+size_t UsableBudget(size_t bytes) {
+  bytes = std::min(bytes, ChunkPool::MaxBudgetBytes());
+  return bytes / ChunkPool::kUnitBytes * ChunkPool::kUnitBytes;
+}
+
+}  // namespace
+
+ChunkPool::ChunkPool(size_t budget_bytes) : budget_(UsableBudget(budget_bytes)) {
+  if (budget_ == 0) return;
+  // Address space only: pages become resident when a chunk is first
+  // carved and written, so the budget costs nothing until it is used.
+  void* p = mmap(nullptr, budget_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  arena_ = static_cast<char*>(p);
+}
+
+ChunkPool::~ChunkPool() {
+  if (arena_ != nullptr) munmap(arena_, budget_);
+}
+
+uint32_t ChunkPool::PopFree(uint32_t size_class) noexcept {
+  std::atomic<uint64_t>& head = free_heads_[size_class];
+  uint64_t h = head.load(std::memory_order_acquire);
+  for (;;) {
+    const auto chunk = static_cast<uint32_t>(h & kIndexMask);
+    if (chunk == 0) return 0;
+    // May read a chunk another thread has just popped and reused: the
+    // arena stays mapped, and the tag makes the CAS fail.
+    const uint32_t next = header(chunk).free_next.load(std::memory_order_relaxed);
+    const uint64_t tag = (h >> 32) + 1;
+    if (head.compare_exchange_weak(h, (tag << 32) | next, std::memory_order_acquire,
+                                   std::memory_order_acquire)) {
+      return chunk;
+    }
+  }
+}
+
+void ChunkPool::PushFree(uint32_t chunk, uint32_t size_class) noexcept {
+  std::atomic<uint64_t>& head = free_heads_[size_class];
+  uint64_t h = head.load(std::memory_order_relaxed);
+  for (;;) {
+    header(chunk).free_next.store(static_cast<uint32_t>(h & kIndexMask),
+                                  std::memory_order_relaxed);
+    const uint64_t tag = (h >> 32) + 1;
+    if (head.compare_exchange_weak(h, (tag << 32) | chunk, std::memory_order_release,
+                                   std::memory_order_relaxed)) {
+      return;
+    }
+  }
+}
+
+uint32_t ChunkPool::Carve(uint32_t size_class) noexcept {
+  const size_t bytes = ChunkBytes(size_class);
+  size_t offset = carved_.load(std::memory_order_relaxed);
+  do {
+    if (offset + bytes > budget_) return 0;
+  } while (!carved_.compare_exchange_weak(offset, offset + bytes, std::memory_order_relaxed));
+  return static_cast<uint32_t>(offset / kUnitBytes + 1);
+}
+
+uint32_t ChunkPool::SplitLarger(uint32_t size_class) noexcept {
+  for (uint32_t larger = size_class + 1; larger <= kMaxClass; ++larger) {
+    const uint32_t chunk = PopFree(larger);
+    if (chunk == 0) continue;
+    // [chunk: size_class][size_class][size_class + 1]...[larger - 1]
+    uint32_t piece = chunk + static_cast<uint32_t>(ChunkBytes(size_class) / kUnitBytes);
+    for (uint32_t c = size_class; c < larger; ++c) {
+      header(piece).size_class.store(c, std::memory_order_relaxed);
+      PushFree(piece, c);
+      piece += static_cast<uint32_t>(ChunkBytes(c) / kUnitBytes);
+    }
+    return chunk;
+  }
+  return 0;
+}
+
+uint32_t ChunkPool::Prepare(uint32_t chunk, uint32_t size_class) noexcept {
+  ChunkHeader& h = header(chunk);
+  h.epoch.store(next_epoch_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  h.cells.store(ChunkCells(size_class), std::memory_order_relaxed);
+  h.size_class.store(size_class, std::memory_order_relaxed);
+  in_use_.fetch_add(ChunkBytes(size_class), std::memory_order_relaxed);
+  return chunk;
+}
+
+uint32_t ChunkPool::Take(uint32_t size_class, bool growing) noexcept {
+  size_class = std::min(size_class, kMaxClass);
+  if (growing) {
+    // Shrink the request to what fits under the reserve; refuse if even
+    // the smallest chunk does not.
+    const size_t limit = budget_ - budget_ / 8;
+    const size_t used = bytes_in_use();
+    for (;;) {
+      if (used + ChunkBytes(size_class) <= limit) break;
+      if (size_class == 0) return 0;
+      --size_class;
+    }
+  }
+  // Reuse before carving fresh memory: the same size, then a larger one
+  // split, then new memory, then anything smaller.
+  uint32_t chunk = PopFree(size_class);
+  if (chunk == 0) chunk = SplitLarger(size_class);
+  if (chunk == 0) chunk = Carve(size_class);
+  if (chunk != 0) return Prepare(chunk, size_class);
+  for (uint32_t c = size_class; c-- > 0;) {
+    chunk = PopFree(c);
+    if (chunk == 0) chunk = Carve(c);
+    if (chunk != 0) return Prepare(chunk, c);
+  }
+  return 0;
+}
+
+void ChunkPool::Give(uint32_t chunk) noexcept {
+  const uint32_t size_class = header(chunk).size_class.load(std::memory_order_relaxed);
+  in_use_.fetch_sub(ChunkBytes(size_class), std::memory_order_relaxed);
+  PushFree(chunk, size_class);
+}
+
+}  // namespace torchmon::detail

@@ -1,0 +1,120 @@
+// The client's sample memory: one byte budget, handed out in chunks to the
+// stats that are sending, and taken back when they have been drained.
+#ifndef TORCHMON_CLIENT_DETAIL_CHUNK_POOL_H_
+#define TORCHMON_CLIENT_DETAIL_CHUNK_POOL_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace torchmon::detail {
+
+// One buffered sample. `stamp` is written last (release) and equals the
+// owning chunk's epoch once the cell holds a sample of the chunk's current
+// use; a cell left from an earlier use carries an older epoch.
+struct SampleCell {
+  std::atomic<uint64_t> stamp;
+  double value;
+  int64_t timestamp_us;
+};
+static_assert(sizeof(SampleCell) == 24);
+
+// A chunk: this 64-byte header, then its cells. The fields are atomics
+// because a producer holding a stale reference may read them while the
+// chunk is being reused; it then finds out (its CAS fails) and discards
+// what it read.
+struct alignas(64) ChunkHeader {
+  // Unique per use of the chunk (a 64-bit counter never repeats).
+  std::atomic<uint64_t> epoch;
+  // Position (in the owning stat's count of accepted samples) of cell 0.
+  std::atomic<uint64_t> base;
+  std::atomic<uint32_t> cells;
+  std::atomic<uint32_t> size_class;
+  // Free-list link (a chunk index) while the chunk is free.
+  std::atomic<uint32_t> free_next;
+};
+static_assert(sizeof(ChunkHeader) == 64);
+
+// A fixed byte budget carved into chunks of 256 B << k (k = 0..kMaxClass),
+// each a header and (bytes - 64) / 24 cells: 8 cells for the smallest, 87378
+// (more than one batch) for the largest.
+//
+// The budget is reserved as address space (mmap, MAP_NORESERVE) when the
+// pool is made and becomes resident only as chunks are first carved from it,
+// so an idle client costs no memory. Freed chunks go to a lock-free free
+// list per size class and are reused; a larger free chunk is split to serve
+// a smaller request. Freed chunks are never merged back: after a storm of
+// small chunks a busy stat may have to work in smaller ones (more chunk
+// changes, no drops while any chunk is free).
+//
+// Take and Give are lock-free (a CAS on a tagged free-list head, or on the
+// carve offset) and never allocate or make a system call, so add() may call
+// them. Any thread may call any method.
+class ChunkPool {
+ public:
+  static constexpr uint32_t kMaxClass = 13;
+  static constexpr size_t kUnitBytes = 256;
+
+  static constexpr size_t ChunkBytes(uint32_t size_class) { return kUnitBytes << size_class; }
+  static constexpr uint32_t ChunkCells(uint32_t size_class) {
+    return static_cast<uint32_t>((ChunkBytes(size_class) - sizeof(ChunkHeader)) /
+                                 sizeof(SampleCell));
+  }
+  // The smallest budget a client accepts: one chunk of the largest class,
+  // which holds a whole batch of samples.
+  static constexpr size_t MinBudgetBytes() { return ChunkBytes(kMaxClass); }
+  // Largest budget: chunk indices are 32-bit.
+  static constexpr size_t MaxBudgetBytes() { return (size_t{1} << 32) * kUnitBytes - kUnitBytes; }
+
+  // `budget_bytes` is rounded down to a multiple of kUnitBytes. Throws
+  // std::bad_alloc if the address space cannot be reserved.
+  explicit ChunkPool(size_t budget_bytes);
+  ~ChunkPool();
+  ChunkPool(const ChunkPool&) = delete;
+  ChunkPool& operator=(const ChunkPool&) = delete;
+
+  // A chunk of `size_class`, or of a smaller class if none of that size can
+  // be had; 0 if nothing can. A `growing` request (a stat that already holds
+  // a chunk and wants another) is refused once the chunks out would pass
+  // the budget less its last eighth: that reserve serves only a stat's first
+  // chunk, so one stat flooding the budget cannot keep the others from
+  // starting. The chunk's epoch is fresh; its base is the caller's to set.
+  uint32_t Take(uint32_t size_class, bool growing) noexcept;
+  // Returns a chunk taken from this pool.
+  void Give(uint32_t chunk) noexcept;
+
+  ChunkHeader& header(uint32_t chunk) const noexcept {
+    return *reinterpret_cast<ChunkHeader*>(arena_ + (size_t{chunk} - 1) * kUnitBytes);
+  }
+  SampleCell* cells(uint32_t chunk) const noexcept {
+    return reinterpret_cast<SampleCell*>(arena_ + (size_t{chunk} - 1) * kUnitBytes +
+                                         sizeof(ChunkHeader));
+  }
+
+  size_t budget_bytes() const noexcept { return budget_; }
+  // Bytes in chunks handed out and not given back.
+  size_t bytes_in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+  // Bytes ever carved from the budget: what the pool has made resident.
+  size_t bytes_carved() const noexcept { return carved_.load(std::memory_order_relaxed); }
+
+ private:
+  uint32_t PopFree(uint32_t size_class) noexcept;
+  void PushFree(uint32_t chunk, uint32_t size_class) noexcept;
+  uint32_t Carve(uint32_t size_class) noexcept;
+  // Takes a free chunk of the smallest class above `size_class` and splits
+  // it, keeping one piece of `size_class` and freeing the rest.
+  uint32_t SplitLarger(uint32_t size_class) noexcept;
+  uint32_t Prepare(uint32_t chunk, uint32_t size_class) noexcept;
+
+  const size_t budget_;
+  char* arena_ = nullptr;
+  std::atomic<uint64_t> next_epoch_{1};
+  alignas(64) std::atomic<size_t> carved_{0};
+  alignas(64) std::atomic<size_t> in_use_{0};
+  // Per class: (tag << 32) | first free chunk; the tag defeats ABA.
+  alignas(64) std::atomic<uint64_t> free_heads_[kMaxClass + 1] = {};
+};
+
+}  // namespace torchmon::detail
+
+#endif  // TORCHMON_CLIENT_DETAIL_CHUNK_POOL_H_

@@ -1,0 +1,69 @@
+#include "detail/outgoing_batch.h"
+
+#include <utility>
+
+namespace torchmon::detail {
+
+size_t DefinitionBytes(const v1::StatDefinition& definition) {
+  return definition.ByteSizeLong() + kFieldOverheadBytes;
+}
+
+uint64_t OutgoingBatch::SampleRoom() const {
+  const size_t used = bytes + kBlockOverheadBytes;
+  return used >= kBatchBudgetBytes ? 0 : (kBatchBudgetBytes - used) / kSampleBytes;
+}
+
+void OutgoingBatch::AddDefinition(StatState& stat) {
+  *batch.add_definitions() = stat.definition;
+  parts.push_back({&stat, 0, 0, true});
+  bytes += DefinitionBytes(stat.definition);
+}
+
+void OutgoingBatch::AddDropReport(StatState& stat, uint64_t drops) {
+  v1::DropReport* report = batch.add_drops();
+  report->set_stat_id(stat.definition.id());
+  report->set_dropped(drops);
+  parts.push_back({&stat, 0, drops, false});
+  bytes += kDropReportBytes;
+}
+
+void OutgoingBatch::AddEvent(v1::Event&& event, size_t size) {
+  *batch.add_events() = std::move(event);
+  ++events;
+  bytes += size;
+}
+
+size_t OutgoingBatch::AddSamples(StatState& stat, ChunkPool& pool, uint64_t max) {
+  v1::SampleBlock* block = batch.add_samples();
+  auto* values = block->mutable_values();
+  auto* deltas = block->mutable_time_deltas_us();
+  values->Reserve(static_cast<int>(max));
+  deltas->Reserve(static_cast<int>(max));
+  int64_t base = 0;
+  int64_t previous = 0;
+  bool all_at_base = true;
+  const size_t n = stat.buffer.Drain(pool, max, [&](double value, int64_t timestamp_us) {
+    if (values->empty()) base = previous = timestamp_us;
+    // Unsigned arithmetic: explicit timestamps may be anything, and the
+    // daemon's modulo-2^64 running sum restores them exactly.
+    const auto delta = static_cast<int64_t>(static_cast<uint64_t>(timestamp_us) -
+                                            static_cast<uint64_t>(previous));
+    values->AddAlreadyReserved(value);
+    deltas->AddAlreadyReserved(delta);
+    all_at_base = all_at_base && delta == 0;
+    previous = timestamp_us;
+  });
+  if (n == 0) {
+    batch.mutable_samples()->RemoveLast();
+    return 0;
+  }
+  block->set_stat_id(stat.definition.id());
+  block->set_base_time_us(base);
+  if (all_at_base) deltas->Clear();
+  parts.push_back({&stat, n, 0, false});
+  samples += n;
+  bytes += kBlockOverheadBytes + n * kSampleBytes;
+  return n;
+}
+
+}  // namespace torchmon::detail

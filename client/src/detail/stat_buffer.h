@@ -1,0 +1,253 @@
+// The samples of one stat between Stat::add and the sender thread: a queue
+// of chunks from the client's ChunkPool, held only while the stat sends.
+#ifndef TORCHMON_CLIENT_DETAIL_STAT_BUFFER_H_
+#define TORCHMON_CLIENT_DETAIL_STAT_BUFFER_H_
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "detail/chunk_pool.h"
+
+namespace torchmon::detail {
+
+// Producers: any number of threads call TryPush. Consumer: one thread at a
+// time calls Drain, Release and ReleaseAll (the sender thread).
+//
+// Every accepted sample gets the next position (0, 1, 2, ... for the life
+// of the stat). The positions live in a sequence of chunks, one per
+// "generation"; the chunk of generation g sits in slot g % kSlots of a
+// small directory, tagged with g. The claim word packs the current
+// generation with the next position, so one CAS both reserves a cell and
+// proves that the generation (hence its chunk) is still current: a chunk is
+// given back only after the claim has left its generation, and the claim
+// never returns to a generation, so a producer that wins the CAS writes into
+// a chunk that is still this stat's, whatever it read before.
+//
+// - A stat that holds no chunk ("unbound": its generation's slot is empty)
+//   takes the smallest chunk on its next add (Bind).
+// - A full chunk is followed by one four times larger (up to the pool's
+//   largest), installed in the next slot by whichever producer finds it
+//   full, so a hot stat reaches large chunks in a few steps and a stat
+//   added to once holds 8 cells.
+// - At most kSlots chunks per stat: a producer that finds the next slot
+//   still holding an undrained chunk drops. With the largest chunks that is
+//   kMaxSamples, half the default budget.
+// - The consumer reads each chunk in order, gives it back when it is read
+//   and the claim has moved on, and gives back the last one of an idle
+//   stat (Release), which unbinds it.
+//
+// Cells are published by a release store of the chunk's epoch into the
+// cell's stamp, so the consumer tells a written cell from a claimed one or
+// one left from the chunk's previous use.
+class StatBuffer {
+ public:
+  static constexpr uint32_t kSlots = 8;
+  // Each new chunk of a stat is 2^kGrowth times as large as the last.
+  static constexpr uint32_t kGrowth = 2;
+  static constexpr uint64_t kMaxSamples =
+      uint64_t{kSlots} * ChunkPool::ChunkCells(ChunkPool::kMaxClass);
+
+  enum class PushResult {
+    kPushed,
+    // Pushed into a chunk this push took for an unbound stat: the stat has
+    // samples to send again and the consumer must be told.
+    kPushedAndBound,
+    // No room: the pool is out of chunks or the stat holds kSlots chunks.
+    kDropped,
+  };
+
+  StatBuffer() {
+    for (uint32_t g = 0; g < kSlots; ++g) dir_[g].store(Entry(g, 0), std::memory_order_relaxed);
+  }
+  StatBuffer(const StatBuffer&) = delete;
+  StatBuffer& operator=(const StatBuffer&) = delete;
+
+  // Never blocks (lock-free), allocates, throws or makes a system call.
+  PushResult TryPush(ChunkPool& pool, double value, int64_t timestamp_us) noexcept {
+    bool bound = false;
+    uint64_t claim = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      const uint32_t gen = ClaimGen(claim);
+      const uint64_t pos = ClaimPos(claim);
+      const uint64_t entry = dir_[gen % kSlots].load(std::memory_order_acquire);
+      if ((EntryGen(entry) & kGenMask) != gen) {
+        // The slot has moved on: so has the claim since it was read.
+        claim = claim_.load(std::memory_order_acquire);
+        continue;
+      }
+      const uint32_t chunk = EntryChunk(entry);
+      if (chunk == 0) {
+        if (!Install(pool, EntryGen(entry), pos, 0, false)) return PushResult::kDropped;
+        bound = true;
+        claim = claim_.load(std::memory_order_acquire);
+        continue;
+      }
+      const ChunkHeader& h = pool.header(chunk);
+      const uint64_t base = h.base.load(std::memory_order_relaxed);
+      const uint32_t cells = h.cells.load(std::memory_order_relaxed);
+      if (pos - base < cells) {
+        if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acquire,
+                                          std::memory_order_acquire)) {
+          continue;
+        }
+        // The claim was still in `gen`, so `chunk` is still ours and what
+        // was read from its header is current.
+        SampleCell& cell = pool.cells(chunk)[pos - base];
+        cell.value = value;
+        cell.timestamp_us = timestamp_us;
+        cell.stamp.store(h.epoch.load(std::memory_order_relaxed), std::memory_order_release);
+        return bound ? PushResult::kPushedAndBound : PushResult::kPushed;
+      }
+      // Full, if the header was read while the chunk was still ours.
+      const uint32_t size_class = h.size_class.load(std::memory_order_relaxed);
+      const uint64_t again = claim_.load(std::memory_order_acquire);
+      if (again != claim) {
+        claim = again;
+        continue;
+      }
+      const uint32_t next_gen = EntryGen(entry) + 1;
+      const uint64_t next = dir_[next_gen % kSlots].load(std::memory_order_acquire);
+      if (EntryGen(next) != next_gen) {
+        // Still holding the chunk of next_gen - kSlots: this stat has all
+        // the chunks it may have, unless the claim moved on meanwhile.
+        const uint64_t now = claim_.load(std::memory_order_acquire);
+        if (now == claim) return PushResult::kDropped;
+        claim = now;
+        continue;
+      }
+      if (EntryChunk(next) == 0 &&
+          !Install(pool, next_gen, base + cells, size_class + kGrowth, true)) {
+        return PushResult::kDropped;
+      }
+      // Move the claim to the next generation; losing means another thread
+      // did (or a sample was claimed meanwhile): either way, look again.
+      claim_.compare_exchange_strong(claim, Claim(next_gen, pos), std::memory_order_acq_rel,
+                                     std::memory_order_acquire);
+    }
+  }
+
+  // Consumer. Calls fn(value, timestamp_us) for up to `max` samples in
+  // order and returns how many. Stops early at a cell that is claimed but
+  // not yet written; it is taken by a later call.
+  template <typename Fn>
+  size_t Drain(ChunkPool& pool, uint64_t max, Fn&& fn) noexcept {
+    size_t n = 0;
+    uint64_t read = popped_.load(std::memory_order_relaxed);
+    while (n < max) {
+      const uint64_t entry = dir_[read_gen_ % kSlots].load(std::memory_order_acquire);
+      const uint32_t chunk = EntryChunk(entry);
+      if (chunk == 0 || EntryGen(entry) != read_gen_) break;  // unbound
+      const ChunkHeader& h = pool.header(chunk);
+      const uint64_t base = h.base.load(std::memory_order_relaxed);
+      const uint64_t end = base + h.cells.load(std::memory_order_relaxed);
+      const uint64_t epoch = h.epoch.load(std::memory_order_relaxed);
+      const SampleCell* cells = pool.cells(chunk);
+      while (n < max && read < end) {
+        const SampleCell& cell = cells[read - base];
+        if (cell.stamp.load(std::memory_order_acquire) != epoch) break;
+        fn(cell.value, cell.timestamp_us);
+        ++read;
+        ++n;
+      }
+      if (read < end) break;
+      // Read to its end; give it back once the claim has left it (until
+      // then a producer may still be looking at its header).
+      if (ClaimGen(claim_.load(std::memory_order_acquire)) == (read_gen_ & kGenMask)) break;
+      GiveBack(pool, chunk);
+    }
+    popped_.store(read, std::memory_order_release);
+    return n;
+  }
+
+  // Consumer. If every accepted sample has been drained, gives the stat's
+  // chunk back so the stat holds no memory until its next add. True if the
+  // stat holds no chunk now.
+  bool Release(ChunkPool& pool) noexcept {
+    const uint64_t entry = dir_[read_gen_ % kSlots].load(std::memory_order_acquire);
+    const uint32_t chunk = EntryChunk(entry);
+    if (chunk == 0) return true;
+    uint64_t claim = Claim(read_gen_, popped_.load(std::memory_order_relaxed));
+    if (!claim_.compare_exchange_strong(claim, Claim(read_gen_ + 1, ClaimPos(claim)),
+                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return false;  // samples claimed since, or the chunk is full and a producer moved on
+    }
+    GiveBack(pool, chunk);
+    // A producer that found the chunk full may have installed the next one
+    // just before the claim moved: then the stat is still bound.
+    return EntryChunk(dir_[read_gen_ % kSlots].load(std::memory_order_acquire)) == 0;
+  }
+
+  // Gives back every chunk. Only once no producer can push any more (the
+  // owning stat is being destroyed).
+  void ReleaseAll(ChunkPool& pool) noexcept {
+    for (auto& slot : dir_) {
+      const uint64_t entry = slot.load(std::memory_order_acquire);
+      if (EntryChunk(entry) != 0) pool.Give(EntryChunk(entry));
+      slot.store(Entry(EntryGen(entry) + kSlots, 0), std::memory_order_relaxed);
+    }
+  }
+
+  // Samples accepted so far.
+  uint64_t pushed() const noexcept { return ClaimPos(claim_.load(std::memory_order_acquire)); }
+  // Samples drained so far; pushed() - popped() are buffered or being written.
+  uint64_t popped() const noexcept { return popped_.load(std::memory_order_acquire); }
+
+ private:
+  // Claim: generation (low kGenBits) << kPosBits | next position.
+  static constexpr int kPosBits = 52;
+  static constexpr uint32_t kGenMask = (1u << (64 - kPosBits)) - 1;
+  static constexpr uint64_t kPosMask = (uint64_t{1} << kPosBits) - 1;
+  static_assert(kSlots <= kGenMask, "a claim must tell a generation from the one kSlots later");
+
+  static uint64_t Claim(uint32_t gen, uint64_t pos) {
+    return (uint64_t{gen & kGenMask} << kPosBits) | (pos & kPosMask);
+  }
+  static uint32_t ClaimGen(uint64_t claim) { return static_cast<uint32_t>(claim >> kPosBits); }
+  static uint64_t ClaimPos(uint64_t claim) { return claim & kPosMask; }
+  // Directory entry: generation (32 bits) << 32 | chunk (0: none).
+  static uint64_t Entry(uint32_t gen, uint32_t chunk) { return (uint64_t{gen} << 32) | chunk; }
+  static uint32_t EntryGen(uint64_t entry) { return static_cast<uint32_t>(entry >> 32); }
+  static uint32_t EntryChunk(uint64_t entry) { return static_cast<uint32_t>(entry); }
+
+  // Puts a new chunk starting at `base` in the empty slot of `gen`; false
+  // if the pool had none. Losing the race to another producer is success.
+  bool Install(ChunkPool& pool, uint32_t gen, uint64_t base, uint32_t size_class,
+               bool growing) noexcept {
+    const uint32_t chunk = pool.Take(size_class, growing);
+    if (chunk == 0) {
+      // Out of chunks, unless another producer installed one meanwhile.
+      return EntryChunk(dir_[gen % kSlots].load(std::memory_order_acquire)) != 0 ||
+             EntryGen(dir_[gen % kSlots].load(std::memory_order_acquire)) != gen;
+    }
+    pool.header(chunk).base.store(base, std::memory_order_relaxed);
+    uint64_t expected = Entry(gen, 0);
+    if (!dir_[gen % kSlots].compare_exchange_strong(expected, Entry(gen, chunk),
+                                                   std::memory_order_acq_rel)) {
+      pool.Give(chunk);
+    }
+    return true;
+  }
+
+  // Consumer: the chunk of read_gen_ is done with.
+  void GiveBack(ChunkPool& pool, uint32_t chunk) noexcept {
+    dir_[read_gen_ % kSlots].store(Entry(read_gen_ + kSlots, 0),
+                                   std::memory_order_release);
+    pool.Give(chunk);
+    ++read_gen_;
+  }
+
+  // Producers' line.
+  alignas(64) std::atomic<uint64_t> claim_{0};
+  // Read by producers, written at chunk changes.
+  alignas(64) std::atomic<uint64_t> dir_[kSlots];
+  // Consumer's.
+  alignas(64) std::atomic<uint64_t> popped_{0};
+  // The generation the consumer reads (wraps with the directory's tags).
+  uint32_t read_gen_ = 0;
+};
+
+}  // namespace torchmon::detail
+
+#endif  // TORCHMON_CLIENT_DETAIL_STAT_BUFFER_H_

@@ -1,0 +1,150 @@
+// ChunkPool: the client's byte budget for buffered samples, handed out in
+// chunks. Pure: no sockets, no sleeps.
+#include "detail/chunk_pool.h"
+
+#include <atomic>
+#include <cstdint>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace torchmon::detail {
+namespace {
+
+TEST(ChunkPoolTest, ChunkSizesRunFromEightCellsToMoreThanOneBatch) {
+  EXPECT_EQ(ChunkPool::ChunkBytes(0), 256u);
+  EXPECT_EQ(ChunkPool::ChunkCells(0), 8u);
+  EXPECT_EQ(ChunkPool::ChunkBytes(ChunkPool::kMaxClass), size_t{2} << 20);
+  // A batch carries at most 65536 samples.
+  EXPECT_GT(ChunkPool::ChunkCells(ChunkPool::kMaxClass), 65536u);
+  EXPECT_EQ(ChunkPool::MinBudgetBytes(), size_t{2} << 20);
+}
+
+TEST(ChunkPoolTest, NothingIsCarvedUntilAChunkIsTaken) {
+  ChunkPool pool(size_t{64} << 20);
+  EXPECT_EQ(pool.bytes_carved(), 0u);
+  EXPECT_EQ(pool.bytes_in_use(), 0u);
+  const uint32_t chunk = pool.Take(0, false);
+  ASSERT_NE(chunk, 0u);
+  EXPECT_EQ(pool.bytes_carved(), 256u);
+  EXPECT_EQ(pool.bytes_in_use(), 256u);
+  EXPECT_EQ(pool.header(chunk).cells.load(), 8u);
+  pool.Give(chunk);
+  EXPECT_EQ(pool.bytes_in_use(), 0u);
+}
+
+TEST(ChunkPoolTest, AGivenChunkIsReusedWithAFreshEpoch) {
+  ChunkPool pool(size_t{4} << 20);
+  const uint32_t first = pool.Take(2, false);
+  const uint64_t epoch = pool.header(first).epoch.load();
+  pool.Give(first);
+  const uint32_t again = pool.Take(2, false);
+  EXPECT_EQ(again, first);
+  EXPECT_NE(pool.header(again).epoch.load(), epoch);
+  EXPECT_EQ(pool.bytes_carved(), ChunkPool::ChunkBytes(2));
+}
+
+TEST(ChunkPoolTest, RefusesOnceTheBudgetIsTakenAndServesAgainAfterAGive) {
+  ChunkPool pool(4096);
+  std::vector<uint32_t> chunks;
+  for (int i = 0; i < 16; ++i) {
+    chunks.push_back(pool.Take(0, false));
+    ASSERT_NE(chunks.back(), 0u) << i;
+  }
+  EXPECT_EQ(pool.Take(0, false), 0u);
+  EXPECT_EQ(pool.bytes_in_use(), 4096u);
+  pool.Give(chunks[7]);
+  EXPECT_EQ(pool.Take(0, false), chunks[7]);
+}
+
+TEST(ChunkPoolTest, GrowingRequestsLeaveTheLastEighthToFirstChunks) {
+  ChunkPool pool(size_t{2} << 20);
+  const size_t reserve = pool.budget_bytes() / 8;
+  std::vector<uint32_t> grown;
+  size_t taken = 0;
+  for (;;) {
+    const uint32_t chunk = pool.Take(10, true);
+    if (chunk == 0) break;
+    taken += ChunkPool::ChunkBytes(pool.header(chunk).size_class.load());
+    grown.push_back(chunk);
+  }
+  EXPECT_LE(taken, pool.budget_bytes() - reserve);
+  // Down to the smallest chunk before refusing: less than one left under the limit.
+  EXPECT_GT(taken + ChunkPool::ChunkBytes(0), pool.budget_bytes() - reserve);
+  // A stat's first chunk still comes, from the reserve.
+  size_t first = 0;
+  while (pool.Take(0, false) != 0) ++first;
+  EXPECT_EQ(first, (pool.budget_bytes() - taken) / ChunkPool::ChunkBytes(0));
+}
+
+TEST(ChunkPoolTest, ALargeFreeChunkIsSplitForSmallRequests) {
+  ChunkPool pool(2048);
+  const uint32_t large = pool.Take(3, false);
+  ASSERT_NE(large, 0u);
+  EXPECT_EQ(pool.Take(0, false), 0u);
+  pool.Give(large);
+  // 2048 = 256 + 256 + 512 + 1024.
+  std::multiset<uint32_t> classes;
+  std::set<uint32_t> chunks;
+  for (uint32_t c : {0u, 0u, 1u, 2u}) {
+    const uint32_t chunk = pool.Take(c, false);
+    ASSERT_NE(chunk, 0u) << "class " << c;
+    classes.insert(pool.header(chunk).size_class.load());
+    chunks.insert(chunk);
+  }
+  EXPECT_EQ(classes, (std::multiset<uint32_t>{0, 0, 1, 2}));
+  EXPECT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(pool.Take(0, false), 0u);
+  EXPECT_EQ(pool.bytes_carved(), 2048u);
+  EXPECT_EQ(pool.bytes_in_use(), 2048u);
+}
+
+TEST(ChunkPoolTest, FallsBackToASmallerChunkWhenTheSizeAskedForIsNotThere) {
+  ChunkPool pool(1024);
+  const uint32_t chunk = pool.Take(5, false);
+  ASSERT_NE(chunk, 0u);
+  EXPECT_EQ(pool.header(chunk).size_class.load(), 2u);
+  EXPECT_EQ(pool.header(chunk).cells.load(), ChunkPool::ChunkCells(2));
+}
+
+TEST(ChunkPoolTest, ConcurrentTakersNeverShareAChunk) {
+  ChunkPool pool(size_t{2} << 20);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  std::atomic<int> overlaps{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint32_t> held;
+      for (int i = 0; i < kRounds; ++i) {
+        const uint32_t chunk = pool.Take(static_cast<uint32_t>((i * 7 + t) % 6), false);
+        if (chunk != 0) {
+          const uint32_t cells = pool.header(chunk).cells.load();
+          SampleCell* c = pool.cells(chunk);
+          for (uint32_t k = 0; k < cells; ++k) c[k].value = t;
+          held.push_back(chunk);
+        }
+        if (held.size() > 8 || (chunk == 0 && !held.empty())) {
+          const uint32_t back = held.front();
+          held.erase(held.begin());
+          const uint32_t cells = pool.header(back).cells.load();
+          const SampleCell* c = pool.cells(back);
+          for (uint32_t k = 0; k < cells; ++k) {
+            if (c[k].value != t) overlaps.fetch_add(1);
+          }
+          pool.Give(back);
+        }
+      }
+      for (uint32_t chunk : held) pool.Give(chunk);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(pool.bytes_in_use(), 0u);
+  EXPECT_LE(pool.bytes_carved(), pool.budget_bytes());
+}
+
+}  // namespace
+}  // namespace torchmon::detail
