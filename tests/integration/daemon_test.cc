@@ -232,8 +232,8 @@ TEST_F(DaemonTest, ClientDropsAreReportedSoAccountingStaysExact) {
   o.send_interval = std::chrono::milliseconds(200);
   Client client(o);
   Stat s(client, "bursty", {Aggregation::COUNT}, std::chrono::seconds(10));
-  // A million adds in a few ms: far more than one stat may hold of a 2 MiB
-  // budget (about 67,000 samples) before the sender's next look.
+  // A million adds in a few ms: far more than one stat may hold from its
+  // first add (8 chunks, about 58,000 samples) before the sender's next look.
   constexpr int kAdds = 1000000;
   for (int i = 0; i < kAdds; ++i) s.add(1.0);
   ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());

@@ -116,7 +116,7 @@ struct ClientOptions {
   // stat holds none until it is added to, 256 bytes (8 samples) after its
   // first add, chunks each four times larger while it stays busy (24 bytes a
   // sample), and gives them back once drained and idle for a second. One
-  // stat holds at most 8 chunks (about 700,000 samples), and the last eighth
+  // stat holds at most 8 chunks (about 175,000 samples), and the last eighth
   // of the budget only serves stats taking their first chunk, so a flooding
   // stat cannot keep the others from buffering. When no room is left, add()
   // drops and counts the sample (Stat::dropped, reported to the daemon).

@@ -36,8 +36,9 @@ struct alignas(64) ChunkHeader {
 static_assert(sizeof(ChunkHeader) == 64);
 
 // A fixed byte budget carved into chunks of 256 B << k (k = 0..kMaxClass),
-// each a header and (bytes - 64) / 24 cells: 8 cells for the smallest, 87378
-// (more than one batch) for the largest.
+// each a header and (bytes - 64) / 24 cells: 8 cells for the smallest
+// (256 B), 21842 for the largest (512 KiB). A stat that stays busy cycles
+// through a few of the largest chunks, which stay warm in cache.
 //
 // The budget is reserved as address space (mmap, MAP_NORESERVE) when the
 // pool is made and becomes resident only as chunks are first carved from it,
@@ -52,7 +53,7 @@ static_assert(sizeof(ChunkHeader) == 64);
 // them. Any thread may call any method.
 class ChunkPool {
  public:
-  static constexpr uint32_t kMaxClass = 13;
+  static constexpr uint32_t kMaxClass = 11;
   static constexpr size_t kUnitBytes = 256;
 
   static constexpr size_t ChunkBytes(uint32_t size_class) { return kUnitBytes << size_class; }
@@ -60,9 +61,9 @@ class ChunkPool {
     return static_cast<uint32_t>((ChunkBytes(size_class) - sizeof(ChunkHeader)) /
                                  sizeof(SampleCell));
   }
-  // The smallest budget a client accepts: one chunk of the largest class,
-  // which holds a whole batch of samples.
-  static constexpr size_t MinBudgetBytes() { return ChunkBytes(kMaxClass); }
+  // The smallest budget a client accepts: room for a whole batch of
+  // samples (65536 of 24 bytes) with a margin.
+  static constexpr size_t MinBudgetBytes() { return size_t{2} << 20; }
   // Largest budget: chunk indices are 32-bit.
   static constexpr size_t MaxBudgetBytes() { return (size_t{1} << 32) * kUnitBytes - kUnitBytes; }
 

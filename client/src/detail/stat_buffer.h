@@ -66,6 +66,33 @@ class StatBuffer {
 
   // Never blocks (lock-free), allocates, throws or makes a system call.
   PushResult TryPush(ChunkPool& pool, double value, int64_t timestamp_us) noexcept {
+    // The common case inline: a chunk with room and no other producer in
+    // the way. Everything else (binding, a full chunk, a lost race) is
+    // PushSlow's.
+    uint64_t claim = claim_.load(std::memory_order_acquire);
+    const uint64_t entry = dir_[ClaimGen(claim) % kSlots].load(std::memory_order_acquire);
+    const uint32_t chunk = EntryChunk(entry);
+    if (chunk != 0 && (EntryGen(entry) & kGenMask) == ClaimGen(claim)) [[likely]] {
+      const ChunkHeader& h = pool.header(chunk);
+      const uint64_t index = ClaimPos(claim) - h.base.load(std::memory_order_relaxed);
+      if (index < h.cells.load(std::memory_order_relaxed) &&
+          claim_.compare_exchange_strong(claim, claim + 1, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) [[likely]] {
+        // As below: the claim was still in this generation, so the chunk is
+        // ours and its header current.
+        SampleCell& cell = pool.cells(chunk)[index];
+        cell.value = value;
+        cell.timestamp_us = timestamp_us;
+        cell.stamp.store(h.epoch.load(std::memory_order_relaxed), std::memory_order_release);
+        return PushResult::kPushed;
+      }
+    }
+    return PushSlow(pool, value, timestamp_us);
+  }
+
+  // TryPush's general case.
+  [[gnu::noinline]] PushResult PushSlow(ChunkPool& pool, double value,
+                                        int64_t timestamp_us) noexcept {
     bool bound = false;
     uint64_t claim = claim_.load(std::memory_order_acquire);
     for (;;) {

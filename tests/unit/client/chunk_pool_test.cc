@@ -13,12 +13,13 @@
 namespace torchmon::detail {
 namespace {
 
-TEST(ChunkPoolTest, ChunkSizesRunFromEightCellsToMoreThanOneBatch) {
+TEST(ChunkPoolTest, ChunkSizesRunFromEightCellsToHalfAMebibyte) {
   EXPECT_EQ(ChunkPool::ChunkBytes(0), 256u);
   EXPECT_EQ(ChunkPool::ChunkCells(0), 8u);
-  EXPECT_EQ(ChunkPool::ChunkBytes(ChunkPool::kMaxClass), size_t{2} << 20);
-  // A batch carries at most 65536 samples.
-  EXPECT_GT(ChunkPool::ChunkCells(ChunkPool::kMaxClass), 65536u);
+  EXPECT_EQ(ChunkPool::ChunkBytes(ChunkPool::kMaxClass), size_t{512} << 10);
+  EXPECT_EQ(ChunkPool::ChunkCells(ChunkPool::kMaxClass), 21842u);
+  // The smallest budget holds a whole batch (at most 65536 samples).
+  EXPECT_GE(ChunkPool::MinBudgetBytes(), 65536 * sizeof(SampleCell));
   EXPECT_EQ(ChunkPool::MinBudgetBytes(), size_t{2} << 20);
 }
 
