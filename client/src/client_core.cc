@@ -585,15 +585,18 @@ bool ClientCore::RunStream() {
 }
 
 bool ClientCore::LookForBurstLocked() {
-  const ChunkPool& pool = buffers_->pool;
-  if (SendPacer::IsBurst(pool.bytes_in_use(), pool.budget_bytes())) return true;
+  // Samples buffered, not chunk bytes held: thousands of quiet stats each
+  // holding a small, nearly empty chunk are no reason to send.
+  uint64_t buffered_total = 0;
   const size_t n = std::min(active_.size(), kMaxStatsPerLook);
   for (size_t i = 0; i < n; ++i) {
     if (look_position_ >= active_.size()) look_position_ = 0;
     const StatBuffer& buffer = active_[look_position_++]->buffer;
-    if (SendPacer::IsBurst(buffer.pushed() - buffer.popped(), StatBuffer::kMaxSamples)) return true;
+    const uint64_t buffered = buffer.pushed() - buffer.popped();
+    if (SendPacer::IsBurst(buffered, StatBuffer::kMaxSamples)) return true;
+    buffered_total += buffered;
   }
-  return false;
+  return SendPacer::IsBurst(buffered_total * sizeof(SampleCell), buffers_->pool.budget_bytes());
 }
 
 void ClientCore::TakeReadyStats(Clock::time_point now) {
@@ -666,17 +669,18 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
     stat->defined_on_stream = state.generation;
   }
 
-  const ChunkPool& pool = buffers_->pool;
-  result->max_fill =
-      static_cast<double>(pool.bytes_in_use()) / static_cast<double>(pool.budget_bytes());
+  // Pacing looks at samples buffered (all stats' against the budget, and
+  // the fullest stat's against what one stat may hold), not at chunk bytes.
+  uint64_t buffered_total = 0;
   for (size_t i = 0; i < active_.size();) {
     StatState* stat = active_[i];
     // Samples pushed after this point wait for the next cycle, so a busy
     // producer cannot keep the cycle (and the flush it serves) going.
     const uint64_t target = stat->buffer.pushed();
-    result->max_fill =
-        std::max(result->max_fill, static_cast<double>(target - stat->buffer.popped()) /
-                                       static_cast<double>(StatBuffer::kMaxSamples));
+    const uint64_t buffered = target - stat->buffer.popped();
+    buffered_total += buffered;
+    result->max_fill = std::max(result->max_fill, static_cast<double>(buffered) /
+                                                      static_cast<double>(StatBuffer::kMaxSamples));
     while (stat->buffer.popped() < target) {
       const uint64_t room = out.SampleRoom();
       if (room == 0) {
@@ -704,6 +708,10 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
     }
     if (!TryUnlist(i, now)) ++i;
   }
+
+  result->max_fill = std::max(
+      result->max_fill, static_cast<double>(buffered_total * sizeof(SampleCell)) /
+                            static_cast<double>(buffers_->pool.budget_bytes()));
 
   while (!events.empty()) {
     const size_t size = events.front().ByteSizeLong() + kFieldOverheadBytes;

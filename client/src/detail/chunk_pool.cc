@@ -99,15 +99,15 @@ uint32_t ChunkPool::Prepare(uint32_t chunk, uint32_t size_class) noexcept {
 uint32_t ChunkPool::Take(uint32_t size_class, bool growing) noexcept {
   size_class = std::min(size_class, kMaxClass);
   if (growing) {
-    // Shrink the request to what fits under the reserve; refuse if even
-    // the smallest chunk does not.
+    // Growth gets smaller as the budget fills: at most an eighth of what
+    // is left above the reserve, so many busy stats settle on chunks that
+    // fit together instead of each holding a large, half-used one; refused
+    // once not even the smallest chunk fits above the reserve.
     const size_t limit = budget_ - budget_ / 8;
     const size_t used = bytes_in_use();
-    for (;;) {
-      if (used + ChunkBytes(size_class) <= limit) break;
-      if (size_class == 0) return 0;
-      --size_class;
-    }
+    const size_t room = used < limit ? limit - used : 0;
+    while (size_class > 0 && ChunkBytes(size_class) > room / 8) --size_class;
+    if (ChunkBytes(size_class) > room) return 0;
   }
   // Reuse before carving fresh memory: the same size, then a larger one
   // split, then new memory, then anything smaller.

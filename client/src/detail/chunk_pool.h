@@ -76,10 +76,11 @@ class ChunkPool {
 
   // A chunk of `size_class`, or of a smaller class if none of that size can
   // be had; 0 if nothing can. A `growing` request (a stat that already holds
-  // a chunk and wants another) is refused once the chunks out would pass
-  // the budget less its last eighth: that reserve serves only a stat's first
-  // chunk, so one stat flooding the budget cannot keep the others from
-  // starting. The chunk's epoch is fresh; its base is the caller's to set.
+  // a chunk and wants another) gets at most an eighth of what is left of the
+  // budget less its last eighth, and is refused once not even the smallest
+  // chunk fits there: that reserve serves only a stat's first chunk, so one
+  // stat flooding the budget cannot keep the others from starting. The
+  // chunk's epoch is fresh; its base is the caller's to set.
   uint32_t Take(uint32_t size_class, bool growing) noexcept;
   // Returns a chunk taken from this pool.
   void Give(uint32_t chunk) noexcept;
