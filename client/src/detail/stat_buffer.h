@@ -78,12 +78,7 @@ class StatBuffer {
       if (index < h.cells.load(std::memory_order_relaxed) &&
           claim_.compare_exchange_strong(claim, claim + 1, std::memory_order_acquire,
                                          std::memory_order_relaxed)) [[likely]] {
-        // As below: the claim was still in this generation, so the chunk is
-        // ours and its header current.
-        SampleCell& cell = pool.cells(chunk)[index];
-        cell.value = value;
-        cell.timestamp_us = timestamp_us;
-        cell.stamp.store(h.epoch.load(std::memory_order_relaxed), std::memory_order_release);
+        Publish(pool, chunk, index, value, timestamp_us);
         return PushResult::kPushed;
       }
     }
@@ -119,12 +114,7 @@ class StatBuffer {
                                           std::memory_order_acquire)) {
           continue;
         }
-        // The claim was still in `gen`, so `chunk` is still ours and what
-        // was read from its header is current.
-        SampleCell& cell = pool.cells(chunk)[pos - base];
-        cell.value = value;
-        cell.timestamp_us = timestamp_us;
-        cell.stamp.store(h.epoch.load(std::memory_order_relaxed), std::memory_order_release);
+        Publish(pool, chunk, pos - base, value, timestamp_us);
         return bound ? PushResult::kPushedAndBound : PushResult::kPushed;
       }
       // Full, if the header was read while the chunk was still ours.
@@ -238,15 +228,27 @@ class StatBuffer {
   static uint32_t EntryGen(uint64_t entry) { return static_cast<uint32_t>(entry >> 32); }
   static uint32_t EntryChunk(uint64_t entry) { return static_cast<uint32_t>(entry); }
 
+  // Writes a claimed cell and publishes it. Only after winning the claim's
+  // CAS: the claim was still in the chunk's generation, so the chunk is
+  // still ours and what was read from its header is current.
+  static void Publish(ChunkPool& pool, uint32_t chunk, uint64_t index, double value,
+                      int64_t timestamp_us) noexcept {
+    SampleCell& cell = pool.cells(chunk)[index];
+    cell.value = value;
+    cell.timestamp_us = timestamp_us;
+    cell.stamp.store(pool.header(chunk).epoch.load(std::memory_order_relaxed),
+                     std::memory_order_release);
+  }
+
   // Puts a new chunk starting at `base` in the empty slot of `gen`; false
   // if the pool had none. Losing the race to another producer is success.
   bool Install(ChunkPool& pool, uint32_t gen, uint64_t base, uint32_t size_class,
                bool growing) noexcept {
     const uint32_t chunk = pool.Take(size_class, growing);
     if (chunk == 0) {
-      // Out of chunks, unless another producer installed one meanwhile.
-      return EntryChunk(dir_[gen % kSlots].load(std::memory_order_acquire)) != 0 ||
-             EntryGen(dir_[gen % kSlots].load(std::memory_order_acquire)) != gen;
+      // Out of chunks, unless the slot is no longer the empty one of `gen`
+      // (another producer installed a chunk meanwhile, or it moved on).
+      return dir_[gen % kSlots].load(std::memory_order_acquire) != Entry(gen, 0);
     }
     pool.header(chunk).base.store(base, std::memory_order_relaxed);
     uint64_t expected = Entry(gen, 0);
