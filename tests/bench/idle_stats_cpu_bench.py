@@ -12,16 +12,9 @@ share of one core each took, over --repeats children (medians). Target
 """
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
-PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "client", "python"))
+from bench_children import PYTHON_DIR, run_child, torchmond
 
 CHILD = r"""
 import datetime, json, os, sys, time
@@ -63,28 +56,14 @@ def main():
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="torchmon-idlebench.") as tmp:
-        sock = os.path.join(tmp, "torchmond.sock")
-        daemon = subprocess.Popen(
-            [os.path.join(BUILD, "server", "torchmond"), "--listen", "unix://" + sock,
-             "--metrics-listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
-        try:
-            assert daemon.stdout.readline().startswith("torchmond ready")
-            shares = {"torchmon-send": [], "torchmon-acks": []}
-            for _ in range(args.repeats):
-                code = CHILD.format(python_dir=PYTHON_DIR, target="unix://" + sock,
-                                    n=args.stats, seconds=args.seconds)
-                out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                                     text=True, timeout=args.seconds * 4 + 300)
-                if out.returncode != 0:
-                    raise SystemExit(f"child failed:\n{out.stderr[-3000:]}")
-                result = json.loads(out.stdout.strip().splitlines()[-1])
-                for k in shares:
-                    shares[k].append(result[k])
-        finally:
-            daemon.terminate()
-            daemon.wait(timeout=30)
+    shares = {"torchmon-send": [], "torchmon-acks": []}
+    with torchmond("torchmon-idlebench.") as target:
+        for _ in range(args.repeats):
+            code = CHILD.format(python_dir=PYTHON_DIR, target=target, n=args.stats,
+                                seconds=args.seconds)
+            result = run_child(code, "idle stats", timeout=args.seconds * 4 + 300)
+            for k in shares:
+                shares[k].append(result[k])
     print(f"{args.stats} defined stats adding nothing, {args.seconds:g} s x {args.repeats} "
           f"children, CPU share of one core (medians; 10 ms tick resolution):")
     for k, v in shares.items():

@@ -16,16 +16,9 @@ in python_add_bench.py).
 """
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
-PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "client", "python"))
+from bench_children import PYTHON_DIR, run_child, torchmond
 
 CHILD = r"""
 import datetime, json, sys
@@ -59,11 +52,7 @@ print(json.dumps({{"before": before, "idle": idle, "after": after}}))
 
 def measure(which, n, target):
     code = CHILD.format(python_dir=PYTHON_DIR, which=which, n=n, target=target)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"{which} child failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_child(code, which, timeout=600)
     return result["idle"] - result["before"], result["after"] - result["before"]
 
 
@@ -73,24 +62,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="torchmon-membench.") as tmp:
-        sock = os.path.join(tmp, "torchmond.sock")
-        daemon = subprocess.Popen(
-            [os.path.join(BUILD, "server", "torchmond"), "--listen", "unix://" + sock,
-             "--metrics-listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
-        try:
-            assert daemon.stdout.readline().startswith("torchmond ready")
-            growth = {"torch.monitor": [], "torchmon": []}
-            idle = {"torch.monitor": [], "torchmon": []}
-            for _ in range(args.repeats):
-                for which in ("torch.monitor", "torchmon"):
-                    defined, added = measure(which, args.stats, "unix://" + sock)
-                    idle[which].append(defined)
-                    growth[which].append(added)
-        finally:
-            daemon.terminate()
-            daemon.wait(timeout=30)
+    growth = {"torch.monitor": [], "torchmon": []}
+    idle = {"torch.monitor": [], "torchmon": []}
+    with torchmond("torchmon-membench.") as target:
+        for _ in range(args.repeats):
+            for which in ("torch.monitor", "torchmon"):
+                defined, added = measure(which, args.stats, target)
+                idle[which].append(defined)
+                growth[which].append(added)
 
     mib = 1 << 20
     med = {k: statistics.median(v) for k, v in growth.items()}

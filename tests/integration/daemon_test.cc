@@ -286,14 +286,9 @@ TEST_F(DaemonTest, TenThousandStatsFromFourThreadsShareASmallBudgetAndAccountExa
   }
   EXPECT_GT(dropped, 0u) << "the budget never ran out: the test checks nothing about drops";
 
-  auto stub = daemon_->QueryStub();
-  v1::ListSeriesRequest req;
-  req.mutable_selector()->set_stat("many.*");
-  v1::ListSeriesResponse resp;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(stub->ListSeries(&ctx, req, &resp).ok());
-  ASSERT_EQ(resp.series_size(), kStats);
-  for (const v1::SeriesInfo& series : resp.series()) {
+  const std::vector<v1::SeriesInfo> listed = ListSeries("many.*");
+  ASSERT_EQ(listed.size(), static_cast<size_t>(kStats));
+  for (const v1::SeriesInfo& series : listed) {
     const auto it = by_name.find(series.series().stat());
     ASSERT_NE(it, by_name.end()) << series.series().stat();
     const v1::SeriesCounters& c = series.counters();

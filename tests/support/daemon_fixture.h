@@ -56,15 +56,21 @@ class DaemonFixture : public ::testing::Test {
     return windows;
   }
 
-  v1::SeriesInfo OnlySeries(const std::string& stat) {
+  // The series whose stat name matches `stat` (exact or a glob).
+  std::vector<v1::SeriesInfo> ListSeries(const std::string& stat) {
     auto stub = daemon_->QueryStub();
     v1::ListSeriesRequest req;
     req.mutable_selector()->set_stat(stat);
     v1::ListSeriesResponse resp;
     grpc::ClientContext ctx;
     EXPECT_TRUE(stub->ListSeries(&ctx, req, &resp).ok());
-    EXPECT_EQ(resp.series_size(), 1);
-    return resp.series_size() > 0 ? resp.series(0) : v1::SeriesInfo();
+    return {resp.series().begin(), resp.series().end()};
+  }
+
+  v1::SeriesInfo OnlySeries(const std::string& stat) {
+    const std::vector<v1::SeriesInfo> series = ListSeries(stat);
+    EXPECT_EQ(series.size(), 1u);
+    return series.empty() ? v1::SeriesInfo() : series[0];
   }
 
   std::string Scrape() {

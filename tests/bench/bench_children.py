@@ -1,0 +1,43 @@
+"""What the Python benchmarks that measure a fresh child process share: a
+real torchmond started from the build tree, and a child run with its result
+read back as the JSON object on its last line of output."""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
+# Where the child imports torchmon from: the build tree, or (as in
+# python_add_bench.py) the site-packages of a venv or another build.
+PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "client", "python"))
+
+
+@contextlib.contextmanager
+def torchmond(prefix):
+    """Runs a torchmond on a temporary Unix socket; yields its target."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        sock = os.path.join(tmp, "torchmond.sock")
+        daemon = subprocess.Popen(
+            [os.path.join(BUILD, "server", "torchmond"), "--listen", "unix://" + sock,
+             "--metrics-listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert daemon.stdout.readline().startswith("torchmond ready")
+            yield "unix://" + sock
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+
+
+def run_child(code, what, timeout):
+    """Runs `code` in a fresh interpreter; returns the JSON object it printed
+    last. Exits naming `what` if the child failed."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=timeout)
+    if out.returncode != 0:
+        raise SystemExit(f"{what} child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
