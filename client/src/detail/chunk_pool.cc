@@ -76,9 +76,13 @@ uint32_t ChunkPool::SplitLarger(uint32_t size_class) noexcept {
     const uint32_t chunk = PopFree(larger);
     if (chunk == 0) continue;
     // [chunk: size_class][size_class][size_class + 1]...[larger - 1]
+    // The first piece starts where the larger chunk did, so its cells lie
+    // where the larger chunk's did (and it keeps its foreign_cells); every
+    // other piece's stamps fall on the larger chunk's values and times.
     uint32_t piece = chunk + static_cast<uint32_t>(ChunkBytes(size_class) / kUnitBytes);
     for (uint32_t c = size_class; c < larger; ++c) {
       header(piece).size_class.store(c, std::memory_order_relaxed);
+      header(piece).foreign_cells.store(1, std::memory_order_relaxed);
       PushFree(piece, c);
       piece += static_cast<uint32_t>(ChunkBytes(c) / kUnitBytes);
     }
@@ -89,6 +93,15 @@ uint32_t ChunkPool::SplitLarger(uint32_t size_class) noexcept {
 
 uint32_t ChunkPool::Prepare(uint32_t chunk, uint32_t size_class) noexcept {
   ChunkHeader& h = header(chunk);
+  if (h.foreign_cells.load(std::memory_order_relaxed) != 0) {
+    // Ours alone until the caller publishes it, which orders these stores
+    // before any reader's look at the cells.
+    SampleCell* c = cells(chunk);
+    for (uint32_t i = 0, n = ChunkCells(size_class); i < n; ++i) {
+      c[i].stamp.store(0, std::memory_order_relaxed);
+    }
+    h.foreign_cells.store(0, std::memory_order_relaxed);
+  }
   h.epoch.store(next_epoch_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
   h.cells.store(ChunkCells(size_class), std::memory_order_relaxed);
   h.size_class.store(size_class, std::memory_order_relaxed);

@@ -11,7 +11,8 @@ namespace torchmon::detail {
 
 // One buffered sample. `stamp` is written last (release) and equals the
 // owning chunk's epoch once the cell holds a sample of the chunk's current
-// use; a cell left from an earlier use carries an older epoch.
+// use; a cell left from an earlier use carries an older epoch or 0, never
+// the current one (ChunkPool::Take sees to it).
 struct SampleCell {
   std::atomic<uint64_t> stamp;
   double value;
@@ -32,6 +33,11 @@ struct alignas(64) ChunkHeader {
   std::atomic<uint32_t> size_class;
   // Free-list link (a chunk index) while the chunk is free.
   std::atomic<uint32_t> free_next;
+  // 1 while the chunk's cells may hold bytes laid out for another chunk
+  // (it was split from a larger one): a value or timestamp of the larger
+  // chunk can sit where this chunk's stamps are and equal any epoch, so
+  // Take clears the stamps before handing it out.
+  std::atomic<uint32_t> foreign_cells;
 };
 static_assert(sizeof(ChunkHeader) == 64);
 
@@ -46,7 +52,9 @@ static_assert(sizeof(ChunkHeader) == 64);
 // list per size class and are reused; a larger free chunk is split to serve
 // a smaller request. Freed chunks are never merged back: after a storm of
 // small chunks a busy stat may have to work in smaller ones (more chunk
-// changes, no drops while any chunk is free).
+// changes, no drops while any chunk is free). A split piece's stamps are
+// cleared the first time it is taken, so that cost is paid once per piece
+// and bounded by the budget.
 //
 // Take and Give are lock-free (a CAS on a tagged free-list head, or on the
 // carve offset) and never allocate or make a system call, so add() may call

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <set>
 #include <thread>
 #include <vector>
@@ -100,6 +101,38 @@ TEST(ChunkPoolTest, ALargeFreeChunkIsSplitForSmallRequests) {
   EXPECT_EQ(pool.Take(0, false), 0u);
   EXPECT_EQ(pool.bytes_carved(), 2048u);
   EXPECT_EQ(pool.bytes_in_use(), 2048u);
+}
+
+TEST(ChunkPoolTest, ASplitPieceNeverShowsACellAsWrittenInItsNewUse) {
+  // A piece's stamps fall on the larger chunk's values and times, which
+  // can hold any 64-bit word: give the larger chunk's samples values and
+  // times that equal the epochs the pieces will get. The pieces' stamp
+  // stride meets every residue mod 4 of the larger chunk's cells, so
+  // without clearing some piece sees a stamp equal to its epoch, which the
+  // reader takes for a written sample.
+  ChunkPool pool(2048);
+  const uint32_t large = pool.Take(3, false);
+  ASSERT_NE(large, 0u);
+  const uint64_t epoch = pool.header(large).epoch.load();
+  SampleCell* written = pool.cells(large);
+  for (uint32_t i = 0; i < ChunkPool::ChunkCells(3); ++i) {
+    const uint64_t later_epoch = epoch + 1 + i % 4;
+    std::memcpy(&written[i].value, &later_epoch, sizeof later_epoch);
+    written[i].timestamp_us = static_cast<int64_t>(later_epoch);
+    written[i].stamp.store(epoch);
+  }
+  pool.Give(large);
+  for (uint32_t c : {0u, 0u, 1u, 2u}) {
+    const uint32_t chunk = pool.Take(c, false);
+    ASSERT_NE(chunk, 0u) << "class " << c;
+    const ChunkHeader& h = pool.header(chunk);
+    ASSERT_GT(h.epoch.load(), epoch);
+    ASSERT_LE(h.epoch.load(), epoch + 4);
+    const SampleCell* cells = pool.cells(chunk);
+    for (uint32_t i = 0; i < h.cells.load(); ++i) {
+      EXPECT_NE(cells[i].stamp.load(), h.epoch.load()) << "chunk " << chunk << " cell " << i;
+    }
+  }
 }
 
 TEST(ChunkPoolTest, FallsBackToASmallerChunkWhenTheSizeAskedForIsNotThere) {
