@@ -36,7 +36,8 @@ namespace torchmon::detail {
 //   kMaxSamples, half the default budget.
 // - The consumer reads each chunk in order, gives it back when it is read
 //   and the claim has moved on, and gives back the last one of an idle
-//   stat (Release), which unbinds it.
+//   stat (Release), which unbinds it. It looks at a stat again when told:
+//   every push that installs a chunk says so (kPushedAndBound).
 //
 // Cells are published by a release store of the chunk's epoch into the
 // cell's stamp, so the consumer tells a written cell from a claimed one or
@@ -51,8 +52,14 @@ class StatBuffer {
 
   enum class PushResult {
     kPushed,
-    // Pushed into a chunk this push took for an unbound stat: the stat has
-    // samples to send again and the consumer must be told.
+    // Pushed, and this push installed a chunk of the stat: the first of an
+    // unbound stat, or a next one. The consumer must be told (it is cheap:
+    // once per chunk), since it may not be looking at the stat: it unbinds
+    // an idle stat (Release) and looks again only when told. Telling it of
+    // every chunk, not only of the first, bounds what can pile up unseen:
+    // another producer whose push bound the stat may be preempted before
+    // it tells, and a Release may race with a producer that found the
+    // released chunk full and installs the next one.
     kPushedAndBound,
     // No room: the pool is out of chunks or the stat holds kSlots chunks.
     kDropped,
@@ -101,8 +108,9 @@ class StatBuffer {
       }
       const uint32_t chunk = EntryChunk(entry);
       if (chunk == 0) {
-        if (!Install(pool, EntryGen(entry), pos, 0, false)) return PushResult::kDropped;
-        bound = true;
+        const InstallResult installed = Install(pool, EntryGen(entry), pos, 0, false);
+        if (installed == InstallResult::kNoChunk) return PushResult::kDropped;
+        bound = bound || installed == InstallResult::kInstalled;
         claim = claim_.load(std::memory_order_acquire);
         continue;
       }
@@ -134,12 +142,16 @@ class StatBuffer {
         claim = now;
         continue;
       }
-      if (EntryChunk(next) == 0 &&
-          !Install(pool, next_gen, base + cells, size_class + kGrowth, true)) {
-        return PushResult::kDropped;
+      if (EntryChunk(next) == 0) {
+        const InstallResult installed =
+            Install(pool, next_gen, base + cells, size_class + kGrowth, true);
+        if (installed == InstallResult::kNoChunk) return PushResult::kDropped;
+        bound = bound || installed == InstallResult::kInstalled;
       }
       // Move the claim to the next generation; losing means another thread
-      // did (or a sample was claimed meanwhile): either way, look again.
+      // did, a sample was claimed meanwhile, or the consumer's Release
+      // moved it (then it may have found next_gen's slot still empty and
+      // unbound the stat: the report of the chunk installed here tells it).
       claim_.compare_exchange_strong(claim, Claim(next_gen, pos), std::memory_order_acq_rel,
                                      std::memory_order_acquire);
     }
@@ -180,7 +192,9 @@ class StatBuffer {
 
   // Consumer. If every accepted sample has been drained, gives the stat's
   // chunk back so the stat holds no memory until its next add. True if the
-  // stat holds no chunk now.
+  // stat holds no chunk now. A producer that installs a chunk after that
+  // answer (it found the released chunk full just before) returns
+  // kPushedAndBound, as every push that installs a chunk does.
   bool Release(ChunkPool& pool) noexcept {
     const uint64_t entry = dir_[read_gen_ % kSlots].load(std::memory_order_acquire);
     const uint32_t chunk = EntryChunk(entry);
@@ -240,23 +254,31 @@ class StatBuffer {
                      std::memory_order_release);
   }
 
-  // Puts a new chunk starting at `base` in the empty slot of `gen`; false
-  // if the pool had none. Losing the race to another producer is success.
-  bool Install(ChunkPool& pool, uint32_t gen, uint64_t base, uint32_t size_class,
-               bool growing) noexcept {
+  enum class InstallResult {
+    kInstalled,
+    // Another producer installed one first, or the slot moved on: look again.
+    kLost,
+    // The pool had no chunk and the slot is still the empty one of `gen`.
+    kNoChunk,
+  };
+
+  // Puts a new chunk starting at `base` in the empty slot of `gen`.
+  InstallResult Install(ChunkPool& pool, uint32_t gen, uint64_t base, uint32_t size_class,
+                        bool growing) noexcept {
     const uint32_t chunk = pool.Take(size_class, growing);
     if (chunk == 0) {
-      // Out of chunks, unless the slot is no longer the empty one of `gen`
-      // (another producer installed a chunk meanwhile, or it moved on).
-      return dir_[gen % kSlots].load(std::memory_order_acquire) != Entry(gen, 0);
+      return dir_[gen % kSlots].load(std::memory_order_acquire) != Entry(gen, 0)
+                 ? InstallResult::kLost
+                 : InstallResult::kNoChunk;
     }
     pool.header(chunk).base.store(base, std::memory_order_relaxed);
     uint64_t expected = Entry(gen, 0);
     if (!dir_[gen % kSlots].compare_exchange_strong(expected, Entry(gen, chunk),
                                                    std::memory_order_acq_rel)) {
       pool.Give(chunk);
+      return InstallResult::kLost;
     }
-    return true;
+    return InstallResult::kInstalled;
   }
 
   // Consumer: the chunk of read_gen_ is done with.

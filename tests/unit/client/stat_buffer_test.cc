@@ -3,6 +3,7 @@
 // it refuses. Pure: no sockets, no sleeps.
 #include "detail/stat_buffer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -61,8 +62,16 @@ TEST(StatBufferTest, DrainsInTheOrderPushedAcrossGrowingChunks) {
   ChunkPool pool(size_t{16} << 20);
   StatBuffer buffer;
   const int n = static_cast<int>(CellsOfFirstChunks(5)) + 3;  // into the sixth chunk
-  EXPECT_EQ(buffer.TryPush(pool, 0, 1000), Result::kPushedAndBound);
-  for (int i = 1; i < n; ++i) ASSERT_EQ(buffer.TryPush(pool, i * 0.5, 1000 + i), Result::kPushed);
+  // The push that installs each chunk says so; the others do not.
+  std::vector<uint64_t> chunk_starts;
+  for (uint32_t k = 0; k < 6; ++k) chunk_starts.push_back(CellsOfFirstChunks(k));
+  for (int i = 0; i < n; ++i) {
+    const bool starts_chunk = std::find(chunk_starts.begin(), chunk_starts.end(),
+                                        static_cast<uint64_t>(i)) != chunk_starts.end();
+    ASSERT_EQ(buffer.TryPush(pool, i * 0.5, 1000 + i),
+              starts_chunk ? Result::kPushedAndBound : Result::kPushed)
+        << i;
+  }
   EXPECT_EQ(buffer.pushed(), static_cast<uint64_t>(n));
   const auto out = DrainAll(buffer, pool);
   ASSERT_EQ(out.size(), static_cast<size_t>(n));
@@ -229,6 +238,61 @@ TEST(StatBufferTest, ConcurrentProducersLoseNothingAndKeepTheirOwnOrder) {
   EXPECT_TRUE(shared->buffer.Release(shared->pool));
   EXPECT_EQ(shared->pool.bytes_in_use(), 0u);
   delete shared;
+}
+
+TEST(StatBufferTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChunk) {
+  // The sender's protocol (ClientCore::TryUnlist): it looks at a stat only
+  // while it is listed, clears the flag before Release, and a producer
+  // lists the stat again on kPushedAndBound or a drop. Producers fill the
+  // first chunk (8 cells) exactly while the consumer releases, so a
+  // producer that finds the chunk full installs the next one just as the
+  // release unbinds the stat. Every sample must still reach the consumer.
+  constexpr int kProducers = 2;
+  constexpr int kRounds = 20000;
+  struct Shared {
+    ChunkPool pool{ChunkPool::MinBudgetBytes()};
+    StatBuffer buffer;
+    std::atomic<bool> listed{false};
+    // Looks the consumer has had.
+    std::atomic<int> round{0};
+    std::atomic<int> producers_done{0};
+  };
+  auto shared = std::make_unique<Shared>();
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&s = *shared, p] {
+      for (int r = 0; r < kRounds; ++r) {
+        const int seen = s.round.load();
+        // Together the producers add one chunk's worth per round.
+        for (uint32_t i = p; i < ChunkPool::ChunkCells(0); i += kProducers) {
+          if (s.buffer.TryPush(s.pool, p, r) != Result::kPushed) s.listed.store(true);
+        }
+        // Next round once the consumer has had a whole look since (bounded:
+        // it looks until every producer is done).
+        while (s.round.load() < seen + 2) std::this_thread::yield();
+      }
+      s.producers_done.fetch_add(1);
+    });
+  }
+  uint64_t drained = 0;
+  auto consume = [&](double, int64_t) { ++drained; };
+  while (shared->producers_done.load() < kProducers) {
+    if (shared->listed.load()) {
+      shared->buffer.Drain(shared->pool, UINT64_MAX, consume);
+      if (shared->buffer.popped() == shared->buffer.pushed()) {
+        shared->listed.store(false);
+        if (!shared->buffer.Release(shared->pool)) shared->listed.store(true);
+      }
+    }
+    shared->round.fetch_add(1);
+  }
+  for (auto& t : producers) t.join();
+  if (shared->listed.load()) shared->buffer.Drain(shared->pool, UINT64_MAX, consume);
+
+  EXPECT_EQ(shared->buffer.pushed(), uint64_t{kRounds} * ChunkPool::ChunkCells(0))
+      << "nothing may be dropped: the budget holds far more";
+  EXPECT_EQ(drained, shared->buffer.pushed())
+      << "samples left in a chunk the consumer was never told of";
 }
 
 TEST(StatBufferTest, ManyProducersOnManyStatsShareOneBudgetExactly) {
