@@ -226,7 +226,7 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
     id = next_stat_id_++;
   }
   def.set_id(id);
-  auto state = std::make_shared<StatState>(std::move(def), status.ok(), buffers_);
+  auto state = std::make_shared<StatState>(def, status.ok(), buffers_);
   {
     absl::MutexLock lock(&mu_);
     stats_.push_back(state);
@@ -664,7 +664,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   // every id is known before a sample or drop report uses it.
   for (StatState* stat : fresh) {
     if (stat->defined_on_stream == state.generation) continue;
-    if (!out.Fits(DefinitionBytes(stat->definition)) && !write()) return fail();
+    if (!out.Fits(DefinitionBytes(*stat)) && !write()) return fail();
     out.AddDefinition(*stat);
     stat->defined_on_stream = state.generation;
   }
@@ -774,9 +774,9 @@ bool ClientCore::OpenStream(StreamState& state) {
   };
   for (const auto& stat : stats) {
     if (!stat->valid) continue;
-    const size_t size = DefinitionBytes(stat->definition);
+    const size_t size = DefinitionBytes(*stat);
     if (bytes + size > kBatchBudgetBytes && !write_opening()) return false;
-    *opening.add_definitions() = stat->definition;
+    stat->CopyDefinition(opening.add_definitions());
     stat->defined_on_stream = state.generation;
     defined.push_back(stat.get());
     bytes += size;

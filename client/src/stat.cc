@@ -28,7 +28,7 @@ void Stat::add(double value) noexcept { state_->Add(value, detail::WallClock::No
 
 void Stat::add(double value, int64_t timestamp_us) noexcept { state_->Add(value, timestamp_us); }
 
-const std::string& Stat::name() const { return state_->definition.name(); }
+const std::string& Stat::name() const { return state_->name; }
 
 uint64_t Stat::added() const { return state_->added(); }
 

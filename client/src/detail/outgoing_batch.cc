@@ -4,8 +4,8 @@
 
 namespace torchmon::detail {
 
-size_t DefinitionBytes(const v1::StatDefinition& definition) {
-  return definition.ByteSizeLong() + kFieldOverheadBytes;
+size_t DefinitionBytes(const StatState& stat) {
+  return stat.definition_bytes.size() + kFieldOverheadBytes;
 }
 
 uint64_t OutgoingBatch::SampleRoom() const {
@@ -14,14 +14,14 @@ uint64_t OutgoingBatch::SampleRoom() const {
 }
 
 void OutgoingBatch::AddDefinition(StatState& stat) {
-  *batch.add_definitions() = stat.definition;
+  stat.CopyDefinition(batch.add_definitions());
   parts.push_back({&stat, 0, 0, true});
-  bytes += DefinitionBytes(stat.definition);
+  bytes += DefinitionBytes(stat);
 }
 
 void OutgoingBatch::AddDropReport(StatState& stat, uint64_t drops) {
   v1::DropReport* report = batch.add_drops();
-  report->set_stat_id(stat.definition.id());
+  report->set_stat_id(stat.id);
   report->set_dropped(drops);
   parts.push_back({&stat, 0, drops, false});
   bytes += kDropReportBytes;
@@ -57,7 +57,7 @@ size_t OutgoingBatch::AddSamples(StatState& stat, ChunkPool& pool, uint64_t max)
     batch.mutable_samples()->RemoveLast();
     return 0;
   }
-  block->set_stat_id(stat.definition.id());
+  block->set_stat_id(stat.id);
   block->set_base_time_us(base);
   if (all_at_base) deltas->Clear();
   parts.push_back({&stat, n, 0, false});

@@ -62,7 +62,7 @@ struct OutgoingBatch {
 };
 
 // The bytes a definition takes in a batch.
-size_t DefinitionBytes(const v1::StatDefinition& definition);
+size_t DefinitionBytes(const StatState& stat);
 
 }  // namespace torchmon::detail
 

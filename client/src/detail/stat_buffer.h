@@ -289,12 +289,16 @@ class StatBuffer {
     ++read_gen_;
   }
 
-  // Producers' line.
-  alignas(64) std::atomic<uint64_t> claim_{0};
+  // Not padded to cache lines: a stat is mostly idle, and a StatBuffer per
+  // stat in the tens of thousands should cost bytes, not lines. What the
+  // consumer writes (popped_) changes once per drain, so a producer sharing
+  // its line pays one miss per sender cycle, not per add.
+  // CAS'd by producers on every add.
+  std::atomic<uint64_t> claim_{0};
   // Read by producers, written at chunk changes.
-  alignas(64) std::atomic<uint64_t> dir_[kSlots];
+  std::atomic<uint64_t> dir_[kSlots];
   // Consumer's.
-  alignas(64) std::atomic<uint64_t> popped_{0};
+  std::atomic<uint64_t> popped_{0};
   // The generation the consumer reads (wraps with the directory's tags).
   uint32_t read_gen_ = 0;
 };

@@ -59,8 +59,11 @@ struct ClientBuffers {
 // given its chunk back (see ClientCore::RunCycle). So a defined stat that is
 // not sending costs the sender nothing, and holds no buffer memory.
 struct StatState {
-  StatState(v1::StatDefinition def, bool is_valid, std::shared_ptr<ClientBuffers> shared_buffers)
-      : definition(std::move(def)),
+  StatState(const v1::StatDefinition& def, bool is_valid,
+            std::shared_ptr<ClientBuffers> shared_buffers)
+      : id(def.id()),
+        name(def.name()),
+        definition_bytes(def.SerializeAsString()),
         valid(is_valid),
         buffers(std::move(shared_buffers)),
         accepting(is_valid) {}
@@ -94,6 +97,12 @@ struct StatState {
     }
   }
 
+  void CopyDefinition(v1::StatDefinition* out) const {
+    // Serialized from a valid message here: parsing it back cannot fail.
+    const bool parsed = out->ParseFromString(definition_bytes);
+    static_cast<void>(parsed);
+  }
+
   uint64_t added() const noexcept {
     return buffer.pushed() + rejected.load(std::memory_order_relaxed);
   }
@@ -124,8 +133,13 @@ struct StatState {
                drops_acked.load(std::memory_order_relaxed);
   }
 
-  // id, name, labels and spec, ready to put on a stream.
-  const v1::StatDefinition definition;
+  // The definition's id and name, and the whole of it (id, name, labels,
+  // spec) serialized: a third of the parsed message's footprint with its
+  // strings and submessages, and read only when the stat is defined on a
+  // stream (CopyDefinition).
+  const uint32_t id;
+  const std::string name;
+  const std::string definition_bytes;
   // False if the definition failed local validation: nothing is ever sent.
   const bool valid;
   const std::shared_ptr<ClientBuffers> buffers;

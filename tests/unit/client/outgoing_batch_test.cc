@@ -90,7 +90,7 @@ TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccountedAsParts) {
   ASSERT_EQ(out.parts.size(), 2u);
   EXPECT_TRUE(out.parts[0].defines);
   EXPECT_EQ(out.parts[1].drops, 42u);
-  EXPECT_EQ(out.bytes, DefinitionBytes(f.stat->definition) + kDropReportBytes);
+  EXPECT_EQ(out.bytes, DefinitionBytes(*f.stat) + kDropReportBytes);
 }
 
 }  // namespace
