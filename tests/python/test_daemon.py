@@ -220,6 +220,44 @@ def test_default_client_flushes_at_exit_when_a_process_simply_ends(daemon, pytho
     assert [e["name"] for e in daemon.ctl("events", "bye")["events"]] == ["bye"]
 
 
+def test_open_windows_are_reported_once_when_a_stat_goes_and_for_every_live_stat_at_exit(
+        daemon, python_env):
+    # As torch.monitor: a Stat's open window is reported when it is
+    # destroyed; at exit, those of the stats still alive. Thousands of stats
+    # made and dropped in between must leave the live set exact.
+    code = (
+        "import datetime, torchmon\n"
+        "w = datetime.timedelta(seconds=60)\n"
+        "torchmon.register_event_handler(lambda e: print(sorted(e.data.items()), flush=True))\n"
+        "kept = torchmon.Stat('kept', [torchmon.SUM], w)\n"
+        "kept.add(2.0)\n"
+        "gone = torchmon.Stat('gone', [torchmon.SUM], w)\n"
+        "gone.add(3.0)\n"
+        "del gone\n"
+        "print('deleted', flush=True)\n"
+        "churn = [torchmon.Stat(f'churn{i}', [torchmon.COUNT], w) for i in range(3000)]\n"
+        "for i, s in enumerate(churn):\n"
+        "    if i % 3 == 0: s.add(1.0)\n"
+        "del churn[::3]\n"
+        "print('churned', flush=True)\n"
+        "quiet = torchmon.Stat('quiet', [torchmon.SUM], w)\n"
+        "also = [torchmon.Stat('also', [torchmon.MAX], w)]\n"
+        "also[0].add(7.0)\n"
+    )
+    out = run_python(code, python_env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    # 1,000 churn stats had samples and were deleted: each reported once, then.
+    churn_reported = lines[lines.index("deleted") + 1:lines.index("churned")]
+    assert sorted(churn_reported) == sorted(f"[('churn{i}.count', 1.0)]"
+                                            for i in range(0, 3000, 3))
+    assert lines[:lines.index("deleted")] == ["[('gone.sum', 3.0)]"]
+    # At exit: every live stat with an open window, once; nothing for the
+    # deleted ones or for a stat that never had a sample.
+    assert sorted(lines[lines.index("churned") + 1:]) == ["[('also.max', 7.0)]",
+                                                          "[('kept.sum', 2.0)]"]
+
+
 def test_module_flush_uses_the_default_client(daemon, python_env):
     code = (
         "import datetime, sys, torchmon\n"

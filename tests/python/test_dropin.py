@@ -4,6 +4,7 @@ the same names, the same documented usage, the same event handler model."""
 import datetime
 import sys
 import time
+import weakref
 
 import torch.monitor
 import torchmon
@@ -59,6 +60,17 @@ def test_documented_usage_behaves_the_same_with_either_module(daemon, default_cl
     assert daemon.series("train.loss")[0]["counters"]["accepted"] == 3
     names = [e["name"] for e in daemon.ctl("events")["events"]]
     assert names == ["epoch_end", "after_unregister"]
+
+
+def test_a_stat_is_weakly_referable_and_collected_like_torch_monitors(daemon):
+    client = torchmon.Client(target=daemon.target)
+    for monitor, kwargs in ((torch.monitor, {}), (torchmon, {"client": client})):
+        stat = monitor.Stat("weak", [monitor.Aggregation.SUM], datetime.timedelta(seconds=1),
+                            **kwargs)
+        ref = weakref.ref(stat)
+        assert ref() is stat
+        del stat
+        assert ref() is None, monitor.__name__
 
 
 def test_stat_window_events_reach_handlers_like_torch_monitor(daemon):

@@ -534,7 +534,31 @@ struct StatObject {
   PyObject_HEAD
   LocalStat* stat;      // never null once tp_new returned
   PyObject* on_window;  // None or a callable, owned
+  // Every live Stat, for report_open_windows() at exit: two pointers here
+  // instead of a weak reference and a set entry per stat (about 120 bytes).
+  // Changed only with the GIL held.
+  StatObject* live_prev;
+  StatObject* live_next;
 };
+
+StatObject* live_stats = nullptr;
+
+void LinkLive(StatObject* obj) {
+  obj->live_prev = nullptr;
+  obj->live_next = live_stats;
+  if (live_stats != nullptr) live_stats->live_prev = obj;
+  live_stats = obj;
+}
+
+void UnlinkLive(StatObject* obj) {
+  if (obj->live_prev != nullptr) {
+    obj->live_prev->live_next = obj->live_next;
+  } else if (live_stats == obj) {
+    live_stats = obj->live_next;
+  }
+  if (obj->live_next != nullptr) obj->live_next->live_prev = obj->live_prev;
+  obj->live_prev = obj->live_next = nullptr;
+}
 
 LocalStat& StatOf(PyObject* self) { return *reinterpret_cast<StatObject*>(self)->stat; }
 
@@ -612,6 +636,7 @@ PyObject* StatNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (!self) return nullptr;
   auto* obj = reinterpret_cast<StatObject*>(self.get());
   obj->stat = nullptr;
+  obj->live_prev = obj->live_next = nullptr;
   Py_INCREF(on_window);
   obj->on_window = on_window;
   const ClientPtr& client_ptr = *reinterpret_cast<ClientObject*>(client)->client;
@@ -621,11 +646,13 @@ PyObject* StatNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
       })) {
     return nullptr;
   }
+  LinkLive(obj);
   return self.release();
 }
 
 void StatDealloc(PyObject* self) {
   auto* obj = reinterpret_cast<StatObject*>(self);
+  UnlinkLive(obj);
   // May drop the last reference to the client, whose deleter releases the GIL.
   delete obj->stat;
   Py_XDECREF(obj->on_window);
@@ -663,6 +690,22 @@ PyObject* StatAdd(PyObject* self, PyObject* arg) {
 
 PyObject* StatReportOpenWindow(PyObject* self, PyObject*) {
   if (StatOf(self).CloseOpenWindow()) ReportWindow(self);
+  Py_RETURN_NONE;
+}
+
+// report_open_windows(): report_open_window() on every live Stat (at exit).
+// The handlers may create or drop stats, so it works on strong references
+// taken first.
+PyObject* ReportOpenWindows(PyObject*, PyObject*) {
+  std::vector<PyObject*> stats;
+  for (StatObject* obj = live_stats; obj != nullptr; obj = obj->live_next) {
+    stats.push_back(reinterpret_cast<PyObject*>(obj));
+    Py_INCREF(stats.back());
+  }
+  for (PyObject* stat : stats) {
+    if (StatOf(stat).CloseOpenWindow()) ReportWindow(stat);
+  }
+  for (PyObject* stat : stats) Py_DECREF(stat);
   Py_RETURN_NONE;
 }
 
@@ -713,8 +756,15 @@ PyType_Slot stat_slots[] = {
                                   "window bookkeeping.")},
     {0, nullptr}};
 
-PyType_Spec stat_spec = {"torchmon._torchmon.Stat", sizeof(StatObject), 0, Py_TPFLAGS_DEFAULT,
-                         stat_slots};
+// A base type: the package's Stat subclasses it, so a Stat is one object
+// and add() is found on the type (no bound method per instance).
+PyType_Spec stat_spec = {"torchmon._torchmon.Stat", sizeof(StatObject), 0,
+                         Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, stat_slots};
+
+PyMethodDef module_methods[] = {
+    {"report_open_windows", ReportOpenWindows, METH_NOARGS,
+     "report_open_windows()\n\nreport_open_window() on every live Stat."},
+    {nullptr, nullptr, 0, nullptr}};
 
 // ---------------------------------------------------------------------------
 // Module
@@ -724,7 +774,7 @@ PyModuleDef module_def = {
     "_torchmon",
     "Native core of torchmon: the C++ client, bound with CPython's limited C API (abi3).",
     -1,
-    nullptr,
+    module_methods,
     nullptr,
     nullptr,
     nullptr,

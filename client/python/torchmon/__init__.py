@@ -19,7 +19,6 @@ import enum
 import os
 import sys
 import threading
-import weakref
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _torchmon
@@ -274,8 +273,7 @@ def _flush_at_exit() -> None:
     client = _default
     if client is None:
         return
-    for stat in list(_live_stats):
-        stat._native.report_open_window()
+    _torchmon.report_open_windows()
     if not client.flush(EXIT_FLUSH_TIMEOUT):
         print(f"torchmon: could not deliver everything to {client.target} at exit "
               f"within {EXIT_FLUSH_TIMEOUT}s", file=sys.stderr)
@@ -286,10 +284,7 @@ def flush(timeout: Union[float, _dt.timedelta] = 5.0) -> bool:
     return default_client().flush(timeout)
 
 
-_live_stats: "weakref.WeakSet[Stat]" = weakref.WeakSet()
-
-
-class Stat:
+class Stat(_torchmon.Stat):
     """A stat aggregated in fixed windows by torchmond (torch.monitor.Stat).
 
     ``aggregations`` holds ``Aggregation`` members and, beyond
@@ -307,50 +302,30 @@ class Stat:
     client's identity labels; ``client`` defaults to ``default_client()``.
     """
 
-    __slots__ = ("_native", "add", "__weakref__")
+    # One object per stat, the native one: add() and the counters are its
+    # methods, found on the type (add costs one C call, no Python frame,
+    # and no bound method is kept per instance). Weakly referable, as
+    # torch.monitor's Stat is.
+    __slots__ = ("__weakref__",)
 
-    def __init__(self, name: str, aggregations: Sequence[Union[Aggregation, str]],
-                 window_size: _dt.timedelta, max_samples: int = sys.maxsize, *,
-                 labels: Optional[Mapping[str, str]] = None,
-                 client: Optional[Client] = None) -> None:
+    def __new__(cls, name: str, aggregations: Sequence[Union[Aggregation, str]],
+                window_size: _dt.timedelta, max_samples: int = sys.maxsize, *,
+                labels: Optional[Mapping[str, str]] = None,
+                client: Optional[Client] = None) -> "Stat":
         client = client if client is not None else default_client()
-        self._native = _torchmon.Stat(
-            client._native, name, list(aggregations), _window_us(window_size), max_samples,
+        return super().__new__(
+            cls, client._native, name, list(aggregations), _window_us(window_size), max_samples,
             dict(labels) if labels is not None else None, _stat_window_completed)
-        # The native method itself: add() costs one C call, no Python frame.
-        self.add = self._native.add
-        _live_stats.add(self)
-
-    @property
-    def name(self) -> str:
-        return self._native.name
-
-    @property
-    def count(self) -> int:
-        """Samples added in the current window (this process only)."""
-        return self._native.count
 
     def get(self) -> Dict[Aggregation, float]:
         """This process's aggregates of the last completed window (zeros before one).
 
         The six aggregations only; quantiles are the daemon's (see Stat).
         """
-        return {Aggregation(k): v for k, v in self._native.get().items()}
-
-    @property
-    def added(self) -> int:
-        """Samples added through this Stat."""
-        return self._native.added
-
-    @property
-    def dropped(self) -> int:
-        """Samples this process had to drop before sending (counted by the daemon too)."""
-        return self._native.dropped
+        return {Aggregation(k): v for k, v in super().get().items()}
 
     def __del__(self) -> None:
-        native = getattr(self, "_native", None)
-        if native is not None:
-            native.report_open_window()
+        self.report_open_window()
 
 
 def log_event(event: Event) -> None:
