@@ -639,6 +639,8 @@ bool ClientCore::TryUnlist(size_t i, Clock::time_point now) {
 bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   *result = CycleResult{};
   WallClock::Recalibrate();
+  // Fresh budget memory faults in here, not in add().
+  buffers_->pool.PopulateAhead();
   const Clock::time_point now = Clock::now();
   // Raw pointers are safe: only this thread removes stats from the
   // registry (RetireClosedStats, between cycles), and Shutdown only after

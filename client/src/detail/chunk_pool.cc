@@ -136,6 +136,32 @@ uint32_t ChunkPool::Take(uint32_t size_class, bool growing) noexcept {
   return 0;
 }
 
+void ChunkPool::PopulateAhead() noexcept {
+  if (arena_ == nullptr || !populate_works_.load(std::memory_order_relaxed)) return;
+  const size_t page = 4096;
+  const size_t done = populated_.load(std::memory_order_relaxed);
+  const size_t carved = carved_.load(std::memory_order_relaxed);
+  // Nothing before the first chunk: a client that adds nothing stays small.
+  if (carved == 0) return;
+  // Top up once less than half the lead is left.
+  if (done >= budget_ || (done > carved && done - carved >= kPopulateAheadBytes / 2)) return;
+  // From where it stopped: chunks carved meanwhile may not be written yet.
+  const size_t from = done;
+  const size_t to = std::min(budget_, (carved + kPopulateAheadBytes + page - 1) / page * page);
+  if (to <= from) return;
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(arena_ + from, to - from, MADV_POPULATE_WRITE) != 0) {
+    // EINVAL: a kernel without it. Anything else (ENOMEM under memory
+    // pressure): the pages fault in on first use, as without this.
+    populate_works_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  populated_.store(to, std::memory_order_relaxed);
+#else
+  populate_works_.store(false, std::memory_order_relaxed);
+#endif
+}
+
 void ChunkPool::Give(uint32_t chunk) noexcept {
   const uint32_t size_class = header(chunk).size_class.load(std::memory_order_relaxed);
   in_use_.fetch_sub(ChunkBytes(size_class), std::memory_order_relaxed);

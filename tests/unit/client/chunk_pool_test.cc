@@ -2,6 +2,9 @@
 // chunks. Pure: no sockets, no sleeps.
 #include "detail/chunk_pool.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +38,46 @@ TEST(ChunkPoolTest, NothingIsCarvedUntilAChunkIsTaken) {
   EXPECT_EQ(pool.header(chunk).cells.load(), 8u);
   pool.Give(chunk);
   EXPECT_EQ(pool.bytes_in_use(), 0u);
+}
+
+TEST(ChunkPoolTest, PopulateAheadStaysALeadAheadOfWhatIsCarvedAndKeepsContents) {
+  ChunkPool pool(size_t{8} << 20);
+  // An idle pool is not made resident.
+  pool.PopulateAhead();
+  EXPECT_EQ(pool.bytes_populated(), 0u);
+  const uint32_t chunk = pool.Take(ChunkPool::kMaxClass, false);
+  ASSERT_NE(chunk, 0u);
+  SampleCell* cells = pool.cells(chunk);
+  cells[0].value = 42.5;
+  pool.PopulateAhead();
+  if (pool.bytes_populated() == 0) GTEST_SKIP() << "kernel without MADV_POPULATE_WRITE";
+  EXPECT_EQ(pool.bytes_populated(), pool.bytes_carved() + ChunkPool::kPopulateAheadBytes);
+  EXPECT_EQ(cells[0].value, 42.5);
+  // The kernel says so too: every page up to the mark is resident, and
+  // the pages past it are not.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* base = reinterpret_cast<char*>(&pool.header(chunk));  // the arena's first chunk
+  std::vector<unsigned char> resident(pool.budget_bytes() / page);
+  ASSERT_EQ(mincore(base, pool.budget_bytes(), resident.data()), 0);
+  for (size_t p = 0; p < resident.size(); ++p) {
+    ASSERT_EQ(resident[p] & 1, p * page < pool.bytes_populated() ? 1 : 0) << "page " << p;
+  }
+  // Within half a lead of the mark nothing is done; past it, topped up.
+  const size_t mark = pool.bytes_populated();
+  pool.PopulateAhead();
+  EXPECT_EQ(pool.bytes_populated(), mark);
+  std::vector<uint32_t> more;
+  while (pool.bytes_carved() + ChunkPool::kPopulateAheadBytes / 2 < mark + ChunkPool::ChunkBytes(0)) {
+    more.push_back(pool.Take(ChunkPool::kMaxClass, false));
+    ASSERT_NE(more.back(), 0u);
+  }
+  pool.PopulateAhead();
+  EXPECT_EQ(pool.bytes_populated(), pool.bytes_carved() + ChunkPool::kPopulateAheadBytes);
+  // Never past the budget.
+  while (pool.Take(ChunkPool::kMaxClass, false) != 0) {
+  }
+  pool.PopulateAhead();
+  EXPECT_EQ(pool.bytes_populated(), pool.budget_bytes());
 }
 
 TEST(ChunkPoolTest, AGivenChunkIsReusedWithAFreshEpoch) {
