@@ -28,9 +28,11 @@ namespace torchmon::detail {
 // - A stat that holds no chunk ("unbound": its generation's slot is empty)
 //   takes the smallest chunk on its next add (Bind).
 // - A full chunk is followed by one four times larger (up to the pool's
-//   largest), installed in the next slot by whichever producer finds it
-//   full, so a hot stat reaches large chunks in a few steps and a stat
-//   added to once holds 8 cells.
+//   largest) if the consumer has not read half of it yet, else by one of
+//   the same size (NextClass); whichever producer finds it full installs
+//   it in the next slot. A hot stat reaches large chunks in a few steps, a
+//   stat the sender keeps up with stays at its size, and a stat added to
+//   once holds 8 cells.
 // - At most kSlots chunks per stat: a producer that finds the next slot
 //   still holding an undrained chunk drops. With the largest chunks that is
 //   kMaxSamples, half the default budget.
@@ -144,7 +146,7 @@ class StatBuffer {
       }
       if (EntryChunk(next) == 0) {
         const InstallResult installed =
-            Install(pool, next_gen, base + cells, size_class + kGrowth, true);
+            Install(pool, next_gen, base + cells, NextClass(size_class, base, cells), true);
         if (installed == InstallResult::kNoChunk) return PushResult::kDropped;
         bound = bound || installed == InstallResult::kInstalled;
       }
@@ -155,6 +157,16 @@ class StatBuffer {
       claim_.compare_exchange_strong(claim, Claim(next_gen, pos), std::memory_order_acq_rel,
                                      std::memory_order_acquire);
     }
+  }
+
+  // The size of the chunk after a full one of `size_class` that held
+  // positions [base, base + cells): four times larger while the consumer
+  // has not read half of it (the stat fills chunks faster than they are
+  // drained), the same size otherwise, so a stat that adds a few samples
+  // per sender cycle keeps small chunks however long it runs.
+  uint32_t NextClass(uint32_t size_class, uint64_t base, uint32_t cells) const noexcept {
+    const uint64_t read = popped_.load(std::memory_order_relaxed);
+    return read >= base + cells / 2 ? size_class : size_class + kGrowth;
   }
 
   // Consumer. Calls fn(value, timestamp_us) for up to `max` samples in

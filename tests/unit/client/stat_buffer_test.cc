@@ -97,6 +97,39 @@ TEST(StatBufferTest, ChunksGrowFourfoldFromTheSmallest) {
   EXPECT_EQ(pool.bytes_in_use(), 256u + 1024u);
 }
 
+TEST(StatBufferTest, AStatTheConsumerKeepsUpWithKeepsItsChunkSize) {
+  ChunkPool pool(size_t{16} << 20);
+  StatBuffer buffer;
+  const uint32_t first = ChunkPool::ChunkCells(0);
+  // Seven samples per look, for much longer than growth would take to
+  // reach the largest chunks (512 KiB). A chunk of 8 fills with less than
+  // half of it read now and then, so the stat grows once, to 40 cells,
+  // where a look always finds more than half read: it holds at most two of
+  // those (the one read to its end goes back once the claim has left it).
+  for (int round = 0; round < 1000; ++round) {
+    for (uint32_t i = 0; i < first - 1; ++i) {
+      ASSERT_NE(buffer.TryPush(pool, round, i), Result::kDropped);
+    }
+    ASSERT_EQ(DrainAll(buffer, pool).size(), first - 1) << round;
+    ASSERT_LE(pool.bytes_in_use(), 2 * ChunkPool::ChunkBytes(StatBuffer::kGrowth)) << round;
+  }
+  EXPECT_EQ(buffer.pushed(), uint64_t{1000} * (first - 1));
+}
+
+TEST(StatBufferTest, ChunksGrowWhenLessThanHalfOfTheFullOneWasRead) {
+  const uint32_t first = ChunkPool::ChunkCells(0);
+  for (uint32_t read : {first / 2 - 1, first / 2}) {
+    ChunkPool pool(size_t{16} << 20);
+    StatBuffer buffer;
+    for (uint32_t i = 0; i < first; ++i) buffer.TryPush(pool, i, i);
+    ASSERT_EQ(DrainAll(buffer, pool, read).size(), read);
+    buffer.TryPush(pool, first, first);
+    const size_t next = read < first / 2 ? ChunkPool::ChunkBytes(StatBuffer::kGrowth)
+                                         : ChunkPool::ChunkBytes(0);
+    EXPECT_EQ(pool.bytes_in_use(), ChunkPool::ChunkBytes(0) + next) << "read " << read;
+  }
+}
+
 TEST(StatBufferTest, DrainTakesAtMostMaxAndLeavesTheRestInOrder) {
   ChunkPool pool(size_t{4} << 20);
   StatBuffer buffer;
