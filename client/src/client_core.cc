@@ -326,7 +326,7 @@ absl::Status ClientCore::Flush(std::chrono::milliseconds timeout) {
   // Everything this flush covers went out in batches up to this sequence;
   // they are kept, and re-sent after a break, until acknowledged.
   const uint64_t sequence = written_sequence_;
-  while (!retained_.empty() && retained_.front()->batch.sequence() <= sequence) {
+  while (!retained_.empty() && retained_.front()->batch->sequence() <= sequence) {
     if (!credentials_refused_.ok()) return credentials_refused_;
     if (!WaitProgressLocked(deadline)) return FlushTimeoutStatus(timeout);
   }
@@ -727,7 +727,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
 
 bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
   const uint64_t sequence = ++last_sequence_;
-  out.batch.set_sequence(sequence);
+  out.batch->set_sequence(sequence);
   auto kept = std::make_shared<OutgoingBatch>(std::move(out));
   out = OutgoingBatch{};
   {
@@ -743,7 +743,7 @@ bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
   }
   // Over the bound the batch waits its turn, kept: a stream that ends
   // meanwhile re-sends it.
-  const bool ok = WaitForAckRoom(kept->bytes) && state.stream->Write(kept->batch);
+  const bool ok = WaitForAckRoom(kept->bytes) && state.stream->Write(*kept->batch);
   absl::MutexLock lock(&mu_);
   ++counters_.batches_sent;
   counters_.samples_sent += kept->samples;
@@ -794,12 +794,12 @@ bool ClientCore::OpenStream(StreamState& state) {
     {
       absl::MutexLock lock(&mu_);
       // Acknowledged meanwhile (by this stream's acks of earlier re-sends).
-      if (retained_.empty() || retained_.front()->batch.sequence() > batch->batch.sequence()) {
+      if (retained_.empty() || retained_.front()->batch->sequence() > batch->batch->sequence()) {
         continue;
       }
       ++counters_.batches_resent;
     }
-    if (!state.stream->Write(batch->batch)) return false;
+    if (!state.stream->Write(*batch->batch)) return false;
   }
   return true;
 }
@@ -878,7 +878,7 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
         stat->drops_acked_current.store(0, std::memory_order_relaxed);
       }
     }
-    while (!retained_.empty() && retained_.front()->batch.sequence() <= ack.sequence()) {
+    while (!retained_.empty() && retained_.front()->batch->sequence() <= ack.sequence()) {
       const OutgoingBatch& batch = *retained_.front();
       for (const OutgoingBatch::StatPart& part : batch.parts) {
         // A definition-only part may outlive its stat (retired once nothing

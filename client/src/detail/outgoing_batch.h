@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "detail/chunk_pool.h"
 #include "detail/stat_state.h"
+#include "google/protobuf/arena.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::detail {
@@ -31,6 +33,8 @@ inline constexpr size_t kFieldOverheadBytes = 8;
 // carries, so that an ack (or the client stopping first) can be accounted
 // to each stat. Thread-compatible; kept read-only once written.
 struct OutgoingBatch {
+  OutgoingBatch();
+
   struct StatPart {
     StatState* stat;
     uint64_t samples = 0;
@@ -54,7 +58,13 @@ struct OutgoingBatch {
   // the base). Returns how many (0: nothing published yet; no block added).
   size_t AddSamples(StatState& stat, ChunkPool& pool, uint64_t max);
 
-  v1::IngestBatch batch;
+  // The batch lives on its own arena: a client with many stats sends
+  // batches of thousands of small blocks, each a message and two arrays,
+  // and allocating and freeing them one by one cost the sender and the ack
+  // thread more than filling them. The arena frees them all at once with
+  // the batch (after its ack).
+  std::unique_ptr<google::protobuf::Arena> arena;
+  v1::IngestBatch* batch;  // on *arena
   std::vector<StatPart> parts;
   size_t bytes = 0;  // estimated payload; > 0 whenever anything was added
   uint64_t samples = 0;

@@ -31,8 +31,8 @@ TEST(OutgoingBatchTest, SamplesBecomeOneBlockOfValuesAndTimeDeltas) {
   f.stat->Add(3.5, 1001);  // explicit timestamps may go back
   OutgoingBatch out;
   EXPECT_EQ(out.AddSamples(*f.stat, f.buffers->pool, 10), 3u);
-  ASSERT_EQ(out.batch.samples_size(), 1);
-  const v1::SampleBlock& block = out.batch.samples(0);
+  ASSERT_EQ(out.batch->samples_size(), 1);
+  const v1::SampleBlock& block = out.batch->samples(0);
   EXPECT_EQ(block.stat_id(), 7u);
   EXPECT_EQ(block.base_time_us(), 1000);
   EXPECT_EQ(std::vector<double>(block.values().begin(), block.values().end()),
@@ -50,14 +50,14 @@ TEST(OutgoingBatchTest, DeltasAreOmittedWhenEverySampleIsAtTheBase) {
   for (int i = 0; i < 4; ++i) f.stat->Add(i, 5000);
   OutgoingBatch out;
   EXPECT_EQ(out.AddSamples(*f.stat, f.buffers->pool, 10), 4u);
-  EXPECT_EQ(out.batch.samples(0).time_deltas_us_size(), 0);
+  EXPECT_EQ(out.batch->samples(0).time_deltas_us_size(), 0);
 }
 
 TEST(OutgoingBatchTest, NothingBufferedAddsNoBlock) {
   Fixture f;
   OutgoingBatch out;
   EXPECT_EQ(out.AddSamples(*f.stat, f.buffers->pool, 10), 0u);
-  EXPECT_EQ(out.batch.samples_size(), 0);
+  EXPECT_EQ(out.batch->samples_size(), 0);
   EXPECT_TRUE(out.empty());
 }
 
@@ -82,11 +82,11 @@ TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccountedAsParts) {
   OutgoingBatch out;
   out.AddDefinition(*f.stat);
   out.AddDropReport(*f.stat, 42);
-  ASSERT_EQ(out.batch.definitions_size(), 1);
-  EXPECT_EQ(out.batch.definitions(0).name(), "batch.stat");
-  ASSERT_EQ(out.batch.drops_size(), 1);
-  EXPECT_EQ(out.batch.drops(0).stat_id(), 7u);
-  EXPECT_EQ(out.batch.drops(0).dropped(), 42u);
+  ASSERT_EQ(out.batch->definitions_size(), 1);
+  EXPECT_EQ(out.batch->definitions(0).name(), "batch.stat");
+  ASSERT_EQ(out.batch->drops_size(), 1);
+  EXPECT_EQ(out.batch->drops(0).stat_id(), 7u);
+  EXPECT_EQ(out.batch->drops(0).dropped(), 42u);
   ASSERT_EQ(out.parts.size(), 2u);
   EXPECT_TRUE(out.parts[0].defines);
   EXPECT_EQ(out.parts[1].drops, 42u);
