@@ -94,6 +94,23 @@ class Aggregator {
                                        absl::Span<const int64_t> timestamps_us)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // One block's samples, for AddSampleRuns.
+  struct SampleRun {
+    SeriesId id;
+    absl::Span<const double> values;
+    absl::Span<const int64_t> timestamps_us;
+  };
+  // AddSamples for many blocks at once: results[i] is what
+  // AddSamples(runs[i]...) returns. The clock is read and the lock taken
+  // once per kRunsPerLock runs instead of once per block: with many series
+  // a block carries a sample or two, and those fixed costs were most of
+  // it. results.size() must equal runs.size().
+  void AddSampleRuns(absl::Span<const SampleRun> runs,
+                     absl::Span<absl::StatusOr<AddResult>> results) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs per lock hold: a few tens of microseconds, about one chunk of a
+  // walk (other writers and readers wait no longer than for one of those).
+  static constexpr size_t kRunsPerLock = 256;
+
   // Records samples the client dropped before sending. NotFound as above.
   absl::Status AddClientDrops(SeriesId id, uint64_t dropped) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -210,6 +227,10 @@ class Aggregator {
     return (index + 1) * s.spec.window_ms + options_.grace_ms;
   }
   Series* FindLocked(SeriesId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AddSamples' work on a series found under the lock.
+  AddResult AddLocked(Series& s, SeriesId id, absl::Span<const double> values,
+                      absl::Span<const int64_t> timestamps_us, int64_t now,
+                      int64_t skew_limit_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees slot `slot` (which must hold a series) and forgets its key.
   void RemoveLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stored copy of `labels`, shared by every series with these labels.

@@ -87,7 +87,8 @@ class IngestSession {
   void Report(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id, absl::StatusCode code,
               std::string message, uint64_t samples_refused);
   void Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack);
-  void AddBlock(const v1::SampleBlock& block, uint64_t sequence, v1::IngestAck* ack);
+  // The batch's sample blocks, in order.
+  void AddBlocks(const v1::IngestBatch& batch, uint64_t sequence, v1::IngestAck* ack);
   void AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack);
   void AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack);
   // Looks up `stat_id`, reporting unknown or refused ids against `samples`.
@@ -116,7 +117,18 @@ class IngestSession {
   LabelSet identity_;
   std::string client_name_;
   BindingTable bindings_;
-  std::vector<int64_t> timestamps_;  // reused decode buffer
+  // AddBlocks' buffers, reused from batch to batch: the decoded
+  // timestamps of every block, the blocks that reached the aggregator, and
+  // what it made of each.
+  std::vector<int64_t> timestamps_;
+  struct PendingBlock {
+    const v1::SampleBlock* block;
+    Binding* binding;
+    size_t first;  // its first timestamp in timestamps_
+  };
+  std::vector<PendingBlock> pending_;
+  std::vector<Aggregator::SampleRun> runs_;
+  std::vector<absl::StatusOr<AddResult>> results_;
 };
 
 }  // namespace torchmon::server

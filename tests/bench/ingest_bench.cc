@@ -3,6 +3,7 @@
 // plus aggregation). One block of 4096 samples, as the client sends.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "benchmark/benchmark.h"
 #include "server/core/aggregator.h"
@@ -94,6 +95,64 @@ void BM_IngestParse(benchmark::State& state) {
   state.counters["wire_bytes_per_sample"] = static_cast<double>(wire.size()) / kBlockSamples;
 }
 BENCHMARK(BM_IngestParse)->MinTime(0.2);
+
+// Many series, few samples each: what 4 ranks x 25,000 stats at 1 M/s in
+// total look like to the daemon (a block per stat per batch, a sample or
+// two per block, the series far apart in memory). Arg: series. Batches of
+// kManyBlocks one-sample blocks walk the series in a scrambled order; the
+// figure is per block (= per sample).
+constexpr int kManyBlocks = 2048;
+
+void BM_IngestApplyManySeries(benchmark::State& state) {
+  const int series = static_cast<int>(state.range(0));
+  ManualClock clock(kNowMs);
+  Aggregator aggregator(AggregatorOptions{}, clock);
+  EventLog events(1000, 600'000, clock);
+  DaemonStats stats;
+  IngestSession session(aggregator, events, stats, nullptr);
+  v1::IngestAck ack;
+  v1::IngestBatch define = FirstBatch();
+  define.clear_definitions();
+  for (int i = 0; i < series; ++i) {
+    v1::StatDefinition* def = define.add_definitions();
+    def->set_id(static_cast<uint32_t>(i + 1));
+    def->set_name("many.s" + std::to_string(i));
+    def->mutable_spec()->add_aggregations(v1::MEAN);
+    def->mutable_spec()->add_aggregations(v1::MAX);
+    def->mutable_spec()->set_window_size_ms(kWindowMs);
+  }
+  session.Apply(define, &ack);
+  if (ack.errors_size() != 0) return state.SkipWithError(ack.errors(0).message().c_str());
+  // Consecutive blocks land on series ~40% of the table apart.
+  const uint64_t stride = static_cast<uint64_t>(series) * 2 / 5 + 1;
+  std::vector<v1::IngestBatch> batches(16);
+  uint64_t next = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    batches[b].set_sequence(2 + b);
+    for (int i = 0; i < kManyBlocks; ++i) {
+      v1::SampleBlock* block = batches[b].add_samples();
+      next = (next + stride) % static_cast<uint64_t>(series);
+      block->set_stat_id(static_cast<uint32_t>(next + 1));
+      block->set_base_time_us(kNowMs * 1000 - i);
+      block->add_values(0.5);
+    }
+  }
+  size_t b = 0;
+  for (auto _ : state) {
+    ack.Clear();
+    session.Apply(batches[b], &ack);
+    b = (b + 1) % batches.size();
+    benchmark::DoNotOptimize(ack);
+  }
+  uint64_t accepted = 0;
+  for (const SeriesSnapshot& s : aggregator.ListSeries(Selector{})) accepted += s.counters.accepted;
+  const uint64_t expected = state.iterations() * uint64_t{kManyBlocks};
+  if (ack.errors_size() != 0 || accepted != expected) {
+    state.SkipWithError("accounting mismatch: not every sample was accepted");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(expected));
+}
+BENCHMARK(BM_IngestApplyManySeries)->Arg(1000)->Arg(100'000)->MinTime(0.5);
 
 }  // namespace
 }  // namespace torchmon::server

@@ -592,6 +592,114 @@ TEST_F(AggregatorTest, AddSamplesToAnExpiredSeriesIsNotFound) {
   EXPECT_TRUE(absl::IsNotFound(aggregator_->AddClientDrops(id, 1)));
 }
 
+TEST_F(AggregatorTest, AddSampleRunsAnswersEachRunAsAddSamplesWould) {
+  // The same runs into two aggregators on one clock: together through
+  // AddSampleRuns, one by one through AddSamples. More runs than one lock
+  // hold takes, a series met several times (across a chunk boundary too),
+  // late, skewed and capped samples, an expired series, a malformed run.
+  Aggregator batched(TestOptions(), clock_);
+  Aggregator single(TestOptions(), clock_);
+  constexpr int kSeries = 300;
+  std::vector<SeriesId> ids;
+  for (int i = 0; i < kSeries; ++i) {
+    const SeriesKey key{"s", {{"i", std::to_string(i)}}};
+    const StatSpec spec{kAll, kW, /*max_samples=*/i % 7 == 0 ? 2 : 0, {}};
+    auto a = batched.Define(key, spec);
+    auto b = single.Define(key, spec);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(*a, *b);
+    ids.push_back(*a);
+  }
+  // One that expires: defined at kT0, the rest touched later.
+  const SeriesKey gone_key{"gone", {}};
+  const StatSpec gone_spec{kAll, kW, 0, {}};
+  const SeriesId gone = *batched.Define(gone_key, gone_spec);
+  ASSERT_EQ(*single.Define(gone_key, gone_spec), gone);
+  clock_.Set(kT0 + 5'000);
+  for (SeriesId id : ids) {
+    const std::vector<double> v = {0.5};
+    const std::vector<int64_t> t = {Us(kT0 + 5'000)};
+    ASSERT_TRUE(batched.AddSamples(id, v, t).ok());
+    ASSERT_TRUE(single.AddSamples(id, v, t).ok());
+  }
+  clock_.Set(kT0 + 12'000);
+  batched.CloseDueWindows([](const ClosedWindow&) {});
+  single.CloseDueWindows([](const ClosedWindow&) {});
+  ASSERT_EQ(batched.ExpireIdleSeries(), 1u);
+  ASSERT_EQ(single.ExpireIdleSeries(), 1u);
+
+  const int64_t now = kT0 + 12'000;
+  std::vector<std::vector<double>> values;
+  std::vector<std::vector<int64_t>> times;
+  std::vector<SeriesId> run_ids;
+  for (int r = 0; r < 700; ++r) {
+    std::vector<double> v;
+    std::vector<int64_t> t;
+    for (int k = 0; k <= r % 4; ++k) {
+      v.push_back(r * 0.25 + k);
+      // Mostly now; some late (a closed window), some far in the future.
+      const int64_t ms = r % 11 == 0 ? kT0 + 4'000 : r % 13 == 0 ? now + 120'000 : now - k;
+      t.push_back(Us(ms));
+    }
+    if (r == 333) t.pop_back();  // values and timestamps disagree
+    run_ids.push_back(r == 500 ? gone : ids[(r * 37) % kSeries]);
+    values.push_back(std::move(v));
+    times.push_back(std::move(t));
+  }
+  std::vector<Aggregator::SampleRun> runs;
+  for (size_t r = 0; r < run_ids.size(); ++r) runs.push_back({run_ids[r], values[r], times[r]});
+  std::vector<absl::StatusOr<AddResult>> results(runs.size());
+  batched.AddSampleRuns(runs, absl::MakeSpan(results));
+
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto expected = single.AddSamples(run_ids[r], values[r], times[r]);
+    ASSERT_EQ(results[r].status().code(), expected.status().code()) << "run " << r;
+    if (!expected.ok()) continue;
+    EXPECT_EQ(results[r]->accepted, expected->accepted) << "run " << r;
+    EXPECT_EQ(results[r]->capped, expected->capped) << "run " << r;
+    EXPECT_EQ(results[r]->late, expected->late) << "run " << r;
+    EXPECT_EQ(results[r]->skewed, expected->skewed) << "run " << r;
+  }
+  EXPECT_TRUE(absl::IsNotFound(results[500].status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(results[333].status()));
+  // And they left the same state: counters and windows.
+  const auto listed_batched = batched.ListSeries(Selector{});
+  const auto listed_single = single.ListSeries(Selector{});
+  ASSERT_EQ(listed_batched.size(), listed_single.size());
+  uint64_t accepted = 0, capped = 0, late = 0, skewed = 0;
+  for (size_t i = 0; i < listed_batched.size(); ++i) {
+    const SeriesCounters& a = listed_batched[i].counters;
+    const SeriesCounters& b = listed_single[i].counters;
+    EXPECT_EQ(*listed_batched[i].key, *listed_single[i].key);
+    EXPECT_EQ(a.accepted, b.accepted);
+    EXPECT_EQ(a.capped, b.capped);
+    EXPECT_EQ(a.late, b.late);
+    EXPECT_EQ(a.skewed, b.skewed);
+    accepted += a.accepted;
+    capped += a.capped;
+    late += a.late;
+    skewed += a.skewed;
+  }
+  // Every kind of outcome was exercised.
+  EXPECT_GT(capped, 0u);
+  EXPECT_GT(late, 0u);
+  EXPECT_GT(skewed, 0u);
+  EXPECT_GT(accepted, 1000u);
+  const auto windows_batched = batched.CloseAllWindows();
+  const auto windows_single = single.CloseAllWindows();
+  ASSERT_EQ(windows_batched.size(), windows_single.size());
+  for (size_t i = 0; i < windows_batched.size(); ++i) {
+    EXPECT_EQ(*windows_batched[i].series, *windows_single[i].series);
+    EXPECT_EQ(windows_batched[i].start_ms, windows_single[i].start_ms);
+    EXPECT_EQ(windows_batched[i].stats.Get(Aggregation::kCount),
+              windows_single[i].stats.Get(Aggregation::kCount));
+    EXPECT_EQ(windows_batched[i].stats.Get(Aggregation::kSum),
+              windows_single[i].stats.Get(Aggregation::kSum));
+    EXPECT_EQ(windows_batched[i].stats.Get(Aggregation::kValue),
+              windows_single[i].stats.Get(Aggregation::kValue));
+  }
+}
+
 TEST_F(AggregatorTest, RedefiningAnExpiredSeriesStartsItAfresh) {
   const SeriesId old_id = Define("s");
   AddAt(old_id, 1, kT0);
