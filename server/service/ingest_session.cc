@@ -40,10 +40,17 @@ IngestSession::Binding& IngestSession::BindingTable::FindOrCreate(uint32_t id) {
   if (id < dense_limit) {
     if (id >= dense_.size()) {
       dense_.resize(std::min(dense_limit, std::max<size_t>(id + 1, dense_.size() * 2)));
+      usable_.resize(dense_.size());
     }
     return dense_[id].emplace();
   }
   return sparse_[id];
+}
+
+void IngestSession::BindingTable::Sync(uint32_t id) {
+  if (id >= usable_.size()) return;  // in the map: UsableId answers 0 and Find serves it
+  const std::optional<Binding>& b = dense_[id];
+  usable_[id] = b.has_value() && b->refusal.empty() ? b->id : 0;
 }
 
 IngestSession::IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
@@ -146,6 +153,7 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     b = Binding{};
     b.key.stat = def.name();
     b.refusal = std::move(message);
+    bindings_.Sync(def.id());
   };
   if (def.id() == 0) {
     return refuse(absl::StatusCode::kInvalidArgument,
@@ -211,6 +219,7 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   b.id = *id;
   if (!counted) ++series_bound_;
   bindings_.FindOrCreate(def.id()) = std::move(b);
+  bindings_.Sync(def.id());
 }
 
 IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples, uint64_t sequence,
@@ -235,10 +244,11 @@ IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples,
   return b;
 }
 
-absl::Status IngestSession::Redefine(Binding& b) {
+absl::Status IngestSession::Redefine(uint32_t stat_id, Binding& b) {
   auto id = aggregator_.Define(b.key, b.spec);
   if (!id.ok()) return id.status();
   b.id = *id;
+  bindings_.Sync(stat_id);
   return absl::OkStatus();
 }
 
@@ -248,23 +258,30 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
   // clock read and lock per chunk of blocks instead of per block), then
   // accounted: a block refused here or there is reported as before.
   pending_.clear();
+  runs_.clear();
   timestamps_.clear();
   for (const v1::SampleBlock& block : batch.samples()) {
     const uint64_t n = static_cast<uint64_t>(block.values_size());
     stats_.samples_received.fetch_add(n, std::memory_order_relaxed);
-    Binding* b = Bound(block.stat_id(), n, sequence, ack);
-    if (b == nullptr) continue;
+    SeriesId id = bindings_.UsableId(block.stat_id());
+    if (id == 0) {
+      // Unknown, refused, or kept in the map: Bound reports the first two.
+      const Binding* b = Bound(block.stat_id(), n, sequence, ack);
+      if (b == nullptr) continue;
+      id = b->id;
+    }
     if (block.time_deltas_us_size() != 0 &&
         static_cast<uint64_t>(block.time_deltas_us_size()) != n) {
       Report(ack, sequence, block.stat_id(), absl::StatusCode::kInvalidArgument,
-             absl::StrCat("samples of stat \"", Quote(b->key.stat), "\": time_deltas_us has ",
-                          block.time_deltas_us_size(), " entries for ", n,
-                          " values (must be equal or empty); block refused"),
+             absl::StrCat("samples of stat \"", Quote(bindings_.Find(block.stat_id())->key.stat),
+                          "\": time_deltas_us has ", block.time_deltas_us_size(), " entries for ",
+                          n, " values (must be equal or empty); block refused"),
              n);
       stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
       continue;
     }
-    pending_.push_back({&block, b, timestamps_.size()});
+    pending_.push_back({&block, timestamps_.size()});
+    runs_.push_back({id, block.values(), {}});
     // Unsigned arithmetic: hostile deltas may overflow, which must wrap, not
     // be undefined behaviour; such samples end up skewed or late.
     const size_t first = timestamps_.size();
@@ -282,22 +299,20 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
     }
   }
   // Spans only now: timestamps_ no longer moves.
-  runs_.clear();
-  for (const auto& p : pending_) {
-    const size_t n = static_cast<size_t>(p.block->values_size());
-    runs_.push_back({p.binding->id, p.block->values(),
-                     absl::MakeConstSpan(timestamps_.data() + p.first, n)});
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    runs_[i].timestamps_us =
+        absl::MakeConstSpan(timestamps_.data() + pending_[i].first, runs_[i].values.size());
   }
-  results_.assign(runs_.size(), absl::StatusOr<AddResult>());
+  results_.resize(runs_.size());
   aggregator_.AddSampleRuns(runs_, absl::MakeSpan(results_));
   for (size_t i = 0; i < pending_.size(); ++i) {
     const v1::SampleBlock& block = *pending_[i].block;
-    Binding& b = *pending_[i].binding;
     const uint64_t n = static_cast<uint64_t>(block.values_size());
     absl::StatusOr<AddResult>& result = results_[i];
     if (absl::IsNotFound(result.status())) {
       // The series expired since this stream defined it: define it again.
-      if (absl::Status s = Redefine(b); !s.ok()) {
+      Binding& b = *bindings_.Find(block.stat_id());
+      if (absl::Status s = Redefine(block.stat_id(), b); !s.ok()) {
         Report(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(s.code()),
                std::string(s.message()), n);
         stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
@@ -324,7 +339,7 @@ void IngestSession::AddDrops(const v1::DropReport& drops, uint64_t sequence, v1:
   }
   Binding& b = *bound;
   absl::Status s = aggregator_.AddClientDrops(b.id, drops.dropped());
-  if (absl::IsNotFound(s) && Redefine(b).ok()) s = aggregator_.AddClientDrops(b.id, drops.dropped());
+  if (absl::IsNotFound(s) && Redefine(drops.stat_id(), b).ok()) s = aggregator_.AddClientDrops(b.id, drops.dropped());
   if (!s.ok()) {
     Report(ack, sequence, drops.stat_id(), static_cast<absl::StatusCode>(s.code()),
              std::string(s.message()), 0);

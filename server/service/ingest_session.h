@@ -71,10 +71,18 @@ class IngestSession {
     Binding* Find(uint32_t id);
     // The binding of `id`, created empty if it was never bound.
     Binding& FindOrCreate(uint32_t id);
+    // The series of `id` if it is bound and not refused, else 0 (then
+    // Find tells why). Reads 8 bytes per id instead of the binding itself:
+    // with tens of thousands of stats per stream each block's binding is
+    // cold, and this is all a block needs. Valid once Sync(id) has run
+    // after the binding last changed.
+    SeriesId UsableId(uint32_t id) const { return id < usable_.size() ? usable_[id] : 0; }
+    void Sync(uint32_t id);
 
    private:
     static constexpr size_t kMinDense = 1024;
     std::vector<std::optional<Binding>> dense_;
+    std::vector<SeriesId> usable_;  // beside dense_, same size
     absl::flat_hash_map<uint32_t, Binding> sparse_;
     size_t count_ = 0;
   };
@@ -93,8 +101,9 @@ class IngestSession {
   void AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack);
   // Looks up `stat_id`, reporting unknown or refused ids against `samples`.
   Binding* Bound(uint32_t stat_id, uint64_t samples, uint64_t sequence, v1::IngestAck* ack);
-  // Re-creates a series that expired while this stream still uses it.
-  absl::Status Redefine(Binding& b);
+  // Re-creates the series of stat `stat_id` (bound to `b`) that expired
+  // while this stream still uses it.
+  absl::Status Redefine(uint32_t stat_id, Binding& b);
 
   Aggregator& aggregator_;
   EventLog& events_;
@@ -123,7 +132,6 @@ class IngestSession {
   std::vector<int64_t> timestamps_;
   struct PendingBlock {
     const v1::SampleBlock* block;
-    Binding* binding;
     size_t first;  // its first timestamp in timestamps_
   };
   std::vector<PendingBlock> pending_;

@@ -695,5 +695,36 @@ TEST_F(IngestSessionTest, StatIdBoundBeforeTheDenseTableGrewPastItStaysBound) {
   EXPECT_EQ(Series("early").counters.accepted, 2u);
 }
 
+TEST_F(IngestSessionTest, ASeriesThatExpiredUnderAStreamIsDefinedAgainByItsNextSamples) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  SetHello(first, {{"job", "j"}});
+  AddDefinition(first, 1, "comes.back", {v1::SUM});
+  AddDefinition(first, 2, "stays", {v1::SUM});
+  AddSamples(first, 1, kT0 * 1000, {1});
+  EXPECT_THAT(Apply(first).errors(), IsEmpty());
+  // Idle past the TTL: the series goes, the stream's binding stays.
+  clock_.Set(kT0 + 20'000);
+  aggregator_.CloseDueWindows();
+  ASSERT_EQ(aggregator_.ExpireIdleSeries(), 2u);
+  // Its next samples and drop report re-create it, in this batch and the
+  // ones after (which must find the new series, not the gone one).
+  for (uint64_t seq = 2; seq <= 4; ++seq) {
+    v1::IngestBatch more;
+    more.set_sequence(seq);
+    AddSamples(more, 1, (kT0 + 20'000) * 1000, {2, 3});
+    v1::DropReport* drops = more.add_drops();
+    drops->set_stat_id(1);
+    drops->set_dropped(5);
+    EXPECT_THAT(Apply(more).errors(), IsEmpty()) << seq;
+  }
+  const SeriesSnapshot s = Series("comes.back");
+  EXPECT_EQ(s.counters.accepted, 6u);  // 2 per batch, after the re-definition
+  EXPECT_EQ(s.counters.client_dropped, 15u);
+  Selector stays;
+  stays.name = "stays";
+  EXPECT_THAT(aggregator_.ListSeries(stays), IsEmpty());
+}
+
 }  // namespace
 }  // namespace torchmon::server
