@@ -234,7 +234,7 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
   }
   if (!status.ok()) {
     RecordLocalError(
-        absl::StrCat("INVALID_ARGUMENT: stat \"", name,
+        absl::StrCat("INVALID_ARGUMENT: stat \"", protocol::Quote(name),
                      "\" is invalid and its samples will be dropped: ", status.message()));
   }
   return state;

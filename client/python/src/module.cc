@@ -689,6 +689,9 @@ PyObject* StatAdd(PyObject* self, PyObject* arg) {
 }
 
 PyObject* StatReportOpenWindow(PyObject* self, PyObject*) {
+  // The package's __del__ calls this, also on an object whose tp_new failed
+  // after allocating it (no LocalStat then).
+  if (reinterpret_cast<StatObject*>(self)->stat == nullptr) Py_RETURN_NONE;
   if (StatOf(self).CloseOpenWindow()) ReportWindow(self);
   Py_RETURN_NONE;
 }

@@ -178,6 +178,16 @@ TEST_F(InvalidStatTest, EmptyNameIsRecordedAsAnError) {
               AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("stat name is empty")));
 }
 
+TEST_F(InvalidStatTest, AnOverlongNameIsQuotedShortInItsError) {
+  Client client(Options());
+  const std::string name(100000, 'x');
+  Stat stat(client, name, {Aggregation::MEAN}, std::chrono::seconds(1));
+  const std::string error = OnlyError(client, stat);
+  EXPECT_THAT(error, AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("100000 bytes long")));
+  // The name shortened in the message, not 100 KB on stderr.
+  EXPECT_LT(error.size(), 400u) << error.substr(0, 200);
+}
+
 TEST_F(InvalidStatTest, WindowBelowTheMinimumIsRecordedAsAnError) {
   Client client(Options());
   Stat stat(client, "fast", {Aggregation::MEAN}, std::chrono::milliseconds(1));
