@@ -199,20 +199,23 @@ class Aggregator {
                absl::InlinedVector<double, 16>& out);
   };
   struct Series {
-    // Immutable once created, so ClosedWindow::series may read it without
-    // the lock (it points here, sharing ownership of the whole Series).
-    SeriesKey key;
+    // What adding a block reads and writes comes first, in 168 bytes (3-4
+    // cache lines; spread around the key and the history it touched 4-5):
+    // with 100k series every block's series is cold.
     StatSpec spec;
-    SeriesCounters counters;
-    int64_t last_update_ms;
     // Windows at or below this index are closed: their samples are late.
     int64_t last_closed_index;
+    int64_t last_update_ms;
+    std::unique_ptr<SeriesQuantiles> quantiles;  // null without quantiles
+    SeriesCounters counters;
     // Usually one, more when samples straddle a boundary within the grace.
     // Inline: allocating one per window would churn the heap (measured: an
     // idle series' RSS grows by a third from the fragmentation).
     absl::InlinedVector<OpenWindow, 1> open;  // sorted by index
+    // Immutable once created, so ClosedWindow::series may read it without
+    // the lock (it points here, sharing ownership of the whole Series).
+    SeriesKey key;
     WindowHistory history;
-    std::unique_ptr<SeriesQuantiles> quantiles;  // null without quantiles
   };
   // The series table: a series lives in a slot; its id is the slot index
   // plus the slot's generation, which changes when the series is removed,
