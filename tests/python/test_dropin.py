@@ -6,6 +6,7 @@ import sys
 import time
 import weakref
 
+import pytest
 import torch.monitor
 import torchmon
 
@@ -71,6 +72,30 @@ def test_a_stat_is_weakly_referable_and_collected_like_torch_monitors(daemon):
         assert ref() is stat
         del stat
         assert ref() is None, monitor.__name__
+
+
+def test_a_subclass_of_stat_initializes_it_through_super_init(daemon):
+    client = torchmon.Client(target=daemon.target)
+
+    class Tagged(torchmon.Stat):
+        def __init__(self, name, tag):
+            super().__init__(name, [torchmon.SUM], datetime.timedelta(seconds=1), client=client)
+            self.tag = tag
+
+    stat = Tagged("sub.stat", "x")
+    stat.add(2.0)
+    assert (stat.name, stat.tag, stat.added) == ("sub.stat", "x", 1)
+
+    class Forgetful(torchmon.Stat):
+        def __init__(self):
+            pass
+
+    forgot = Forgetful()
+    with pytest.raises(RuntimeError, match="super\\(\\).__init__"):
+        forgot.add(1.0)
+    with pytest.raises(RuntimeError, match="not initialized"):
+        forgot.name
+    del forgot  # its __del__ has no window to report and must not fail
 
 
 def test_stat_window_events_reach_handlers_like_torch_monitor(daemon):

@@ -609,7 +609,21 @@ bool ParseAggregations(PyObject* sequence, std::vector<Aggregation>* six,
 // Stat(client, name, aggregations, window_us, max_samples, labels=None,
 //      on_window=None). `on_window(data)` is called with torch.monitor.Stat's
 // event data ({"<name>.<agg>": value}) each time a local window completes.
-PyObject* StatNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+// Two steps, as a Python class's are: tp_new makes an empty object and
+// tp_init gives it its stat, so that the package's Stat (and a user's
+// subclass of it) does its work in __init__.
+PyObject* StatNew(PyTypeObject* type, PyObject*, PyObject*) {
+  PyObject* self = PyType_GenericAlloc(type, 0);
+  if (self == nullptr) return nullptr;
+  auto* obj = reinterpret_cast<StatObject*>(self);
+  obj->stat = nullptr;
+  obj->live_prev = obj->live_next = nullptr;
+  Py_INCREF(Py_None);
+  obj->on_window = Py_None;
+  return self;
+}
+
+int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"client", "name", "aggregations", "window_us", "max_samples",
                                    "labels", "on_window", nullptr};
   PyObject *client = nullptr, *name = nullptr, *aggregations = nullptr, *labels = Py_None,
@@ -618,11 +632,16 @@ PyObject* StatNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!UOLL|OO", const_cast<char**>(keywords),
                                    client_type, &client, &name, &aggregations, &window_us,
                                    &max_samples, &labels, &on_window)) {
-    return nullptr;
+    return -1;
+  }
+  auto* obj = reinterpret_cast<StatObject*>(self);
+  if (obj->stat != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "this Stat is already initialized");
+    return -1;
   }
   if (on_window != Py_None && !PyCallable_Check(on_window)) {
     PyErr_SetString(PyExc_TypeError, "on_window must be callable or None");
-    return nullptr;
+    return -1;
   }
   std::string name_string;
   std::vector<Aggregation> six;
@@ -630,24 +649,31 @@ PyObject* StatNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   Labels label_list;
   if (!ToString(name, "name", &name_string) || !ParseAggregations(aggregations, &six, &quantiles) ||
       !ToLabels(labels, &label_list)) {
-    return nullptr;
+    return -1;
   }
-  Ref self(PyType_GenericAlloc(type, 0));
-  if (!self) return nullptr;
-  auto* obj = reinterpret_cast<StatObject*>(self.get());
-  obj->stat = nullptr;
-  obj->live_prev = obj->live_next = nullptr;
-  Py_INCREF(on_window);
-  obj->on_window = on_window;
   const ClientPtr& client_ptr = *reinterpret_cast<ClientObject*>(client)->client;
   if (!Guarded([&] {
         obj->stat = new LocalStat(client_ptr, std::move(name_string), std::move(six), quantiles,
                                   window_us, max_samples, std::move(label_list));
       })) {
-    return nullptr;
+    return -1;
   }
+  PyObject* previous = obj->on_window;
+  Py_INCREF(on_window);
+  obj->on_window = on_window;
+  Py_XDECREF(previous);
   LinkLive(obj);
-  return self.release();
+  return 0;
+}
+
+// Set when a method is called on a Stat whose __init__ did not run (a
+// subclass that never called it): a clear error, not a crash.
+bool Initialized(PyObject* self) {
+  if (reinterpret_cast<StatObject*>(self)->stat != nullptr) return true;
+  PyErr_SetString(PyExc_RuntimeError,
+                  "this Stat was not initialized: a subclass's __init__ must call "
+                  "super().__init__(name, aggregations, window_size, ...)");
+  return false;
 }
 
 void StatDealloc(PyObject* self) {
@@ -684,13 +710,14 @@ PyObject* StatAdd(PyObject* self, PyObject* arg) {
   // Floats, ints and anything with __float__ or __index__ (a 0-d tensor).
   const double v = PyFloat_AsDouble(arg);
   if (v == -1.0 && PyErr_Occurred()) return nullptr;
+  if (!Initialized(self)) return nullptr;
   if (StatOf(self).Add(v)) ReportWindow(self);
   Py_RETURN_NONE;
 }
 
 PyObject* StatReportOpenWindow(PyObject* self, PyObject*) {
-  // The package's __del__ calls this, also on an object whose tp_new failed
-  // after allocating it (no LocalStat then).
+  // The package's __del__ calls this, also on an object whose __init__
+  // failed or never ran (no LocalStat then): nothing to report.
   if (reinterpret_cast<StatObject*>(self)->stat == nullptr) Py_RETURN_NONE;
   if (StatOf(self).CloseOpenWindow()) ReportWindow(self);
   Py_RETURN_NONE;
@@ -714,6 +741,7 @@ PyObject* ReportOpenWindows(PyObject*, PyObject*) {
 
 // get() -> {int: float}: the package maps the keys to its Aggregation.
 PyObject* StatGet(PyObject* self, PyObject*) {
+  if (!Initialized(self)) return nullptr;
   const LocalStat& stat = StatOf(self);
   const LocalWindow& window = stat.LastCompleted();
   Ref d(PyDict_New());
@@ -726,12 +754,20 @@ PyObject* StatGet(PyObject* self, PyObject*) {
   return d.release();
 }
 
-PyObject* StatGetCount(PyObject* self, void*) { return PyLong_FromLongLong(StatOf(self).Count()); }
-PyObject* StatGetName(PyObject* self, void*) { return FromString(StatOf(self).stat().name()); }
+PyObject* StatGetCount(PyObject* self, void*) {
+  if (!Initialized(self)) return nullptr;
+  return PyLong_FromLongLong(StatOf(self).Count());
+}
+PyObject* StatGetName(PyObject* self, void*) {
+  if (!Initialized(self)) return nullptr;
+  return FromString(StatOf(self).stat().name());
+}
 PyObject* StatGetAdded(PyObject* self, void*) {
+  if (!Initialized(self)) return nullptr;
   return PyLong_FromUnsignedLongLong(StatOf(self).stat().added());
 }
 PyObject* StatGetDropped(PyObject* self, void*) {
+  if (!Initialized(self)) return nullptr;
   return PyLong_FromUnsignedLongLong(StatOf(self).stat().dropped());
 }
 
@@ -752,6 +788,7 @@ PyGetSetDef stat_getset[] = {
 
 PyType_Slot stat_slots[] = {
     {Py_tp_new, reinterpret_cast<void*>(StatNew)},
+    {Py_tp_init, reinterpret_cast<void*>(StatInit)},
     {Py_tp_dealloc, reinterpret_cast<void*>(StatDealloc)},
     {Py_tp_methods, stat_methods},
     {Py_tp_getset, stat_getset},

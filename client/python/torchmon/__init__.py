@@ -308,13 +308,13 @@ class Stat(_torchmon.Stat):
     # torch.monitor's Stat is.
     __slots__ = ("__weakref__",)
 
-    def __new__(cls, name: str, aggregations: Sequence[Union[Aggregation, str]],
-                window_size: _dt.timedelta, max_samples: int = sys.maxsize, *,
-                labels: Optional[Mapping[str, str]] = None,
-                client: Optional[Client] = None) -> "Stat":
+    def __init__(self, name: str, aggregations: Sequence[Union[Aggregation, str]],
+                 window_size: _dt.timedelta, max_samples: int = sys.maxsize, *,
+                 labels: Optional[Mapping[str, str]] = None,
+                 client: Optional[Client] = None) -> None:
         client = client if client is not None else default_client()
-        return super().__new__(
-            cls, client._native, name, list(aggregations), _window_us(window_size), max_samples,
+        super().__init__(
+            client._native, name, list(aggregations), _window_us(window_size), max_samples,
             dict(labels) if labels is not None else None, _stat_window_completed)
 
     def get(self) -> Dict[Aggregation, float]:
