@@ -61,12 +61,12 @@ struct ClientBuffers {
 struct StatState {
   StatState(const v1::StatDefinition& def, bool is_valid,
             std::shared_ptr<ClientBuffers> shared_buffers)
-      : id(def.id()),
-        name(def.name()),
-        definition_bytes(def.SerializeAsString()),
+      : buffers(std::move(shared_buffers)),
+        accepting(is_valid),
         valid(is_valid),
-        buffers(std::move(shared_buffers)),
-        accepting(is_valid) {}
+        id(def.id()),
+        name(def.name()),
+        definition_bytes(def.SerializeAsString()) {}
   ~StatState() { buffer.ReleaseAll(buffers->pool); }
   StatState(const StatState&) = delete;
   StatState& operator=(const StatState&) = delete;
@@ -133,46 +133,52 @@ struct StatState {
                drops_acked.load(std::memory_order_relaxed);
   }
 
-  // The definition's id and name, and the whole of it (id, name, labels,
-  // spec) serialized: a third of the parsed message's footprint with its
-  // strings and submessages, and read only when the stat is defined on a
-  // stream (CopyDefinition).
-  const uint32_t id;
-  const std::string name;
-  const std::string definition_bytes;
-  // False if the definition failed local validation: nothing is ever sent.
-  const bool valid;
+  // In the order they are touched, so that an add reads two cache lines of
+  // this and a sender's look at a stat three (with tens of thousands of
+  // stats, each is cold): what add() reads, the buffer, what the sender's
+  // look reads, then the rest.
   const std::shared_ptr<ClientBuffers> buffers;
-  StatBuffer buffer;
-
   // False for invalid stats and once the client has stopped: add() then
   // counts the sample as dropped without touching the buffer.
   std::atomic<bool> accepting;
-  // Set by ~Stat; the registry lets go once nothing is pending.
-  std::atomic<bool> closed{false};
-  // Samples add() could not buffer (no room, invalid, client stopped).
-  std::atomic<uint64_t> rejected{0};
   // On the sender's list (see above); set by Wake, cleared by the sender.
   std::atomic<bool> listed{false};
-  // Link in ClientBuffers' ready stack.
-  StatState* ready_next = nullptr;
+  // Set by ~Stat; the registry lets go once nothing is pending.
+  std::atomic<bool> closed{false};
+  // False if the definition failed local validation: nothing is ever sent.
+  const bool valid;
+  // The definition's id (below: its name, and the whole of it serialized).
+  const uint32_t id;
+  StatBuffer buffer;
+  // Samples add() could not buffer (no room, invalid, client stopped).
+  std::atomic<uint64_t> rejected{0};
 
   // Written only under the client's mutex (by its sender and ack threads);
   // atomics so that Stat's getters may read them without it.
-  std::atomic<uint64_t> delivered{0};      // samples in acknowledged batches
   std::atomic<uint64_t> abandoned{0};      // samples unacknowledged when the client stopped
   std::atomic<uint64_t> drops_written{0};  // drop counts put in DropReports
-  std::atomic<uint64_t> drops_acked{0};    // ... of which a daemon acknowledged
+
+  // Sender thread only: when its count of accepted samples last moved, and
+  // the stream generation this stat was last defined on.
+  uint64_t pushed_seen = 0;
+  std::chrono::steady_clock::time_point active_at{};
+  uint64_t defined_on_stream = 0;
+
+  // Link in ClientBuffers' ready stack.
+  StatState* ready_next = nullptr;
+  std::atomic<uint64_t> delivered{0};    // samples in acknowledged batches
+  std::atomic<uint64_t> drops_acked{0};  // drop counts a daemon acknowledged
   // The same two counts, for the daemon process the client talks to now.
   std::atomic<uint64_t> delivered_current{0};
   std::atomic<uint64_t> drops_acked_current{0};
-  std::atomic<bool> ever_defined{false};   // definition written on some stream
+  std::atomic<bool> ever_defined{false};  // definition written on some stream
 
-  // Sender thread only: the stream generation this stat was last defined
-  // on, and when its count of accepted samples last moved.
-  uint64_t defined_on_stream = 0;
-  uint64_t pushed_seen = 0;
-  std::chrono::steady_clock::time_point active_at{};
+  // The name, and the whole definition (id, name, labels, spec)
+  // serialized: a third of the parsed message's footprint with its strings
+  // and submessages, read only when the stat is defined on a stream
+  // (CopyDefinition).
+  const std::string name;
+  const std::string definition_bytes;
 };
 
 inline void ClientBuffers::PushReady(StatState* stat) noexcept {

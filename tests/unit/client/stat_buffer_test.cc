@@ -57,7 +57,7 @@ TEST(StatBufferTest, AStatNeverAddedToHoldsNoMemory) {
   // with its definition and StatState around it; a Python Stat adds its
   // local window and objects to that).
   EXPECT_LE(sizeof(StatBuffer), 96u);
-  EXPECT_LE(sizeof(StatState), 320u);
+  EXPECT_LE(sizeof(StatState), 288u);
 }
 
 TEST(StatBufferTest, DrainsInTheOrderPushedAcrossGrowingChunks) {
