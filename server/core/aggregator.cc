@@ -99,29 +99,13 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   return id;
 }
 
-namespace {
-
-absl::Status RunSizeMismatch(size_t values, size_t timestamps) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("got ", values, " values but ", timestamps, " timestamps"));
-}
-
-}  // namespace
-
 absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const double> values,
                                                  absl::Span<const int64_t> timestamps_us) {
-  if (values.size() != timestamps_us.size()) {
-    return RunSizeMismatch(values.size(), timestamps_us.size());
-  }
   const int64_t now = clock_.NowMs();
-  // floor(ts_us / 1000) > now + skew  ⟺  ts_us ≥ (now + skew + 1) · 1000.
-  const int64_t skew_limit_us = (now + options_.max_future_skew_ms + 1) * 1000;
   writers_waiting_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
-  Series* found = FindLocked(id);
-  if (found == nullptr) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
-  return AddLocked(*found, id, values, timestamps_us, now, skew_limit_us);
+  return AddRunLocked(SampleRun{id, values, timestamps_us}, now);
 }
 
 void Aggregator::AddSampleRuns(absl::Span<const SampleRun> runs,
@@ -129,29 +113,26 @@ void Aggregator::AddSampleRuns(absl::Span<const SampleRun> runs,
   for (size_t begin = 0; begin < runs.size(); begin += kRunsPerLock) {
     const size_t end = std::min(runs.size(), begin + kRunsPerLock);
     const int64_t now = clock_.NowMs();
-    const int64_t skew_limit_us = (now + options_.max_future_skew_ms + 1) * 1000;
     writers_waiting_.fetch_add(1, std::memory_order_relaxed);
     absl::MutexLock lock(&mu_);
     writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
-    for (size_t i = begin; i < end; ++i) {
-      const SampleRun& run = runs[i];
-      if (run.values.size() != run.timestamps_us.size()) {
-        results[i] = RunSizeMismatch(run.values.size(), run.timestamps_us.size());
-        continue;
-      }
-      Series* found = FindLocked(run.id);
-      if (found == nullptr) {
-        results[i] = absl::NotFoundError(absl::StrCat("series ", run.id, " expired"));
-        continue;
-      }
-      results[i] = AddLocked(*found, run.id, run.values, run.timestamps_us, now, skew_limit_us);
-    }
+    for (size_t i = begin; i < end; ++i) results[i] = AddRunLocked(runs[i], now);
   }
 }
 
-AddResult Aggregator::AddLocked(Series& s, SeriesId id, absl::Span<const double> values,
-                                absl::Span<const int64_t> timestamps_us, int64_t now,
-                                int64_t skew_limit_us) {
+absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t now) {
+  const absl::Span<const double> values = run.values;
+  const absl::Span<const int64_t> timestamps_us = run.timestamps_us;
+  if (values.size() != timestamps_us.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", values.size(), " values but ",
+                                                   timestamps_us.size(), " timestamps"));
+  }
+  Series* found = FindLocked(run.id);
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("series ", run.id, " expired"));
+  Series& s = *found;
+  const SeriesId id = run.id;
+  // floor(ts_us / 1000) > now + skew  ⟺  ts_us ≥ (now + skew + 1) · 1000.
+  const int64_t skew_limit_us = (now + options_.max_future_skew_ms + 1) * 1000;
   AddResult result;
   const int64_t w = s.spec.window_ms;
   // Samples of a block almost always share a window: while they fall in

@@ -230,10 +230,9 @@ class Aggregator {
     return (index + 1) * s.spec.window_ms + options_.grace_ms;
   }
   Series* FindLocked(SeriesId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AddSamples' work on a series found under the lock.
-  AddResult AddLocked(Series& s, SeriesId id, absl::Span<const double> values,
-                      absl::Span<const int64_t> timestamps_us, int64_t now,
-                      int64_t skew_limit_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What AddSamples does for `run`, under the lock, the clock read as `now`.
+  absl::StatusOr<AddResult> AddRunLocked(const SampleRun& run, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees slot `slot` (which must hold a series) and forgets its key.
   void RemoveLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stored copy of `labels`, shared by every series with these labels.
