@@ -53,6 +53,20 @@ v1::IngestBatch SampleBatch() {
   return batch;
 }
 
+// After a run of `state.iterations()` batches of `per_batch` samples each:
+// reports them as processed, or the run as failed unless the daemon took
+// every one.
+void CountEverySampleAccepted(benchmark::State& state, const Aggregator& aggregator,
+                              const v1::IngestAck& last_ack, int per_batch) {
+  uint64_t accepted = 0;
+  for (const SeriesSnapshot& s : aggregator.ListSeries(Selector{})) accepted += s.counters.accepted;
+  const uint64_t expected = state.iterations() * static_cast<uint64_t>(per_batch);
+  if (last_ack.errors_size() != 0 || accepted != expected) {
+    state.SkipWithError("accounting mismatch: not every sample was accepted");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(expected));
+}
+
 // IngestSession::Apply of a parsed batch, per sample.
 void BM_IngestApply(benchmark::State& state) {
   ManualClock clock(kNowMs);
@@ -69,13 +83,7 @@ void BM_IngestApply(benchmark::State& state) {
     session.Apply(batch, &ack);
     benchmark::DoNotOptimize(ack);
   }
-  uint64_t accepted = 0;
-  for (const SeriesSnapshot& s : aggregator.ListSeries(Selector{})) accepted += s.counters.accepted;
-  const uint64_t expected = state.iterations() * uint64_t{kBlockSamples};
-  if (ack.errors_size() != 0 || accepted != expected) {
-    state.SkipWithError("accounting mismatch: not every sample was accepted");
-  }
-  state.SetItemsProcessed(static_cast<int64_t>(expected));
+  CountEverySampleAccepted(state, aggregator, ack, kBlockSamples);
 }
 BENCHMARK(BM_IngestApply)->MinTime(0.2);
 
@@ -144,13 +152,7 @@ void BM_IngestApplyManySeries(benchmark::State& state) {
     b = (b + 1) % batches.size();
     benchmark::DoNotOptimize(ack);
   }
-  uint64_t accepted = 0;
-  for (const SeriesSnapshot& s : aggregator.ListSeries(Selector{})) accepted += s.counters.accepted;
-  const uint64_t expected = state.iterations() * uint64_t{kManyBlocks};
-  if (ack.errors_size() != 0 || accepted != expected) {
-    state.SkipWithError("accounting mismatch: not every sample was accepted");
-  }
-  state.SetItemsProcessed(static_cast<int64_t>(expected));
+  CountEverySampleAccepted(state, aggregator, ack, kManyBlocks);
 }
 BENCHMARK(BM_IngestApplyManySeries)->Arg(1000)->Arg(100'000)->MinTime(0.5);
 
