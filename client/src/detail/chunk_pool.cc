@@ -1,6 +1,7 @@
 #include "detail/chunk_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <new>
@@ -138,7 +139,8 @@ uint32_t ChunkPool::Take(uint32_t size_class, bool growing) noexcept {
 
 void ChunkPool::PopulateAhead() noexcept {
   if (arena_ == nullptr || !populate_works_.load(std::memory_order_relaxed)) return;
-  const size_t page = 4096;
+  // madvise wants page-aligned ranges; pages are 16 or 64 KiB on some arm64 kernels.
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t done = populated_.load(std::memory_order_relaxed);
   const size_t carved = carved_.load(std::memory_order_relaxed);
   // Nothing before the first chunk: a client that adds nothing stays small.
