@@ -252,24 +252,48 @@ absl::Status IngestSession::Redefine(uint32_t stat_id, Binding& b) {
   return absl::OkStatus();
 }
 
+SeriesId IngestSession::SeriesFor(uint32_t stat_id, uint64_t samples, uint64_t sequence,
+                                  v1::IngestAck* ack) {
+  if (const SeriesId id = bindings_.UsableId(stat_id); id != 0) return id;
+  // Unknown, refused, or kept in the map: Bound reports the first two.
+  const Binding* b = Bound(stat_id, samples, sequence, ack);
+  return b == nullptr ? 0 : b->id;
+}
+
+namespace {
+
+// Decodes n timestamps (base plus running deltas; none: all at base) into
+// out. Unsigned arithmetic: hostile deltas may overflow, which must wrap,
+// not be undefined behaviour; such samples end up skewed or late.
+void DecodeTimes(int64_t base, const google::protobuf::RepeatedField<int64_t>& deltas, uint64_t n,
+                 int64_t* out) {
+  uint64_t t = static_cast<uint64_t>(base);
+  if (deltas.empty()) {
+    std::fill(out, out + n, static_cast<int64_t>(t));
+    return;
+  }
+  const int64_t* d = deltas.data();
+  for (uint64_t i = 0; i < n; ++i) {
+    t += static_cast<uint64_t>(d[i]);
+    out[i] = static_cast<int64_t>(t);
+  }
+}
+
+}  // namespace
+
 void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
                               v1::IngestAck* ack) {
   // Checked and decoded first, then handed to the aggregator together (one
-  // clock read and lock per chunk of blocks instead of per block), then
-  // accounted: a block refused here or there is reported as before.
+  // clock read and lock per chunk of runs instead of per block), then
+  // accounted: a run refused here or there is reported as before.
   pending_.clear();
   runs_.clear();
   timestamps_.clear();
   for (const v1::SampleBlock& block : batch.samples()) {
     const uint64_t n = static_cast<uint64_t>(block.values_size());
     stats_.samples_received.fetch_add(n, std::memory_order_relaxed);
-    SeriesId id = bindings_.UsableId(block.stat_id());
-    if (id == 0) {
-      // Unknown, refused, or kept in the map: Bound reports the first two.
-      const Binding* b = Bound(block.stat_id(), n, sequence, ack);
-      if (b == nullptr) continue;
-      id = b->id;
-    }
+    const SeriesId id = SeriesFor(block.stat_id(), n, sequence, ack);
+    if (id == 0) continue;
     if (block.time_deltas_us_size() != 0 &&
         static_cast<uint64_t>(block.time_deltas_us_size()) != n) {
       Report(ack, sequence, block.stat_id(), absl::StatusCode::kInvalidArgument,
@@ -280,24 +304,13 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
       stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
       continue;
     }
-    pending_.push_back({&block, timestamps_.size()});
-    runs_.push_back({id, block.values(), {}});
-    // Unsigned arithmetic: hostile deltas may overflow, which must wrap, not
-    // be undefined behaviour; such samples end up skewed or late.
     const size_t first = timestamps_.size();
+    pending_.push_back({block.stat_id(), first});
+    runs_.push_back({id, block.values(), {}});
     timestamps_.resize(first + n);
-    int64_t* out = timestamps_.data() + first;
-    uint64_t t = static_cast<uint64_t>(block.base_time_us());
-    if (block.time_deltas_us_size() == 0) {
-      std::fill(out, out + n, static_cast<int64_t>(t));
-    } else {
-      const int64_t* deltas = block.time_deltas_us().data();
-      for (uint64_t i = 0; i < n; ++i) {
-        t += static_cast<uint64_t>(deltas[i]);
-        out[i] = static_cast<int64_t>(t);
-      }
-    }
+    DecodeTimes(block.base_time_us(), block.time_deltas_us(), n, timestamps_.data() + first);
   }
+  if (batch.has_columns()) QueueColumns(batch.columns(), sequence, ack);
   // Spans only now: timestamps_ no longer moves.
   for (size_t i = 0; i < runs_.size(); ++i) {
     runs_[i].timestamps_us =
@@ -306,14 +319,14 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
   results_.resize(runs_.size());
   aggregator_.AddSampleRuns(runs_, absl::MakeSpan(results_));
   for (size_t i = 0; i < pending_.size(); ++i) {
-    const v1::SampleBlock& block = *pending_[i].block;
-    const uint64_t n = static_cast<uint64_t>(block.values_size());
+    const uint32_t stat_id = pending_[i].stat_id;
+    const uint64_t n = runs_[i].values.size();
     absl::StatusOr<AddResult>& result = results_[i];
     if (absl::IsNotFound(result.status())) {
       // The series expired since this stream defined it: define it again.
-      Binding& b = *bindings_.Find(block.stat_id());
-      if (absl::Status s = Redefine(block.stat_id(), b); !s.ok()) {
-        Report(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(s.code()),
+      Binding& b = *bindings_.Find(stat_id);
+      if (absl::Status s = Redefine(stat_id, b); !s.ok()) {
+        Report(ack, sequence, stat_id, static_cast<absl::StatusCode>(s.code()),
                std::string(s.message()), n);
         stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
         continue;
@@ -321,10 +334,46 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
       result = aggregator_.AddSamples(b.id, runs_[i].values, runs_[i].timestamps_us);
     }
     if (!result.ok()) {
-      Report(ack, sequence, block.stat_id(), static_cast<absl::StatusCode>(result.status().code()),
+      Report(ack, sequence, stat_id, static_cast<absl::StatusCode>(result.status().code()),
              std::string(result.status().message()), n);
       stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
     }
+  }
+}
+
+void IngestSession::QueueColumns(const v1::SampleColumns& columns, uint64_t sequence,
+                                 v1::IngestAck* ack) {
+  const uint64_t n = static_cast<uint64_t>(columns.values_size());
+  const uint64_t ids = static_cast<uint64_t>(columns.stat_ids_size());
+  const uint64_t deltas = static_cast<uint64_t>(columns.time_deltas_us_size());
+  // Every entry is a sample received, whichever array is short.
+  const uint64_t received = std::max(n, ids);
+  stats_.samples_received.fetch_add(received, std::memory_order_relaxed);
+  if (ids != n || (deltas != 0 && deltas != n)) {
+    Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("columns: stat_ids has ", ids, " entries, values ", n,
+                        " and time_deltas_us ", deltas,
+                        " (stat_ids and values must be equal, time_deltas_us equal or empty); "
+                        "columns refused"),
+           received);
+    stats_.samples_refused.fetch_add(received, std::memory_order_relaxed);
+    return;
+  }
+  const size_t first = timestamps_.size();
+  timestamps_.resize(first + n);
+  DecodeTimes(columns.base_time_us(), columns.time_deltas_us(), n, timestamps_.data() + first);
+  const uint32_t* stat_ids = columns.stat_ids().data();
+  const double* values = columns.values().data();
+  for (uint64_t i = 0; i < n;) {
+    const uint32_t stat_id = stat_ids[i];
+    uint64_t end = i + 1;
+    while (end < n && stat_ids[end] == stat_id) ++end;
+    const uint64_t len = end - i;
+    if (const SeriesId id = SeriesFor(stat_id, len, sequence, ack); id != 0) {
+      pending_.push_back({stat_id, first + i});
+      runs_.push_back({id, absl::MakeConstSpan(values + i, len), {}});
+    }
+    i = end;
   }
 }
 

@@ -96,7 +96,13 @@ class IngestSession {
               std::string message, uint64_t samples_refused);
   void Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack);
   // The batch's sample blocks, in order.
+  // The batch's samples: its SampleBlocks, then its SampleColumns.
   void AddBlocks(const v1::IngestBatch& batch, uint64_t sequence, v1::IngestAck* ack);
+  // AddBlocks' part for the columns: checks them, decodes their timestamps
+  // and queues a run per stretch of consecutive entries of one stat.
+  void QueueColumns(const v1::SampleColumns& columns, uint64_t sequence, v1::IngestAck* ack);
+  // The series to add `samples` samples of `stat_id` to, or 0 (reported).
+  SeriesId SeriesFor(uint32_t stat_id, uint64_t samples, uint64_t sequence, v1::IngestAck* ack);
   void AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack);
   void AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack);
   // Looks up `stat_id`, reporting unknown or refused ids against `samples`.
@@ -127,14 +133,15 @@ class IngestSession {
   std::string client_name_;
   BindingTable bindings_;
   // AddBlocks' buffers, reused from batch to batch: the decoded
-  // timestamps of every block, the blocks that reached the aggregator, and
-  // what it made of each.
+  // timestamps of every block and of the columns, the runs (a block, or
+  // consecutive column entries of one stat) that reached the aggregator,
+  // and what it made of each.
   std::vector<int64_t> timestamps_;
-  struct PendingBlock {
-    const v1::SampleBlock* block;
+  struct PendingRun {
+    uint32_t stat_id;
     size_t first;  // its first timestamp in timestamps_
   };
-  std::vector<PendingBlock> pending_;
+  std::vector<PendingRun> pending_;
   std::vector<Aggregator::SampleRun> runs_;
   std::vector<absl::StatusOr<AddResult>> results_;
 };

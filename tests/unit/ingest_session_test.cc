@@ -446,6 +446,76 @@ TEST_F(IngestSessionTest, ThousandsOfStatIdsInAnyOrderEachReachTheirOwnSeries) {
   }
 }
 
+// --- SampleColumns ----------------------------------------------------------
+
+void AddColumns(v1::IngestBatch& batch, int64_t base_time_us, std::vector<uint32_t> ids,
+                std::vector<double> values, std::vector<int64_t> deltas_us = {}) {
+  v1::SampleColumns* c = batch.mutable_columns();
+  c->set_base_time_us(base_time_us);
+  for (uint32_t id : ids) c->add_stat_ids(id);
+  for (double v : values) c->add_values(v);
+  for (int64_t d : deltas_us) c->add_time_deltas_us(d);
+}
+
+TEST_F(IngestSessionTest, ColumnsReachEachStatsSeriesInOrderAfterTheBlocks) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  AddDefinition(batch, 1, "a", {v1::SUM, v1::COUNT, v1::VALUE});
+  AddDefinition(batch, 2, "b", {v1::SUM, v1::COUNT, v1::VALUE});
+  AddSamples(batch, 1, kT0 * 1000, {100});
+  // a: 1, 2 (at +0, +1 ms); b: 10 (+2 ms); a: 3 (+1.1 s: next window);
+  // b: 20, 30 (+1.1 s, then back to +1 ms).
+  AddColumns(batch, kT0 * 1000, {1, 1, 2, 1, 2, 2}, {1, 2, 10, 3, 20, 30},
+             {0, 1000, 1000, 1'098'000, 0, -1'099'000});
+  EXPECT_THAT(ApplyFromWire(batch).errors(), IsEmpty());
+  EXPECT_EQ(stats_.samples_received.load(), 7u);
+  const auto windows = CloseEverythingDue(kT0 + 2000 + kGrace);
+  ASSERT_THAT(windows, SizeIs(4));
+  for (const ClosedWindow& w : windows) {
+    const std::string name = w.series->stat;
+    if (name == "a" && w.start_ms == kT0) {
+      EXPECT_EQ(w.stats.Get(Aggregation::kSum), 103);
+      EXPECT_EQ(w.stats.Get(Aggregation::kCount), 3);
+      EXPECT_EQ(w.stats.Get(Aggregation::kValue), 2);  // the block came first
+    } else if (name == "a") {
+      EXPECT_EQ(w.stats.Get(Aggregation::kSum), 3);
+    } else if (name == "b" && w.start_ms == kT0) {
+      EXPECT_EQ(w.stats.Get(Aggregation::kSum), 40);
+      EXPECT_EQ(w.stats.Get(Aggregation::kValue), 30);
+    } else {
+      EXPECT_EQ(w.stats.Get(Aggregation::kSum), 20);
+    }
+  }
+}
+
+TEST_F(IngestSessionTest, ColumnsOfUnequalLengthAreRefusedWholeNamingTheArrays) {
+  v1::IngestBatch batch;
+  batch.set_sequence(5);
+  AddDefinition(batch, 1, "a", {v1::COUNT});
+  AddSamples(batch, 1, kT0 * 1000, {1});
+  AddColumns(batch, kT0 * 1000, {1, 1, 1}, {1, 2});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("stat_ids has 3 entries, values 2"));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 3u);
+  EXPECT_EQ(stats_.samples_refused.load(), 3u);
+  EXPECT_EQ(Series("a").counters.accepted, 1u);  // the block still counts
+}
+
+TEST_F(IngestSessionTest, ColumnEntriesOfAnUnknownStatAreRefusedAndTheOthersApplied) {
+  v1::IngestBatch batch;
+  batch.set_sequence(6);
+  AddDefinition(batch, 1, "a", {v1::COUNT});
+  AddColumns(batch, kT0 * 1000, {1, 9, 9, 1}, {1, 2, 3, 4});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kNotFound));
+  EXPECT_EQ(ack.errors(0).stat_id(), 9u);
+  EXPECT_EQ(ack.errors(0).samples_refused(), 2u);
+  EXPECT_EQ(Series("a").counters.accepted, 2u);
+}
+
 // --- re-sent batches, limits ---
 
 // A client's second stream: sequence-0 opening with the definitions, then
