@@ -40,15 +40,11 @@ constexpr milliseconds kHalfCloseGrace{250};
 // A cycle that found a producer mid-push retries this soon; the producer
 // finishes in nanoseconds unless it was preempted.
 constexpr milliseconds kIncompleteRetry{1};
-// At most this many listed stats are looked at between two batches (round
-// robin): a process with a huge number of busy stats does not pay for all of
-// them every SendPacer::kLookInterval.
-constexpr size_t kMaxStatsPerLook = 4096;
-// A listed stat that has added nothing for this long, and has been drained,
-// gives its chunk back and leaves the sender's list. Long enough that a stat
-// added to every few hundred ms keeps its chunk (a chunk change costs two
-// CAS and a cache miss or two), short enough that a burst's memory returns
-// to the budget soon after.
+// A log that has taken nothing for this long, and has been drained, gives
+// its chunk back. Long enough that a thread adding every few hundred ms
+// keeps its chunk (a chunk change costs two CAS and a cache miss or two),
+// short enough that a burst's memory, or an exited thread's, returns to the
+// budget soon after.
 constexpr milliseconds kIdleRelease{1000};
 // While closed stats wait for acknowledgements, the registry is scanned for
 // them at most this often.
@@ -220,10 +216,17 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
   if (status.ok()) status = protocol::ValidateSpec(*spec);
   if (status.ok()) status = ValidateStatLabels(labels, labels_);
 
-  uint32_t id;
+  uint32_t id = 0;
   {
     absl::MutexLock lock(&mu_);
-    id = next_stat_id_++;
+    if (next_stat_id_ < StatTable::kMaxIds) {
+      id = next_stat_id_++;
+    } else if (status.ok()) {
+      // Id 0's entry counts the samples of every stat refused this way.
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "a client registers at most ", StatTable::kMaxIds - 1, " stats in its life"));
+    }
+    buffers_->table.Create(id);
   }
   def.set_id(id);
   auto state = std::make_shared<StatState>(def, status.ok(), buffers_);
@@ -267,14 +270,23 @@ void ClientCore::LogEvent(const Event& event) {
 ClientStats ClientCore::Stats() const {
   absl::MutexLock lock(&mu_);
   ClientStats stats = counters_;
-  stats.samples_added = retired_added_;
-  stats.samples_dropped = retired_dropped_;
-  stats.samples_delivered = retired_delivered_;
-  for (const auto& stat : stats_) {
-    stats.samples_added += stat->added();
-    stats.samples_dropped += stat->dropped();
-    stats.samples_delivered += stat->delivered.load(std::memory_order_relaxed);
+  // Every stat ever registered has its counts in the table, retired or not.
+  uint64_t rejected = 0, taken = 0, abandoned = 0, delivered = 0, buffered = 0;
+  {
+    // Samples move from the logs to `taken` under drain_mu.
+    absl::MutexLock drain(&buffers_->drain_mu);
+    buffers_->table.ForEach(next_stat_id_ - 1, [&](uint32_t, const StatCounts& c) {
+      rejected += c.rejected.load(std::memory_order_relaxed);
+      taken += c.taken.load(std::memory_order_relaxed);
+      abandoned += c.abandoned.load(std::memory_order_relaxed);
+      delivered += c.delivered.load(std::memory_order_relaxed);
+    });
+    rejected += buffers_->table.At(0).rejected.load(std::memory_order_relaxed);
+    buffered = buffers_->BufferedTotal();
   }
+  stats.samples_added = rejected + taken + buffered;
+  stats.samples_dropped = rejected + abandoned + (abandoned_ ? buffered : 0);
+  stats.samples_delivered = delivered;
   return stats;
 }
 
@@ -285,8 +297,11 @@ std::vector<std::string> ClientCore::TakeErrors() {
 
 bool ClientCore::HasPendingLocked() const {
   if (events_queued_ != events_resolved_ || !retained_.empty()) return true;
+  // A sample is pending from its push to a log until acknowledged (or
+  // abandoned); a stopped client's leftovers are dropped, not pending.
+  if (!abandoned_ && buffers_->PushedTotal() != samples_settled_) return true;
   for (const auto& stat : stats_) {
-    if (stat->HasPending()) return true;
+    if (stat->HasPendingDefinitionOrDrops()) return true;
   }
   return false;
 }
@@ -361,10 +376,14 @@ void ClientCore::AbandonUndelivered() {
   absl::MutexLock lock(&mu_);
   // From here on dropped() also counts what add() left buffered.
   for (const auto& stat : stats_) stat->accepting.store(false, std::memory_order_release);
+  abandoned_ = true;
+  StatTable& table = buffers_->table;
   for (const auto& kept : retained_) {
     for (const OutgoingBatch::StatPart& part : kept->parts) {
-      if (part.samples != 0) part.stat->abandoned.fetch_add(part.samples, std::memory_order_relaxed);
+      if (part.samples != 0) Bump(table.At(part.stat_id).abandoned, part.samples);
     }
+    for (const uint32_t id : kept->column_ids()) Bump(table.At(id).abandoned, 1);
+    samples_settled_ += kept->samples;
     counters_.events_dropped += kept->events;
   }
   retained_.clear();
@@ -585,55 +604,57 @@ bool ClientCore::RunStream() {
 }
 
 bool ClientCore::LookForBurstLocked() {
-  // Samples buffered, not chunk bytes held: thousands of quiet stats each
-  // holding a small, nearly empty chunk are no reason to send.
   uint64_t buffered_total = 0;
-  const size_t n = std::min(active_.size(), kMaxStatsPerLook);
-  for (size_t i = 0; i < n; ++i) {
-    if (look_position_ >= active_.size()) look_position_ = 0;
-    const StatBuffer& buffer = active_[look_position_++]->buffer;
-    const uint64_t buffered = buffer.pushed() - buffer.popped();
-    if (SendPacer::IsBurst(buffered, StatBuffer::kMaxSamples)) return true;
+  for (const ClientBuffers::Log& l : buffers_->logs) {
+    const uint64_t buffered = l.log.pushed() - l.log.popped();
+    if (SendPacer::IsBurst(buffered, SampleLog::kMaxSamples)) return true;
     buffered_total += buffered;
   }
   return SendPacer::IsBurst(buffered_total * sizeof(SampleCell), buffers_->pool.budget_bytes());
 }
 
-void ClientCore::TakeReadyStats(Clock::time_point now) {
+void ClientCore::TakeReadyStats() {
   StatState* next;
   for (StatState* stat = buffers_->TakeReady(); stat != nullptr; stat = next) {
     next = stat->ready_next;
-    stat->pushed_seen = stat->buffer.pushed();
-    stat->active_at = now;
-    active_.push_back(stat);
+    listed_.push_back(stat);
   }
 }
 
-bool ClientCore::TryUnlist(size_t i, Clock::time_point now) {
-  StatState& stat = *active_[i];
-  const uint64_t pushed = stat.buffer.pushed();
-  if (pushed != stat.pushed_seen) {
-    stat.pushed_seen = pushed;
-    stat.active_at = now;
-    return false;
+uint64_t& ClientCore::DefinedOn(uint32_t id) {
+  if (id >= defined_on_.size()) {
+    defined_on_.resize(std::max<size_t>(size_t{id} + 1, defined_on_.size() * 2), 0);
   }
-  if (now - stat.active_at < kIdleRelease || stat.buffer.popped() != pushed ||
-      stat.unreported_drops() != 0) {
-    return false;
+  return defined_on_[id];
+}
+
+size_t ClientCore::TakeSamples(SampleLog& log, uint64_t max, const StreamState& stream,
+                               OutgoingBatch& out) {
+  // The samples leave the log and are counted to their stats under one
+  // hold of drain_mu, so that a reader of a stat's count finds each sample
+  // in exactly one place.
+  absl::MutexLock drain(&buffers_->drain_mu);
+  taken_.clear();
+  const size_t n = log.Drain(buffers_->pool, max, [&](double value, int64_t t, uint32_t id) {
+    taken_.push_back({id, value, t});
+  });
+  if (n == 0) return 0;
+  out.AddSamples(taken_, groups_);
+  StatTable& table = buffers_->table;
+  for (const SampleGroups::Group& group : groups_.groups) {
+    StatCounts& counts = table.At(group.stat_id);
+    Bump(counts.taken, group.count);
+    uint64_t& defined = DefinedOn(group.stat_id);
+    if (defined == stream.generation) continue;
+    // Registered after this cycle took the new definitions, and added to
+    // before the logs were read: defined here, in the same batch, whose
+    // definitions apply before its samples. Alive: a stat is retired only
+    // a complete cycle after it closed, once none of its samples is left.
+    StatState* stat = counts.state.load(std::memory_order_acquire);
+    if (stat != nullptr) out.AddDefinition(*stat);
+    defined = stream.generation;
   }
-  // Unlisted before the chunk goes: a producer that then binds a new chunk
-  // (or drops) finds the flag clear and lists the stat again. A drop
-  // counted before the flag cleared is caught by the second look.
-  stat.listed.store(false, std::memory_order_seq_cst);
-  const bool unbound = stat.buffer.Release(buffers_->pool);
-  if (!unbound || stat.unreported_drops() != 0) {
-    // Still busy after all. Keep it, unless a producer listed it again
-    // meanwhile: then it is on the ready stack and comes back from there.
-    if (!stat.listed.exchange(true)) return false;
-  }
-  active_[i] = active_.back();
-  active_.pop_back();
-  return true;
+  return n;
 }
 
 bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
@@ -652,7 +673,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
     fresh.swap(new_stats_);
     events.swap(events_);
   }
-  TakeReadyStats(now);
+  TakeReadyStats();
 
   OutgoingBatch out;
   auto write = [&]() { return out.empty() || WriteBatch(state, out); };
@@ -665,55 +686,85 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   // Definitions of stats registered since the stream opened, first, so
   // every id is known before a sample or drop report uses it.
   for (StatState* stat : fresh) {
-    if (stat->defined_on_stream == state.generation) continue;
+    uint64_t& defined = DefinedOn(stat->id);
+    if (defined == state.generation) continue;
     if (!out.Fits(DefinitionBytes(*stat)) && !write()) return fail();
     out.AddDefinition(*stat);
-    stat->defined_on_stream = state.generation;
+    defined = state.generation;
   }
 
-  // Pacing looks at samples buffered (all stats' against the budget, and
-  // the fullest stat's against what one stat may hold), not at chunk bytes.
+  // Every log, up to what it held when looked at: samples pushed later wait
+  // for the next cycle, so a busy producer cannot keep the cycle (and the
+  // flush it serves) going. Pacing looks at samples buffered (all logs'
+  // against the budget, the fullest log's against what one log may hold).
   uint64_t buffered_total = 0;
-  for (size_t i = 0; i < active_.size();) {
-    StatState* stat = active_[i];
-    // Samples pushed after this point wait for the next cycle, so a busy
-    // producer cannot keep the cycle (and the flush it serves) going.
-    const uint64_t target = stat->buffer.pushed();
-    const uint64_t buffered = target - stat->buffer.popped();
+  for (ClientBuffers::Log& l : buffers_->logs) {
+    SampleLog& log = l.log;
+    const uint64_t target = log.pushed();
+    const uint64_t buffered = target - log.popped();
     buffered_total += buffered;
     result->max_fill = std::max(result->max_fill, static_cast<double>(buffered) /
-                                                      static_cast<double>(StatBuffer::kMaxSamples));
-    while (stat->buffer.popped() < target) {
+                                                      static_cast<double>(SampleLog::kMaxSamples));
+    if (target != l.pushed_seen) {
+      l.pushed_seen = target;
+      l.active_at = now;
+    }
+    while (log.popped() < target) {
       const uint64_t room = out.SampleRoom();
       if (room == 0) {
         if (!write()) return fail();
         continue;
       }
-      const uint64_t want = std::min<uint64_t>(room, target - stat->buffer.popped());
-      size_t taken = out.AddSamples(*stat, buffers_->pool, want);
+      const uint64_t want = std::min<uint64_t>(room, target - log.popped());
+      size_t taken = TakeSamples(log, want, state, out);
       // Zero means a producer has claimed the next cell and not yet
       // published it; give it a moment before leaving it for a later cycle.
       for (int spin = 0; taken == 0 && spin < 64; ++spin) {
         std::this_thread::yield();
-        taken = out.AddSamples(*stat, buffers_->pool, want);
+        taken = TakeSamples(log, want, state, out);
       }
       if (taken == 0) {
         result->complete = false;
         break;
       }
     }
+    // An idle log (a thread that stopped adding, or exited) gives its chunk
+    // back to the budget.
+    if (now - l.active_at >= kIdleRelease && log.popped() == log.pushed()) {
+      absl::MutexLock drain(&buffers_->drain_mu);
+      log.Release(buffers_->pool);
+    }
+  }
+  result->max_fill = std::max(
+      result->max_fill, static_cast<double>(buffered_total * sizeof(SampleCell)) /
+                            static_cast<double>(buffers_->pool.budget_bytes()));
+
+  // Drop reports of the listed stats; a stat leaves the list once every
+  // drop counted so far is reported.
+  for (size_t i = 0; i < listed_.size();) {
+    StatState* stat = listed_[i];
     if (const uint64_t drops = stat->unreported_drops(); drops > 0) {
-      if (!out.Fits(kDropReportBytes) && !write()) return fail();
+      if (!out.Fits(kDropReportBytes + DefinitionBytes(*stat)) && !write()) return fail();
+      uint64_t& defined = DefinedOn(stat->id);
+      if (defined != state.generation) {
+        out.AddDefinition(*stat);
+        defined = state.generation;
+      }
       out.AddDropReport(*stat, drops);
       // Reported from now on: the batch is kept until acknowledged.
       stat->drops_written.fetch_add(drops, std::memory_order_relaxed);
     }
-    if (!TryUnlist(i, now)) ++i;
+    // Unlisted before the last look: a producer that then drops finds the
+    // flag clear and lists the stat again; a drop counted before the flag
+    // cleared is caught by the second look.
+    stat->listed.store(false, std::memory_order_seq_cst);
+    if (stat->unreported_drops() != 0 && !stat->listed.exchange(true)) {
+      ++i;
+      continue;
+    }
+    listed_[i] = listed_.back();
+    listed_.pop_back();
   }
-
-  result->max_fill = std::max(
-      result->max_fill, static_cast<double>(buffered_total * sizeof(SampleCell)) /
-                            static_cast<double>(buffers_->pool.budget_bytes()));
 
   while (!events.empty()) {
     const size_t size = events.front().ByteSizeLong() + kFieldOverheadBytes;
@@ -722,6 +773,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
     events.pop_front();
   }
   if (!write()) return fail();
+  if (result->complete) ++cycles_completed_;
   return true;
 }
 
@@ -738,7 +790,7 @@ bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
     retained_bytes_ += kept->bytes;
     events_resolved_ += kept->events;
     for (const OutgoingBatch::StatPart& part : kept->parts) {
-      if (part.defines) part.stat->ever_defined.store(true, std::memory_order_relaxed);
+      if (part.defines != nullptr) part.defines->ever_defined.store(true, std::memory_order_relaxed);
     }
   }
   // Over the bound the batch waits its turn, kept: a stream that ends
@@ -779,7 +831,7 @@ bool ClientCore::OpenStream(StreamState& state) {
     const size_t size = DefinitionBytes(*stat);
     if (bytes + size > kBatchBudgetBytes && !write_opening()) return false;
     stat->CopyDefinition(opening.add_definitions());
-    stat->defined_on_stream = state.generation;
+    DefinedOn(stat->id) = state.generation;
     defined.push_back(stat.get());
     bytes += size;
   }
@@ -835,12 +887,19 @@ void ClientCore::RetireClosedStats() {
   for (size_t i = 0; i < stats_.size(); ++i) {
     StatState& stat = *stats_[i];
     if (stat.closed.load(std::memory_order_acquire)) {
-      // A listed stat is on active_ or the ready stack: it waits until the
-      // sender has unlisted it.
-      if (!stat.HasPending() && !stat.listed.load(std::memory_order_acquire)) {
-        retired_added_ += stat.added();
-        retired_dropped_ += stat.dropped();
-        retired_delivered_ += stat.delivered.load(std::memory_order_relaxed);
+      // Its last add came before `closed` was set, so a cycle that starts
+      // after this look and completes takes its last sample from the logs.
+      // A listed stat is on listed_ or the ready stack: it waits until the
+      // sender has unlisted it. Its counts stay in the table.
+      const StatCounts& c = stat.counts;
+      if (stat.closed_at_cycle == 0) {
+        stat.closed_at_cycle = cycles_completed_ + 1;
+      } else if (cycles_completed_ >= stat.closed_at_cycle &&
+                 !stat.listed.load(std::memory_order_acquire) &&
+                 !stat.HasPendingDefinitionOrDrops() &&
+                 c.taken.load(std::memory_order_relaxed) ==
+                     c.delivered.load(std::memory_order_relaxed) +
+                         c.abandoned.load(std::memory_order_relaxed)) {
         continue;
       }
       closed_kept_ = true;
@@ -873,23 +932,34 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
       // with it, so the per-daemon counts start again.
       if (daemon_instance_ != 0) ++counters_.daemon_restarts;
       daemon_instance_ = ack.daemon_instance();
-      for (const auto& stat : stats_) {
-        stat->delivered_current.store(0, std::memory_order_relaxed);
-        stat->drops_acked_current.store(0, std::memory_order_relaxed);
-      }
+      buffers_->table.ForEach(next_stat_id_ - 1, [](uint32_t, StatCounts& c) {
+        c.delivered_current.store(0, std::memory_order_relaxed);
+        c.drops_acked_current.store(0, std::memory_order_relaxed);
+      });
     }
     while (!retained_.empty() && retained_.front()->batch->sequence() <= ack.sequence()) {
       const OutgoingBatch& batch = *retained_.front();
+      StatTable& table = buffers_->table;
       for (const OutgoingBatch::StatPart& part : batch.parts) {
-        // A definition-only part may outlive its stat (retired once nothing
-        // of it is pending); parts with counts keep it pending.
         if (part.samples == 0 && part.drops == 0) continue;
-        StatState& stat = *part.stat;
-        stat.delivered.fetch_add(part.samples, std::memory_order_relaxed);
-        stat.drops_acked.fetch_add(part.drops, std::memory_order_relaxed);
-        stat.delivered_current.fetch_add(part.samples, std::memory_order_relaxed);
-        stat.drops_acked_current.fetch_add(part.drops, std::memory_order_relaxed);
+        StatCounts& c = table.At(part.stat_id);
+        Bump(c.delivered, part.samples);
+        Bump(c.drops_acked, part.drops);
+        Bump(c.delivered_current, part.samples);
+        Bump(c.drops_acked_current, part.drops);
       }
+      // The columns: a sample each, runs of one stat counted at once.
+      const auto& ids = batch.column_ids();
+      for (int i = 0; i < ids.size();) {
+        const uint32_t id = ids[i];
+        int end = i + 1;
+        while (end < ids.size() && ids[end] == id) ++end;
+        StatCounts& c = table.At(id);
+        Bump(c.delivered, static_cast<uint64_t>(end - i));
+        Bump(c.delivered_current, static_cast<uint64_t>(end - i));
+        i = end;
+      }
+      samples_settled_ += batch.samples;
       counters_.events_delivered += batch.events;
       retained_bytes_ -= batch.bytes;
       retained_.pop_front();

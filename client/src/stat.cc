@@ -36,12 +36,13 @@ uint64_t Stat::dropped() const { return state_->dropped(); }
 
 StatCounters Stat::counters() const {
   const detail::StatState& s = *state_;
+  const detail::StatCounts& counts = s.counts;
   StatCounters c;
   // Acknowledged counts first: they only grow, and never past what was added.
-  c.delivered_to_current_daemon = s.delivered_current.load(std::memory_order_relaxed);
-  c.drops_reported_to_current_daemon = s.drops_acked_current.load(std::memory_order_relaxed);
-  c.delivered = s.delivered.load(std::memory_order_relaxed);
-  c.drops_reported = s.drops_acked.load(std::memory_order_relaxed);
+  c.delivered_to_current_daemon = counts.delivered_current.load(std::memory_order_relaxed);
+  c.drops_reported_to_current_daemon = counts.drops_acked_current.load(std::memory_order_relaxed);
+  c.delivered = counts.delivered.load(std::memory_order_relaxed);
+  c.drops_reported = counts.drops_acked.load(std::memory_order_relaxed);
   c.dropped = s.dropped();
   c.added = s.added();
   return c;

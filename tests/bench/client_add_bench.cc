@@ -40,7 +40,7 @@ inline int64_t NowMicros() noexcept {
 // Samples one run adds to a stat. A tight add() loop outpaces what the
 // sender and daemon sustain on two cores, so a run must fit what a stat may
 // buffer with default options from its first add (its first eight chunks,
-// about 58,000 samples: StatBuffer) whatever the sender manages meanwhile,
+// about 58,000 samples: SampleLog) whatever the sender manages meanwhile,
 // or it would measure the drop path.
 constexpr size_t kRunSamples = size_t{1} << 15;
 
@@ -56,7 +56,7 @@ BENCHMARK(BM_ClockGettimeRealtime)->Threads(1)->MinTime(0.1);
 //
 // The push alone: Stat::add minus the clock read and the out-of-line call.
 // No consumer runs concurrently: every kDrainEvery adds a thread drains the
-// buffers with the timer paused, as the sender drains in bulk once per send
+// logs with the timer paused, as the sender drains in bulk once per send
 // interval. A concurrent consumer thread that naps cannot keep up with
 // pushes of a few ns on two cores, and one that spins takes a core from the
 // producers; either way the figure would be the drop path's.
@@ -75,26 +75,27 @@ struct BufferFixture {
   }
   uint64_t added() const { return stats[0]->added() + stats[1]->added(); }
   uint64_t rejected() const {
-    return stats[0]->rejected.load(std::memory_order_relaxed) +
-           stats[1]->rejected.load(std::memory_order_relaxed);
+    return stats[0]->counts.rejected.load(std::memory_order_relaxed) +
+           stats[1]->counts.rejected.load(std::memory_order_relaxed);
   }
-  // The single consumer, whichever thread calls it.
+  // The single consumer, whichever thread calls it: takes every log's
+  // samples and counts them to their stats, as the sender does.
   void Drain() {
-    absl::MutexLock lock(&drain_mu);
-    // Summed in a local: the analysis cannot tell that the lambda runs
-    // under drain_mu.
+    absl::MutexLock lock(&buffers->drain_mu);
     double sum = 0;
-    for (const auto& s : stats) {
-      while (s->buffer.Drain(buffers->pool, uint64_t{1} << 16,
-                             [&](double value, int64_t) { sum += value; }) != 0) {
+    for (auto& l : buffers->logs) {
+      while (l.log.Drain(buffers->pool, uint64_t{1} << 16,
+                         [&](double value, int64_t, uint32_t id) {
+                           sum += value;
+                           detail::Bump(buffers->table.At(id).taken, 1);
+                         }) != 0) {
       }
     }
-    checksum += sum;
+    checksum.store(checksum.load(std::memory_order_relaxed) + sum, std::memory_order_relaxed);
   }
   std::shared_ptr<detail::ClientBuffers> buffers;
   std::vector<std::unique_ptr<detail::StatState>> stats;
-  absl::Mutex drain_mu;
-  double checksum ABSL_GUARDED_BY(drain_mu) = 0;
+  std::atomic<double> checksum{0};
 };
 
 // Shared by the threads of one run: the first thread to arrive creates it,

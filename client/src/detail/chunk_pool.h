@@ -1,5 +1,6 @@
 // The client's sample memory: one byte budget, handed out in chunks to the
-// stats that are sending, and taken back when they have been drained.
+// sample logs that are being written, and taken back when they have been
+// drained.
 #ifndef TORCHMON_CLIENT_DETAIL_CHUNK_POOL_H_
 #define TORCHMON_CLIENT_DETAIL_CHUNK_POOL_H_
 
@@ -9,16 +10,19 @@
 
 namespace torchmon::detail {
 
-// One buffered sample. `stamp` is written last (release) and equals the
-// owning chunk's epoch once the cell holds a sample of the chunk's current
-// use; a cell left from an earlier use carries an older epoch or 0, never
-// the current one (ChunkPool::Take sees to it).
+// One buffered sample and the stat it belongs to. `stamp` is written last
+// (release) and equals the owning chunk's epoch once the cell holds a
+// sample of the chunk's current use; a cell left from an earlier use
+// carries an older epoch or 0, never the current one (ChunkPool::Take sees
+// to it).
 struct SampleCell {
   std::atomic<uint64_t> stamp;
   double value;
   int64_t timestamp_us;
+  uint32_t stat_id;
+  uint32_t reserved;
 };
-static_assert(sizeof(SampleCell) == 24);
+static_assert(sizeof(SampleCell) == 32);
 
 // A chunk: this 64-byte header, then its cells. The fields are atomics
 // because a producer holding a stale reference may read them while the
@@ -42,8 +46,8 @@ struct alignas(64) ChunkHeader {
 static_assert(sizeof(ChunkHeader) == 64);
 
 // A fixed byte budget carved into chunks of 256 B << k (k = 0..kMaxClass),
-// each a header and (bytes - 64) / 24 cells: 8 cells for the smallest
-// (256 B), 21842 for the largest (512 KiB). A stat that stays busy cycles
+// each a header and (bytes - 64) / 32 cells: 6 cells for the smallest
+// (256 B), 65534 for the largest (2 MiB). A log that stays busy cycles
 // through a few of the largest chunks, which stay warm in cache.
 //
 // The budget is reserved as address space (mmap, MAP_NORESERVE) when the
@@ -61,7 +65,7 @@ static_assert(sizeof(ChunkHeader) == 64);
 // them. Any thread may call any method.
 class ChunkPool {
  public:
-  static constexpr uint32_t kMaxClass = 11;
+  static constexpr uint32_t kMaxClass = 13;
   static constexpr size_t kUnitBytes = 256;
 
   static constexpr size_t ChunkBytes(uint32_t size_class) { return kUnitBytes << size_class; }
@@ -70,7 +74,7 @@ class ChunkPool {
                                  sizeof(SampleCell));
   }
   // The smallest budget a client accepts: room for a whole batch of
-  // samples (65536 of 24 bytes) with a margin.
+  // samples (65536 of 32 bytes).
   static constexpr size_t MinBudgetBytes() { return size_t{2} << 20; }
   // Largest budget: chunk indices are 32-bit.
   static constexpr size_t MaxBudgetBytes() { return (size_t{1} << 32) * kUnitBytes - kUnitBytes; }
@@ -83,11 +87,11 @@ class ChunkPool {
   ChunkPool& operator=(const ChunkPool&) = delete;
 
   // A chunk of `size_class`, or of a smaller class if none of that size can
-  // be had; 0 if nothing can. A `growing` request (a stat that already holds
+  // be had; 0 if nothing can. A `growing` request (a log that already holds
   // a chunk and wants another) gets at most an eighth of what is left of the
   // budget less its last eighth, and is refused once not even the smallest
-  // chunk fits there: that reserve serves only a stat's first chunk, so one
-  // stat flooding the budget cannot keep the others from starting. The
+  // chunk fits there: that reserve serves only a log's first chunk, so one
+  // thread flooding the budget cannot keep the others from starting. The
   // chunk's epoch is fresh; its base is the caller's to set.
   uint32_t Take(uint32_t size_class, bool growing) noexcept;
   // Returns a chunk taken from this pool.

@@ -103,8 +103,8 @@ class ClientCore {
     // found occupied, for pacing.
     double max_fill = 0;
   };
-  // Drains the listed stats and the event queue into batches and writes them. False if
-  // a write failed (the stream is broken).
+  // Drains the logs, the listed stats' drop counts and the event queue into
+  // batches and writes them. False if a write failed (the stream is broken).
   bool RunCycle(StreamState& stream, CycleResult* result) ABSL_LOCKS_EXCLUDED(mu_);
   // Numbers `out`, keeps it until acknowledged and writes it. `out` is left
   // empty. False if the write failed (the batch is re-sent on the next
@@ -120,8 +120,8 @@ class ClientCore {
   bool WaitForAckRoom(size_t own_bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts everything still unacknowledged as dropped; the client stopped.
   void AbandonUndelivered() ABSL_LOCKS_EXCLUDED(mu_);
-  // True if the budget, or a listed stat's buffer, is full enough that a
-  // cycle should not wait.
+  // True if the budget, or a log, is full enough that a cycle should not
+  // wait.
   bool LookForBurstLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts events taken for a cycle but never written back at the queue head.
   void RequeueEvents(std::deque<v1::Event>& events) ABSL_LOCKS_EXCLUDED(mu_);
@@ -131,11 +131,14 @@ class ClientCore {
   void ReaderMain(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAck(const v1::IngestAck& ack) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Moves the stats that woke since the last cycle onto active_.
-  void TakeReadyStats(std::chrono::steady_clock::time_point now);
-  // Takes active_[i] off the sender's list if it is drained, idle since
-  // kIdleRelease and can give its chunk back; true if it did.
-  bool TryUnlist(size_t i, std::chrono::steady_clock::time_point now);
+  // Moves the stats that woke since the last cycle onto listed_.
+  void TakeReadyStats();
+  // Takes up to `max` samples from `log` into `out`, counts them to their
+  // stats and defines on the stream any stat not yet defined there. Returns
+  // how many (0: none published yet).
+  size_t TakeSamples(SampleLog& log, uint64_t max, const StreamState& stream, OutgoingBatch& out);
+  // Sender thread: the stream generation stat `id` was last defined on.
+  uint64_t& DefinedOn(uint32_t id);
 
   // --- any thread ---
   bool HasPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -165,11 +168,16 @@ class ClientCore {
   // Sender thread only.
   uint64_t last_sequence_ = 0;
   uint64_t stream_generation_ = 0;
-  // The listed stats (StatState::listed): those holding a chunk or with
-  // drops to report. Raw pointers: a listed stat is never retired.
-  std::vector<StatState*> active_;
-  // Where the next LookForBurstLocked starts in active_.
-  size_t look_position_ = 0;
+  // The listed stats (StatState::listed): those with drops to report. Raw
+  // pointers: a listed stat is never retired.
+  std::vector<StatState*> listed_;
+  // Per stat id, the stream generation it was last defined on.
+  std::vector<uint64_t> defined_on_;
+  // Scratch for TakeSamples.
+  std::vector<LogSample> taken_;
+  SampleGroups groups_;
+  // Send cycles that took everything buffered at their start.
+  uint64_t cycles_completed_ = 0;
   // ClientBuffers::closed_stats when RetireClosedStats last ran, whether
   // that pass kept a closed stat (still pending), and when it ran.
   uint64_t closed_seen_ = 0;
@@ -189,10 +197,12 @@ class ClientCore {
   // so it is not retired.
   std::vector<StatState*> new_stats_ ABSL_GUARDED_BY(mu_);
   uint32_t next_stat_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Counts of stats that were closed and left the registry.
-  uint64_t retired_added_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t retired_dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t retired_delivered_ ABSL_GUARDED_BY(mu_) = 0;
+  // Samples acknowledged or abandoned, over all stats: every sample pushed
+  // to a log is pending until it is one of these.
+  uint64_t samples_settled_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set once the client stopped and abandoned what was unacknowledged:
+  // samples still in the logs are dropped from then on.
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
 
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
   // Events accepted into the queue, and those since written or dropped.

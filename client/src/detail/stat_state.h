@@ -1,6 +1,6 @@
 // The state behind one torchmon::Stat, shared by the Stat (producers) and
-// its Client's sender thread (the consumer), and the buffer space all the
-// stats of a client share.
+// its Client's sender thread (the consumer), and what all the stats of a
+// client share: the sample budget, the logs and the per-stat counts.
 #ifndef TORCHMON_CLIENT_DETAIL_STAT_STATE_H_
 #define TORCHMON_CLIENT_DETAIL_STAT_STATE_H_
 
@@ -11,19 +11,48 @@
 #include <memory>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "detail/chunk_pool.h"
-#include "detail/stat_buffer.h"
+#include "detail/sample_log.h"
+#include "detail/stat_table.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::detail {
 
 struct StatState;
 
+// The next thread index of the process (never 0).
+uint32_t NextThreadIndex() noexcept;
+
+// This thread's index, drawn from a process-wide counter on its first call
+// (a thread-local int: no allocation, no system call, no lock).
+inline uint32_t ThreadIndex() noexcept {
+  thread_local uint32_t index = 0;
+  if (index == 0) [[unlikely]] index = NextThreadIndex();
+  return index;
+}
+
 // What a client's stats share with it, kept alive by every StatState so that
-// a Stat outliving its Client never touches freed memory: the sample budget
-// and the list of stats that have something to send.
+// a Stat outliving its Client never touches freed memory: the sample budget,
+// the logs the samples wait in, the per-stat counts, and the list of stats
+// with drops to report.
+//
+// Samples of all stats go to kLogs logs, one per thread (by ThreadIndex; a
+// thread whose index collides with a live one's shares its log, which is
+// correct, only slower). So an add touches its stat's state to read it and
+// writes the next cell of its thread's log, and the sender reads each log
+// front to back: neither walks per-stat buffers, and a stat holds no sample
+// memory of its own.
 struct ClientBuffers {
+  static constexpr uint32_t kLogs = 64;
+
   explicit ClientBuffers(size_t budget_bytes) : pool(budget_bytes) {}
+  ~ClientBuffers() {
+    for (Log& l : logs) l.log.ReleaseAll(pool);
+  }
+
+  SampleLog& LogOfThisThread() noexcept { return logs[ThreadIndex() % kLogs].log; }
 
   // Lock-free multi-producer stack of stats that asked to be looked at
   // (StatState::Wake); the sender takes it whole.
@@ -31,9 +60,34 @@ struct ClientBuffers {
   StatState* TakeReady() noexcept { return ready_.exchange(nullptr, std::memory_order_acquire); }
 
   ChunkPool pool;
+  // Each log on its own cache lines, with the sender's notes on it.
+  // A log's first chunk: 4 KiB (126 samples). Logs are per thread, not
+  // per stat, so this costs little, and a thread that starts adding
+  // millions of samples a second ramps up to the largest chunks before the
+  // sender's first look.
+  static constexpr uint32_t kFirstClass = 4;
+  struct alignas(64) Log {
+    SampleLog log{kFirstClass};
+    // Sender thread only: the log's pushed() when it last changed, and when.
+    uint64_t pushed_seen = 0;
+    std::chrono::steady_clock::time_point active_at{};
+  };
+  Log logs[kLogs];
+  // The consumer side of the logs: held by the sender while it takes
+  // samples from them and counts them (StatCounts::taken), and by whoever
+  // reads a stat's samples still waiting in them (Peek), so that a sample
+  // is counted in exactly one place.
+  absl::Mutex drain_mu;
+  StatTable table;
   // Stats closed so far (~Stat); the sender retires closed stats when it
   // changes rather than scanning every stat every cycle.
   std::atomic<uint64_t> closed_stats{0};
+
+  // Samples of stat `id` still in the logs. Takes drain_mu.
+  uint64_t BufferedOf(uint32_t id) ABSL_LOCKS_EXCLUDED(drain_mu);
+  // Samples in all logs, pushed ever and still waiting.
+  uint64_t PushedTotal() const noexcept;
+  uint64_t BufferedTotal() const noexcept;
 
  private:
   std::atomic<StatState*> ready_{nullptr};
@@ -43,51 +97,51 @@ struct ClientBuffers {
 // first: a Stat destroyed early leaves its buffered samples to be sent, and a
 // Stat that outlives its Client just counts its samples as dropped.
 //
-// Accounting, exact once producers are quiescent:
-//   added          = buffer.pushed() + rejected
-//   buffer.popped() = delivered + (samples in batches not yet acknowledged)
-//                     + abandoned
-//   dropped        = rejected + abandoned (+ whatever is still buffered once
-//                    the client has stopped, since nothing will send it)
-// A sample taken from the buffer stays in a kept batch until a daemon
+// Accounting, per stat (the counts are in its StatCounts), exact once
+// producers are quiescent:
+//   added     = samples in the logs + taken + rejected
+//   taken     = delivered + (samples in batches not yet acknowledged)
+//               + abandoned
+//   dropped   = rejected + abandoned (+ whatever is still in the logs once
+//               the client has stopped, since nothing will send it)
+// A sample taken from a log stays in a kept batch until a daemon
 // acknowledges it, however many streams that takes; only a client that
 // stops with batches unacknowledged abandons them.
 //
-// The sender looks only at "listed" stats: a stat lists itself (Wake) when
-// an add takes a chunk for it after it held none, or drops a sample; the
-// sender unlists a stat once it has been drained, idle for a while and has
-// given its chunk back (see ClientCore::RunCycle). So a defined stat that is
-// not sending costs the sender nothing, and holds no buffer memory.
+// The sender looks at a stat only when it is "listed": a stat lists itself
+// (Wake) when an add drops a sample, so that the drop is reported; the
+// sender unlists it once every drop is reported. Its samples need no
+// listing: they are in the logs, which the sender reads every cycle.
 struct StatState {
   StatState(const v1::StatDefinition& def, bool is_valid,
             std::shared_ptr<ClientBuffers> shared_buffers)
       : buffers(std::move(shared_buffers)),
+        counts(buffers->table.Create(def.id())),
         accepting(is_valid),
         valid(is_valid),
         id(def.id()),
         name(def.name()),
-        definition_bytes(def.SerializeAsString()) {}
-  ~StatState() { buffer.ReleaseAll(buffers->pool); }
+        definition_bytes(def.SerializeAsString()) {
+    counts.state.store(this, std::memory_order_relaxed);
+  }
+  ~StatState() { counts.state.store(nullptr, std::memory_order_relaxed); }
   StatState(const StatState&) = delete;
   StatState& operator=(const StatState&) = delete;
 
-  // Records a sample; the whole of Stat::add after the timestamp.
+  // Records a sample; the whole of Stat::add after the timestamp. Reads
+  // this state's first cache line and writes the thread's log.
   void Add(double value, int64_t timestamp_us) noexcept {
-    if (accepting.load(std::memory_order_relaxed)) {
-      switch (buffer.TryPush(buffers->pool, value, timestamp_us)) {
-        case StatBuffer::PushResult::kPushed:
-          return;
-        case StatBuffer::PushResult::kPushedAndBound:
-          Wake();
-          return;
-        case StatBuffer::PushResult::kDropped:
-          rejected.fetch_add(1, std::memory_order_seq_cst);
-          // The drop is reported to the daemon by the sender.
-          Wake();
-          return;
+    if (accepting.load(std::memory_order_relaxed)) [[likely]] {
+      if (buffers->LogOfThisThread().TryPush(buffers->pool, value, timestamp_us, id) !=
+          SampleLog::PushResult::kDropped) [[likely]] {
+        return;
       }
+      counts.rejected.fetch_add(1, std::memory_order_seq_cst);
+      // The drop is reported to the daemon by the sender.
+      Wake();
+      return;
     }
-    rejected.fetch_add(1, std::memory_order_relaxed);
+    counts.rejected.fetch_add(1, std::memory_order_relaxed);
   }
 
   // Makes sure the sender looks at this stat.
@@ -103,43 +157,43 @@ struct StatState {
     static_cast<void>(parsed);
   }
 
-  uint64_t added() const noexcept {
-    return buffer.pushed() + rejected.load(std::memory_order_relaxed);
+  uint64_t added() const {
+    return buffers->BufferedOf(id) + counts.taken.load(std::memory_order_relaxed) +
+           counts.rejected.load(std::memory_order_relaxed);
   }
 
-  uint64_t dropped() const noexcept {
-    uint64_t n =
-        rejected.load(std::memory_order_relaxed) + abandoned.load(std::memory_order_relaxed);
-    if (valid && !accepting.load(std::memory_order_acquire)) n += buffer.pushed() - buffer.popped();
+  uint64_t dropped() const {
+    uint64_t n = counts.rejected.load(std::memory_order_relaxed) +
+                 counts.abandoned.load(std::memory_order_relaxed);
+    if (valid && !accepting.load(std::memory_order_acquire)) n += buffers->BufferedOf(id);
     return n;
   }
 
   // Drops not yet carried by a DropReport in some batch.
   uint64_t unreported_drops() const noexcept {
-    return rejected.load(std::memory_order_seq_cst) + abandoned.load(std::memory_order_relaxed) -
+    return counts.rejected.load(std::memory_order_seq_cst) +
+           counts.abandoned.load(std::memory_order_relaxed) -
            drops_written.load(std::memory_order_relaxed);
   }
 
-  // True while a daemon has not acknowledged everything about this stat:
-  // its definition, every buffered or in-flight sample, every drop.
-  // Callers hold the client's mutex, under which the sender-side counters
-  // change, so they are read consistently.
-  bool HasPending() const noexcept {
+  // True while a daemon has not acknowledged this stat's definition or one
+  // of its drops. (Its samples are pending while any log or kept batch
+  // holds one: ClientCore checks those for all stats at once.) Callers
+  // hold the client's mutex, under which the sender-side counters change,
+  // so they are read consistently.
+  bool HasPendingDefinitionOrDrops() const noexcept {
     if (!valid) return false;
     return !ever_defined.load(std::memory_order_relaxed) ||
-           buffer.pushed() != delivered.load(std::memory_order_relaxed) +
-                                  abandoned.load(std::memory_order_relaxed) ||
-           rejected.load(std::memory_order_relaxed) + abandoned.load(std::memory_order_relaxed) !=
-               drops_acked.load(std::memory_order_relaxed);
+           counts.rejected.load(std::memory_order_relaxed) +
+                   counts.abandoned.load(std::memory_order_relaxed) !=
+               counts.drops_acked.load(std::memory_order_relaxed);
   }
 
-  // In the order they are touched, so that an add reads two cache lines of
-  // this and a sender's look at a stat three (with tens of thousands of
-  // stats, each is cold): what add() reads, the buffer, what the sender's
-  // look reads, then the rest.
+  // What add() reads first, on one cache line.
   const std::shared_ptr<ClientBuffers> buffers;
+  StatCounts& counts;
   // False for invalid stats and once the client has stopped: add() then
-  // counts the sample as dropped without touching the buffer.
+  // counts the sample as dropped without touching the logs.
   std::atomic<bool> accepting;
   // On the sender's list (see above); set by Wake, cleared by the sender.
   std::atomic<bool> listed{false};
@@ -149,29 +203,14 @@ struct StatState {
   const bool valid;
   // The definition's id (below: its name, and the whole of it serialized).
   const uint32_t id;
-  StatBuffer buffer;
-  // Samples add() could not buffer (no room, invalid, client stopped).
-  std::atomic<uint64_t> rejected{0};
-
-  // Written only under the client's mutex (by its sender and ack threads);
-  // atomics so that Stat's getters may read them without it.
-  std::atomic<uint64_t> abandoned{0};      // samples unacknowledged when the client stopped
-  std::atomic<uint64_t> drops_written{0};  // drop counts put in DropReports
-
-  // Sender thread only: when its count of accepted samples last moved, and
-  // the stream generation this stat was last defined on.
-  uint64_t pushed_seen = 0;
-  std::chrono::steady_clock::time_point active_at{};
-  uint64_t defined_on_stream = 0;
-
-  // Link in ClientBuffers' ready stack.
-  StatState* ready_next = nullptr;
-  std::atomic<uint64_t> delivered{0};    // samples in acknowledged batches
-  std::atomic<uint64_t> drops_acked{0};  // drop counts a daemon acknowledged
-  // The same two counts, for the daemon process the client talks to now.
-  std::atomic<uint64_t> delivered_current{0};
-  std::atomic<uint64_t> drops_acked_current{0};
   std::atomic<bool> ever_defined{false};  // definition written on some stream
+
+  // Sender thread only: drop counts put in DropReports, the link in
+  // ClientBuffers' ready stack, and the count of complete send cycles when
+  // the sender first found the stat closed (0: not yet).
+  std::atomic<uint64_t> drops_written{0};
+  StatState* ready_next = nullptr;
+  uint64_t closed_at_cycle = 0;
 
   // The name, and the whole definition (id, name, labels, spec)
   // serialized: a third of the parsed message's footprint with its strings

@@ -17,11 +17,11 @@
 namespace torchmon::detail {
 namespace {
 
-TEST(ChunkPoolTest, ChunkSizesRunFromEightCellsToHalfAMebibyte) {
+TEST(ChunkPoolTest, ChunkSizesRunFromSixCellsToTwoMebibytes) {
   EXPECT_EQ(ChunkPool::ChunkBytes(0), 256u);
-  EXPECT_EQ(ChunkPool::ChunkCells(0), 8u);
-  EXPECT_EQ(ChunkPool::ChunkBytes(ChunkPool::kMaxClass), size_t{512} << 10);
-  EXPECT_EQ(ChunkPool::ChunkCells(ChunkPool::kMaxClass), 21842u);
+  EXPECT_EQ(ChunkPool::ChunkCells(0), 6u);
+  EXPECT_EQ(ChunkPool::ChunkBytes(ChunkPool::kMaxClass), size_t{2} << 20);
+  EXPECT_EQ(ChunkPool::ChunkCells(ChunkPool::kMaxClass), 65534u);
   // The smallest budget holds a whole batch (at most 65536 samples).
   EXPECT_GE(ChunkPool::MinBudgetBytes(), 65536 * sizeof(SampleCell));
   EXPECT_EQ(ChunkPool::MinBudgetBytes(), size_t{2} << 20);
@@ -35,7 +35,7 @@ TEST(ChunkPoolTest, NothingIsCarvedUntilAChunkIsTaken) {
   ASSERT_NE(chunk, 0u);
   EXPECT_EQ(pool.bytes_carved(), 256u);
   EXPECT_EQ(pool.bytes_in_use(), 256u);
-  EXPECT_EQ(pool.header(chunk).cells.load(), 8u);
+  EXPECT_EQ(pool.header(chunk).cells.load(), 6u);
   pool.Give(chunk);
   EXPECT_EQ(pool.bytes_in_use(), 0u);
 }

@@ -1,5 +1,5 @@
 // OutgoingBatch: filling one IngestBatch within its byte budget from the
-// stats' buffers. Pure: no sockets, no sleeps.
+// samples taken from the logs. Pure: no sockets, no sleeps.
 #include "detail/outgoing_batch.h"
 
 #include <memory>
@@ -24,40 +24,82 @@ struct Fixture {
   std::unique_ptr<StatState> stat;
 };
 
-TEST(OutgoingBatchTest, SamplesBecomeOneBlockOfValuesAndTimeDeltas) {
-  Fixture f;
-  f.stat->Add(1.5, 1000);
-  f.stat->Add(2.5, 1003);
-  f.stat->Add(3.5, 1001);  // explicit timestamps may go back
+TEST(OutgoingBatchTest, AStatWithSeveralSamplesGetsOneBlockOfValuesAndTimeDeltas) {
   OutgoingBatch out;
-  EXPECT_EQ(out.AddSamples(*f.stat, f.buffers->pool, 10), 3u);
+  SampleGroups groups;
+  // Explicit timestamps may go back.
+  out.AddSamples({{7, 1.5, 1000}, {7, 2.5, 1003}, {7, 3.5, 1001}, {7, 4.5, 1001}}, groups);
   ASSERT_EQ(out.batch->samples_size(), 1);
+  EXPECT_FALSE(out.batch->has_columns());
   const v1::SampleBlock& block = out.batch->samples(0);
   EXPECT_EQ(block.stat_id(), 7u);
   EXPECT_EQ(block.base_time_us(), 1000);
   EXPECT_EQ(std::vector<double>(block.values().begin(), block.values().end()),
-            (std::vector<double>{1.5, 2.5, 3.5}));
+            (std::vector<double>{1.5, 2.5, 3.5, 4.5}));
   EXPECT_EQ(std::vector<int64_t>(block.time_deltas_us().begin(), block.time_deltas_us().end()),
-            (std::vector<int64_t>{0, 3, -2}));
-  EXPECT_EQ(out.samples, 3u);
+            (std::vector<int64_t>{0, 3, -2, 0}));
+  EXPECT_EQ(out.samples, 4u);
   ASSERT_EQ(out.parts.size(), 1u);
-  EXPECT_EQ(out.parts[0].samples, 3u);
-  EXPECT_EQ(out.bytes, kBlockOverheadBytes + 3 * kSampleBytes);
+  EXPECT_EQ(out.parts[0].stat_id, 7u);
+  EXPECT_EQ(out.parts[0].samples, 4u);
+  EXPECT_EQ(out.bytes, kBlockOverheadBytes + 4 * kSampleBytes);
+  ASSERT_EQ(groups.groups.size(), 1u);
+  EXPECT_EQ(groups.groups[0].count, 4u);
 }
 
 TEST(OutgoingBatchTest, DeltasAreOmittedWhenEverySampleIsAtTheBase) {
-  Fixture f;
-  for (int i = 0; i < 4; ++i) f.stat->Add(i, 5000);
   OutgoingBatch out;
-  EXPECT_EQ(out.AddSamples(*f.stat, f.buffers->pool, 10), 4u);
+  SampleGroups groups;
+  out.AddSamples({{7, 0, 5000}, {7, 1, 5000}, {7, 2, 5000}, {7, 3, 5000}}, groups);
   EXPECT_EQ(out.batch->samples(0).time_deltas_us_size(), 0);
 }
 
-TEST(OutgoingBatchTest, NothingBufferedAddsNoBlock) {
-  Fixture f;
+TEST(OutgoingBatchTest, StatsWithFewSamplesGoToTheColumnsInOrder) {
   OutgoingBatch out;
-  EXPECT_EQ(out.AddSamples(*f.stat, f.buffers->pool, 10), 0u);
+  SampleGroups groups;
+  // Stat 3 has kMinBlockSamples samples (a block), 1 and 2 fewer (columns).
+  out.AddSamples({{1, 10, 100}, {3, 30, 101}, {2, 20, 102}, {3, 31, 103}, {1, 11, 99},
+                  {3, 32, 104}, {3, 33, 105}},
+                 groups);
+  ASSERT_EQ(out.batch->samples_size(), 1);
+  EXPECT_EQ(out.batch->samples(0).stat_id(), 3u);
+  EXPECT_EQ(out.batch->samples(0).values_size(), 4);
+  const v1::SampleColumns& c = out.batch->columns();
+  EXPECT_EQ(std::vector<uint32_t>(c.stat_ids().begin(), c.stat_ids().end()),
+            (std::vector<uint32_t>{1, 2, 1}));
+  EXPECT_EQ(std::vector<double>(c.values().begin(), c.values().end()),
+            (std::vector<double>{10, 20, 11}));
+  EXPECT_EQ(c.base_time_us(), 100);
+  EXPECT_EQ(std::vector<int64_t>(c.time_deltas_us().begin(), c.time_deltas_us().end()),
+            (std::vector<int64_t>{0, 2, -3}));
+  EXPECT_EQ(out.samples, 7u);
+  EXPECT_EQ(out.column_ids().size(), 3);
+  // Only the block has a part; the columns' ids account for the rest.
+  ASSERT_EQ(out.parts.size(), 1u);
+  EXPECT_EQ(out.parts[0].samples, 4u);
+  // More samples continue the columns' deltas from their last time.
+  out.AddSamples({{2, 21, 150}}, groups);
+  EXPECT_EQ(out.batch->columns().time_deltas_us(3), 51);
+  EXPECT_EQ(out.batch->columns().base_time_us(), 100);
+}
+
+TEST(OutgoingBatchTest, GroupingForgetsItsStatsBetweenCalls) {
+  OutgoingBatch out;
+  SampleGroups groups;
+  out.AddSamples({{5, 1, 1}, {5, 2, 2}, {5, 3, 3}, {5, 4, 4}}, groups);
+  out.AddSamples({{5, 5, 5}}, groups);
+  ASSERT_EQ(groups.groups.size(), 1u);
+  EXPECT_EQ(groups.groups[0].count, 1u);
+  EXPECT_EQ(out.batch->samples_size(), 1);
+  EXPECT_EQ(out.batch->columns().values_size(), 1);
+}
+
+TEST(OutgoingBatchTest, NothingTakenAddsNothing) {
+  OutgoingBatch out;
+  SampleGroups groups;
+  out.AddSamples({}, groups);
   EXPECT_EQ(out.batch->samples_size(), 0);
+  EXPECT_FALSE(out.batch->has_columns());
   EXPECT_TRUE(out.empty());
 }
 
@@ -88,7 +130,7 @@ TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccountedAsParts) {
   EXPECT_EQ(out.batch->drops(0).stat_id(), 7u);
   EXPECT_EQ(out.batch->drops(0).dropped(), 42u);
   ASSERT_EQ(out.parts.size(), 2u);
-  EXPECT_TRUE(out.parts[0].defines);
+  EXPECT_EQ(out.parts[0].defines, f.stat.get());
   EXPECT_EQ(out.parts[1].drops, 42u);
   EXPECT_EQ(out.bytes, DefinitionBytes(*f.stat) + kDropReportBytes);
 }

@@ -1,13 +1,14 @@
-// StatBuffer and StatState: the lock-free buffer between Stat::add and the
-// sender thread, its use of the shared ChunkPool, and the accounting of what
-// it refuses. Pure: no sockets, no sleeps.
-#include "detail/stat_buffer.h"
+// SampleLog and StatState: the lock-free logs between Stat::add and the
+// sender thread, their use of the shared ChunkPool, the stats' counts and
+// the accounting of what they refuse. Pure: no sockets, no sleeps.
+#include "detail/sample_log.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -19,14 +20,14 @@
 namespace torchmon::detail {
 namespace {
 
-using Result = StatBuffer::PushResult;
+using Result = SampleLog::PushResult;
 
 struct Drained {
   double value;
   int64_t timestamp_us;
 };
 
-std::vector<Drained> DrainAll(StatBuffer& buffer, ChunkPool& pool, uint64_t max = UINT64_MAX) {
+std::vector<Drained> DrainAll(SampleLog& buffer, ChunkPool& pool, uint64_t max = UINT64_MAX) {
   std::vector<Drained> out;
   buffer.Drain(pool, max, [&](double v, int64_t t) { out.push_back({v, t}); });
   return out;
@@ -37,15 +38,15 @@ std::vector<Drained> DrainAll(StatBuffer& buffer, ChunkPool& pool, uint64_t max 
 uint64_t CellsOfFirstChunks(uint32_t n) {
   uint64_t cells = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    cells += ChunkPool::ChunkCells(std::min(i * StatBuffer::kGrowth, ChunkPool::kMaxClass));
+    cells += ChunkPool::ChunkCells(std::min(i * SampleLog::kGrowth, ChunkPool::kMaxClass));
   }
   return cells;
 }
 
-TEST(StatBufferTest, AStatNeverAddedToHoldsNoMemory) {
+TEST(SampleLogTest, ALogNeverPushedToHoldsNoMemory) {
   ChunkPool pool(size_t{4} << 20);
-  std::vector<std::unique_ptr<StatBuffer>> stats;
-  for (int i = 0; i < 1000; ++i) stats.push_back(std::make_unique<StatBuffer>());
+  std::vector<std::unique_ptr<SampleLog>> stats;
+  for (int i = 0; i < 1000; ++i) stats.push_back(std::make_unique<SampleLog>());
   EXPECT_EQ(pool.bytes_in_use(), 0u);
   EXPECT_EQ(pool.bytes_carved(), 0u);
   for (auto& s : stats) {
@@ -53,16 +54,17 @@ TEST(StatBufferTest, AStatNeverAddedToHoldsNoMemory) {
     EXPECT_TRUE(s->Release(pool));
     EXPECT_EQ(s->pushed(), 0u);
   }
-  // Small enough to keep in the tens of thousands (DESIGN: idle stat <= 1 KiB
-  // with its definition and StatState around it; a Python Stat adds its
-  // local window and objects to that).
-  EXPECT_LE(sizeof(StatBuffer), 96u);
-  EXPECT_LE(sizeof(StatState), 288u);
+  // An idle stat holds no log of its own: its state and its counts are what
+  // it costs (DESIGN: idle stat <= 1 KiB with its definition around it; a
+  // Python Stat adds its local window and objects to that).
+  EXPECT_LE(sizeof(SampleLog), 160u);  // one per thread, not per stat
+  EXPECT_LE(sizeof(StatState), 160u);
+  EXPECT_EQ(sizeof(StatCounts), 64u);
 }
 
-TEST(StatBufferTest, DrainsInTheOrderPushedAcrossGrowingChunks) {
+TEST(SampleLogTest, DrainsInTheOrderPushedAcrossGrowingChunks) {
   ChunkPool pool(size_t{16} << 20);
-  StatBuffer buffer;
+  SampleLog buffer;
   const int n = static_cast<int>(CellsOfFirstChunks(5)) + 3;  // into the sixth chunk
   // The push that installs each chunk says so; the others do not.
   std::vector<uint64_t> chunk_starts;
@@ -86,9 +88,9 @@ TEST(StatBufferTest, DrainsInTheOrderPushedAcrossGrowingChunks) {
   EXPECT_EQ(pool.bytes_in_use(), ChunkPool::ChunkBytes(10));
 }
 
-TEST(StatBufferTest, ChunksGrowFourfoldFromTheSmallest) {
+TEST(SampleLogTest, ChunksGrowFourfoldFromTheSmallest) {
   ChunkPool pool(size_t{16} << 20);
-  StatBuffer buffer;
+  SampleLog buffer;
   buffer.TryPush(pool, 1, 1);
   EXPECT_EQ(pool.bytes_in_use(), 256u);
   for (uint64_t i = 1; i < CellsOfFirstChunks(1); ++i) buffer.TryPush(pool, 1, 1);
@@ -97,9 +99,9 @@ TEST(StatBufferTest, ChunksGrowFourfoldFromTheSmallest) {
   EXPECT_EQ(pool.bytes_in_use(), 256u + 1024u);
 }
 
-TEST(StatBufferTest, AStatTheConsumerKeepsUpWithKeepsItsChunkSize) {
+TEST(SampleLogTest, AStatTheConsumerKeepsUpWithKeepsItsChunkSize) {
   ChunkPool pool(size_t{16} << 20);
-  StatBuffer buffer;
+  SampleLog buffer;
   const uint32_t first = ChunkPool::ChunkCells(0);
   // Seven samples per look, for much longer than growth would take to
   // reach the largest chunks (512 KiB). A chunk of 8 fills with less than
@@ -111,28 +113,28 @@ TEST(StatBufferTest, AStatTheConsumerKeepsUpWithKeepsItsChunkSize) {
       ASSERT_NE(buffer.TryPush(pool, round, i), Result::kDropped);
     }
     ASSERT_EQ(DrainAll(buffer, pool).size(), first - 1) << round;
-    ASSERT_LE(pool.bytes_in_use(), 2 * ChunkPool::ChunkBytes(StatBuffer::kGrowth)) << round;
+    ASSERT_LE(pool.bytes_in_use(), 2 * ChunkPool::ChunkBytes(SampleLog::kGrowth)) << round;
   }
   EXPECT_EQ(buffer.pushed(), uint64_t{1000} * (first - 1));
 }
 
-TEST(StatBufferTest, ChunksGrowWhenLessThanHalfOfTheFullOneWasRead) {
+TEST(SampleLogTest, ChunksGrowWhenLessThanHalfOfTheFullOneWasRead) {
   const uint32_t first = ChunkPool::ChunkCells(0);
   for (uint32_t read : {first / 2 - 1, first / 2}) {
     ChunkPool pool(size_t{16} << 20);
-    StatBuffer buffer;
+    SampleLog buffer;
     for (uint32_t i = 0; i < first; ++i) buffer.TryPush(pool, i, i);
     ASSERT_EQ(DrainAll(buffer, pool, read).size(), read);
     buffer.TryPush(pool, first, first);
-    const size_t next = read < first / 2 ? ChunkPool::ChunkBytes(StatBuffer::kGrowth)
+    const size_t next = read < first / 2 ? ChunkPool::ChunkBytes(SampleLog::kGrowth)
                                          : ChunkPool::ChunkBytes(0);
     EXPECT_EQ(pool.bytes_in_use(), ChunkPool::ChunkBytes(0) + next) << "read " << read;
   }
 }
 
-TEST(StatBufferTest, DrainTakesAtMostMaxAndLeavesTheRestInOrder) {
+TEST(SampleLogTest, DrainTakesAtMostMaxAndLeavesTheRestInOrder) {
   ChunkPool pool(size_t{4} << 20);
-  StatBuffer buffer;
+  SampleLog buffer;
   for (int i = 0; i < 20; ++i) buffer.TryPush(pool, i, i);
   const auto first = DrainAll(buffer, pool, 12);
   ASSERT_EQ(first.size(), 12u);
@@ -143,9 +145,9 @@ TEST(StatBufferTest, DrainTakesAtMostMaxAndLeavesTheRestInOrder) {
   EXPECT_EQ(rest.back().value, 19);
 }
 
-TEST(StatBufferTest, ReleaseGivesTheChunkBackOnlyOnceDrained) {
+TEST(SampleLogTest, ReleaseGivesTheChunkBackOnlyOnceDrained) {
   ChunkPool pool(size_t{4} << 20);
-  StatBuffer buffer;
+  SampleLog buffer;
   buffer.TryPush(pool, 1, 1);
   buffer.TryPush(pool, 2, 2);
   EXPECT_FALSE(buffer.Release(pool));  // two samples still buffered
@@ -162,10 +164,10 @@ TEST(StatBufferTest, ReleaseGivesTheChunkBackOnlyOnceDrained) {
   EXPECT_EQ(out[0].value, 3);
 }
 
-TEST(StatBufferTest, AStatHoldsAtMostEightChunksAndDropsBeyond) {
+TEST(SampleLogTest, AStatHoldsAtMostEightChunksAndDropsBeyond) {
   ChunkPool pool(size_t{64} << 20);
-  StatBuffer buffer;
-  const uint64_t room = CellsOfFirstChunks(StatBuffer::kSlots);
+  SampleLog buffer;
+  const uint64_t room = CellsOfFirstChunks(SampleLog::kSlots);
   for (uint64_t i = 0; i < room; ++i) ASSERT_NE(buffer.TryPush(pool, 1, 1), Result::kDropped) << i;
   EXPECT_EQ(buffer.TryPush(pool, 1, 1), Result::kDropped);
   EXPECT_EQ(buffer.pushed(), room);
@@ -175,14 +177,14 @@ TEST(StatBufferTest, AStatHoldsAtMostEightChunksAndDropsBeyond) {
   EXPECT_EQ(DrainAll(buffer, pool).size(), room - 8 + 1);
 }
 
-TEST(StatBufferTest, DropsExactlyWhatTheBudgetCannotHold) {
+TEST(SampleLogTest, DropsExactlyWhatTheBudgetCannotHold) {
   ChunkPool pool(ChunkPool::MinBudgetBytes());
-  std::vector<std::unique_ptr<StatBuffer>> stats;
+  std::vector<std::unique_ptr<SampleLog>> stats;
   uint64_t attempts = 0, drops = 0;
   // Many stats, each pushing until refused: together they take the whole
   // budget, a first chunk each.
   for (int s = 0; s < 9000; ++s) {
-    stats.push_back(std::make_unique<StatBuffer>());
+    stats.push_back(std::make_unique<SampleLog>());
     for (int i = 0; i < 4; ++i) {
       ++attempts;
       if (stats.back()->TryPush(pool, i, i) == Result::kDropped) ++drops;
@@ -201,9 +203,9 @@ TEST(StatBufferTest, DropsExactlyWhatTheBudgetCannotHold) {
   EXPECT_EQ(pool.bytes_in_use(), 0u);
 }
 
-TEST(StatBufferTest, GenerationTagsWrapAroundWithoutConfusion) {
+TEST(SampleLogTest, GenerationTagsWrapAroundWithoutConfusion) {
   ChunkPool pool(size_t{2} << 20);
-  StatBuffer buffer;
+  SampleLog buffer;
   // Bind, read, release: one generation each, past the claim's 12-bit tag.
   for (int i = 0; i < 10000; ++i) {
     ASSERT_EQ(buffer.TryPush(pool, i, i), Result::kPushedAndBound) << i;
@@ -216,7 +218,7 @@ TEST(StatBufferTest, GenerationTagsWrapAroundWithoutConfusion) {
   EXPECT_EQ(pool.bytes_in_use(), 0u);
 }
 
-TEST(StatBufferTest, ConcurrentProducersLoseNothingAndKeepTheirOwnOrder) {
+TEST(SampleLogTest, ConcurrentProducersLoseNothingAndKeepTheirOwnOrder) {
   constexpr int kProducers = 4;
   constexpr int64_t kPerProducer = 300000;
   // Small budget: producers run out and drop while the consumer drains and
@@ -225,7 +227,7 @@ TEST(StatBufferTest, ConcurrentProducersLoseNothingAndKeepTheirOwnOrder) {
   // producers (and this state) behind instead of hanging in join().
   struct Shared {
     ChunkPool pool{ChunkPool::MinBudgetBytes()};
-    StatBuffer buffer;
+    SampleLog buffer;
     std::atomic<uint64_t> drops{0};
     std::atomic<int> producers_done{0};
   };
@@ -275,7 +277,7 @@ TEST(StatBufferTest, ConcurrentProducersLoseNothingAndKeepTheirOwnOrder) {
   delete shared;
 }
 
-TEST(StatBufferTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChunk) {
+TEST(SampleLogTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChunk) {
   // The sender's protocol (ClientCore::TryUnlist): it looks at a stat only
   // while it is listed, clears the flag before Release, and a producer
   // lists the stat again on kPushedAndBound or a drop. Producers fill the
@@ -286,7 +288,7 @@ TEST(StatBufferTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChu
   constexpr int kRounds = 20000;
   struct Shared {
     ChunkPool pool{ChunkPool::MinBudgetBytes()};
-    StatBuffer buffer;
+    SampleLog buffer;
     std::atomic<bool> listed{false};
     // Looks the consumer has had.
     std::atomic<int> round{0};
@@ -330,13 +332,13 @@ TEST(StatBufferTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChu
       << "samples left in a chunk the consumer was never told of";
 }
 
-TEST(StatBufferTest, ManyProducersOnManyStatsShareOneBudgetExactly) {
+TEST(SampleLogTest, ManyProducersOnManyStatsShareOneBudgetExactly) {
   constexpr int kThreads = 4;
   constexpr int kStats = 2000;
   constexpr int kRounds = 50;
   ChunkPool pool(ChunkPool::MinBudgetBytes());
-  std::vector<std::unique_ptr<StatBuffer>> stats;
-  for (int s = 0; s < kStats; ++s) stats.push_back(std::make_unique<StatBuffer>());
+  std::vector<std::unique_ptr<SampleLog>> stats;
+  for (int s = 0; s < kStats; ++s) stats.push_back(std::make_unique<SampleLog>());
   std::vector<std::vector<uint64_t>> drops(kThreads, std::vector<uint64_t>(kStats));
   std::atomic<int> done{0};
   std::vector<std::thread> threads;
@@ -369,10 +371,10 @@ TEST(StatBufferTest, ManyProducersOnManyStatsShareOneBudgetExactly) {
   EXPECT_EQ(pool.bytes_in_use(), 0u);
 }
 
-v1::StatDefinition Definition() {
+v1::StatDefinition Definition(uint32_t id = 1) {
   v1::StatDefinition def;
-  def.set_id(1);
-  def.set_name("buffer.stat");
+  def.set_id(id);
+  def.set_name("buffer.stat" + std::to_string(id));
   def.mutable_spec()->add_aggregations(v1::SUM);
   def.mutable_spec()->set_window_size_ms(1000);
   return def;
@@ -384,9 +386,21 @@ std::vector<StatState*> Ready(ClientBuffers& buffers) {
   return out;
 }
 
+struct Tagged {
+  uint32_t stat_id;
+  double value;
+  bool operator==(const Tagged& o) const { return stat_id == o.stat_id && value == o.value; }
+};
+
+std::vector<Tagged> DrainTagged(SampleLog& log, ChunkPool& pool) {
+  std::vector<Tagged> out;
+  log.Drain(pool, UINT64_MAX, [&](double v, int64_t, uint32_t id) { out.push_back({id, v}); });
+  return out;
+}
+
 TEST(StatStateTest, CountsEverySampleTheBudgetRefusesAsDroppedAndListsItself) {
   auto buffers = std::make_shared<ClientBuffers>(ChunkPool::MinBudgetBytes());
-  // Another stat holds all but one smallest chunk of the budget.
+  // Others hold all but one smallest chunk of the budget.
   std::vector<uint32_t> hog;
   while (buffers->pool.bytes_in_use() + 256 < buffers->pool.budget_bytes()) {
     hog.push_back(buffers->pool.Take(0, false));
@@ -394,10 +408,10 @@ TEST(StatStateTest, CountsEverySampleTheBudgetRefusesAsDroppedAndListsItself) {
   StatState state(Definition(), /*is_valid=*/true, buffers);
   for (int i = 0; i < 10; ++i) state.Add(i, i);
   EXPECT_EQ(state.added(), 10u);
-  EXPECT_EQ(state.buffer.pushed(), 8u);  // one chunk of 8
-  EXPECT_EQ(state.rejected.load(), 2u);
-  EXPECT_EQ(state.dropped(), 2u);
-  EXPECT_EQ(state.unreported_drops(), 2u);
+  EXPECT_EQ(buffers->BufferedOf(1), 6u);  // one chunk of 6
+  EXPECT_EQ(state.counts.rejected.load(), 4u);
+  EXPECT_EQ(state.dropped(), 4u);
+  EXPECT_EQ(state.unreported_drops(), 4u);
   EXPECT_EQ(Ready(*buffers), std::vector<StatState*>{&state});  // listed once
   for (uint32_t c : hog) buffers->pool.Give(c);
 }
@@ -408,8 +422,8 @@ TEST(StatStateTest, InvalidStatDropsEverySampleWithoutBufferingOrListing) {
   for (int i = 0; i < 3; ++i) state.Add(i, i);
   EXPECT_EQ(state.added(), 3u);
   EXPECT_EQ(state.dropped(), 3u);
-  EXPECT_EQ(state.buffer.pushed(), 0u);
-  EXPECT_FALSE(state.HasPending());
+  EXPECT_EQ(buffers->PushedTotal(), 0u);
+  EXPECT_FALSE(state.HasPendingDefinitionOrDrops());
   EXPECT_TRUE(Ready(*buffers).empty());
   EXPECT_EQ(buffers->pool.bytes_in_use(), 0u);
 }
@@ -426,14 +440,92 @@ TEST(StatStateTest, SamplesLeftBufferedOnceTheClientStoppedCountAsDropped) {
   EXPECT_EQ(state.dropped(), 3u);
 }
 
-TEST(StatStateTest, ADestroyedStatGivesItsChunksBack) {
+TEST(StatStateTest, ManyStatsAddedToFromOneThreadShareItsLogInOrderWithTheirIds) {
   auto buffers = std::make_shared<ClientBuffers>(size_t{4} << 20);
-  {
-    StatState state(Definition(), /*is_valid=*/true, buffers);
-    for (int i = 0; i < 100; ++i) state.Add(i, i);
-    EXPECT_GT(buffers->pool.bytes_in_use(), 0u);
+  std::vector<std::unique_ptr<StatState>> stats;
+  for (uint32_t id = 1; id <= 50; ++id) {
+    stats.push_back(std::make_unique<StatState>(Definition(id), true, buffers));
   }
+  std::vector<Tagged> expected;
+  for (int round = 0; round < 3; ++round) {
+    for (auto& s : stats) {
+      s->Add(round * 100 + s->id, round);
+      expected.push_back({s->id, static_cast<double>(round * 100 + s->id)});
+    }
+  }
+  // One log holds them all; a stat that is never added to costs no chunk.
+  EXPECT_EQ(buffers->PushedTotal(), 150u);
+  EXPECT_EQ(buffers->LogOfThisThread().pushed(), 150u);
+  EXPECT_EQ(buffers->BufferedOf(7), 3u);
+  EXPECT_EQ(stats[6]->added(), 3u);
+  EXPECT_EQ(DrainTagged(buffers->LogOfThisThread(), buffers->pool), expected);
+  EXPECT_EQ(buffers->BufferedOf(7), 0u);
+  EXPECT_TRUE(buffers->LogOfThisThread().Release(buffers->pool));
   EXPECT_EQ(buffers->pool.bytes_in_use(), 0u);
+}
+
+TEST(StatStateTest, ThreadsAddingToOneStatWriteTheirOwnLogs) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  StatState state(Definition(), true, buffers);
+  constexpr int kThreads = 4;
+  constexpr int kAdds = 10000;
+  std::vector<SampleLog*> used(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      used[t] = &buffers->LogOfThisThread();
+      for (int i = 0; i < kAdds; ++i) state.Add(t, i);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(state.added(), uint64_t{kThreads} * kAdds);
+  EXPECT_EQ(state.dropped(), 0u);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int u = t + 1; u < kThreads; ++u) EXPECT_NE(used[t], used[u]);
+    // Each thread's samples, in its own order, in its own log.
+    std::vector<double> values;
+    int64_t last = -1;
+    used[t]->Drain(buffers->pool, UINT64_MAX, [&](double v, int64_t ts, uint32_t id) {
+      EXPECT_EQ(id, 1u);
+      EXPECT_EQ(v, t);
+      EXPECT_EQ(ts, last + 1);
+      last = ts;
+      values.push_back(v);
+    });
+    EXPECT_EQ(values.size(), static_cast<size_t>(kAdds));
+  }
+}
+
+TEST(StatStateTest, SamplesWaitingInTheLogsAreCountedPerStatAndInTotal) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{4} << 20);
+  StatState a(Definition(1), /*is_valid=*/true, buffers);
+  StatState b(Definition(2), /*is_valid=*/true, buffers);
+  for (int i = 0; i < 100; ++i) (i % 4 == 0 ? b : a).Add(i, i);
+  EXPECT_GT(buffers->pool.bytes_in_use(), 0u);
+  EXPECT_EQ(buffers->BufferedOf(1), 75u);
+  EXPECT_EQ(buffers->BufferedOf(2), 25u);
+  EXPECT_EQ(buffers->BufferedTotal(), 100u);
+  // Taken and counted by the sender: no longer waiting, still added.
+  SampleLog& log = buffers->LogOfThisThread();
+  log.Drain(buffers->pool, 40, [&](double, int64_t, uint32_t id) { Bump(buffers->table.At(id).taken, 1); });
+  EXPECT_EQ(buffers->BufferedOf(1) + buffers->BufferedOf(2), 60u);
+  EXPECT_EQ(a.added(), 75u);
+  EXPECT_EQ(b.added(), 25u);
+}
+
+TEST(StatTableTest, EntriesAreStableAcrossPagesAndStartAtZero) {
+  StatTable table;
+  StatCounts& first = table.Create(1);
+  Bump(first.taken, 5);
+  for (uint32_t id = 2; id < 3 * StatTable::kPageEntries; ++id) table.Create(id);
+  EXPECT_EQ(&table.At(1), &first);
+  EXPECT_EQ(table.At(1).taken.load(), 5u);
+  EXPECT_EQ(table.At(2 * StatTable::kPageEntries + 1).delivered.load(), 0u);
+  uint64_t seen = 0;
+  table.ForEach(3 * StatTable::kPageEntries - 1, [&](uint32_t, const StatCounts& c) {
+    seen += 1 + c.taken.load();
+  });
+  EXPECT_EQ(seen, 3 * StatTable::kPageEntries - 1 + 5);
 }
 
 }  // namespace

@@ -1,80 +1,82 @@
-// The samples of one stat between Stat::add and the sender thread: a queue
-// of chunks from the client's ChunkPool, held only while the stat sends.
-#ifndef TORCHMON_CLIENT_DETAIL_STAT_BUFFER_H_
-#define TORCHMON_CLIENT_DETAIL_STAT_BUFFER_H_
+// A queue of samples, each tagged with its stat's id, between Stat::add and
+// the sender thread: chunks from the client's ChunkPool, held only while
+// samples wait in them. A client keeps a fixed set of them and each thread
+// adds to the one its thread index picks (ClientBuffers::LogOfThisThread),
+// so an add writes the next cell of a chunk its thread already has in cache,
+// whatever stat it is for, and the sender reads them front to back.
+#ifndef TORCHMON_CLIENT_DETAIL_SAMPLE_LOG_H_
+#define TORCHMON_CLIENT_DETAIL_SAMPLE_LOG_H_
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "detail/chunk_pool.h"
 
 namespace torchmon::detail {
 
-// Producers: any number of threads call TryPush. Consumer: one thread at a
-// time calls Drain, Release and ReleaseAll (the sender thread).
+// Producers: any number of threads call TryPush (usually one: threads map to
+// logs by their index, and only threads whose indices collide share one).
+// Consumer: one thread at a time calls Drain, Release and ReleaseAll (the
+// sender thread), and Peek.
 //
 // Every accepted sample gets the next position (0, 1, 2, ... for the life
-// of the stat). The positions live in a sequence of chunks, one per
+// of the log). The positions live in a sequence of chunks, one per
 // "generation"; the chunk of generation g sits in slot g % kSlots of a
 // small directory, tagged with g. The claim word packs the current
 // generation with the next position, so one CAS both reserves a cell and
 // proves that the generation (hence its chunk) is still current: a chunk is
 // given back only after the claim has left its generation, and the claim
 // never returns to a generation, so a producer that wins the CAS writes into
-// a chunk that is still this stat's, whatever it read before.
+// a chunk that is still this log's, whatever it read before.
 //
-// - A stat that holds no chunk ("unbound": its generation's slot is empty)
-//   takes the smallest chunk on its next add (Bind).
+// - A log that holds no chunk ("unbound": its generation's slot is empty)
+//   takes a chunk of its first class on its next push (Bind).
 // - A full chunk is followed by one four times larger (up to the pool's
 //   largest) if the consumer has not read half of it yet, else by one of
 //   the same size (NextClass); whichever producer finds it full installs
-//   it in the next slot. A hot stat reaches large chunks in a few steps, a
-//   stat the sender keeps up with stays at its size, and a stat added to
-//   once holds 8 cells.
-// - At most kSlots chunks per stat: a producer that finds the next slot
+//   it in the next slot. A busy thread's log reaches large chunks in a few
+//   steps; one the sender keeps up with stays at its size.
+// - At most kSlots chunks per log: a producer that finds the next slot
 //   still holding an undrained chunk drops. With the largest chunks that is
-//   kMaxSamples, half the default budget.
+//   kMaxSamples (32 MiB): a thread is bounded by the budget, not by its log.
 // - The consumer reads each chunk in order, gives it back when it is read
 //   and the claim has moved on, and gives back the last one of an idle
-//   stat (Release), which unbinds it. It looks at a stat again when told:
-//   every push that installs a chunk says so (kPushedAndBound).
+//   log (Release), which unbinds it.
 //
 // Cells are published by a release store of the chunk's epoch into the
 // cell's stamp, so the consumer tells a written cell from a claimed one or
 // one left from the chunk's previous use.
-class StatBuffer {
+class SampleLog {
  public:
-  static constexpr uint32_t kSlots = 8;
-  // Each new chunk of a stat is 2^kGrowth times as large as the last.
+  static constexpr uint32_t kSlots = 16;
+  // Each new chunk of a log is 2^kGrowth times as large as the last.
   static constexpr uint32_t kGrowth = 2;
   static constexpr uint64_t kMaxSamples =
       uint64_t{kSlots} * ChunkPool::ChunkCells(ChunkPool::kMaxClass);
 
   enum class PushResult {
     kPushed,
-    // Pushed, and this push installed a chunk of the stat: the first of an
-    // unbound stat, or a next one. The consumer must be told (it is cheap:
-    // once per chunk), since it may not be looking at the stat: it unbinds
-    // an idle stat (Release) and looks again only when told. Telling it of
-    // every chunk, not only of the first, bounds what can pile up unseen:
-    // another producer whose push bound the stat may be preempted before
-    // it tells, and a Release may race with a producer that found the
-    // released chunk full and installs the next one.
+    // Pushed, and this push installed a chunk of the log: the first of an
+    // unbound log, or a next one. (A consumer that stops looking at an
+    // unbound log must be told; ClientCore looks at every log each cycle.)
     kPushedAndBound,
-    // No room: the pool is out of chunks or the stat holds kSlots chunks.
+    // No room: the pool is out of chunks or the log holds kSlots chunks.
     kDropped,
   };
 
-  StatBuffer() {
+  // `first_class`: the size class of the chunk an unbound log takes.
+  explicit SampleLog(uint32_t first_class = 0) : first_class_(first_class) {
     for (uint32_t g = 0; g < kSlots; ++g) dir_[g].store(Entry(g, 0), std::memory_order_relaxed);
   }
-  StatBuffer(const StatBuffer&) = delete;
-  StatBuffer& operator=(const StatBuffer&) = delete;
+  SampleLog(const SampleLog&) = delete;
+  SampleLog& operator=(const SampleLog&) = delete;
 
   // Never blocks (lock-free), allocates, throws or makes a system call.
-  PushResult TryPush(ChunkPool& pool, double value, int64_t timestamp_us) noexcept {
+  PushResult TryPush(ChunkPool& pool, double value, int64_t timestamp_us,
+                     uint32_t stat_id = 0) noexcept {
     // The common case inline: a chunk with room and no other producer in
     // the way. Everything else (binding, a full chunk, a lost race) is
     // PushSlow's.
@@ -87,16 +89,16 @@ class StatBuffer {
       if (index < h.cells.load(std::memory_order_relaxed) &&
           claim_.compare_exchange_strong(claim, claim + 1, std::memory_order_acquire,
                                          std::memory_order_relaxed)) [[likely]] {
-        Publish(pool, chunk, index, value, timestamp_us);
+        Publish(pool, chunk, index, value, timestamp_us, stat_id);
         return PushResult::kPushed;
       }
     }
-    return PushSlow(pool, value, timestamp_us);
+    return PushSlow(pool, value, timestamp_us, stat_id);
   }
 
   // TryPush's general case.
-  [[gnu::noinline]] PushResult PushSlow(ChunkPool& pool, double value,
-                                        int64_t timestamp_us) noexcept {
+  [[gnu::noinline]] PushResult PushSlow(ChunkPool& pool, double value, int64_t timestamp_us,
+                                        uint32_t stat_id) noexcept {
     bool bound = false;
     uint64_t claim = claim_.load(std::memory_order_acquire);
     for (;;) {
@@ -110,7 +112,7 @@ class StatBuffer {
       }
       const uint32_t chunk = EntryChunk(entry);
       if (chunk == 0) {
-        const InstallResult installed = Install(pool, EntryGen(entry), pos, 0, false);
+        const InstallResult installed = Install(pool, EntryGen(entry), pos, first_class_, false);
         if (installed == InstallResult::kNoChunk) return PushResult::kDropped;
         bound = bound || installed == InstallResult::kInstalled;
         claim = claim_.load(std::memory_order_acquire);
@@ -124,7 +126,7 @@ class StatBuffer {
                                           std::memory_order_acquire)) {
           continue;
         }
-        Publish(pool, chunk, pos - base, value, timestamp_us);
+        Publish(pool, chunk, pos - base, value, timestamp_us, stat_id);
         return bound ? PushResult::kPushedAndBound : PushResult::kPushed;
       }
       // Full, if the header was read while the chunk was still ours.
@@ -137,7 +139,7 @@ class StatBuffer {
       const uint32_t next_gen = EntryGen(entry) + 1;
       const uint64_t next = dir_[next_gen % kSlots].load(std::memory_order_acquire);
       if (EntryGen(next) != next_gen) {
-        // Still holding the chunk of next_gen - kSlots: this stat has all
+        // Still holding the chunk of next_gen - kSlots: this log has all
         // the chunks it may have, unless the claim moved on meanwhile.
         const uint64_t now = claim_.load(std::memory_order_acquire);
         if (now == claim) return PushResult::kDropped;
@@ -153,7 +155,7 @@ class StatBuffer {
       // Move the claim to the next generation; losing means another thread
       // did, a sample was claimed meanwhile, or the consumer's Release
       // moved it (then it may have found next_gen's slot still empty and
-      // unbound the stat: the report of the chunk installed here tells it).
+      // unbound the log: the report of the chunk installed here tells it).
       claim_.compare_exchange_strong(claim, Claim(next_gen, pos), std::memory_order_acq_rel,
                                      std::memory_order_acquire);
     }
@@ -161,17 +163,18 @@ class StatBuffer {
 
   // The size of the chunk after a full one of `size_class` that held
   // positions [base, base + cells): four times larger while the consumer
-  // has not read half of it (the stat fills chunks faster than they are
-  // drained), the same size otherwise, so a stat that adds a few samples
+  // has not read half of it (the log fills chunks faster than they are
+  // drained), the same size otherwise, so a log that takes a few samples
   // per sender cycle keeps small chunks however long it runs.
   uint32_t NextClass(uint32_t size_class, uint64_t base, uint32_t cells) const noexcept {
     const uint64_t read = popped_.load(std::memory_order_relaxed);
     return read >= base + cells / 2 ? size_class : size_class + kGrowth;
   }
 
-  // Consumer. Calls fn(value, timestamp_us) for up to `max` samples in
-  // order and returns how many. Stops early at a cell that is claimed but
-  // not yet written; it is taken by a later call.
+  // Consumer. Calls fn(value, timestamp_us, stat_id) (or fn(value,
+  // timestamp_us)) for up to `max` samples in order and returns how many.
+  // Stops early at a cell that is claimed but not yet written; it is taken
+  // by a later call.
   template <typename Fn>
   size_t Drain(ChunkPool& pool, uint64_t max, Fn&& fn) noexcept {
     size_t n = 0;
@@ -188,7 +191,7 @@ class StatBuffer {
       while (n < max && read < end) {
         const SampleCell& cell = cells[read - base];
         if (cell.stamp.load(std::memory_order_acquire) != epoch) break;
-        fn(cell.value, cell.timestamp_us);
+        Call(fn, cell);
         ++read;
         ++n;
       }
@@ -202,9 +205,34 @@ class StatBuffer {
     return n;
   }
 
-  // Consumer. If every accepted sample has been drained, gives the stat's
-  // chunk back so the stat holds no memory until its next add. True if the
-  // stat holds no chunk now. A producer that installs a chunk after that
+  // Consumer side, read-only: calls fn(value, timestamp_us, stat_id) for
+  // every sample pushed and not yet drained, in order, stopping at a cell
+  // claimed but not yet written (its add has not returned). Needs the
+  // consumer's exclusion (no Drain or Release meanwhile); producers may go
+  // on pushing.
+  template <typename Fn>
+  void Peek(const ChunkPool& pool, Fn&& fn) const noexcept {
+    uint64_t read = popped_.load(std::memory_order_relaxed);
+    for (uint32_t gen = read_gen_;; ++gen) {
+      const uint64_t entry = dir_[gen % kSlots].load(std::memory_order_acquire);
+      const uint32_t chunk = EntryChunk(entry);
+      if (chunk == 0 || EntryGen(entry) != gen) return;
+      const ChunkHeader& h = pool.header(chunk);
+      const uint64_t base = h.base.load(std::memory_order_relaxed);
+      const uint64_t end = base + h.cells.load(std::memory_order_relaxed);
+      const uint64_t epoch = h.epoch.load(std::memory_order_relaxed);
+      const SampleCell* cells = pool.cells(chunk);
+      for (; read < end; ++read) {
+        const SampleCell& cell = cells[read - base];
+        if (cell.stamp.load(std::memory_order_acquire) != epoch) return;
+        Call(fn, cell);
+      }
+    }
+  }
+
+  // Consumer. If every accepted sample has been drained, gives the log's
+  // chunk back so the log holds no memory until its next push. True if the
+  // log holds no chunk now. A producer that installs a chunk after that
   // answer (it found the released chunk full just before) returns
   // kPushedAndBound, as every push that installs a chunk does.
   bool Release(ChunkPool& pool) noexcept {
@@ -218,12 +246,12 @@ class StatBuffer {
     }
     GiveBack(pool, chunk);
     // A producer that found the chunk full may have installed the next one
-    // just before the claim moved: then the stat is still bound.
+    // just before the claim moved: then the log is still bound.
     return EntryChunk(dir_[read_gen_ % kSlots].load(std::memory_order_acquire)) == 0;
   }
 
   // Gives back every chunk. Only once no producer can push any more (the
-  // owning stat is being destroyed).
+  // client's buffers are being destroyed).
   void ReleaseAll(ChunkPool& pool) noexcept {
     for (auto& slot : dir_) {
       const uint64_t entry = slot.load(std::memory_order_acquire);
@@ -238,6 +266,15 @@ class StatBuffer {
   uint64_t popped() const noexcept { return popped_.load(std::memory_order_acquire); }
 
  private:
+  template <typename Fn>
+  static void Call(Fn& fn, const SampleCell& cell) {
+    if constexpr (std::is_invocable_v<Fn&, double, int64_t, uint32_t>) {
+      fn(cell.value, cell.timestamp_us, cell.stat_id);
+    } else {
+      fn(cell.value, cell.timestamp_us);
+    }
+  }
+
   // Claim: generation (low kGenBits) << kPosBits | next position.
   static constexpr int kPosBits = 52;
   static constexpr uint32_t kGenMask = (1u << (64 - kPosBits)) - 1;
@@ -258,10 +295,11 @@ class StatBuffer {
   // CAS: the claim was still in the chunk's generation, so the chunk is
   // still ours and what was read from its header is current.
   static void Publish(ChunkPool& pool, uint32_t chunk, uint64_t index, double value,
-                      int64_t timestamp_us) noexcept {
+                      int64_t timestamp_us, uint32_t stat_id) noexcept {
     SampleCell& cell = pool.cells(chunk)[index];
     cell.value = value;
     cell.timestamp_us = timestamp_us;
+    cell.stat_id = stat_id;
     cell.stamp.store(pool.header(chunk).epoch.load(std::memory_order_relaxed),
                      std::memory_order_release);
   }
@@ -301,10 +339,9 @@ class StatBuffer {
     ++read_gen_;
   }
 
-  // Not padded to cache lines: a stat is mostly idle, and a StatBuffer per
-  // stat in the tens of thousands should cost bytes, not lines. What the
-  // consumer writes (popped_) changes once per drain, so a producer sharing
-  // its line pays one miss per sender cycle, not per add.
+  // What the consumer writes (popped_) changes once per drain, so a
+  // producer sharing its line pays one miss per sender cycle, not per add.
+  // (ClientBuffers pads each log to its own cache lines.)
   // CAS'd by producers on every add.
   std::atomic<uint64_t> claim_{0};
   // Read by producers, written at chunk changes.
@@ -313,8 +350,9 @@ class StatBuffer {
   std::atomic<uint64_t> popped_{0};
   // The generation the consumer reads (wraps with the directory's tags).
   uint32_t read_gen_ = 0;
+  const uint32_t first_class_;
 };
 
 }  // namespace torchmon::detail
 
-#endif  // TORCHMON_CLIENT_DETAIL_STAT_BUFFER_H_
+#endif  // TORCHMON_CLIENT_DETAIL_SAMPLE_LOG_H_

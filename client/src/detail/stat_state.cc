@@ -1,0 +1,35 @@
+#include "detail/stat_state.h"
+
+namespace torchmon::detail {
+
+uint32_t NextThreadIndex() noexcept {
+  static std::atomic<uint32_t> next{0};
+  uint32_t index;
+  do {
+    index = next.fetch_add(1, std::memory_order_relaxed) + 1;
+  } while (index == 0);
+  return index;
+}
+
+uint64_t ClientBuffers::BufferedOf(uint32_t id) {
+  absl::MutexLock lock(&drain_mu);
+  uint64_t n = 0;
+  for (const Log& l : logs) {
+    l.log.Peek(pool, [&](double, int64_t, uint32_t stat_id) { n += stat_id == id; });
+  }
+  return n;
+}
+
+uint64_t ClientBuffers::PushedTotal() const noexcept {
+  uint64_t n = 0;
+  for (const Log& l : logs) n += l.log.pushed();
+  return n;
+}
+
+uint64_t ClientBuffers::BufferedTotal() const noexcept {
+  uint64_t n = 0;
+  for (const Log& l : logs) n += l.log.pushed() - l.log.popped();
+  return n;
+}
+
+}  // namespace torchmon::detail

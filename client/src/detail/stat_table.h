@@ -1,0 +1,96 @@
+// The per-stat counts of a client, in a dense table indexed by stat id, so
+// that the threads that count a sample of each of tens of thousands of
+// stats (the sender taking it from a log, the ack thread when a daemon
+// acknowledges it) touch one small entry each instead of the stat's state.
+#ifndef TORCHMON_CLIENT_DETAIL_STAT_TABLE_H_
+#define TORCHMON_CLIENT_DETAIL_STAT_TABLE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace torchmon::detail {
+
+struct StatState;
+
+// One stat's counts. Each counter has one writer (named) and may be read by
+// any thread; single writers add with a load and a store, not a locked
+// read-modify-write.
+struct alignas(64) StatCounts {
+  // Set when the stat is registered; cleared when it is retired.
+  std::atomic<StatState*> state{nullptr};
+  // Producers (any thread; fetch_add): samples add() could not buffer.
+  std::atomic<uint64_t> rejected{0};
+  // Sender: samples taken from the logs into batches.
+  std::atomic<uint64_t> taken{0};
+  // Ack thread, under the client's mutex: samples and drop counts in
+  // acknowledged batches, ever and from the daemon process of now.
+  std::atomic<uint64_t> delivered{0};
+  std::atomic<uint64_t> drops_acked{0};
+  std::atomic<uint64_t> delivered_current{0};
+  std::atomic<uint64_t> drops_acked_current{0};
+  // Under the client's mutex, once it stopped: samples in batches never
+  // acknowledged.
+  std::atomic<uint64_t> abandoned{0};
+};
+static_assert(sizeof(StatCounts) == 64);
+
+// Adds `n` to a counter that only the calling thread writes.
+inline void Bump(std::atomic<uint64_t>& counter, uint64_t n) noexcept {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+// Entries for ids 1..kMaxIds - 1, in pages allocated as ids are handed out
+// and never moved or freed before the table: an entry's address is stable,
+// so readers need no lock. Ids are not reused (a daemon binds an id once per
+// stream), so a client that registers and drops stats keeps 64 bytes per
+// stat it ever registered.
+class StatTable {
+ public:
+  static constexpr uint32_t kPageBits = 10;
+  static constexpr uint32_t kPageEntries = 1u << kPageBits;
+  static constexpr uint32_t kMaxPages = 1u << 14;
+  static constexpr uint32_t kMaxIds = kPageEntries * kMaxPages;
+
+  StatTable() : pages_(new std::atomic<StatCounts*>[kMaxPages]) {
+    for (uint32_t p = 0; p < kMaxPages; ++p) pages_[p].store(nullptr, std::memory_order_relaxed);
+    // Id 0 is never a stat's own: its entry counts the samples of stats
+    // refused an id (past kMaxIds).
+    Create(0);
+  }
+  ~StatTable() {
+    for (uint32_t p = 0; p < kMaxPages; ++p) delete[] pages_[p].load(std::memory_order_relaxed);
+  }
+  StatTable(const StatTable&) = delete;
+  StatTable& operator=(const StatTable&) = delete;
+
+  // Makes id's entry exist (id < kMaxIds). One thread at a time (the
+  // client registers stats under its mutex); the entry is published to
+  // other threads by whatever publishes the id (the Stat's construction).
+  StatCounts& Create(uint32_t id) {
+    std::atomic<StatCounts*>& page = pages_[id >> kPageBits];
+    if (page.load(std::memory_order_relaxed) == nullptr) {
+      page.store(new StatCounts[kPageEntries], std::memory_order_release);
+    }
+    return At(id);
+  }
+
+  // The entry of an id that was created.
+  StatCounts& At(uint32_t id) const noexcept {
+    return pages_[id >> kPageBits].load(std::memory_order_acquire)[id & (kPageEntries - 1)];
+  }
+
+  // Calls fn(id, counts) for ids 1..last.
+  template <typename Fn>
+  void ForEach(uint32_t last, Fn&& fn) const {
+    for (uint32_t id = 1; id <= last; ++id) fn(id, At(id));
+  }
+
+ private:
+  std::unique_ptr<std::atomic<StatCounts*>[]> pages_;
+};
+
+}  // namespace torchmon::detail
+
+#endif  // TORCHMON_CLIENT_DETAIL_STAT_TABLE_H_
