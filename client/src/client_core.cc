@@ -227,6 +227,7 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
           "a client registers at most ", StatTable::kMaxIds - 1, " stats in its life"));
     }
     buffers_->table.Create(id);
+    buffers_->sent.Create(id);
   }
   def.set_id(id);
   auto state = std::make_shared<StatState>(def, status.ok(), buffers_);
@@ -277,9 +278,12 @@ ClientStats ClientCore::Stats() const {
     absl::MutexLock drain(&buffers_->drain_mu);
     buffers_->table.ForEach(next_stat_id_ - 1, [&](uint32_t, const StatCounts& c) {
       rejected += c.rejected.load(std::memory_order_relaxed);
-      taken += c.taken.load(std::memory_order_relaxed);
+
       abandoned += c.abandoned.load(std::memory_order_relaxed);
       delivered += c.delivered.load(std::memory_order_relaxed);
+    });
+    buffers_->sent.ForEach(next_stat_id_ - 1, [&](uint32_t, const SenderSlot& s) {
+      taken += s.taken.load(std::memory_order_relaxed);
     });
     rejected += buffers_->table.At(0).rejected.load(std::memory_order_relaxed);
     buffered = buffers_->BufferedTotal();
@@ -375,7 +379,7 @@ void ClientCore::Shutdown() {
 void ClientCore::AbandonUndelivered() {
   absl::MutexLock lock(&mu_);
   // From here on dropped() also counts what add() left buffered.
-  for (const auto& stat : stats_) stat->accepting.store(false, std::memory_order_release);
+  buffers_->accepting.store(false, std::memory_order_release);
   abandoned_ = true;
   StatTable& table = buffers_->table;
   for (const auto& kept : retained_) {
@@ -621,12 +625,7 @@ void ClientCore::TakeReadyStats() {
   }
 }
 
-uint64_t& ClientCore::DefinedOn(uint32_t id) {
-  if (id >= defined_on_.size()) {
-    defined_on_.resize(std::max<size_t>(size_t{id} + 1, defined_on_.size() * 2), 0);
-  }
-  return defined_on_[id];
-}
+uint64_t& ClientCore::DefinedOn(uint32_t id) { return buffers_->sent.At(id).defined_on; }
 
 size_t ClientCore::TakeSamples(SampleLog& log, uint64_t max, const StreamState& stream,
                                OutgoingBatch& out) {
@@ -640,19 +639,18 @@ size_t ClientCore::TakeSamples(SampleLog& log, uint64_t max, const StreamState& 
   });
   if (n == 0) return 0;
   out.AddSamples(taken_, groups_);
-  StatTable& table = buffers_->table;
+  const SenderTable& sent = buffers_->sent;
   for (const SampleGroups::Group& group : groups_.groups) {
-    StatCounts& counts = table.At(group.stat_id);
-    Bump(counts.taken, group.count);
-    uint64_t& defined = DefinedOn(group.stat_id);
-    if (defined == stream.generation) continue;
+    SenderSlot& slot = sent.At(group.stat_id);
+    Bump(slot.taken, group.count);
+    if (slot.defined_on == stream.generation) continue;
     // Registered after this cycle took the new definitions, and added to
     // before the logs were read: defined here, in the same batch, whose
     // definitions apply before its samples. Alive: a stat is retired only
     // a complete cycle after it closed, once none of its samples is left.
-    StatState* stat = counts.state.load(std::memory_order_acquire);
+    StatState* stat = buffers_->table.At(group.stat_id).state.load(std::memory_order_acquire);
     if (stat != nullptr) out.AddDefinition(*stat);
-    defined = stream.generation;
+    slot.defined_on = stream.generation;
   }
   return n;
 }
@@ -897,7 +895,7 @@ void ClientCore::RetireClosedStats() {
       } else if (cycles_completed_ >= stat.closed_at_cycle &&
                  !stat.listed.load(std::memory_order_acquire) &&
                  !stat.HasPendingDefinitionOrDrops() &&
-                 c.taken.load(std::memory_order_relaxed) ==
+                 stat.sent.taken.load(std::memory_order_relaxed) ==
                      c.delivered.load(std::memory_order_relaxed) +
                          c.abandoned.load(std::memory_order_relaxed)) {
         continue;

@@ -10,7 +10,9 @@ namespace torchmon {
 Stat::Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
            std::chrono::milliseconds window_size, int64_t max_samples, Labels labels)
     : state_(client.core_->RegisterStat(std::move(name), aggregations, window_size, max_samples,
-                                        labels)) {}
+                                        labels)),
+      buffers_(state_->valid ? state_->buffers.get() : nullptr),
+      id_(state_->id) {}
 
 Stat::Stat(std::string name, std::vector<StatAggregation> aggregations,
            std::chrono::milliseconds window_size, int64_t max_samples, Labels labels)
@@ -24,9 +26,18 @@ Stat::~Stat() {
 
 int64_t WallMicros() noexcept { return detail::WallClock::NowMicros(); }
 
-void Stat::add(double value) noexcept { state_->Add(value, detail::WallClock::NowMicros()); }
+void Stat::add(double value) noexcept {
+  if (buffers_ == nullptr || !buffers_->TryAdd(id_, value, detail::WallClock::NowMicros()))
+      [[unlikely]] {
+    state_->Reject();
+  }
+}
 
-void Stat::add(double value, int64_t timestamp_us) noexcept { state_->Add(value, timestamp_us); }
+void Stat::add(double value, int64_t timestamp_us) noexcept {
+  if (buffers_ == nullptr || !buffers_->TryAdd(id_, value, timestamp_us)) [[unlikely]] {
+    state_->Reject();
+  }
+}
 
 const std::string& Stat::name() const { return state_->name; }
 

@@ -87,7 +87,7 @@ struct BufferFixture {
       while (l.log.Drain(buffers->pool, uint64_t{1} << 16,
                          [&](double value, int64_t, uint32_t id) {
                            sum += value;
-                           detail::Bump(buffers->table.At(id).taken, 1);
+                           detail::Bump(buffers->sent.At(id).taken, 1);
                          }) != 0) {
       }
     }

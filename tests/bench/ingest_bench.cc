@@ -111,7 +111,7 @@ BENCHMARK(BM_IngestParse)->MinTime(0.2);
 // figure is per block (= per sample).
 constexpr int kManyBlocks = 2048;
 
-void BM_IngestApplyManySeries(benchmark::State& state) {
+void BM_IngestApplyManySeries(benchmark::State& state, bool columns) {
   const int series = static_cast<int>(state.range(0));
   ManualClock clock(kNowMs);
   Aggregator aggregator(AggregatorOptions{}, clock);
@@ -138,8 +138,17 @@ void BM_IngestApplyManySeries(benchmark::State& state) {
   for (size_t b = 0; b < batches.size(); ++b) {
     batches[b].set_sequence(2 + b);
     for (int i = 0; i < kManyBlocks; ++i) {
-      v1::SampleBlock* block = batches[b].add_samples();
       next = (next + stride) % static_cast<uint64_t>(series);
+      if (columns) {
+        // As the C++ client sends samples of stats with a sample or two.
+        v1::SampleColumns* c = batches[b].mutable_columns();
+        if (i == 0) c->set_base_time_us(kNowMs * 1000);
+        c->add_stat_ids(static_cast<uint32_t>(next + 1));
+        c->add_values(0.5);
+        c->add_time_deltas_us(i == 0 ? 0 : -1);
+        continue;
+      }
+      v1::SampleBlock* block = batches[b].add_samples();
       block->set_stat_id(static_cast<uint32_t>(next + 1));
       block->set_base_time_us(kNowMs * 1000 - i);
       block->add_values(0.5);
@@ -154,7 +163,8 @@ void BM_IngestApplyManySeries(benchmark::State& state) {
   }
   CountEverySampleAccepted(state, aggregator, ack, kManyBlocks);
 }
-BENCHMARK(BM_IngestApplyManySeries)->Arg(1000)->Arg(100'000)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_IngestApplyManySeries, blocks, false)->Arg(1000)->Arg(100'000)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_IngestApplyManySeries, columns, true)->Arg(1000)->Arg(100'000)->MinTime(0.5);
 
 }  // namespace
 }  // namespace torchmon::server

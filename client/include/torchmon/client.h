@@ -26,6 +26,7 @@ namespace torchmon {
 
 namespace detail {
 class ClientCore;
+struct ClientBuffers;
 struct StatState;
 }  // namespace detail
 
@@ -268,6 +269,11 @@ class Stat {
 
  private:
   std::shared_ptr<detail::StatState> state_;
+  // What add() needs, kept here so that it reads only this object and its
+  // thread's log, not the stat's state: the buffers of a valid stat's
+  // client (null for an invalid stat; kept alive by state_), and its id.
+  detail::ClientBuffers* buffers_;
+  uint32_t id_;
 };
 
 // Logs an event on Client::Default().

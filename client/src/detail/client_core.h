@@ -171,8 +171,6 @@ class ClientCore {
   // The listed stats (StatState::listed): those with drops to report. Raw
   // pointers: a listed stat is never retired.
   std::vector<StatState*> listed_;
-  // Per stat id, the stream generation it was last defined on.
-  std::vector<uint64_t> defined_on_;
   // Scratch for TakeSamples.
   std::vector<LogSample> taken_;
   SampleGroups groups_;

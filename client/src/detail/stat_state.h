@@ -54,11 +54,23 @@ struct ClientBuffers {
 
   SampleLog& LogOfThisThread() noexcept { return logs[ThreadIndex() % kLogs].log; }
 
+  // The whole of a valid stat's add() after the timestamp, but for what a
+  // refusal costs: false if the sample was not taken (client stopped, no
+  // room), for the caller to count (StatState::Reject).
+  bool TryAdd(uint32_t id, double value, int64_t timestamp_us) noexcept {
+    return accepting.load(std::memory_order_relaxed) &&
+           LogOfThisThread().TryPush(pool, value, timestamp_us, id) !=
+               SampleLog::PushResult::kDropped;
+  }
+
   // Lock-free multi-producer stack of stats that asked to be looked at
   // (StatState::Wake); the sender takes it whole.
   void PushReady(StatState* stat) noexcept;
   StatState* TakeReady() noexcept { return ready_.exchange(nullptr, std::memory_order_acquire); }
 
+  // False once the client has stopped: add() then counts every sample as
+  // dropped without touching the logs.
+  std::atomic<bool> accepting{true};
   ChunkPool pool;
   // Each log on its own cache lines, with the sender's notes on it.
   // A log's first chunk: 4 KiB (126 samples). Logs are per thread, not
@@ -79,6 +91,7 @@ struct ClientBuffers {
   // is counted in exactly one place.
   absl::Mutex drain_mu;
   StatTable table;
+  SenderTable sent;
   // Stats closed so far (~Stat); the sender retires closed stats when it
   // changes rather than scanning every stat every cycle.
   std::atomic<uint64_t> closed_stats{0};
@@ -117,7 +130,7 @@ struct StatState {
             std::shared_ptr<ClientBuffers> shared_buffers)
       : buffers(std::move(shared_buffers)),
         counts(buffers->table.Create(def.id())),
-        accepting(is_valid),
+        sent(buffers->sent.Create(def.id())),
         valid(is_valid),
         id(def.id()),
         name(def.name()),
@@ -128,14 +141,16 @@ struct StatState {
   StatState(const StatState&) = delete;
   StatState& operator=(const StatState&) = delete;
 
-  // Records a sample; the whole of Stat::add after the timestamp. Reads
-  // this state's first cache line and writes the thread's log.
+  // Records a sample: what Stat::add does after the timestamp (which
+  // keeps buffers and id in the Stat, so that it does not read this).
   void Add(double value, int64_t timestamp_us) noexcept {
-    if (accepting.load(std::memory_order_relaxed)) [[likely]] {
-      if (buffers->LogOfThisThread().TryPush(buffers->pool, value, timestamp_us, id) !=
-          SampleLog::PushResult::kDropped) [[likely]] {
-        return;
-      }
+    if (!valid || !buffers->TryAdd(id, value, timestamp_us)) Reject();
+  }
+
+  // Counts a sample add() could not buffer as dropped, and has the drop
+  // reported if it can still be.
+  [[gnu::noinline]] void Reject() noexcept {
+    if (valid && buffers->accepting.load(std::memory_order_relaxed)) {
       counts.rejected.fetch_add(1, std::memory_order_seq_cst);
       // The drop is reported to the daemon by the sender.
       Wake();
@@ -158,14 +173,14 @@ struct StatState {
   }
 
   uint64_t added() const {
-    return buffers->BufferedOf(id) + counts.taken.load(std::memory_order_relaxed) +
+    return buffers->BufferedOf(id) + sent.taken.load(std::memory_order_relaxed) +
            counts.rejected.load(std::memory_order_relaxed);
   }
 
   uint64_t dropped() const {
     uint64_t n = counts.rejected.load(std::memory_order_relaxed) +
                  counts.abandoned.load(std::memory_order_relaxed);
-    if (valid && !accepting.load(std::memory_order_acquire)) n += buffers->BufferedOf(id);
+    if (valid && !buffers->accepting.load(std::memory_order_acquire)) n += buffers->BufferedOf(id);
     return n;
   }
 
@@ -189,12 +204,9 @@ struct StatState {
                counts.drops_acked.load(std::memory_order_relaxed);
   }
 
-  // What add() reads first, on one cache line.
   const std::shared_ptr<ClientBuffers> buffers;
   StatCounts& counts;
-  // False for invalid stats and once the client has stopped: add() then
-  // counts the sample as dropped without touching the logs.
-  std::atomic<bool> accepting;
+  SenderSlot& sent;
   // On the sender's list (see above); set by Wake, cleared by the sender.
   std::atomic<bool> listed{false};
   // Set by ~Stat; the registry lets go once nothing is pending.

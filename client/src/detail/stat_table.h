@@ -14,16 +14,14 @@ namespace torchmon::detail {
 
 struct StatState;
 
-// One stat's counts. Each counter has one writer (named) and may be read by
-// any thread; single writers add with a load and a store, not a locked
-// read-modify-write.
+// One stat's counts, but for the sender's (SenderSlot). Each counter has
+// one writer (named) and may be read by any thread; single writers add
+// with a load and a store, not a locked read-modify-write.
 struct alignas(64) StatCounts {
   // Set when the stat is registered; cleared when it is retired.
   std::atomic<StatState*> state{nullptr};
   // Producers (any thread; fetch_add): samples add() could not buffer.
   std::atomic<uint64_t> rejected{0};
-  // Sender: samples taken from the logs into batches.
-  std::atomic<uint64_t> taken{0};
   // Ack thread, under the client's mutex: samples and drop counts in
   // acknowledged batches, ever and from the daemon process of now.
   std::atomic<uint64_t> delivered{0};
@@ -36,60 +34,73 @@ struct alignas(64) StatCounts {
 };
 static_assert(sizeof(StatCounts) == 64);
 
+// What the sender notes per stat as it takes samples from the logs, apart
+// from StatCounts so that a sample costs it 16 bytes of table, not 64.
+struct SenderSlot {
+  // Samples taken from the logs into batches (read under drain_mu).
+  std::atomic<uint64_t> taken{0};
+  // The stream generation the stat was last defined on.
+  uint64_t defined_on = 0;
+};
+
 // Adds `n` to a counter that only the calling thread writes.
 inline void Bump(std::atomic<uint64_t>& counter, uint64_t n) noexcept {
   counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-// Entries for ids 1..kMaxIds - 1, in pages allocated as ids are handed out
+// Entries for ids 0..kMaxIds - 1, in pages allocated as ids are handed out
 // and never moved or freed before the table: an entry's address is stable,
 // so readers need no lock. Ids are not reused (a daemon binds an id once per
-// stream), so a client that registers and drops stats keeps 64 bytes per
-// stat it ever registered.
-class StatTable {
+// stream), so a client that registers and drops stats keeps the entries of
+// every stat it ever registered (80 bytes each).
+template <typename Entry>
+class PagedTable {
  public:
   static constexpr uint32_t kPageBits = 10;
   static constexpr uint32_t kPageEntries = 1u << kPageBits;
   static constexpr uint32_t kMaxPages = 1u << 14;
   static constexpr uint32_t kMaxIds = kPageEntries * kMaxPages;
 
-  StatTable() : pages_(new std::atomic<StatCounts*>[kMaxPages]) {
+  PagedTable() : pages_(new std::atomic<Entry*>[kMaxPages]) {
     for (uint32_t p = 0; p < kMaxPages; ++p) pages_[p].store(nullptr, std::memory_order_relaxed);
     // Id 0 is never a stat's own: its entry counts the samples of stats
     // refused an id (past kMaxIds).
     Create(0);
   }
-  ~StatTable() {
+  ~PagedTable() {
     for (uint32_t p = 0; p < kMaxPages; ++p) delete[] pages_[p].load(std::memory_order_relaxed);
   }
-  StatTable(const StatTable&) = delete;
-  StatTable& operator=(const StatTable&) = delete;
+  PagedTable(const PagedTable&) = delete;
+  PagedTable& operator=(const PagedTable&) = delete;
 
   // Makes id's entry exist (id < kMaxIds). One thread at a time (the
   // client registers stats under its mutex); the entry is published to
   // other threads by whatever publishes the id (the Stat's construction).
-  StatCounts& Create(uint32_t id) {
-    std::atomic<StatCounts*>& page = pages_[id >> kPageBits];
+  Entry& Create(uint32_t id) {
+    std::atomic<Entry*>& page = pages_[id >> kPageBits];
     if (page.load(std::memory_order_relaxed) == nullptr) {
-      page.store(new StatCounts[kPageEntries], std::memory_order_release);
+      page.store(new Entry[kPageEntries], std::memory_order_release);
     }
     return At(id);
   }
 
   // The entry of an id that was created.
-  StatCounts& At(uint32_t id) const noexcept {
+  Entry& At(uint32_t id) const noexcept {
     return pages_[id >> kPageBits].load(std::memory_order_acquire)[id & (kPageEntries - 1)];
   }
 
-  // Calls fn(id, counts) for ids 1..last.
+  // Calls fn(id, entry) for ids 1..last.
   template <typename Fn>
   void ForEach(uint32_t last, Fn&& fn) const {
     for (uint32_t id = 1; id <= last; ++id) fn(id, At(id));
   }
 
  private:
-  std::unique_ptr<std::atomic<StatCounts*>[]> pages_;
+  std::unique_ptr<std::atomic<Entry*>[]> pages_;
 };
+
+using StatTable = PagedTable<StatCounts>;
+using SenderTable = PagedTable<SenderSlot>;
 
 }  // namespace torchmon::detail
 

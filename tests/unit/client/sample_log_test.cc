@@ -434,7 +434,7 @@ TEST(StatStateTest, SamplesLeftBufferedOnceTheClientStoppedCountAsDropped) {
   state.Add(1, 1);
   state.Add(2, 2);
   EXPECT_EQ(state.dropped(), 0u);
-  state.accepting.store(false);
+  buffers->accepting.store(false);
   state.Add(3, 3);
   EXPECT_EQ(state.added(), 3u);
   EXPECT_EQ(state.dropped(), 3u);
@@ -507,7 +507,7 @@ TEST(StatStateTest, SamplesWaitingInTheLogsAreCountedPerStatAndInTotal) {
   EXPECT_EQ(buffers->BufferedTotal(), 100u);
   // Taken and counted by the sender: no longer waiting, still added.
   SampleLog& log = buffers->LogOfThisThread();
-  log.Drain(buffers->pool, 40, [&](double, int64_t, uint32_t id) { Bump(buffers->table.At(id).taken, 1); });
+  log.Drain(buffers->pool, 40, [&](double, int64_t, uint32_t id) { Bump(buffers->sent.At(id).taken, 1); });
   EXPECT_EQ(buffers->BufferedOf(1) + buffers->BufferedOf(2), 60u);
   EXPECT_EQ(a.added(), 75u);
   EXPECT_EQ(b.added(), 25u);
@@ -516,14 +516,14 @@ TEST(StatStateTest, SamplesWaitingInTheLogsAreCountedPerStatAndInTotal) {
 TEST(StatTableTest, EntriesAreStableAcrossPagesAndStartAtZero) {
   StatTable table;
   StatCounts& first = table.Create(1);
-  Bump(first.taken, 5);
+  Bump(first.delivered, 5);
   for (uint32_t id = 2; id < 3 * StatTable::kPageEntries; ++id) table.Create(id);
   EXPECT_EQ(&table.At(1), &first);
-  EXPECT_EQ(table.At(1).taken.load(), 5u);
+  EXPECT_EQ(table.At(1).delivered.load(), 5u);
   EXPECT_EQ(table.At(2 * StatTable::kPageEntries + 1).delivered.load(), 0u);
   uint64_t seen = 0;
   table.ForEach(3 * StatTable::kPageEntries - 1, [&](uint32_t, const StatCounts& c) {
-    seen += 1 + c.taken.load();
+    seen += 1 + c.delivered.load();
   });
   EXPECT_EQ(seen, 3 * StatTable::kPageEntries - 1 + 5);
 }
