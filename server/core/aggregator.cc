@@ -147,6 +147,26 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
       continue;
     }
     if (cached == nullptr || ts_us < cached_start_us || ts_us >= cached_end_us) {
+      // Most samples fall in a window the series already has open (a run
+      // of one sample is common with many series): found by its bounds,
+      // without the two divisions that compute a sample's window.
+      const int64_t w_us = w * 1000;
+      OpenWindow* open = nullptr;
+      for (OpenWindow& o : s.open) {
+        const int64_t start_us = o.index * w_us;  // near now: no overflow
+        if (ts_us >= start_us && ts_us - start_us < w_us) {
+          open = &o;
+          break;
+        }
+      }
+      if (open != nullptr && DeadlineMs(s, open->index) > now) {
+        cached = open;
+        cached_sketch = s.quantiles != nullptr ? &s.quantiles->SketchFor(open->index) : nullptr;
+        cached_start_us = open->index * w_us;
+        cached_end_us = cached_start_us + w_us;
+      }
+    }
+    if (cached == nullptr || ts_us < cached_start_us || ts_us >= cached_end_us) {
       const int64_t index = FloorDiv(FloorDiv(ts_us, 1000), w);
       if (index <= s.last_closed_index || DeadlineMs(s, index) <= now) {
         ++result.late;
