@@ -15,7 +15,7 @@ namespace {
 constexpr uint64_t kMaxBurst = 1024;
 // Paced producers add in chunks of about this much time's worth of samples,
 // so pacing costs one sleep per millisecond, not one per sample.
-constexpr double kPacingQuantumSeconds = 0.001;
+constexpr double kPacingQuantumSeconds = 0.01;
 
 Clock::duration SecondsToClock(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
