@@ -112,15 +112,17 @@ struct ClientOptions {
   // unless labels_from_environment is false; these win on conflict.
   Labels labels;
   bool labels_from_environment = true;
-  // The memory, in bytes, for samples between add() and the sender thread,
-  // shared by all the stats of this client according to what they send: a
-  // stat holds none until it is added to, 256 bytes (8 samples) after its
-  // first add, chunks each four times larger while it stays busy (24 bytes a
-  // sample), and gives them back once drained and idle for a second. One
-  // stat holds at most 8 chunks (about 175,000 samples), and the last eighth
-  // of the budget only serves stats taking their first chunk, so a flooding
-  // stat cannot keep the others from buffering. When no room is left, add()
-  // drops and counts the sample (Stat::dropped, reported to the daemon).
+  // The memory, in bytes, for samples between add() and the sender thread
+  // (24 bytes a sample), shared by all the stats of this client according
+  // to what they send: samples wait in a log per adding thread, which takes
+  // a 4 KiB chunk on its first add, chunks each four times larger while the
+  // sender falls behind, and gives them back once drained (the last one
+  // once idle for a second). A stat holds no sample memory of its own. One
+  // thread's log holds at most 16 chunks, and the last eighth of the budget
+  // only serves logs taking their first chunk, so a thread flooding a stat
+  // cannot keep the other threads from buffering (its own other stats share
+  // its log until the sender drains it). When no room is left, add() drops
+  // and counts the sample (Stat::dropped, reported to the daemon).
   // The budget is reserved as address space and becomes resident only as
   // it is used. At least kMinBufferBytes, or the Client constructor throws
   // std::invalid_argument.

@@ -103,7 +103,9 @@ uint32_t ChunkPool::Prepare(uint32_t chunk, uint32_t size_class) noexcept {
     }
     h.foreign_cells.store(0, std::memory_order_relaxed);
   }
-  h.epoch.store(next_epoch_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  uint32_t epoch = h.epoch.load(std::memory_order_relaxed) + 1;
+  if (epoch == 0) epoch = 1;
+  h.epoch.store(epoch, std::memory_order_relaxed);
   h.cells.store(ChunkCells(size_class), std::memory_order_relaxed);
   h.size_class.store(size_class, std::memory_order_relaxed);
   in_use_.fetch_add(ChunkBytes(size_class), std::memory_order_relaxed);

@@ -10,27 +10,34 @@
 
 namespace torchmon::detail {
 
-// One buffered sample and the stat it belongs to. `stamp` is written last
-// (release) and equals the owning chunk's epoch once the cell holds a
-// sample of the chunk's current use; a cell left from an earlier use
-// carries an older epoch or 0, never the current one (ChunkPool::Take sees
-// to it).
+// One buffered sample. `stamp` is written last (release): the owning
+// chunk's epoch in its high 32 bits once the cell holds a sample of the
+// chunk's current use, and the sample's stat id in its low 32 bits. A cell
+// left from an earlier use carries an older epoch or 0 (ChunkPool::Take
+// sees to it; an epoch is never 0, and one chunk would have to be taken
+// 2^32 times for its epoch to come round).
 struct SampleCell {
   std::atomic<uint64_t> stamp;
   double value;
   int64_t timestamp_us;
-  uint32_t stat_id;
-  uint32_t reserved;
 };
-static_assert(sizeof(SampleCell) == 32);
+static_assert(sizeof(SampleCell) == 24);
+
+inline uint64_t CellStamp(uint32_t epoch, uint32_t stat_id) {
+  return (uint64_t{epoch} << 32) | stat_id;
+}
+inline uint32_t StampEpoch(uint64_t stamp) { return static_cast<uint32_t>(stamp >> 32); }
+inline uint32_t StampStatId(uint64_t stamp) { return static_cast<uint32_t>(stamp); }
 
 // A chunk: this 64-byte header, then its cells. The fields are atomics
 // because a producer holding a stale reference may read them while the
 // chunk is being reused; it then finds out (its CAS fails) and discards
 // what it read.
 struct alignas(64) ChunkHeader {
-  // Unique per use of the chunk (a 64-bit counter never repeats).
-  std::atomic<uint64_t> epoch;
+  // This use of the chunk: one more than its previous use's, never 0, so
+  // it repeats only after 2^32 uses of this chunk.
+  std::atomic<uint32_t> epoch;
+  uint32_t unused;
   // Position (in the owning stat's count of accepted samples) of cell 0.
   std::atomic<uint64_t> base;
   std::atomic<uint32_t> cells;
@@ -46,8 +53,8 @@ struct alignas(64) ChunkHeader {
 static_assert(sizeof(ChunkHeader) == 64);
 
 // A fixed byte budget carved into chunks of 256 B << k (k = 0..kMaxClass),
-// each a header and (bytes - 64) / 32 cells: 6 cells for the smallest
-// (256 B), 65534 for the largest (2 MiB). A log that stays busy cycles
+// each a header and (bytes - 64) / 24 cells: 8 cells for the smallest
+// (256 B), 87378 for the largest (2 MiB). A log that stays busy cycles
 // through a few of the largest chunks, which stay warm in cache.
 //
 // The budget is reserved as address space (mmap, MAP_NORESERVE) when the
@@ -74,7 +81,7 @@ class ChunkPool {
                                  sizeof(SampleCell));
   }
   // The smallest budget a client accepts: room for a whole batch of
-  // samples (65536 of 32 bytes).
+  // samples (65536 of 24 bytes) with a margin.
   static constexpr size_t MinBudgetBytes() { return size_t{2} << 20; }
   // Largest budget: chunk indices are 32-bit.
   static constexpr size_t MaxBudgetBytes() { return (size_t{1} << 32) * kUnitBytes - kUnitBytes; }
@@ -105,7 +112,8 @@ class ChunkPool {
   // nears the populated mark, a few loads otherwise. A kernel without
   // MADV_POPULATE_WRITE (before Linux 5.14) makes it a no-op.
   void PopulateAhead() noexcept;
-  static constexpr size_t kPopulateAheadBytes = size_t{1} << 20;
+  // Two of the largest chunks: a log that grows takes one at a time.
+  static constexpr size_t kPopulateAheadBytes = 2 * (kUnitBytes << kMaxClass);
   // Bytes made resident by PopulateAhead so far.
   size_t bytes_populated() const noexcept { return populated_.load(std::memory_order_relaxed); }
 
@@ -134,7 +142,6 @@ class ChunkPool {
 
   const size_t budget_;
   char* arena_ = nullptr;
-  std::atomic<uint64_t> next_epoch_{1};
   alignas(64) std::atomic<size_t> carved_{0};
   alignas(64) std::atomic<size_t> in_use_{0};
   // PopulateAhead's: how far it has populated, and whether the kernel can.

@@ -46,9 +46,10 @@ namespace torchmon::detail {
 //   and the claim has moved on, and gives back the last one of an idle
 //   log (Release), which unbinds it.
 //
-// Cells are published by a release store of the chunk's epoch into the
-// cell's stamp, so the consumer tells a written cell from a claimed one or
-// one left from the chunk's previous use.
+// Cells are published by a release store of the chunk's epoch and the
+// sample's stat id into the cell's stamp, so the consumer tells a written
+// cell from a claimed one or one left from the chunk's previous use; it
+// never reads past the claimed positions.
 class SampleLog {
  public:
   static constexpr uint32_t kSlots = 16;
@@ -179,6 +180,8 @@ class SampleLog {
   size_t Drain(ChunkPool& pool, uint64_t max, Fn&& fn) noexcept {
     size_t n = 0;
     uint64_t read = popped_.load(std::memory_order_relaxed);
+    // Never past what was claimed: a cell beyond may hold anything.
+    const uint64_t claimed = ClaimPos(claim_.load(std::memory_order_acquire));
     while (n < max) {
       const uint64_t entry = dir_[read_gen_ % kSlots].load(std::memory_order_acquire);
       const uint32_t chunk = EntryChunk(entry);
@@ -186,12 +189,14 @@ class SampleLog {
       const ChunkHeader& h = pool.header(chunk);
       const uint64_t base = h.base.load(std::memory_order_relaxed);
       const uint64_t end = base + h.cells.load(std::memory_order_relaxed);
-      const uint64_t epoch = h.epoch.load(std::memory_order_relaxed);
+      const uint32_t epoch = h.epoch.load(std::memory_order_relaxed);
       const SampleCell* cells = pool.cells(chunk);
-      while (n < max && read < end) {
+      const uint64_t stop = std::min(end, claimed);
+      while (n < max && read < stop) {
         const SampleCell& cell = cells[read - base];
-        if (cell.stamp.load(std::memory_order_acquire) != epoch) break;
-        Call(fn, cell);
+        const uint64_t stamp = cell.stamp.load(std::memory_order_acquire);
+        if (StampEpoch(stamp) != epoch) break;
+        Call(fn, cell, StampStatId(stamp));
         ++read;
         ++n;
       }
@@ -213,6 +218,7 @@ class SampleLog {
   template <typename Fn>
   void Peek(const ChunkPool& pool, Fn&& fn) const noexcept {
     uint64_t read = popped_.load(std::memory_order_relaxed);
+    const uint64_t claimed = ClaimPos(claim_.load(std::memory_order_acquire));
     for (uint32_t gen = read_gen_;; ++gen) {
       const uint64_t entry = dir_[gen % kSlots].load(std::memory_order_acquire);
       const uint32_t chunk = EntryChunk(entry);
@@ -220,12 +226,14 @@ class SampleLog {
       const ChunkHeader& h = pool.header(chunk);
       const uint64_t base = h.base.load(std::memory_order_relaxed);
       const uint64_t end = base + h.cells.load(std::memory_order_relaxed);
-      const uint64_t epoch = h.epoch.load(std::memory_order_relaxed);
+      const uint32_t epoch = h.epoch.load(std::memory_order_relaxed);
       const SampleCell* cells = pool.cells(chunk);
       for (; read < end; ++read) {
+        if (read >= claimed) return;
         const SampleCell& cell = cells[read - base];
-        if (cell.stamp.load(std::memory_order_acquire) != epoch) return;
-        Call(fn, cell);
+        const uint64_t stamp = cell.stamp.load(std::memory_order_acquire);
+        if (StampEpoch(stamp) != epoch) return;
+        Call(fn, cell, StampStatId(stamp));
       }
     }
   }
@@ -267,9 +275,9 @@ class SampleLog {
 
  private:
   template <typename Fn>
-  static void Call(Fn& fn, const SampleCell& cell) {
+  static void Call(Fn& fn, const SampleCell& cell, uint32_t stat_id) {
     if constexpr (std::is_invocable_v<Fn&, double, int64_t, uint32_t>) {
-      fn(cell.value, cell.timestamp_us, cell.stat_id);
+      fn(cell.value, cell.timestamp_us, stat_id);
     } else {
       fn(cell.value, cell.timestamp_us);
     }
@@ -299,8 +307,7 @@ class SampleLog {
     SampleCell& cell = pool.cells(chunk)[index];
     cell.value = value;
     cell.timestamp_us = timestamp_us;
-    cell.stat_id = stat_id;
-    cell.stamp.store(pool.header(chunk).epoch.load(std::memory_order_relaxed),
+    cell.stamp.store(CellStamp(pool.header(chunk).epoch.load(std::memory_order_relaxed), stat_id),
                      std::memory_order_release);
   }
 

@@ -96,8 +96,8 @@ TEST_F(ClientWithoutDaemonTest, AddBeyondTheBudgetDropsAndCountsEveryExtraSample
   constexpr uint64_t kAdds = 200000;
   for (uint64_t i = 0; i < kAdds; ++i) stat.add(static_cast<double>(i));
   EXPECT_EQ(stat.added(), kAdds);
-  // At most the budget less its reserve, 32 bytes a sample.
-  const uint64_t most = (o.buffer_bytes - o.buffer_bytes / 8) / 32;
+  // At most the budget less its reserve, 24 bytes a sample.
+  const uint64_t most = (o.buffer_bytes - o.buffer_bytes / 8) / 24;
   EXPECT_GE(stat.dropped(), kAdds - most);
   EXPECT_LT(stat.dropped(), kAdds);
   EXPECT_EQ(client.Stats().samples_added, kAdds);

@@ -408,10 +408,10 @@ TEST(StatStateTest, CountsEverySampleTheBudgetRefusesAsDroppedAndListsItself) {
   StatState state(Definition(), /*is_valid=*/true, buffers);
   for (int i = 0; i < 10; ++i) state.Add(i, i);
   EXPECT_EQ(state.added(), 10u);
-  EXPECT_EQ(buffers->BufferedOf(1), 6u);  // one chunk of 6
-  EXPECT_EQ(state.counts.rejected.load(), 4u);
-  EXPECT_EQ(state.dropped(), 4u);
-  EXPECT_EQ(state.unreported_drops(), 4u);
+  EXPECT_EQ(buffers->BufferedOf(1), 8u);  // one chunk of 8
+  EXPECT_EQ(state.counts.rejected.load(), 2u);
+  EXPECT_EQ(state.dropped(), 2u);
+  EXPECT_EQ(state.unreported_drops(), 2u);
   EXPECT_EQ(Ready(*buffers), std::vector<StatState*>{&state});  // listed once
   for (uint32_t c : hog) buffers->pool.Give(c);
 }
