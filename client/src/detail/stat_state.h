@@ -73,7 +73,7 @@ struct ClientBuffers {
   std::atomic<bool> accepting{true};
   ChunkPool pool;
   // Each log on its own cache lines, with the sender's notes on it.
-  // A log's first chunk: 4 KiB (126 samples). Logs are per thread, not
+  // A log's first chunk: 4 KiB (168 samples). Logs are per thread, not
   // per stat, so this costs little, and a thread that starts adding
   // millions of samples a second ramps up to the largest chunks before the
   // sender's first look.
