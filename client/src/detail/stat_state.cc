@@ -2,13 +2,11 @@
 
 namespace torchmon::detail {
 
-uint32_t NextThreadIndex() noexcept {
+uint32_t AssignThreadLog() noexcept {
   static std::atomic<uint32_t> next{0};
-  uint32_t index;
-  do {
-    index = next.fetch_add(1, std::memory_order_relaxed) + 1;
-  } while (index == 0);
-  return index;
+  const uint32_t index = next.fetch_add(1, std::memory_order_relaxed);
+  tls_log_offset = 1 + (index % ProducerLog::kCount) * static_cast<uint32_t>(sizeof(ProducerLog));
+  return tls_log_offset;
 }
 
 uint64_t ClientBuffers::BufferedOf(uint32_t id) {
