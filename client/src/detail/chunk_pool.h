@@ -62,7 +62,7 @@ static_assert(sizeof(ChunkHeader) == 64);
 // so an idle client costs no memory. Freed chunks go to a lock-free free
 // list per size class and are reused; a larger free chunk is split to serve
 // a smaller request. Freed chunks are never merged back: after a storm of
-// small chunks a busy stat may have to work in smaller ones (more chunk
+// small chunks a busy log may have to work in smaller ones (more chunk
 // changes, no drops while any chunk is free). A split piece's stamps are
 // cleared the first time it is taken, so that cost is paid once per piece
 // and bounded by the budget.

@@ -36,7 +36,7 @@ absl::Status EventToProto(const Event& event, v1::Event* out);
 // destructor) flushes, stops it and detaches every registered Stat.
 //
 // Threads: the sender thread owns the gRPC stream and is the only consumer
-// of the stat buffers; a reader thread per stream reads IngestAcks. Everything
+// of the sample logs; a reader thread per stream reads IngestAcks. Everything
 // they share with API callers is guarded by mu_.
 //
 // Delivery: every batch with samples, drops or events gets the next
@@ -99,7 +99,7 @@ class ClientCore {
     // False if a sample buffered at the start could not be taken yet (a
     // producer was mid-push): the cycle does not complete a flush.
     bool complete = true;
-    // The largest fraction of a stat's buffer, or of the client's budget,
+    // The largest fraction of a log, or of the client's budget,
     // found occupied, for pacing.
     double max_fill = 0;
   };
