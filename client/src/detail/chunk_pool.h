@@ -83,8 +83,9 @@ class ChunkPool {
   // The smallest budget a client accepts: room for a whole batch of
   // samples (65536 of 24 bytes) with a margin.
   static constexpr size_t MinBudgetBytes() { return size_t{2} << 20; }
-  // Largest budget: chunk indices are 32-bit.
-  static constexpr size_t MaxBudgetBytes() { return (size_t{1} << 32) * kUnitBytes - kUnitBytes; }
+  // Largest budget (64 GiB): a log's directory entry keeps a chunk index in
+  // 28 bits beside its size class.
+  static constexpr size_t MaxBudgetBytes() { return (size_t{1} << 28) * kUnitBytes - kUnitBytes; }
 
   // `budget_bytes` is rounded down to a multiple of kUnitBytes. Throws
   // std::bad_alloc if the address space cannot be reserved.

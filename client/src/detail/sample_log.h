@@ -81,13 +81,19 @@ class SampleLog {
     // The common case inline: a chunk with room and no other producer in
     // the way. Everything else (binding, a full chunk, a lost race) is
     // PushSlow's.
+    // The chunk's size comes with its directory entry and its base from
+    // this log (not from the chunk's header, whose address depends on the
+    // entry): one load fewer on the way to the CAS. Both may be of a later
+    // generation when read; then the claim has left this one and the CAS
+    // fails.
     uint64_t claim = claim_.load(std::memory_order_acquire);
-    const uint64_t entry = dir_[ClaimGen(claim) % kSlots].load(std::memory_order_acquire);
+    const uint32_t slot = ClaimGen(claim) % kSlots;
+    const uint64_t entry = dir_[slot].load(std::memory_order_acquire);
+    const uint64_t base = bases_[slot].load(std::memory_order_relaxed);
     const uint32_t chunk = EntryChunk(entry);
     if (chunk != 0 && (EntryGen(entry) & kGenMask) == ClaimGen(claim)) [[likely]] {
-      const ChunkHeader& h = pool.header(chunk);
-      const uint64_t index = ClaimPos(claim) - h.base.load(std::memory_order_relaxed);
-      if (index < h.cells.load(std::memory_order_relaxed) &&
+      const uint64_t index = ClaimPos(claim) - base;
+      if (index < ChunkPool::ChunkCells(EntryClass(entry)) &&
           claim_.compare_exchange_strong(claim, claim + 1, std::memory_order_acquire,
                                          std::memory_order_relaxed)) [[likely]] {
         Publish(pool, chunk, index, value, timestamp_us, stat_id);
@@ -294,10 +300,22 @@ class SampleLog {
   }
   static uint32_t ClaimGen(uint64_t claim) { return static_cast<uint32_t>(claim >> kPosBits); }
   static uint64_t ClaimPos(uint64_t claim) { return claim & kPosMask; }
-  // Directory entry: generation (32 bits) << 32 | chunk (0: none).
-  static uint64_t Entry(uint32_t gen, uint32_t chunk) { return (uint64_t{gen} << 32) | chunk; }
+  // Directory entry: generation (32 bits) << 32 | the chunk's size class
+  // (4 bits) << 28 | chunk (28 bits; 0: none).
+  static constexpr uint32_t kChunkBits = 28;
+  static_assert(ChunkPool::kMaxClass < 16 &&
+                    ChunkPool::MaxBudgetBytes() / ChunkPool::kUnitBytes < (uint64_t{1} << kChunkBits),
+                "a directory entry must hold any chunk and its size class");
+  static uint64_t Entry(uint32_t gen, uint32_t chunk, uint32_t size_class = 0) {
+    return (uint64_t{gen} << 32) | (uint64_t{size_class} << kChunkBits) | chunk;
+  }
   static uint32_t EntryGen(uint64_t entry) { return static_cast<uint32_t>(entry >> 32); }
-  static uint32_t EntryChunk(uint64_t entry) { return static_cast<uint32_t>(entry); }
+  static uint32_t EntryChunk(uint64_t entry) {
+    return static_cast<uint32_t>(entry) & ((1u << kChunkBits) - 1);
+  }
+  static uint32_t EntryClass(uint64_t entry) {
+    return (static_cast<uint32_t>(entry) >> kChunkBits) & 0xf;
+  }
 
   // Writes a claimed cell and publishes it. Only after winning the claim's
   // CAS: the claim was still in the chunk's generation, so the chunk is
@@ -329,8 +347,13 @@ class SampleLog {
                  : InstallResult::kNoChunk;
     }
     pool.header(chunk).base.store(base, std::memory_order_relaxed);
+    // Every producer installing for `gen` writes the same base (the end of
+    // the chunk before, or the position of an unbound log, which cannot
+    // move), and before the entry that publishes it.
+    bases_[gen % kSlots].store(base, std::memory_order_relaxed);
+    const uint32_t taken_class = pool.header(chunk).size_class.load(std::memory_order_relaxed);
     uint64_t expected = Entry(gen, 0);
-    if (!dir_[gen % kSlots].compare_exchange_strong(expected, Entry(gen, chunk),
+    if (!dir_[gen % kSlots].compare_exchange_strong(expected, Entry(gen, chunk, taken_class),
                                                    std::memory_order_acq_rel)) {
       pool.Give(chunk);
       return InstallResult::kLost;
@@ -353,6 +376,8 @@ class SampleLog {
   std::atomic<uint64_t> claim_{0};
   // Read by producers, written at chunk changes.
   std::atomic<uint64_t> dir_[kSlots];
+  // The base position of each slot's chunk (see Install).
+  std::atomic<uint64_t> bases_[kSlots] = {};
   // Consumer's.
   std::atomic<uint64_t> popped_{0};
   // The generation the consumer reads (wraps with the directory's tags).
