@@ -278,7 +278,6 @@ ClientStats ClientCore::Stats() const {
     absl::MutexLock drain(&buffers_->drain_mu);
     buffers_->table.ForEach(next_stat_id_ - 1, [&](uint32_t, const StatCounts& c) {
       rejected += c.rejected.load(std::memory_order_relaxed);
-
       abandoned += c.abandoned.load(std::memory_order_relaxed);
       delivered += c.delivered.load(std::memory_order_relaxed);
     });
@@ -386,7 +385,7 @@ void ClientCore::AbandonUndelivered() {
     for (const OutgoingBatch::StatPart& part : kept->parts) {
       if (part.samples != 0) Bump(table.At(part.stat_id).abandoned, part.samples);
     }
-    for (const uint32_t id : kept->column_ids()) Bump(table.At(id).abandoned, 1);
+    kept->ForEachColumnRun([&](uint32_t id, uint64_t n) { Bump(table.At(id).abandoned, n); });
     samples_settled_ += kept->samples;
     counters_.events_dropped += kept->events;
   }
@@ -625,7 +624,12 @@ void ClientCore::TakeReadyStats() {
   }
 }
 
-uint64_t& ClientCore::DefinedOn(uint32_t id) { return buffers_->sent.At(id).defined_on; }
+void ClientCore::DefineOnStream(StatState& stat, const StreamState& stream, OutgoingBatch& out) {
+  uint64_t& defined = buffers_->sent.At(stat.id).defined_on;
+  if (defined == stream.generation) return;
+  out.AddDefinition(stat);
+  defined = stream.generation;
+}
 
 size_t ClientCore::TakeSamples(SampleLog& log, uint64_t max, const StreamState& stream,
                                OutgoingBatch& out) {
@@ -649,8 +653,7 @@ size_t ClientCore::TakeSamples(SampleLog& log, uint64_t max, const StreamState& 
     // definitions apply before its samples. Alive: a stat is retired only
     // a complete cycle after it closed, once none of its samples is left.
     StatState* stat = buffers_->table.At(group.stat_id).state.load(std::memory_order_acquire);
-    if (stat != nullptr) out.AddDefinition(*stat);
-    slot.defined_on = stream.generation;
+    if (stat != nullptr) DefineOnStream(*stat, stream, out);
   }
   return n;
 }
@@ -684,11 +687,9 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   // Definitions of stats registered since the stream opened, first, so
   // every id is known before a sample or drop report uses it.
   for (StatState* stat : fresh) {
-    uint64_t& defined = DefinedOn(stat->id);
-    if (defined == state.generation) continue;
+    if (buffers_->sent.At(stat->id).defined_on == state.generation) continue;
     if (!out.Fits(DefinitionBytes(*stat)) && !write()) return fail();
-    out.AddDefinition(*stat);
-    defined = state.generation;
+    DefineOnStream(*stat, state, out);
   }
 
   // Every log, up to what it held when looked at: samples pushed later wait
@@ -743,11 +744,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
     StatState* stat = listed_[i];
     if (const uint64_t drops = stat->unreported_drops(); drops > 0) {
       if (!out.Fits(kDropReportBytes + DefinitionBytes(*stat)) && !write()) return fail();
-      uint64_t& defined = DefinedOn(stat->id);
-      if (defined != state.generation) {
-        out.AddDefinition(*stat);
-        defined = state.generation;
-      }
+      DefineOnStream(*stat, state, out);
       out.AddDropReport(*stat, drops);
       // Reported from now on: the batch is kept until acknowledged.
       stat->drops_written.fetch_add(drops, std::memory_order_relaxed);
@@ -829,7 +826,7 @@ bool ClientCore::OpenStream(StreamState& state) {
     const size_t size = DefinitionBytes(*stat);
     if (bytes + size > kBatchBudgetBytes && !write_opening()) return false;
     stat->CopyDefinition(opening.add_definitions());
-    DefinedOn(stat->id) = state.generation;
+    buffers_->sent.At(stat->id).defined_on = state.generation;
     defined.push_back(stat.get());
     bytes += size;
   }
@@ -946,17 +943,11 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
         Bump(c.delivered_current, part.samples);
         Bump(c.drops_acked_current, part.drops);
       }
-      // The columns: a sample each, runs of one stat counted at once.
-      const auto& ids = batch.column_ids();
-      for (int i = 0; i < ids.size();) {
-        const uint32_t id = ids[i];
-        int end = i + 1;
-        while (end < ids.size() && ids[end] == id) ++end;
+      batch.ForEachColumnRun([&](uint32_t id, uint64_t n) {
         StatCounts& c = table.At(id);
-        Bump(c.delivered, static_cast<uint64_t>(end - i));
-        Bump(c.delivered_current, static_cast<uint64_t>(end - i));
-        i = end;
-      }
+        Bump(c.delivered, n);
+        Bump(c.delivered_current, n);
+      });
       samples_settled_ += batch.samples;
       counters_.events_delivered += batch.events;
       retained_bytes_ -= batch.bytes;

@@ -26,12 +26,7 @@ Stat::~Stat() {
 
 int64_t WallMicros() noexcept { return detail::WallClock::NowMicros(); }
 
-void Stat::add(double value) noexcept {
-  if (buffers_ == nullptr || !buffers_->TryAdd(id_, value, detail::WallClock::NowMicros()))
-      [[unlikely]] {
-    state_->Reject();
-  }
-}
+void Stat::add(double value) noexcept { add(value, detail::WallClock::NowMicros()); }
 
 void Stat::add(double value, int64_t timestamp_us) noexcept {
   if (buffers_ == nullptr || !buffers_->TryAdd(id_, value, timestamp_us)) [[unlikely]] {

@@ -67,13 +67,19 @@ void CountEverySampleAccepted(benchmark::State& state, const Aggregator& aggrega
   state.SetItemsProcessed(static_cast<int64_t>(expected));
 }
 
+// An ingest session on a fresh aggregator at kNowMs, as a stream sees it.
+struct SessionFixture {
+  ManualClock clock{kNowMs};
+  Aggregator aggregator{AggregatorOptions{}, clock};
+  EventLog events{1000, 600'000, clock};
+  DaemonStats stats;
+  IngestSession session{aggregator, events, stats, nullptr};
+};
+
 // IngestSession::Apply of a parsed batch, per sample.
 void BM_IngestApply(benchmark::State& state) {
-  ManualClock clock(kNowMs);
-  Aggregator aggregator(AggregatorOptions{}, clock);
-  EventLog events(1000, 600'000, clock);
-  DaemonStats stats;
-  IngestSession session(aggregator, events, stats, nullptr);
+  SessionFixture f;
+  IngestSession& session = f.session;
   v1::IngestAck ack;
   session.Apply(FirstBatch(), &ack);
   if (ack.errors_size() != 0) return state.SkipWithError(ack.errors(0).message().c_str());
@@ -83,7 +89,7 @@ void BM_IngestApply(benchmark::State& state) {
     session.Apply(batch, &ack);
     benchmark::DoNotOptimize(ack);
   }
-  CountEverySampleAccepted(state, aggregator, ack, kBlockSamples);
+  CountEverySampleAccepted(state, f.aggregator, ack, kBlockSamples);
 }
 BENCHMARK(BM_IngestApply)->MinTime(0.2);
 
@@ -113,11 +119,8 @@ constexpr int kManyBlocks = 2048;
 
 void BM_IngestApplyManySeries(benchmark::State& state, bool columns) {
   const int series = static_cast<int>(state.range(0));
-  ManualClock clock(kNowMs);
-  Aggregator aggregator(AggregatorOptions{}, clock);
-  EventLog events(1000, 600'000, clock);
-  DaemonStats stats;
-  IngestSession session(aggregator, events, stats, nullptr);
+  SessionFixture f;
+  IngestSession& session = f.session;
   v1::IngestAck ack;
   v1::IngestBatch define = FirstBatch();
   define.clear_definitions();
@@ -161,7 +164,7 @@ void BM_IngestApplyManySeries(benchmark::State& state, bool columns) {
     b = (b + 1) % batches.size();
     benchmark::DoNotOptimize(ack);
   }
-  CountEverySampleAccepted(state, aggregator, ack, kManyBlocks);
+  CountEverySampleAccepted(state, f.aggregator, ack, kManyBlocks);
 }
 BENCHMARK_CAPTURE(BM_IngestApplyManySeries, blocks, false)->Arg(1000)->Arg(100'000)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_IngestApplyManySeries, columns, true)->Arg(1000)->Arg(100'000)->MinTime(0.5);

@@ -137,8 +137,9 @@ class ClientCore {
   // stats and defines on the stream any stat not yet defined there. Returns
   // how many (0: none published yet).
   size_t TakeSamples(SampleLog& log, uint64_t max, const StreamState& stream, OutgoingBatch& out);
-  // Sender thread: the stream generation stat `id` was last defined on.
-  uint64_t& DefinedOn(uint32_t id);
+  // Adds the definition of `stat` to `out` unless it went out on this
+  // stream already (then it is known to the daemon before `out`).
+  void DefineOnStream(StatState& stat, const StreamState& stream, OutgoingBatch& out);
 
   // --- any thread ---
   bool HasPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

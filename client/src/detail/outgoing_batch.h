@@ -91,9 +91,17 @@ struct OutgoingBatch {
   // group per stat, with its count, for the caller's accounting.
   void AddSamples(const std::vector<LogSample>& taken, SampleGroups& groups);
 
-  // Stat ids of the samples in the columns, one per sample.
-  const google::protobuf::RepeatedField<uint32_t>& column_ids() const {
-    return batch->columns().stat_ids();
+  // Calls fn(stat_id, samples) for each run of one stat's samples in the
+  // columns, in order: what an ack, or the client stopping, accounts.
+  template <typename Fn>
+  void ForEachColumnRun(Fn&& fn) const {
+    const auto& ids = batch->columns().stat_ids();
+    for (int i = 0; i < ids.size();) {
+      int end = i + 1;
+      while (end < ids.size() && ids[end] == ids[i]) ++end;
+      fn(ids[i], static_cast<uint64_t>(end - i));
+      i = end;
+    }
   }
 
   // The batch lives on its own arena: a client with many stats sends

@@ -54,12 +54,6 @@ inline ProducerLog& LogAt(ProducerLog* logs, uint32_t offset) noexcept {
   return *reinterpret_cast<ProducerLog*>(reinterpret_cast<char*>(logs) + (offset - 1));
 }
 
-inline ProducerLog& LogOfThisThread(ProducerLog* logs) noexcept {
-  uint32_t offset = tls_log_offset;
-  if (offset == 0) [[unlikely]] offset = AssignThreadLog();
-  return LogAt(logs, offset);
-}
-
 // What a client's stats share with it, kept alive by every StatState so that
 // a Stat outliving its Client never touches freed memory: the sample budget,
 // the logs the samples wait in, the per-stat counts, and the list of stats
@@ -79,7 +73,10 @@ struct ClientBuffers {
     for (Log& l : logs) l.log.ReleaseAll(pool);
   }
 
-  SampleLog& LogOfThisThread() noexcept { return detail::LogOfThisThread(logs).log; }
+  SampleLog& LogOfThisThread() noexcept {
+    const uint32_t offset = tls_log_offset;
+    return LogAt(logs, offset != 0 ? offset : AssignThreadLog()).log;
+  }
 
   // The whole of a valid stat's add() after the timestamp, but for what a
   // refusal costs: false if the sample was not taken (client stopped, no

@@ -3,6 +3,7 @@
 #include "detail/outgoing_batch.h"
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "detail/stat_state.h"
@@ -73,14 +74,20 @@ TEST(OutgoingBatchTest, StatsWithFewSamplesGoToTheColumnsInOrder) {
   EXPECT_EQ(std::vector<int64_t>(c.time_deltas_us().begin(), c.time_deltas_us().end()),
             (std::vector<int64_t>{0, 2, -3}));
   EXPECT_EQ(out.samples, 7u);
-  EXPECT_EQ(out.column_ids().size(), 3);
+  std::vector<std::pair<uint32_t, uint64_t>> runs;
+  out.ForEachColumnRun([&](uint32_t id, uint64_t n) { runs.emplace_back(id, n); });
+  EXPECT_EQ(runs, (std::vector<std::pair<uint32_t, uint64_t>>{{1, 1}, {2, 1}, {1, 1}}));
   // Only the block has a part; the columns' ids account for the rest.
   ASSERT_EQ(out.parts.size(), 1u);
   EXPECT_EQ(out.parts[0].samples, 4u);
-  // More samples continue the columns' deltas from their last time.
-  out.AddSamples({{2, 21, 150}}, groups);
+  // More samples continue the columns' deltas from their last time; a
+  // stat's consecutive entries count as one run.
+  out.AddSamples({{2, 21, 150}, {2, 22, 151}}, groups);
   EXPECT_EQ(out.batch->columns().time_deltas_us(3), 51);
   EXPECT_EQ(out.batch->columns().base_time_us(), 100);
+  runs.clear();
+  out.ForEachColumnRun([&](uint32_t id, uint64_t n) { runs.emplace_back(id, n); });
+  EXPECT_EQ(runs, (std::vector<std::pair<uint32_t, uint64_t>>{{1, 1}, {2, 1}, {1, 1}, {2, 2}}));
 }
 
 TEST(OutgoingBatchTest, GroupingForgetsItsStatsBetweenCalls) {

@@ -278,9 +278,10 @@ TEST(SampleLogTest, ConcurrentProducersLoseNothingAndKeepTheirOwnOrder) {
 }
 
 TEST(SampleLogTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChunk) {
-  // The sender's protocol (ClientCore::TryUnlist): it looks at a stat only
-  // while it is listed, clears the flag before Release, and a producer
-  // lists the stat again on kPushedAndBound or a drop. Producers fill the
+  // The protocol a consumer that looks at a log only while it is listed
+  // needs (ClientCore used it while buffers were per stat; it now reads
+  // every log each cycle): it clears the flag before Release, and a
+  // producer lists the log again on kPushedAndBound or a drop. Producers fill the
   // first chunk (8 cells) exactly while the consumer releases, so a
   // producer that finds the chunk full installs the next one just as the
   // release unbinds the stat. Every sample must still reach the consumer.
