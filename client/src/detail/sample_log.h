@@ -13,14 +13,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "detail/asymmetric_fence.h"
 #include "detail/chunk_pool.h"
 
 namespace torchmon::detail {
 
-// Producers: any number of threads call TryPush (usually one: threads map to
-// logs by their index, and only threads whose indices collide share one).
-// Consumer: one thread at a time calls Drain, Release and ReleaseAll (the
-// sender thread), and Peek.
+// Producers: any number of threads call TryPush; or one thread at a time,
+// the log's owner, calls TryPushOwned, and no one calls TryPush (see "An
+// owned log" below). Consumer: one thread at a time calls Drain, Release
+// and ReleaseAll (the sender thread), and Peek.
 //
 // Every accepted sample gets the next position (0, 1, 2, ... for the life
 // of the log). The positions live in a sequence of chunks, one per
@@ -50,6 +51,17 @@ namespace torchmon::detail {
 // sample's stat id into the cell's stamp, so the consumer tells a written
 // cell from a claimed one or one left from the chunk's previous use; it
 // never reads past the claimed positions.
+//
+// An owned log (one producer thread at a time, handed over with a
+// happens-before, as ClientBuffers does by thread index) lets its owner
+// push without the CAS, the largest part of a push's cost: TryPushOwned
+// writes the cell, then stores the claim. Nothing else moves the claim
+// while the owner is in such a push: the owner's own slow path uses the
+// CAS, Drain gives back only chunks the claim has left, and Release, the
+// one consumer step that moves the claim, first revokes the fast path by a
+// Dekker handshake on asymmetric fences (the owner's in_push_ against the
+// consumer's revoked_; AsymmetricFence). While revoked, the owner pushes by
+// TryPush's CAS. Without asymmetric fences no log is owned.
 class SampleLog {
  public:
   static constexpr uint32_t kSlots = 16;
@@ -100,6 +112,35 @@ class SampleLog {
         return PushResult::kPushed;
       }
     }
+    return PushSlow(pool, value, timestamp_us, stat_id);
+  }
+
+  // TryPush for the log's owner (see "An owned log" above): the same
+  // result, without the CAS when the chunk has room and the consumer is not
+  // releasing. Only while AsymmetricFence::Available(), and only by the one
+  // thread that owns the log now.
+  PushResult TryPushOwned(ChunkPool& pool, double value, int64_t timestamp_us,
+                          uint32_t stat_id = 0) noexcept {
+    in_push_.store(1, std::memory_order_relaxed);
+    AsymmetricFence::LightFence();
+    if (revoked_.load(std::memory_order_acquire) == 0) [[likely]] {
+      // Only this thread moves the claim now (the consumer's last move
+      // happened before revoked_ was cleared, which the load above saw).
+      const uint64_t claim = claim_.load(std::memory_order_relaxed);
+      const uint32_t slot = ClaimGen(claim) % kSlots;
+      const uint64_t entry = dir_[slot].load(std::memory_order_acquire);
+      const uint64_t base = bases_[slot].load(std::memory_order_relaxed);
+      const uint32_t chunk = EntryChunk(entry);
+      const uint64_t index = ClaimPos(claim) - base;
+      if (chunk != 0 && (EntryGen(entry) & kGenMask) == ClaimGen(claim) &&
+          index < ChunkPool::ChunkCells(EntryClass(entry))) [[likely]] {
+        Publish(pool, chunk, index, value, timestamp_us, stat_id);
+        claim_.store(claim + 1, std::memory_order_release);
+        in_push_.store(0, std::memory_order_release);
+        return PushResult::kPushed;
+      }
+    }
+    in_push_.store(0, std::memory_order_release);
     return PushSlow(pool, value, timestamp_us, stat_id);
   }
 
@@ -249,16 +290,34 @@ class SampleLog {
   // log holds no chunk now. A producer that installs a chunk after that
   // answer (it found the released chunk full just before) returns
   // kPushedAndBound, as every push that installs a chunk does.
+  //
+  // Where logs may be owned (AsymmetricFence::Available()), it first
+  // revokes the owner's fast path, and gives up (false) if the owner is in
+  // the middle of a push: one membarrier system call.
   bool Release(ChunkPool& pool) noexcept {
     const uint64_t entry = dir_[read_gen_ % kSlots].load(std::memory_order_acquire);
     const uint32_t chunk = EntryChunk(entry);
     if (chunk == 0) return true;
-    uint64_t claim = Claim(read_gen_, popped_.load(std::memory_order_relaxed));
-    if (!claim_.compare_exchange_strong(claim, Claim(read_gen_ + 1, ClaimPos(claim)),
-                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
-      return false;  // samples claimed since, or the chunk is full and a producer moved on
+    const bool revoke = AsymmetricFence::Available();
+    if (revoke) {
+      revoked_.store(1, std::memory_order_relaxed);
+      // After this, an owner's push either was seen in progress here or
+      // sees revoked_ and takes the CAS path.
+      if (!AsymmetricFence::HeavyFence() || in_push_.load(std::memory_order_acquire) != 0) {
+        revoked_.store(0, std::memory_order_release);
+        return false;
+      }
     }
-    GiveBack(pool, chunk);
+    uint64_t claim = Claim(read_gen_, popped_.load(std::memory_order_relaxed));
+    const bool moved =
+        claim_.compare_exchange_strong(claim, Claim(read_gen_ + 1, ClaimPos(claim)),
+                                       std::memory_order_acq_rel, std::memory_order_acquire);
+    // Not moved: samples claimed since, or the chunk is full and a producer
+    // moved on.
+    if (moved) GiveBack(pool, chunk);
+    // The owner's next fast push sees the claim as it is now.
+    if (revoke) revoked_.store(0, std::memory_order_release);
+    if (!moved) return false;
     // A producer that found the chunk full may have installed the next one
     // just before the claim moved: then the log is still bound.
     return EntryChunk(dir_[read_gen_ % kSlots].load(std::memory_order_acquire)) == 0;
@@ -372,8 +431,12 @@ class SampleLog {
   // What the consumer writes (popped_) changes once per drain, so a
   // producer sharing its line pays one miss per sender cycle, not per add.
   // (ClientBuffers pads each log to its own cache lines.)
-  // CAS'd by producers on every add.
+  // CAS'd by producers on every add (stored by an owner).
   std::atomic<uint64_t> claim_{0};
+  // An owned log's handshake (see Release): 1 while the owner is in a fast
+  // push; 1 while the consumer is releasing.
+  std::atomic<uint32_t> in_push_{0};
+  std::atomic<uint32_t> revoked_{0};
   // Read by producers, written at chunk changes.
   std::atomic<uint64_t> dir_[kSlots];
   // The base position of each slot's chunk (see Install).

@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "detail/asymmetric_fence.h"
 #include "detail/chunk_pool.h"
 #include "detail/sample_log.h"
 #include "detail/stat_table.h"
@@ -31,6 +32,8 @@ struct alignas(64) ProducerLog {
   // sender's first look.
   static constexpr uint32_t kFirstClass = 4;
   static constexpr uint32_t kCount = 64;  // per client
+  // Logs that a thread may own (the first ones); the others are shared.
+  static constexpr uint32_t kOwnable = kCount - 1;
 
   SampleLog log{kFirstClass};
   // Sender thread only: the log's pushed() when it last changed, and when.
@@ -38,20 +41,31 @@ struct alignas(64) ProducerLog {
   std::chrono::steady_clock::time_point active_at{};
 };
 
-// 1 + the byte offset of this thread's log in a client's array of
-// ProducerLogs (its thread index, modulo the count, times the size); 0
-// until the thread's first add. Kept as an offset so that add() finds its
-// log with one load and an add: an index taken modulo and multiplied on
-// every add lengthened its chain of dependent work (~5 ns of Stat::add on
-// this VM).
+// This thread's log in a client's array of ProducerLogs, as the byte
+// offset of the log (a multiple of 64) plus flags: kThreadLogSet once
+// assigned (0 until the thread's first add), kThreadLogOwned if the thread
+// owns the log (SampleLog::TryPushOwned). Kept as an offset so that add()
+// finds its log with one load and a mask: an index taken modulo and
+// multiplied on every add lengthened its chain of dependent work (~5 ns of
+// Stat::add on this VM).
+inline constexpr uint32_t kThreadLogSet = 1;
+inline constexpr uint32_t kThreadLogOwned = 2;
 inline thread_local uint32_t tls_log_offset = 0;
 
-// Draws this thread's index from a process-wide counter (no allocation, no
-// system call, no lock) and sets tls_log_offset; returns it.
+// Assigns this thread's log and sets tls_log_offset; returns it. Once
+// PrepareThreadLogs() has succeeded, a thread takes a log of its own while
+// one of ProducerLog::kOwnable is free, gives it back when it exits, and
+// threads beyond that share the last log; otherwise threads share the logs
+// by their index, modulo the count. No lock, no system call (one
+// pthread_setspecific, which allocates only in a process with more than 32
+// pthread keys, once per thread).
 [[gnu::noinline, gnu::cold]] uint32_t AssignThreadLog() noexcept;
+// Once per process, from a Client's construction: the thread-exit hook
+// and the asymmetric fences that owned logs need (AsymmetricFence).
+void PrepareThreadLogs() noexcept;
 
 inline ProducerLog& LogAt(ProducerLog* logs, uint32_t offset) noexcept {
-  return *reinterpret_cast<ProducerLog*>(reinterpret_cast<char*>(logs) + (offset - 1));
+  return *reinterpret_cast<ProducerLog*>(reinterpret_cast<char*>(logs) + (offset & ~uint32_t{63}));
 }
 
 // What a client's stats share with it, kept alive by every StatState so that
@@ -59,16 +73,16 @@ inline ProducerLog& LogAt(ProducerLog* logs, uint32_t offset) noexcept {
 // the logs the samples wait in, the per-stat counts, and the list of stats
 // with drops to report.
 //
-// Samples of all stats go to kLogs logs, one per thread (by thread index; a
-// thread whose index collides with a live one's shares its log, which is
-// correct, only slower). So an add touches its stat's state to read it and
-// writes the next cell of its thread's log, and the sender reads each log
-// front to back: neither walks per-stat buffers, and a stat holds no sample
-// memory of its own.
+// Samples of all stats go to kLogs logs, one per thread (AssignThreadLog: a
+// thread owns its log, or shares one, which is correct, only slower). So an
+// add writes the next cell of its thread's log, and the sender reads each
+// log front to back: neither walks per-stat buffers, and a stat holds no
+// sample memory of its own.
 struct ClientBuffers {
   static constexpr uint32_t kLogs = ProducerLog::kCount;
 
-  explicit ClientBuffers(size_t budget_bytes) : pool(budget_bytes) {}
+  // Prepares the process (once) for threads to own their logs.
+  explicit ClientBuffers(size_t budget_bytes) : pool(budget_bytes) { PrepareThreadLogs(); }
   ~ClientBuffers() {
     for (Log& l : logs) l.log.ReleaseAll(pool);
   }
@@ -89,14 +103,21 @@ struct ClientBuffers {
     if (offset == 0 || !accepting.load(std::memory_order_relaxed)) [[unlikely]] {
       return TryAddFirstOrStopped(id, value, timestamp_us);
     }
-    return LogAt(logs, offset).log.TryPush(pool, value, timestamp_us, id) !=
-           SampleLog::PushResult::kDropped;
+    return Push(offset, id, value, timestamp_us);
   }
   [[gnu::noinline]] bool TryAddFirstOrStopped(uint32_t id, double value,
                                               int64_t timestamp_us) noexcept {
-    return accepting.load(std::memory_order_relaxed) &&
-           LogOfThisThread().TryPush(pool, value, timestamp_us, id) !=
-               SampleLog::PushResult::kDropped;
+    if (!accepting.load(std::memory_order_relaxed)) return false;
+    const uint32_t offset = tls_log_offset;
+    return Push(offset != 0 ? offset : AssignThreadLog(), id, value, timestamp_us);
+  }
+  [[gnu::always_inline]] bool Push(uint32_t offset, uint32_t id, double value,
+                                   int64_t timestamp_us) noexcept {
+    SampleLog& log = LogAt(logs, offset).log;
+    const SampleLog::PushResult pushed =
+        (offset & kThreadLogOwned) != 0 ? log.TryPushOwned(pool, value, timestamp_us, id)
+                                        : log.TryPush(pool, value, timestamp_us, id);
+    return pushed != SampleLog::PushResult::kDropped;
   }
 
   // Lock-free multi-producer stack of stats that asked to be looked at

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/asymmetric_fence.h"
 #include "detail/chunk_pool.h"
 #include "detail/stat_state.h"
 #include "gtest/gtest.h"
@@ -277,6 +278,73 @@ TEST(SampleLogTest, ConcurrentProducersLoseNothingAndKeepTheirOwnOrder) {
   delete shared;
 }
 
+TEST(SampleLogTest, OwnedLogsLoseNothingWhileTheConsumerReleasesTheirChunks) {
+  if (!AsymmetricFence::Register()) GTEST_SKIP() << "membarrier is not available here";
+  // Two logs, each pushed by its owner without the CAS, on a budget so small
+  // that a chunk one log gives back is soon the other's: an owner that wrote
+  // into a chunk after the consumer released it would show up as a sample
+  // of the other owner, out of order or lost. Owners pause now and then, so
+  // the consumer finds their logs drained and releases their chunks while
+  // they come back.
+  constexpr int kOwners = 2;
+  constexpr int64_t kPerOwner = 400000;
+  struct Shared {
+    ChunkPool pool{ChunkPool::MinBudgetBytes()};
+    SampleLog logs[kOwners];
+    std::atomic<uint64_t> drops[kOwners] = {};
+    std::atomic<int> owners_done{0};
+  };
+  auto* shared = new Shared;
+  std::vector<std::thread> owners;
+  for (int o = 0; o < kOwners; ++o) {
+    owners.emplace_back([shared, o] {
+      for (int64_t i = 0; i < kPerOwner; ++i) {
+        if (shared->logs[o].TryPushOwned(shared->pool, o, i, o + 1) == Result::kDropped) {
+          shared->drops[o].fetch_add(1);
+        }
+        if (i % 4096 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      shared->owners_done.fetch_add(1);
+    });
+  }
+  int64_t last[kOwners] = {-1, -1};
+  uint64_t total[kOwners] = {0, 0};
+  bool consistent = true;
+  const auto consumer_of = [&](int o) {
+    return [&, o](double v, int64_t t, uint32_t id) {
+      if (v != o || id != static_cast<uint32_t>(o + 1) || t <= last[o]) consistent = false;
+      last[o] = t;
+      ++total[o];
+    };
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int releases = 0;
+  while (shared->owners_done.load() < kOwners) {
+    for (int o = 0; o < kOwners; ++o) {
+      shared->logs[o].Drain(shared->pool, 20000, consumer_of(o));
+      const bool bound_before = shared->pool.bytes_in_use() != 0;
+      if (shared->logs[o].popped() == shared->logs[o].pushed() && shared->logs[o].Release(shared->pool)) {
+        releases += bound_before;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (auto& t : owners) t.detach();
+      FAIL() << "owners stalled after " << total[0] + total[1] << " samples";
+    }
+  }
+  for (auto& t : owners) t.join();
+  for (int o = 0; o < kOwners; ++o) {
+    shared->logs[o].Drain(shared->pool, UINT64_MAX, consumer_of(o));
+    EXPECT_EQ(total[o], shared->logs[o].pushed());
+    EXPECT_EQ(shared->logs[o].pushed() + shared->drops[o].load(), uint64_t{kPerOwner});
+    EXPECT_TRUE(shared->logs[o].Release(shared->pool));
+  }
+  EXPECT_TRUE(consistent);
+  EXPECT_GT(releases, 10) << "the consumer never released a chunk while the owners pushed";
+  EXPECT_EQ(shared->pool.bytes_in_use(), 0u);
+  delete shared;
+}
+
 TEST(SampleLogTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChunk) {
   // The protocol a consumer that looks at a log only while it is listed
   // needs (ClientCore used it while buffers were per stat; it now reads
@@ -472,10 +540,15 @@ TEST(StatStateTest, ThreadsAddingToOneStatWriteTheirOwnLogs) {
   constexpr int kAdds = 10000;
   std::vector<SampleLog*> used(kThreads);
   std::vector<std::thread> threads;
+  // A thread that exits gives its log back to the next thread: all stay
+  // alive until all have added.
+  std::atomic<int> done{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       used[t] = &buffers->LogOfThisThread();
       for (int i = 0; i < kAdds; ++i) state.Add(t, i);
+      done.fetch_add(1);
+      while (done.load() < kThreads) std::this_thread::yield();
     });
   }
   for (auto& th : threads) th.join();
@@ -495,6 +568,59 @@ TEST(StatStateTest, ThreadsAddingToOneStatWriteTheirOwnLogs) {
     });
     EXPECT_EQ(values.size(), static_cast<size_t>(kAdds));
   }
+}
+
+TEST(StatStateTest, AThreadOwnsItsLogUntilItExitsAndThreadsBeyondShareTheLast) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  if (!AsymmetricFence::Available()) GTEST_SKIP() << "membarrier is not available here";
+  StatState state(Definition(), true, buffers);
+  // This (the test's main) thread owns a log once it has added, as every
+  // thread that added in an earlier test and is gone no longer does.
+  state.Add(-1, 0);
+  ASSERT_NE(tls_log_offset & kThreadLogOwned, 0u);
+  const int free_logs = static_cast<int>(ProducerLog::kOwnable) - 1;
+  // More live adding threads than free ownable logs: the first ones own one
+  // each (distinct), the rest share the last log; all samples are there.
+  constexpr int kThreads = ProducerLog::kOwnable + 3;
+  constexpr int kAdds = 100;
+  std::vector<uint32_t> offsets(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> done{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      state.Add(t, 0);
+      offsets[t] = tls_log_offset;
+      for (int i = 1; i < kAdds; ++i) state.Add(t, i);
+      done.fetch_add(1);
+      while (done.load() < kThreads) std::this_thread::yield();
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<uint32_t> owned;
+  int shared_last = 0;
+  for (uint32_t offset : offsets) {
+    if ((offset & kThreadLogOwned) != 0) {
+      owned.push_back(offset);
+    } else {
+      EXPECT_EQ(&LogAt(buffers->logs, offset), &buffers->logs[ProducerLog::kOwnable]);
+      ++shared_last;
+    }
+  }
+  std::sort(owned.begin(), owned.end());
+  EXPECT_EQ(std::unique(owned.begin(), owned.end()) - owned.begin(), free_logs);
+  EXPECT_EQ(std::count(owned.begin(), owned.end(), tls_log_offset), 0);
+  EXPECT_EQ(shared_last, kThreads - free_logs);
+  EXPECT_EQ(state.added(), uint64_t{kThreads} * kAdds + 1);
+  EXPECT_EQ(buffers->BufferedTotal(), uint64_t{kThreads} * kAdds + 1);
+
+  // Every log is free again: the next thread owns one.
+  uint32_t next = 0;
+  std::thread([&] {
+    state.Add(1, 1);
+    next = tls_log_offset;
+  }).join();
+  EXPECT_NE(next & kThreadLogOwned, 0u);
+  EXPECT_EQ(buffers->BufferedTotal(), uint64_t{kThreads} * kAdds + 2);
 }
 
 TEST(StatStateTest, SamplesWaitingInTheLogsAreCountedPerStatAndInTotal) {
