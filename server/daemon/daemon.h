@@ -22,13 +22,13 @@
 #include "server/core/event_log.h"
 #include "server/daemon/options.h"
 #include "server/daemon/security.h"
-#include "server/service/broadcaster.h"
-#include "server/service/daemon_stats.h"
-#include "server/service/health_service.h"
-#include "server/service/ingest_service.h"
-#include "server/service/metrics_exposition.h"
-#include "server/service/metrics_http_server.h"
-#include "server/service/query_service.h"
+#include "server/core/broadcaster.h"
+#include "server/core/daemon_stats.h"
+#include "server/query/health_service.h"
+#include "server/ingest/ingest_service.h"
+#include "server/exposition/metrics_exposition.h"
+#include "server/exposition/metrics_http_server.h"
+#include "server/query/query_service.h"
 
 namespace torchmon::server {
 

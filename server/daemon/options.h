@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "server/core/aggregator.h"
 #include "server/daemon/security_options.h"
-#include "server/service/ingest_service.h"
+#include "server/ingest/ingest_service.h"
 #include "server/sinks/sink_options.h"
 
 namespace torchmon::server {

@@ -11,8 +11,8 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/security/server_credentials.h"
 #include "server/daemon/options.h"
-#include "server/service/auth.h"
-#include "server/service/daemon_stats.h"
+#include "server/auth/auth.h"
+#include "server/core/daemon_stats.h"
 
 namespace torchmon::server {
 

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/sinks/jsonl.h"
+#include "server/core/json_lines.h"
 #include "server/sinks/tfrecord.h"
 
 namespace torchmon::server {

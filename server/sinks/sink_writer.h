@@ -24,8 +24,8 @@
 #include "absl/synchronization/mutex.h"
 #include "server/core/event_log.h"
 #include "server/core/types.h"
-#include "server/service/broadcaster.h"
-#include "server/service/daemon_stats.h"
+#include "server/core/broadcaster.h"
+#include "server/core/daemon_stats.h"
 #include "server/sinks/sink_options.h"
 
 namespace torchmon::server {

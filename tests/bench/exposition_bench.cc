@@ -33,9 +33,9 @@
 #include "server/core/aggregator.h"
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
-#include "server/service/daemon_stats.h"
-#include "server/service/metrics_exposition.h"
-#include "server/service/metrics_http_server.h"
+#include "server/core/daemon_stats.h"
+#include "server/exposition/metrics_exposition.h"
+#include "server/exposition/metrics_http_server.h"
 
 namespace torchmon::server {
 namespace {

@@ -10,8 +10,8 @@
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/core/selector.h"
-#include "server/service/daemon_stats.h"
-#include "server/service/ingest_session.h"
+#include "server/core/daemon_stats.h"
+#include "server/ingest/ingest_session.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::server {

@@ -1,7 +1,7 @@
 // A strict reader of the Prometheus text format (0.0.4) as torchmond writes
 // it, for the ingest fuzzer: whatever stat names, label values and numbers a
 // client sends, the scrape must stay parseable and say what the aggregator
-// holds. Independent of server/core/prometheus_text.cc on purpose.
+// holds. Independent of server/exposition/prometheus_text.cc on purpose.
 #ifndef TORCHMON_TESTS_FUZZ_EXPOSITION_PARSER_H_
 #define TORCHMON_TESTS_FUZZ_EXPOSITION_PARSER_H_
 

@@ -34,7 +34,7 @@
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/core/selector.h"
-#include "server/service/convert.h"
+#include "server/core/convert.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "torchmon/protocol/protocol.h"
 #include "torchmon/v1/torchmon.pb.h"

@@ -1,6 +1,6 @@
 // Bearer tokens and basic auth: parsing the files, checking what a call or
 // a scrape carries.
-#include "server/service/auth.h"
+#include "server/auth/auth.h"
 
 #include <atomic>
 #include <string>

@@ -1,5 +1,5 @@
 // Conversions between torchmon.v1 messages and the core's types.
-#include "server/service/convert.h"
+#include "server/core/convert.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,6 +1,6 @@
 // Applying torchmon.v1 IngestBatch messages: decoding, binding stat ids to
 // series, and refusing bad parts by name while applying the rest.
-#include "server/service/ingest_session.h"
+#include "server/ingest/ingest_session.h"
 
 #include <cmath>
 #include <memory>

@@ -1,5 +1,5 @@
 // The Prometheus exposition, rendered exactly as a scrape sees it.
-#include "server/service/metrics_exposition.h"
+#include "server/exposition/metrics_exposition.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // The text format writer on its own: value spelling, label escaping,
 // family headers and how text reaches the sink.
-#include "server/core/prometheus_text.h"
+#include "server/exposition/prometheus_text.h"
 
 #include <cstdlib>
 #include <limits>

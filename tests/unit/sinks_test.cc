@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sinks/crc32c.h"
-#include "server/sinks/jsonl.h"
+#include "server/core/json_lines.h"
 #include "server/sinks/sink_writer.h"
 #include "server/sinks/tfrecord.h"
 

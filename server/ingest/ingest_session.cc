@@ -1,9 +1,9 @@
-#include "server/service/ingest_session.h"
+#include "server/ingest/ingest_session.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "server/service/convert.h"
+#include "server/core/convert.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {

@@ -1,7 +1,7 @@
 // Conversions between torchmon.v1 messages and the core's types, with the
 // validation that belongs at the protocol edge.
-#ifndef TORCHMON_SERVER_SERVICE_CONVERT_H_
-#define TORCHMON_SERVER_SERVICE_CONVERT_H_
+#ifndef TORCHMON_SERVER_CORE_CONVERT_H_
+#define TORCHMON_SERVER_CORE_CONVERT_H_
 
 #include "absl/status/statusor.h"
 #include "google/protobuf/map.h"
@@ -35,4 +35,4 @@ void EventToProto(const EventRecord& event, v1::Event* out);
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_CONVERT_H_
+#endif  // TORCHMON_SERVER_CORE_CONVERT_H_

@@ -7,10 +7,10 @@
 //   /api/events?last=N           the N most recent events
 //
 // Windows and events are the objects of the JSON-lines sink
-// (server/sinks/jsonl.h). Thread-safe: reads copies from the aggregator and
+// (server/core/json_lines.h). Thread-safe: reads copies from the aggregator and
 // the event log.
-#ifndef TORCHMON_SERVER_SERVICE_LIVE_PAGE_H_
-#define TORCHMON_SERVER_SERVICE_LIVE_PAGE_H_
+#ifndef TORCHMON_SERVER_EXPOSITION_LIVE_PAGE_H_
+#define TORCHMON_SERVER_EXPOSITION_LIVE_PAGE_H_
 
 #include <cstddef>
 #include <string>
@@ -42,4 +42,4 @@ class LivePage {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_LIVE_PAGE_H_
+#endif  // TORCHMON_SERVER_EXPOSITION_LIVE_PAGE_H_

@@ -1,4 +1,4 @@
-#include "server/service/health_service.h"
+#include "server/query/health_service.h"
 
 #include <utility>
 

@@ -2,16 +2,16 @@
 // docs/metrics.md). Nothing exists per series between scrapes: a scrape
 // copies what it shows out of the aggregator, the event log and the daemon's
 // self-metrics, then writes the text format outside every lock.
-#ifndef TORCHMON_SERVER_SERVICE_METRICS_EXPOSITION_H_
-#define TORCHMON_SERVER_SERVICE_METRICS_EXPOSITION_H_
+#ifndef TORCHMON_SERVER_EXPOSITION_METRICS_EXPOSITION_H_
+#define TORCHMON_SERVER_EXPOSITION_METRICS_EXPOSITION_H_
 
 #include <cstddef>
 #include <string>
 
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
-#include "server/core/prometheus_text.h"
-#include "server/service/daemon_stats.h"
+#include "server/exposition/prometheus_text.h"
+#include "server/core/daemon_stats.h"
 
 namespace torchmon::server {
 
@@ -40,4 +40,4 @@ class MetricsExposition {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_METRICS_EXPOSITION_H_
+#endif  // TORCHMON_SERVER_EXPOSITION_METRICS_EXPOSITION_H_

@@ -5,8 +5,8 @@
 //
 // The parsers and checkers here are pure (no I/O); the daemon reads the files
 // (server/daemon/security.h) and hands their text over.
-#ifndef TORCHMON_SERVER_SERVICE_AUTH_H_
-#define TORCHMON_SERVER_SERVICE_AUTH_H_
+#ifndef TORCHMON_SERVER_AUTH_AUTH_H_
+#define TORCHMON_SERVER_AUTH_AUTH_H_
 
 #include <atomic>
 #include <cstdint>
@@ -112,4 +112,4 @@ class BasicAuthChecker {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_AUTH_H_
+#endif  // TORCHMON_SERVER_AUTH_AUTH_H_

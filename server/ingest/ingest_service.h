@@ -2,8 +2,8 @@
 // through an IngestSession and writes acks. Reactions never block on I/O:
 // the next read starts as soon as a batch is applied; acks coalesce while a
 // write is in flight.
-#ifndef TORCHMON_SERVER_SERVICE_INGEST_SERVICE_H_
-#define TORCHMON_SERVER_SERVICE_INGEST_SERVICE_H_
+#ifndef TORCHMON_SERVER_INGEST_INGEST_SERVICE_H_
+#define TORCHMON_SERVER_INGEST_INGEST_SERVICE_H_
 
 #include <cstdint>
 
@@ -13,10 +13,10 @@
 #include "server/core/aggregator.h"
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
-#include "server/service/broadcaster.h"
-#include "server/service/client_registry.h"
-#include "server/service/daemon_stats.h"
-#include "server/service/ingest_session.h"
+#include "server/core/broadcaster.h"
+#include "server/ingest/client_registry.h"
+#include "server/core/daemon_stats.h"
+#include "server/ingest/ingest_session.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {
@@ -78,4 +78,4 @@ class IngestService final : public v1::Ingest::CallbackService {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_INGEST_SERVICE_H_
+#endif  // TORCHMON_SERVER_INGEST_INGEST_SERVICE_H_

@@ -5,8 +5,8 @@
 // Thread-safe. `notify` callbacks run on the publishing thread while the
 // broadcaster's lock is held: they must be quick and must not call back into
 // the Broadcaster. After Unsubscribe returns, `notify` is never called again.
-#ifndef TORCHMON_SERVER_SERVICE_BROADCASTER_H_
-#define TORCHMON_SERVER_SERVICE_BROADCASTER_H_
+#ifndef TORCHMON_SERVER_CORE_BROADCASTER_H_
+#define TORCHMON_SERVER_CORE_BROADCASTER_H_
 
 #include <cstdint>
 #include <deque>
@@ -141,4 +141,4 @@ class Broadcaster {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_BROADCASTER_H_
+#endif  // TORCHMON_SERVER_CORE_BROADCASTER_H_

@@ -1,4 +1,4 @@
-#include "server/core/prometheus_text.h"
+#include "server/exposition/prometheus_text.h"
 
 #include <algorithm>
 #include <charconv>

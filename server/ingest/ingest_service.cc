@@ -1,4 +1,4 @@
-#include "server/service/ingest_service.h"
+#include "server/ingest/ingest_service.h"
 
 #include <random>
 

@@ -1,4 +1,4 @@
-#include "server/service/metrics_http_server.h"
+#include "server/exposition/metrics_http_server.h"
 
 #include <algorithm>
 #include <chrono>

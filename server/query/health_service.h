@@ -6,8 +6,8 @@
 // shutdown deadline cancels them, so any connected health watcher would hold
 // every daemon shutdown for --drain-timeout plus the final-writes cap. These
 // watchers end as soon as they have written the last status.
-#ifndef TORCHMON_SERVER_SERVICE_HEALTH_SERVICE_H_
-#define TORCHMON_SERVER_SERVICE_HEALTH_SERVICE_H_
+#ifndef TORCHMON_SERVER_QUERY_HEALTH_SERVICE_H_
+#define TORCHMON_SERVER_QUERY_HEALTH_SERVICE_H_
 
 #include <string>
 #include <vector>
@@ -63,4 +63,4 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_HEALTH_SERVICE_H_
+#endif  // TORCHMON_SERVER_QUERY_HEALTH_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/service/query_service.h"
+#include "server/query/query_service.h"
 
 #include <functional>
 #include <memory>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/rank_comparison.h"
-#include "server/service/convert.h"
+#include "server/core/convert.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {

@@ -1,4 +1,4 @@
-#include "server/service/auth.h"
+#include "server/auth/auth.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"

@@ -1,7 +1,7 @@
 // One JSON object per closed window or event, the lines of the daemon's
 // JSON-lines sink (docs/sinks.md has the schema).
-#ifndef TORCHMON_SERVER_SINKS_JSONL_H_
-#define TORCHMON_SERVER_SINKS_JSONL_H_
+#ifndef TORCHMON_SERVER_CORE_JSON_LINES_H_
+#define TORCHMON_SERVER_CORE_JSON_LINES_H_
 
 #include <string>
 
@@ -26,4 +26,4 @@ std::string EventJsonLine(const EventRecord& event);
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SINKS_JSONL_H_
+#endif  // TORCHMON_SERVER_CORE_JSON_LINES_H_

@@ -1,4 +1,4 @@
-#include "server/service/live_page.h"
+#include "server/exposition/live_page.h"
 
 #include <string>
 #include <vector>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/selector.h"
-#include "server/sinks/jsonl.h"
+#include "server/core/json_lines.h"
 #include "torchmon/protocol/json.h"
 
 namespace torchmon::server {

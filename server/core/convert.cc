@@ -1,4 +1,4 @@
-#include "server/service/convert.h"
+#include "server/core/convert.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // The Prometheus text exposition format (version 0.0.4), written directly:
 // no metric objects, no ostream. Pure; no I/O of its own.
-#ifndef TORCHMON_SERVER_CORE_PROMETHEUS_TEXT_H_
-#define TORCHMON_SERVER_CORE_PROMETHEUS_TEXT_H_
+#ifndef TORCHMON_SERVER_EXPOSITION_PROMETHEUS_TEXT_H_
+#define TORCHMON_SERVER_EXPOSITION_PROMETHEUS_TEXT_H_
 
 #include <cstddef>
 #include <functional>
@@ -80,4 +80,4 @@ class PrometheusTextWriter {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_CORE_PROMETHEUS_TEXT_H_
+#endif  // TORCHMON_SERVER_EXPOSITION_PROMETHEUS_TEXT_H_

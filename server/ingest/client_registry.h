@@ -3,8 +3,8 @@
 // is acknowledged without being applied twice.
 //
 // Thread-safe.
-#ifndef TORCHMON_SERVER_SERVICE_CLIENT_REGISTRY_H_
-#define TORCHMON_SERVER_SERVICE_CLIENT_REGISTRY_H_
+#ifndef TORCHMON_SERVER_INGEST_CLIENT_REGISTRY_H_
+#define TORCHMON_SERVER_INGEST_CLIENT_REGISTRY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -65,4 +65,4 @@ class ClientRegistry {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_CLIENT_REGISTRY_H_
+#endif  // TORCHMON_SERVER_INGEST_CLIENT_REGISTRY_H_

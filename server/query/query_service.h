@@ -1,12 +1,12 @@
 // gRPC edge of queries: unary reads of the aggregator and the event log, and
 // server streams that follow closed windows and events as they happen.
-#ifndef TORCHMON_SERVER_SERVICE_QUERY_SERVICE_H_
-#define TORCHMON_SERVER_SERVICE_QUERY_SERVICE_H_
+#ifndef TORCHMON_SERVER_QUERY_QUERY_SERVICE_H_
+#define TORCHMON_SERVER_QUERY_QUERY_SERVICE_H_
 
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
-#include "server/service/broadcaster.h"
-#include "server/service/daemon_stats.h"
+#include "server/core/broadcaster.h"
+#include "server/core/daemon_stats.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {
@@ -47,4 +47,4 @@ class QueryService final : public v1::Query::CallbackService {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_QUERY_SERVICE_H_
+#endif  // TORCHMON_SERVER_QUERY_QUERY_SERVICE_H_

@@ -4,18 +4,18 @@
 // serving our own exposition instead of the Exposer's
 // Collect-then-TextSerializer path (3.2 s for 100k series against 146 ms;
 // docs/performance.md).
-#ifndef TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
-#define TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
+#ifndef TORCHMON_SERVER_EXPOSITION_METRICS_HTTP_SERVER_H_
+#define TORCHMON_SERVER_EXPOSITION_METRICS_HTTP_SERVER_H_
 
 #include <atomic>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/service/auth.h"
-#include "server/service/daemon_stats.h"
-#include "server/service/live_page.h"
-#include "server/service/metrics_exposition.h"
+#include "server/auth/auth.h"
+#include "server/core/daemon_stats.h"
+#include "server/exposition/live_page.h"
+#include "server/exposition/metrics_exposition.h"
 
 class CivetServer;
 
@@ -72,4 +72,4 @@ class MetricsHttpServer {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_METRICS_HTTP_SERVER_H_
+#endif  // TORCHMON_SERVER_EXPOSITION_METRICS_HTTP_SERVER_H_

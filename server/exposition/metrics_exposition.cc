@@ -1,4 +1,4 @@
-#include "server/service/metrics_exposition.h"
+#include "server/exposition/metrics_exposition.h"
 
 #include <memory>
 #include <utility>

@@ -1,7 +1,7 @@
 // Self-metrics of the daemon, updated by the services and read by the
 // exposition. Plain relaxed atomics: each is an independent counter.
-#ifndef TORCHMON_SERVER_SERVICE_DAEMON_STATS_H_
-#define TORCHMON_SERVER_SERVICE_DAEMON_STATS_H_
+#ifndef TORCHMON_SERVER_CORE_DAEMON_STATS_H_
+#define TORCHMON_SERVER_CORE_DAEMON_STATS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -57,4 +57,4 @@ inline const char* SinkName(int kind) { return kind == kJsonlSink ? "jsonl" : "t
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_DAEMON_STATS_H_
+#endif  // TORCHMON_SERVER_CORE_DAEMON_STATS_H_

@@ -1,4 +1,4 @@
-#include "server/sinks/jsonl.h"
+#include "server/core/json_lines.h"
 
 #include <variant>
 

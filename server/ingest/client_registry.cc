@@ -1,4 +1,4 @@
-#include "server/service/client_registry.h"
+#include "server/ingest/client_registry.h"
 
 #include <algorithm>
 #include <vector>

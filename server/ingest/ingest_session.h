@@ -4,8 +4,8 @@
 // No gRPC here, so it can be tested and fuzzed directly.
 //
 // Thread-compatible: one session per stream, used by one thread at a time.
-#ifndef TORCHMON_SERVER_SERVICE_INGEST_SESSION_H_
-#define TORCHMON_SERVER_SERVICE_INGEST_SESSION_H_
+#ifndef TORCHMON_SERVER_INGEST_INGEST_SESSION_H_
+#define TORCHMON_SERVER_INGEST_INGEST_SESSION_H_
 
 #include <cstdint>
 #include <optional>
@@ -15,9 +15,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
-#include "server/service/broadcaster.h"
-#include "server/service/client_registry.h"
-#include "server/service/daemon_stats.h"
+#include "server/core/broadcaster.h"
+#include "server/ingest/client_registry.h"
+#include "server/core/daemon_stats.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::server {
@@ -148,4 +148,4 @@ class IngestSession {
 
 }  // namespace torchmon::server
 
-#endif  // TORCHMON_SERVER_SERVICE_INGEST_SESSION_H_
+#endif  // TORCHMON_SERVER_INGEST_INGEST_SESSION_H_
