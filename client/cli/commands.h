@@ -6,8 +6,18 @@
 #define TORCHMON_CLI_COMMANDS_H_
 
 #include "cli/command_line.h"
+#include "torchmon/client.h"
 
 namespace torchmon::cli {
+
+// The daemon's address and the security settings every command connects
+// with, from the shared options (--target, --token-file, --tls-*).
+inline ClientOptions ConnectionOptions(const GlobalOptions& global) {
+  ClientOptions options;
+  options.target = global.target;
+  options.security = global.security;
+  return options;
+}
 
 // Query commands: one Query RPC each, bounded by global.timeout_ms.
 int RunSeries(const GlobalOptions& global, const SeriesCommand& command);

@@ -19,9 +19,7 @@ namespace torchmon::cli {
 namespace {
 
 ClientOptions MakeClientOptions(const GlobalOptions& global) {
-  ClientOptions options;
-  options.target = global.target;
-  options.security = global.security;
+  ClientOptions options = ConnectionOptions(global);
   options.labels_from_environment = true;
   // Flush() below already waited as long as the user allowed.
   options.destructor_flush_timeout = std::chrono::milliseconds(0);

@@ -29,10 +29,7 @@ namespace {
 // A stub on a channel with the client library's TLS and token; null, with
 // the reason printed, if the security settings cannot be honoured.
 std::unique_ptr<v1::Query::Stub> NewQueryStub(const GlobalOptions& global) {
-  ClientOptions options;
-  options.target = global.target;
-  options.security = global.security;
-  auto channel = CreateDaemonChannel(options);
+  auto channel = CreateDaemonChannel(ConnectionOptions(global));
   if (!channel.ok()) {
     std::fprintf(stderr, "torchmonctl: %s\n", std::string(channel.status().message()).c_str());
     return nullptr;
@@ -40,10 +37,6 @@ std::unique_ptr<v1::Query::Stub> NewQueryStub(const GlobalOptions& global) {
   return v1::Query::NewStub(*channel);
 }
 
-void SetDeadline(const GlobalOptions& global, grpc::ClientContext& context) {
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(global.timeout_ms));
-}
 
 template <typename Matchers>
 void AddEqualMatchers(const protocol::LabelList& labels, Matchers* matchers) {
@@ -91,6 +84,37 @@ void Print(const std::string& text) {
   std::fflush(stdout);
 }
 
+template <typename Request, typename Response>
+using UnaryQuery = grpc::Status (v1::Query::Stub::*)(grpc::ClientContext*, const Request&,
+                                                     Response*);
+
+// One unary Query call bounded by --timeout: kExitOk with `response` filled,
+// or the exit status after printing why not (ReportRpcError).
+template <typename Request, typename Response>
+int Call(const GlobalOptions& global, v1::Query::Stub& stub, UnaryQuery<Request, Response> method,
+         const Request& request, Response& response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(global.timeout_ms));
+  const grpc::Status status = (stub.*method)(&context, request, &response);
+  return status.ok() ? kExitOk : ReportRpcError(global, status);
+}
+
+// A query command: connects, makes the one call and prints its answer as
+// `render` writes it.
+template <typename Request, typename Response, typename Render>
+int CallAndPrint(const GlobalOptions& global, UnaryQuery<Request, Response> method,
+                 const Request& request, Render&& render) {
+  const auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
+  Response response;
+  if (const int status = Call(global, *stub, method, request, response); status != kExitOk) {
+    return status;
+  }
+  Print(render(response));
+  return kExitOk;
+}
+
 sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -104,15 +128,10 @@ sigset_t TerminationSignals() {
 int RunSeries(const GlobalOptions& global, const SeriesCommand& command) {
   v1::ListSeriesRequest request;
   FillSelector(command.stat_glob, command.labels, request.mutable_selector());
-  v1::ListSeriesResponse response;
-  grpc::ClientContext context;
-  SetDeadline(global, context);
-  const auto stub = NewQueryStub(global);
-  if (stub == nullptr) return kExitUsage;
-  const grpc::Status status = stub->ListSeries(&context, request, &response);
-  if (!status.ok()) return ReportRpcError(global, status);
-  Print(global.json ? RenderSeriesJson(response) : RenderSeriesTable(response));
-  return kExitOk;
+  return CallAndPrint(global, &v1::Query::Stub::ListSeries, request,
+                      [&](const v1::ListSeriesResponse& response) {
+                        return global.json ? RenderSeriesJson(response) : RenderSeriesTable(response);
+                      });
 }
 
 int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
@@ -126,15 +145,10 @@ int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
     // 0 means "no lower bound", so a start at or before the epoch becomes 1.
     request.set_start_ms(std::max<int64_t>(now_ms - *command.since_ms, 1));
   }
-  v1::GetWindowsResponse response;
-  grpc::ClientContext context;
-  SetDeadline(global, context);
-  const auto stub = NewQueryStub(global);
-  if (stub == nullptr) return kExitUsage;
-  const grpc::Status status = stub->GetWindows(&context, request, &response);
-  if (!status.ok()) return ReportRpcError(global, status);
-  Print(global.json ? RenderWindowsJson(response) : RenderWindowsTable(response));
-  return kExitOk;
+  return CallAndPrint(global, &v1::Query::Stub::GetWindows, request,
+                      [&](const v1::GetWindowsResponse& response) {
+                        return global.json ? RenderWindowsJson(response) : RenderWindowsTable(response);
+                      });
 }
 
 int RunRanks(const GlobalOptions& global, const RanksCommand& command) {
@@ -144,16 +158,11 @@ int RunRanks(const GlobalOptions& global, const RanksCommand& command) {
   request.set_quantile(command.aggregation.quantile);
   request.set_rank_label(command.rank_label);
   request.set_window_start_ms(command.window_start_ms);
-  v1::CompareRanksResponse response;
-  grpc::ClientContext context;
-  SetDeadline(global, context);
-  const auto stub = NewQueryStub(global);
-  if (stub == nullptr) return kExitUsage;
-  const grpc::Status status = stub->CompareRanks(&context, request, &response);
-  if (!status.ok()) return ReportRpcError(global, status);
-  Print(global.json ? RenderRanksJson(response, command.aggregation)
-                    : RenderRanksTable(response, command.aggregation));
-  return kExitOk;
+  return CallAndPrint(global, &v1::Query::Stub::CompareRanks, request,
+                      [&](const v1::CompareRanksResponse& response) {
+                        return global.json ? RenderRanksJson(response, command.aggregation)
+                                           : RenderRanksTable(response, command.aggregation);
+                      });
 }
 
 int RunEvents(const GlobalOptions& global, const EventsCommand& command) {
@@ -161,15 +170,10 @@ int RunEvents(const GlobalOptions& global, const EventsCommand& command) {
   request.mutable_selector()->set_name(command.name);
   AddEqualMatchers(command.labels, request.mutable_selector()->mutable_labels());
   request.set_limit(command.last);
-  v1::GetEventsResponse response;
-  grpc::ClientContext context;
-  SetDeadline(global, context);
-  const auto stub = NewQueryStub(global);
-  if (stub == nullptr) return kExitUsage;
-  const grpc::Status status = stub->GetEvents(&context, request, &response);
-  if (!status.ok()) return ReportRpcError(global, status);
-  Print(global.json ? RenderEventsJson(response) : RenderEventsTable(response));
-  return kExitOk;
+  return CallAndPrint(global, &v1::Query::Stub::GetEvents, request,
+                      [&](const v1::GetEventsResponse& response) {
+                        return global.json ? RenderEventsJson(response) : RenderEventsTable(response);
+                      });
 }
 
 void BlockTerminationSignals() {
@@ -235,17 +239,13 @@ int RunTop(const GlobalOptions& global, const TopCommand& command) {
     v1::ListSeriesRequest series_request;
     FillSelector("", command.labels, series_request.mutable_selector());
     v1::ListSeriesResponse series;
-    {
-      grpc::ClientContext context;
-      SetDeadline(global, context);
-      const grpc::Status status = stub->CompareRanks(&context, ranks_request, &ranks);
-      if (!status.ok()) return ReportRpcError(global, status);
+    if (const int status = Call(global, *stub, &v1::Query::Stub::CompareRanks, ranks_request, ranks);
+        status != kExitOk) {
+      return status;
     }
-    {
-      grpc::ClientContext context;
-      SetDeadline(global, context);
-      const grpc::Status status = stub->ListSeries(&context, series_request, &series);
-      if (!status.ok()) return ReportRpcError(global, status);
+    if (const int status = Call(global, *stub, &v1::Query::Stub::ListSeries, series_request, series);
+        status != kExitOk) {
+      return status;
     }
     std::vector<SeriesDrops> drops;
     for (const v1::SeriesInfo& info : series.series()) {

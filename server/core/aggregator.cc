@@ -9,17 +9,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "torchmon/protocol/protocol.h"
+#include "torchmon/protocol/windows.h"
 
 namespace torchmon::server {
 namespace {
-
-// Floor division: window indices must be right for timestamps before 1970
-// too (a client with a broken clock), not truncated towards zero.
-int64_t FloorDiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
 
 constexpr uint64_t kSlotMask = 0xffffffffu;
 
@@ -153,7 +146,7 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
       const int64_t w_us = w * 1000;
       OpenWindow* open = nullptr;
       for (OpenWindow& o : s.open) {
-        const int64_t start_us = o.index * w_us;  // near now: no overflow
+        const int64_t start_us = protocol::WindowStartUs(o.index, w);  // near now: no overflow
         if (ts_us >= start_us && ts_us - start_us < w_us) {
           open = &o;
           break;
@@ -162,12 +155,12 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
       if (open != nullptr && DeadlineMs(s, open->index) > now) {
         cached = open;
         cached_sketch = s.quantiles != nullptr ? &s.quantiles->SketchFor(open->index) : nullptr;
-        cached_start_us = open->index * w_us;
+        cached_start_us = protocol::WindowStartUs(open->index, w);
         cached_end_us = cached_start_us + w_us;
       }
     }
     if (cached == nullptr || ts_us < cached_start_us || ts_us >= cached_end_us) {
-      const int64_t index = FloorDiv(FloorDiv(ts_us, 1000), w);
+      const int64_t index = protocol::WindowIndex(ts_us, w);
       if (index <= s.last_closed_index || DeadlineMs(s, index) <= now) {
         ++result.late;
         continue;
@@ -181,8 +174,8 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
       cached = &*pos;
       cached_sketch = s.quantiles != nullptr ? &s.quantiles->SketchFor(index) : nullptr;
       // Not late, so the window is near now and these cannot overflow.
-      cached_start_us = index * w * 1000;
-      cached_end_us = cached_start_us + w * 1000;
+      cached_start_us = protocol::WindowStartUs(index, w);
+      cached_end_us = protocol::WindowStartUs(index + 1, w);
     }
     if (cached->stats.Add(values[i], s.spec.max_samples)) {
       ++result.accepted;
@@ -266,7 +259,7 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t dea
   absl::InlinedVector<double, 16> quantiles;
   for (const OpenWindow& o : s.open) {
     if (!everything && DeadlineMs(s, o.index) > deadline_ms) break;
-    s.history.Push(WindowRecord{o.index * s.spec.window_ms, o.stats, everything}, limit);
+    s.history.Push(WindowRecord{protocol::WindowStartMs(o.index, s.spec.window_ms), o.stats, everything}, limit);
     if (s.quantiles != nullptr) {
       s.quantiles->Close(o.index, s.spec.quantiles, quantiles);
       s.quantiles->history.Push(quantiles, limit);

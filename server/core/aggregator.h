@@ -31,6 +31,7 @@
 #include "server/core/selector.h"
 #include "server/core/types.h"
 #include "server/core/window_history.h"
+#include "torchmon/protocol/windows.h"
 
 namespace torchmon::server {
 
@@ -227,7 +228,7 @@ class Aggregator {
   };
 
   int64_t DeadlineMs(const Series& s, int64_t index) const {
-    return (index + 1) * s.spec.window_ms + options_.grace_ms;
+    return protocol::WindowStartMs(index + 1, s.spec.window_ms) + options_.grace_ms;
   }
   Series* FindLocked(SeriesId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What AddSamples does for `run`, under the lock, the clock read as `now`.

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "torchmon/protocol/windows.h"
 
 namespace torchmon::protocol {
 namespace {
@@ -20,6 +21,30 @@ using ::testing::Pair;
 int64_t DurationOrMinusOne(absl::string_view text) {
   auto ms = ParseDurationMs(text);
   return ms.ok() ? *ms : -1;
+}
+
+TEST(WindowRuleTest, ASampleFallsInTheEpochAlignedWindowThatHoldsItsMillisecond) {
+  // 1 s windows: [0, 1000) ms is window 0, the last µs of it too.
+  EXPECT_EQ(WindowIndex(0, 1000), 0);
+  EXPECT_EQ(WindowIndex(999'999, 1000), 0);
+  EXPECT_EQ(WindowIndex(1'000'000, 1000), 1);
+  // A sample's millisecond is floored before its window: 1999.999 ms is
+  // millisecond 1999, in the 2 ms window [1998, 2000).
+  EXPECT_EQ(WindowIndex(1'999'999, 2), 999);
+  EXPECT_EQ(WindowStartMs(WindowIndex(1'700'000'123'456'789, 60'000), 60'000), 1'700'000'100'000);
+  EXPECT_EQ(WindowStartUs(3, 250), 750'000);
+}
+
+TEST(WindowRuleTest, TimestampsBefore1970FloorInsteadOfTruncating) {
+  EXPECT_EQ(FloorDiv(-1, 1000), -1);
+  EXPECT_EQ(FloorDiv(-1000, 1000), -1);
+  EXPECT_EQ(FloorDiv(-1001, 1000), -2);
+  EXPECT_EQ(FloorDiv(7, 2), 3);
+  // -1 µs is in the millisecond -1, in the window [-1000, 0) ms.
+  EXPECT_EQ(WindowIndex(-1, 1000), -1);
+  EXPECT_EQ(WindowStartMs(WindowIndex(-1, 1000), 1000), -1000);
+  EXPECT_EQ(WindowIndex(-1'000'000, 1000), -1);
+  EXPECT_EQ(WindowIndex(-1'000'001, 1000), -2);
 }
 
 TEST(ParseDurationMsTest, AcceptsEachUnit) {

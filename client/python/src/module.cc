@@ -29,6 +29,7 @@
 
 #include "torchmon/client.h"
 #include "torchmon/protocol/protocol.h"
+#include "torchmon/protocol/windows.h"
 
 #ifndef TORCHMON_VERSION
 #error "TORCHMON_VERSION must be defined by the build"
@@ -379,12 +380,6 @@ PyType_Spec client_spec = {"torchmon._torchmon.Client", sizeof(ClientObject), 0,
 // ---------------------------------------------------------------------------
 // Stat
 
-int64_t FloorDiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
 // The aggregates of one window, kept in process only so that Stat.count and
 // Stat.get() answer as torch.monitor's do. The daemon's aggregation is the
 // one that counts; this mirrors it for the calling process alone.
@@ -469,9 +464,9 @@ class LocalStat {
         completed = true;
       }
       current_ = LocalWindow();
-      window_index_ = FloorDiv(FloorDiv(now_us, 1000), window_ms_);
-      window_start_us_ = window_index_ * window_ms_ * 1000;
-      window_end_us_ = window_start_us_ + window_ms_ * 1000;
+      window_index_ = protocol::WindowIndex(now_us, window_ms_);
+      window_start_us_ = protocol::WindowStartUs(window_index_, window_ms_);
+      window_end_us_ = protocol::WindowStartUs(window_index_ + 1, window_ms_);
     }
     if (max_samples_ <= 0 || max_samples_ == std::numeric_limits<int64_t>::max() ||
         current_.count < static_cast<uint64_t>(max_samples_)) {
@@ -507,7 +502,7 @@ class LocalStat {
  private:
   // Whether now lies in the window the last add() opened.
   bool InCurrentWindow() const {
-    return FloorDiv(FloorDiv(WallMicros(), 1000), window_ms_) == window_index_;
+    return protocol::WindowIndex(WallMicros(), window_ms_) == window_index_;
   }
 
   static std::vector<StatAggregation> StatAggregations(const std::vector<Aggregation>& aggregations,
