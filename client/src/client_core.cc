@@ -380,12 +380,8 @@ void ClientCore::AbandonUndelivered() {
   // From here on dropped() also counts what add() left buffered.
   buffers_->accepting.store(false, std::memory_order_release);
   abandoned_ = true;
-  StatTable& table = buffers_->table;
   for (const auto& kept : retained_) {
-    for (const OutgoingBatch::StatPart& part : kept->parts) {
-      if (part.samples != 0) Bump(table.At(part.stat_id).abandoned, part.samples);
-    }
-    kept->ForEachColumnRun([&](uint32_t id, uint64_t n) { Bump(table.At(id).abandoned, n); });
+    CountAbandonedLocked(*kept);
     samples_settled_ += kept->samples;
     counters_.events_dropped += kept->events;
   }
@@ -916,6 +912,38 @@ void ClientCore::ReaderMain(Stream* stream) {
   sender_cv_.SignalAll();
 }
 
+void ClientCore::CountDeliveredLocked(const OutgoingBatch& batch) {
+  StatTable& table = buffers_->table;
+  for (const OutgoingBatch::StatPart& part : batch.parts) {
+    if (part.samples == 0 && part.drops == 0) continue;
+    StatCounts& c = table.At(part.stat_id);
+    Bump(c.delivered, part.samples);
+    Bump(c.drops_acked, part.drops);
+    Bump(c.delivered_current, part.samples);
+    Bump(c.drops_acked_current, part.drops);
+  }
+  batch.ForEachColumnRun([&](uint32_t id, uint64_t n) {
+    StatCounts& c = table.At(id);
+    Bump(c.delivered, n);
+    Bump(c.delivered_current, n);
+  });
+}
+
+void ClientCore::CountAbandonedLocked(const OutgoingBatch& batch) {
+  StatTable& table = buffers_->table;
+  for (const OutgoingBatch::StatPart& part : batch.parts) {
+    if (part.samples != 0) Bump(table.At(part.stat_id).abandoned, part.samples);
+  }
+  batch.ForEachColumnRun([&](uint32_t id, uint64_t n) { Bump(table.At(id).abandoned, n); });
+}
+
+void ClientCore::ResetCurrentDaemonCountsLocked() {
+  buffers_->table.ForEach(next_stat_id_ - 1, [](uint32_t, StatCounts& c) {
+    c.delivered_current.store(0, std::memory_order_relaxed);
+    c.drops_acked_current.store(0, std::memory_order_relaxed);
+  });
+}
+
 void ClientCore::OnAck(const v1::IngestAck& ack) {
   std::vector<std::string> to_print;
   {
@@ -927,27 +955,11 @@ void ClientCore::OnAck(const v1::IngestAck& ack) {
       // with it, so the per-daemon counts start again.
       if (daemon_instance_ != 0) ++counters_.daemon_restarts;
       daemon_instance_ = ack.daemon_instance();
-      buffers_->table.ForEach(next_stat_id_ - 1, [](uint32_t, StatCounts& c) {
-        c.delivered_current.store(0, std::memory_order_relaxed);
-        c.drops_acked_current.store(0, std::memory_order_relaxed);
-      });
+      ResetCurrentDaemonCountsLocked();
     }
     while (!retained_.empty() && retained_.front()->batch->sequence() <= ack.sequence()) {
       const OutgoingBatch& batch = *retained_.front();
-      StatTable& table = buffers_->table;
-      for (const OutgoingBatch::StatPart& part : batch.parts) {
-        if (part.samples == 0 && part.drops == 0) continue;
-        StatCounts& c = table.At(part.stat_id);
-        Bump(c.delivered, part.samples);
-        Bump(c.drops_acked, part.drops);
-        Bump(c.delivered_current, part.samples);
-        Bump(c.drops_acked_current, part.drops);
-      }
-      batch.ForEachColumnRun([&](uint32_t id, uint64_t n) {
-        StatCounts& c = table.At(id);
-        Bump(c.delivered, n);
-        Bump(c.delivered_current, n);
-      });
+      CountDeliveredLocked(batch);
       samples_settled_ += batch.samples;
       counters_.events_delivered += batch.events;
       retained_bytes_ -= batch.bytes;

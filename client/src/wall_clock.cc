@@ -2,7 +2,8 @@
 
 #include <time.h>
 
-#include <mutex>
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace torchmon::detail {
 namespace {
@@ -39,19 +40,29 @@ int64_t WallClock::SystemMicros() noexcept {
   return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
+namespace {
+
+// Recalibrate's bookkeeping between calls (the calibration slots are read
+// without a lock, through current_, and are not part of it).
+struct Calibrator {
+  absl::Mutex mu;
+  int next_slot ABSL_GUARDED_BY(mu) = 0;
+  bool have_anchor ABSL_GUARDED_BY(mu) = false;
+  uint64_t anchor_tsc ABSL_GUARDED_BY(mu) = 0;
+  int64_t anchor_us ABSL_GUARDED_BY(mu) = 0;
+  int64_t last_us ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace
+
 void WallClock::Recalibrate() noexcept {
 #if defined(__x86_64__)
   static const bool tsc_ok = HasInvariantTsc();
   if (!tsc_ok) return;
-  static std::mutex mu;
   static Calibration slots[kSlots];
-  static int next_slot = 0;
-  static bool have_anchor = false;
-  static uint64_t anchor_tsc = 0;
-  static int64_t anchor_us = 0;
-  static int64_t last_us = 0;
+  static Calibrator c;
 
-  std::lock_guard<std::mutex> lock(mu);
+  absl::MutexLock lock(&c.mu);
   // Bracket the system clock read with two TSC reads and take the midpoint,
   // so a preemption in between shows up as a wide bracket and is skipped.
   const uint64_t t0 = __rdtsc();
@@ -59,22 +70,22 @@ void WallClock::Recalibrate() noexcept {
   const uint64_t t1 = __rdtsc();
   if (t1 - t0 > 100'000) return;  // preempted mid-read: try next cycle
   const uint64_t tsc = t0 + (t1 - t0) / 2;
-  if (!have_anchor || now_us < last_us) {
+  if (!c.have_anchor || now_us < c.last_us) {
     // First point, or the system clock stepped back: start a new baseline.
-    have_anchor = true;
-    anchor_tsc = tsc;
-    anchor_us = now_us;
-    last_us = now_us;
+    c.have_anchor = true;
+    c.anchor_tsc = tsc;
+    c.anchor_us = now_us;
+    c.last_us = now_us;
     return;
   }
-  if (now_us - last_us < kMinRecalibrationMicros || now_us - anchor_us < kMinBaselineMicros) {
+  if (now_us - c.last_us < kMinRecalibrationMicros || now_us - c.anchor_us < kMinBaselineMicros) {
     return;
   }
-  last_us = now_us;
+  c.last_us = now_us;
   const auto scale = static_cast<uint64_t>(
-      (static_cast<unsigned __int128>(now_us - anchor_us) << 32) / (tsc - anchor_tsc));
-  Calibration& slot = slots[next_slot];
-  next_slot = (next_slot + 1) % kSlots;
+      (static_cast<unsigned __int128>(now_us - c.anchor_us) << 32) / (tsc - c.anchor_tsc));
+  Calibration& slot = slots[c.next_slot];
+  c.next_slot = (c.next_slot + 1) % kSlots;
   slot.base_tsc.store(tsc, std::memory_order_relaxed);
   slot.base_us.store(now_us, std::memory_order_relaxed);
   slot.micros_per_tick_q32.store(scale, std::memory_order_relaxed);

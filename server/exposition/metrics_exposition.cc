@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "server/exposition/self_metrics.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
@@ -249,123 +250,15 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
     }
   }
 
-  {
-    std::string version_label;
-    AppendPrometheusLabel(version_label, "version", version_);
-    out.Family("torchmon_daemon_build_info", "Always 1; the version label names the build.",
-               "gauge");
-    out.Sample("torchmon_daemon_build_info", {version_label}, 1);
-  }
-  struct SelfMetric {
-    const char* name;
-    const char* type;
-    const char* help;
-    double value;
-  };
-  const SelfMetric self_metrics[] = {
-      {"torchmon_daemon_start_time_seconds", "gauge", "When the daemon started, Unix seconds.",
-       Load(stats_.start_time_ms) / 1000.0},
-      {"torchmon_daemon_series", "gauge", "Series held in memory.",
-       static_cast<double>(snap.series_count)},
-      {"torchmon_daemon_clients", "gauge", "Open ingest streams.",
-       Load(stats_.ingest_streams_active)},
-      {"torchmon_daemon_watchers", "gauge", "Open WatchWindows/WatchEvents streams.",
-       Load(stats_.watchers_active)},
-      {"torchmon_daemon_events_retained", "gauge", "Events held in the event log.",
-       static_cast<double>(snap.events_retained)},
-      {"torchmon_daemon_streams_total", "counter", "Ingest streams opened.",
-       Load(stats_.ingest_streams_total)},
-      {"torchmon_daemon_batches_total", "counter", "Ingest batches received.",
-       Load(stats_.batches_received)},
-      {"torchmon_daemon_batches_with_errors_total", "counter",
-       "Ingest batches of which some part was refused.", Load(stats_.batches_with_errors)},
-      {"torchmon_daemon_samples_received_total", "counter", "Samples received in ingest batches.",
-       Load(stats_.samples_received)},
-      {"torchmon_daemon_samples_refused_total", "counter",
-       "Samples refused with their batch part (unknown or refused stat, malformed block); not "
-       "counted in any series.",
-       Load(stats_.samples_refused)},
-      {"torchmon_daemon_definitions_refused_total", "counter",
-       "Stat definitions refused (invalid, conflicting or over a series limit).",
-       Load(stats_.definitions_refused)},
-      {"torchmon_daemon_batches_duplicate_total", "counter",
-       "Batches a client re-sent after a broken stream that were applied already; acknowledged, "
-       "not applied again.",
-       Load(stats_.batches_duplicate)},
-      {"torchmon_daemon_streams_refused_total", "counter",
-       "Ingest streams refused because --max-streams were open.", Load(stats_.streams_refused)},
-      {"torchmon_daemon_events_received_total", "counter", "Events received.",
-       Load(stats_.events_received)},
-      {"torchmon_daemon_events_refused_total", "counter", "Events refused as invalid.",
-       Load(stats_.events_refused)},
-      {"torchmon_daemon_windows_closed_total", "counter", "Windows closed.",
-       Load(stats_.windows_closed)},
-      {"torchmon_daemon_series_expired_total", "counter", "Series forgotten after the idle TTL.",
-       Load(stats_.series_expired)},
-      {"torchmon_daemon_watch_dropped_total", "counter",
-       "Windows and events a slow watcher missed because its queue was full.",
-       Load(stats_.watch_items_dropped)},
-      {"torchmon_daemon_queries_total", "counter", "Query RPCs served.", Load(stats_.queries)},
-      {"torchmon_daemon_rpcs_unauthenticated_total", "counter",
-       "gRPC calls refused for a missing or wrong bearer token (--auth-token-file).",
-       Load(stats_.rpcs_unauthenticated)},
-      {"torchmon_daemon_scrapes_unauthorized_total", "counter",
-       "Requests for /metrics refused for missing or wrong basic auth (--metrics-auth-file).",
-       Load(stats_.scrapes_unauthorized)},
-      {"torchmon_daemon_scrapes_total", "counter", "Scrapes of /metrics served before this one.",
-       Load(stats_.scrapes)},
-      {"torchmon_daemon_scrape_bytes_total", "counter",
-       "Bytes of /metrics sent before this scrape.", Load(stats_.scrape_bytes)},
-      {"torchmon_daemon_last_scrape_duration_seconds", "gauge",
-       "How long the previous scrape of /metrics took to render and send.",
-       Load(stats_.last_scrape_duration_us) / 1e6},
-  };
-  for (const SelfMetric& m : self_metrics) {
-    out.Family(m.name, m.help, m.type);
-    out.Sample(m.name, {}, m.value);
-  }
-  {
-    // Only the sinks the daemon was started with (docs/sinks.md).
-    struct SinkFamily {
-      const char* name;
-      const char* help;
-      std::atomic<uint64_t> DaemonStats::Sink::*counter;
-    };
-    const SinkFamily sink_families[] = {
-        {"torchmon_daemon_sink_records_total",
-         "Records (JSON lines, TensorBoard events) the sink wrote and flushed.",
-         &DaemonStats::Sink::records},
-        {"torchmon_daemon_sink_dropped_total",
-         "Windows and events the sink lost because its queue was full (the disk too slow).",
-         &DaemonStats::Sink::dropped},
-        {"torchmon_daemon_sink_errors_total",
-         "Records the sink lost to a write error (disk full, file removed, permissions).",
-         &DaemonStats::Sink::errors},
-    };
-    for (const SinkFamily& f : sink_families) {
-      bool family_written = false;
-      for (int kind : {kJsonlSink, kTensorBoardSink}) {
-        const DaemonStats::Sink& sink = stats_.sinks[kind];
-        if (!sink.enabled.load(std::memory_order_relaxed)) continue;
-        if (!std::exchange(family_written, true)) out.Family(f.name, f.help, "counter");
-        std::string label;
-        AppendPrometheusLabel(label, "sink", SinkName(kind));
-        out.Sample(f.name, {label}, Load(sink.*f.counter));
-      }
-    }
-  }
-  {
-    constexpr const char* kRefused = "torchmon_daemon_series_refused_total";
-    out.Family(kRefused,
-               "New series refused by a cardinality limit: one client's "
-               "(--max-series-per-client) or the daemon's (--max-series).",
-               "counter");
-    std::string label;
-    AppendPrometheusLabel(label, "limit", "per_client");
-    out.Sample(kRefused, {label}, Load(stats_.series_refused_stream_limit));
-    label.clear();
-    AppendPrometheusLabel(label, "limit", "total");
-    out.Sample(kRefused, {label}, Load(stats_.series_refused_total_limit));
+  const SelfMetricInputs inputs{stats_, snap.series_count, snap.events_retained, version_};
+  for (const SelfMetric& m : SelfMetrics()) {
+    bool family_written = false;
+    m.samples(inputs, [&](absl::string_view label_value, double value) {
+      if (!std::exchange(family_written, true)) out.Family(m.name, m.help, m.type);
+      std::string label;
+      if (*m.label != '\0') AppendPrometheusLabel(label, m.label, label_value);
+      out.Sample(m.name, {label}, value);
+    });
   }
   out.Finish();
   return out.bytes_written();

@@ -8,6 +8,12 @@
 // oldest queued records are dropped and counted
 // (torchmon_daemon_sink_dropped_total); write errors are counted
 // (torchmon_daemon_sink_errors_total) and logged once per run of failures.
+//
+// Threading: Start, Finish and the destructor are called by one thread (the
+// daemon's wiring), in that order; Reopen by any thread, any number of
+// times, until Finish returns. The files, the TensorBoard runs and the
+// failure state belong to the writer thread alone; the other threads only
+// set flags under mu_ and wake it. The LogFn is called on the writer thread.
 #ifndef TORCHMON_SERVER_SINKS_SINK_WRITER_H_
 #define TORCHMON_SERVER_SINKS_SINK_WRITER_H_
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -12,7 +13,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 #include "server/core/clock.h"
+#include "server/exposition/self_metrics.h"
 
 namespace torchmon::server {
 namespace {
@@ -343,6 +346,47 @@ TEST_F(MetricsExpositionTest, ScrapeSelfMetricsReflectDaemonStats) {
   EXPECT_THAT(ValueOf(text, "torchmon_daemon_scrapes_total"), Optional(4.0));
   EXPECT_THAT(ValueOf(text, "torchmon_daemon_scrape_bytes_total"), Optional(1234.0));
   EXPECT_THAT(ValueOf(text, "torchmon_daemon_last_scrape_duration_seconds"), Optional(0.25));
+}
+
+}  // namespace
+}  // namespace torchmon::server
+
+namespace torchmon::server {
+namespace {
+
+TEST_F(MetricsExpositionTest, EverySelfMetricOfTheListIsWrittenWithItsTypeAndHelp) {
+  stats_.sinks[kJsonlSink].enabled = true;
+  stats_.series_refused_total_limit = 3;
+  const std::string text = Scrape();
+  for (const SelfMetric& m : SelfMetrics()) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# HELP ", m.name, " ", m.help, "\n# TYPE ", m.name,
+                                             " ", m.type, "\n")));
+  }
+  EXPECT_EQ(ValueOf(text, "torchmon_daemon_series_refused_total{limit=\"total\"}"), 3.0);
+  EXPECT_EQ(ValueOf(text, "torchmon_daemon_sink_records_total{sink=\"jsonl\"}"), 0.0);
+  EXPECT_EQ(ValueOf(text, "torchmon_daemon_build_info{version=\"1.2.3\"}"), 1.0);
+  // A sink the daemon does not run has no sample.
+  EXPECT_THAT(text, Not(HasSubstr("sink=\"tensorboard\"")));
+}
+
+TEST(SelfMetricsDocTest, DocsMetricsTableIsTheListOfSelfMetrics) {
+  const std::string path = std::string(TORCHMON_SOURCE_DIR) + "/docs/metrics.md";
+  std::ifstream file(path);
+  ASSERT_TRUE(file) << path;
+  std::string line, table;
+  bool in_section = false;
+  while (std::getline(file, line)) {
+    if (line == "## Daemon self-metrics") {
+      in_section = true;
+    } else if (in_section && line.rfind("|", 0) == 0) {
+      table += line + "\n";
+    } else if (in_section && !table.empty()) {
+      break;  // the end of the table
+    }
+  }
+  EXPECT_EQ(table, SelfMetricsMarkdown())
+      << "docs/metrics.md's table of self-metrics is not the list in "
+         "server/exposition/self_metrics.cc; replace it with the expected text above";
 }
 
 }  // namespace

@@ -245,6 +245,17 @@ class Stat {
  public:
   // max_samples: cap per window; 0 = unlimited. aggregations may mix the
   // six and quantiles: {Aggregation::MEAN, Quantile(0.5), Quantile(0.99)}.
+  //
+  // Never throws for a bad definition. One the client refuses (a name,
+  // label, aggregation, quantile, window or cap outside the protocol's
+  // limits, or a client past its 2^24 - 1 stats) makes a Stat that never
+  // reaches the daemon: add() drops and counts every sample (dropped() ==
+  // added()), and the reason is kept as "INVALID_ARGUMENT: stat ... is
+  // invalid ..." for Client::TakeErrors() (and printed once to stderr when
+  // ClientOptions::log_to_stderr). A definition the daemon refuses (one
+  // that conflicts with the series' existing definition) is sent and
+  // refused there: its samples count as delivered here and as refused on
+  // the daemon, and the refusal reaches Client::TakeErrors().
   Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
   // Uses Client::Default().

@@ -130,6 +130,12 @@ class ClientCore {
   // --- reader thread ---
   void ReaderMain(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAck(const v1::IngestAck& ack) ABSL_LOCKS_EXCLUDED(mu_);
+  // The only writers of the counts StatCounts keeps "under the client's
+  // mutex" (delivered, drops acknowledged, their per-daemon twins,
+  // abandoned), so -Wthread-safety checks every write holds mu_.
+  void CountDeliveredLocked(const OutgoingBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountAbandonedLocked(const OutgoingBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ResetCurrentDaemonCountsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Moves the stats that woke since the last cycle onto listed_.
   void TakeReadyStats();

@@ -1,0 +1,157 @@
+#include "server/exposition/self_metrics.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+
+namespace torchmon::server {
+namespace {
+
+template <typename T>
+double Load(const std::atomic<T>& counter) {
+  return static_cast<double>(counter.load(std::memory_order_relaxed));
+}
+
+// A metric without labels read from one DaemonStats field.
+template <auto Field>
+void Plain(const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+  sample("", Load(in.stats.*Field));
+}
+
+// One sample per sink the daemon runs.
+template <auto Counter>
+void PerSink(const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+  for (int kind : {kJsonlSink, kTensorBoardSink}) {
+    const DaemonStats::Sink& sink = in.stats.sinks[kind];
+    if (sink.enabled.load(std::memory_order_relaxed)) sample(SinkName(kind), Load(sink.*Counter));
+  }
+}
+
+const SelfMetric kSelfMetrics[] = {
+    {"torchmon_daemon_build_info", "gauge", "version",
+     "Always 1; the version label names the build.", "always 1",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) { sample(in.version, 1); }},
+    {"torchmon_daemon_start_time_seconds", "gauge", "", "When the daemon started, Unix seconds.",
+     "start time, Unix seconds",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       sample("", Load(in.stats.start_time_ms) / 1000.0);
+     }},
+    {"torchmon_daemon_series", "gauge", "", "Series held in memory.", "series in memory",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       sample("", static_cast<double>(in.series));
+     }},
+    {"torchmon_daemon_clients", "gauge", "", "Open ingest streams.", "open ingest streams",
+     Plain<&DaemonStats::ingest_streams_active>},
+    {"torchmon_daemon_watchers", "gauge", "", "Open WatchWindows/WatchEvents streams.",
+     "open watch streams", Plain<&DaemonStats::watchers_active>},
+    {"torchmon_daemon_events_retained", "gauge", "", "Events held in the event log.",
+     "events held in the event log",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       sample("", static_cast<double>(in.events_retained));
+     }},
+    {"torchmon_daemon_streams_total", "counter", "", "Ingest streams opened.",
+     "ingest streams opened", Plain<&DaemonStats::ingest_streams_total>},
+    {"torchmon_daemon_batches_total", "counter", "", "Ingest batches received.",
+     "ingest batches received", Plain<&DaemonStats::batches_received>},
+    {"torchmon_daemon_batches_with_errors_total", "counter", "",
+     "Ingest batches of which some part was refused.", "batches of which some part was refused",
+     Plain<&DaemonStats::batches_with_errors>},
+    {"torchmon_daemon_samples_received_total", "counter", "", "Samples received in ingest batches.",
+     "samples received", Plain<&DaemonStats::samples_received>},
+    {"torchmon_daemon_samples_refused_total", "counter", "",
+     "Samples refused with their batch part (unknown or refused stat, malformed block); not "
+     "counted in any series.",
+     "samples refused with their batch part (unknown or refused stat, malformed block); in no "
+     "series",
+     Plain<&DaemonStats::samples_refused>},
+    {"torchmon_daemon_definitions_refused_total", "counter", "",
+     "Stat definitions refused (invalid, conflicting or over a series limit).",
+     "stat definitions refused: invalid, conflicting, or over a series limit",
+     Plain<&DaemonStats::definitions_refused>},
+    {"torchmon_daemon_batches_duplicate_total", "counter", "",
+     "Batches a client re-sent after a broken stream that were applied already; acknowledged, "
+     "not applied again.",
+     "batches a client re-sent after a broken stream that had been applied already: "
+     "acknowledged, not applied again "
+     "([reliability](reliability.md#delivery-at-most-once-per-daemon-process))",
+     Plain<&DaemonStats::batches_duplicate>},
+    {"torchmon_daemon_streams_refused_total", "counter", "",
+     "Ingest streams refused because --max-streams were open.",
+     "ingest streams refused because `--max-streams` were open (the client retries with "
+     "backoff)",
+     Plain<&DaemonStats::streams_refused>},
+    {"torchmon_daemon_events_received_total", "counter", "", "Events received.", "events received",
+     Plain<&DaemonStats::events_received>},
+    {"torchmon_daemon_events_refused_total", "counter", "", "Events refused as invalid.",
+     "invalid events refused", Plain<&DaemonStats::events_refused>},
+    {"torchmon_daemon_windows_closed_total", "counter", "", "Windows closed.", "windows closed",
+     Plain<&DaemonStats::windows_closed>},
+    {"torchmon_daemon_series_expired_total", "counter", "", "Series forgotten after the idle TTL.",
+     "series removed after the idle TTL", Plain<&DaemonStats::series_expired>},
+    {"torchmon_daemon_watch_dropped_total", "counter", "",
+     "Windows and events a slow watcher missed because its queue was full.",
+     "windows/events a slow watcher missed (its queue of 10 000 was full)",
+     Plain<&DaemonStats::watch_items_dropped>},
+    {"torchmon_daemon_queries_total", "counter", "", "Query RPCs served.", "query RPCs served",
+     Plain<&DaemonStats::queries>},
+    {"torchmon_daemon_rpcs_unauthenticated_total", "counter", "",
+     "gRPC calls refused for a missing or wrong bearer token (--auth-token-file).",
+     "gRPC calls refused for a missing or wrong bearer token (`--auth-token-file`, "
+     "[security](security.md))",
+     Plain<&DaemonStats::rpcs_unauthenticated>},
+    {"torchmon_daemon_scrapes_unauthorized_total", "counter", "",
+     "Requests for /metrics refused for missing or wrong basic auth (--metrics-auth-file).",
+     "requests for `/metrics` refused for missing or wrong basic auth (`--metrics-auth-file`)",
+     Plain<&DaemonStats::scrapes_unauthorized>},
+    {"torchmon_daemon_scrapes_total", "counter", "", "Scrapes of /metrics served before this one.",
+     "scrapes of `/metrics` served before this one", Plain<&DaemonStats::scrapes>},
+    {"torchmon_daemon_scrape_bytes_total", "counter", "",
+     "Bytes of /metrics sent before this scrape.", "bytes of `/metrics` sent before this scrape",
+     Plain<&DaemonStats::scrape_bytes>},
+    {"torchmon_daemon_last_scrape_duration_seconds", "gauge", "",
+     "How long the previous scrape of /metrics took to render and send.",
+     "how long the previous scrape took to render and send",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       sample("", Load(in.stats.last_scrape_duration_us) / 1e6);
+     }},
+    {"torchmon_daemon_sink_records_total", "counter", "sink",
+     "Records (JSON lines, TensorBoard events) the sink wrote and flushed.",
+     "records the sink wrote and flushed (`sink` = `jsonl`: lines; `tensorboard`: scalar "
+     "events); only for the sinks the daemon runs ([sinks](sinks.md))",
+     PerSink<&DaemonStats::Sink::records>},
+    {"torchmon_daemon_sink_dropped_total", "counter", "sink",
+     "Windows and events the sink lost because its queue was full (the disk too slow).",
+     "windows/events the sink lost because its queue (100 000 per source) was full: the disk "
+     "could not keep up",
+     PerSink<&DaemonStats::Sink::dropped>},
+    {"torchmon_daemon_sink_errors_total", "counter", "sink",
+     "Records the sink lost to a write error (disk full, file removed, permissions).",
+     "records lost to a write error (disk full, permissions); the first error of a run is "
+     "logged",
+     PerSink<&DaemonStats::Sink::errors>},
+    {"torchmon_daemon_series_refused_total", "counter", "limit",
+     "New series refused by a cardinality limit: one client's (--max-series-per-client) or the "
+     "daemon's (--max-series).",
+     "new series refused by a cardinality limit: `limit=\"per_client\"` "
+     "(`--max-series-per-client`) or `limit=\"total\"` (`--max-series`); their samples are in "
+     "`samples_refused` ([reliability](reliability.md#limits-of-the-daemon))",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       sample("per_client", Load(in.stats.series_refused_stream_limit));
+       sample("total", Load(in.stats.series_refused_total_limit));
+     }},
+};
+
+}  // namespace
+
+absl::Span<const SelfMetric> SelfMetrics() { return kSelfMetrics; }
+
+std::string SelfMetricsMarkdown() {
+  std::string out = "| metric | type | meaning |\n|---|---|---|\n";
+  for (const SelfMetric& m : kSelfMetrics) {
+    const std::string label = *m.label != '\0' ? absl::StrCat("{", m.label, "}") : "";
+    absl::StrAppend(&out, "| `", m.name, label, "` | ", m.type, " | ", m.meaning, " |\n");
+  }
+  return out;
+}
+
+}  // namespace torchmon::server
