@@ -49,14 +49,8 @@ std::vector<std::pair<std::string, std::string>> SortedLabels(
 }
 
 std::string JsonLabels(const google::protobuf::Map<std::string, std::string>& labels) {
-  std::string out = "{";
-  bool first = true;
-  for (const auto& [key, value] : SortedLabels(labels)) {
-    absl::StrAppend(&out, first ? "" : ",", JsonString(key), ":", JsonString(value));
-    first = false;
-  }
-  out += "}";
-  return out;
+  const auto sorted = SortedLabels(labels);
+  return protocol::JsonLabels({sorted.begin(), sorted.end()});
 }
 
 std::string JsonBool(bool b) { return b ? "true" : "false"; }
@@ -87,21 +81,19 @@ std::string AggregateList(const v1::WindowSummary& window) {
 }
 
 std::string WindowJson(const v1::WindowSummary& window) {
-  std::string aggregates = "{";
-  bool first = true;
+  protocol::WindowJsonFields fields;
+  fields.stat = window.series().stat();
+  const auto labels = SortedLabels(window.series().labels());
+  fields.labels.assign(labels.begin(), labels.end());
+  fields.start_ms = window.start_ms();
+  fields.end_ms = window.end_ms();
+  fields.partial = window.partial();
+  fields.accepted = window.accepted();
+  fields.capped = window.capped();
   for (const v1::AggregateValue& aggregate : window.aggregates()) {
-    absl::StrAppend(&aggregates, first ? "" : ",",
-                    JsonString(AggregateName(aggregate)), ":",
-                    JsonNumber(aggregate.value()));
-    first = false;
+    fields.aggregates.emplace_back(AggregateName(aggregate), aggregate.value());
   }
-  aggregates += "}";
-  return absl::StrCat("{\"stat\":", JsonString(window.series().stat()),
-                      ",\"labels\":", JsonLabels(window.series().labels()),
-                      ",\"start_ms\":", window.start_ms(), ",\"end_ms\":", window.end_ms(),
-                      ",\"aggregates\":", aggregates, ",\"accepted\":", window.accepted(),
-                      ",\"capped\":", window.capped(), ",\"partial\":", JsonBool(window.partial()),
-                      "}");
+  return protocol::WindowJson(fields, /*as_record=*/false);
 }
 
 // Joins JSON values as the elements of `{"<key>":[...]}`, one per line.

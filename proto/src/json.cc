@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::protocol {
@@ -98,6 +100,37 @@ std::string JsonNumber(double value) {
     if (std::strtod(buf, nullptr) == value) break;
   }
   return buf;
+}
+
+std::string JsonLabels(const std::vector<std::pair<absl::string_view, absl::string_view>>& labels) {
+  std::string out = "{";
+  for (const auto& [key, value] : labels) {
+    absl::StrAppend(&out, out.size() > 1 ? "," : "", JsonString(key), ":", JsonString(value));
+  }
+  return out + "}";
+}
+
+std::string Rfc3339Ms(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
+}
+
+std::string WindowJson(const WindowJsonFields& w, bool as_record) {
+  std::string aggregates = "{";
+  for (const auto& [name, value] : w.aggregates) {
+    absl::StrAppend(&aggregates, aggregates.size() > 1 ? "," : "", JsonString(name), ":",
+                    JsonNumber(value));
+  }
+  aggregates += "}";
+  return absl::StrCat(
+      as_record ? "{\"type\":\"window\"," : "{", "\"stat\":", JsonString(w.stat),
+      ",\"labels\":", JsonLabels(w.labels), ",\"start_ms\":", w.start_ms,
+      ",\"end_ms\":", w.end_ms,
+      as_record ? absl::StrCat(",\"start\":\"", Rfc3339Ms(w.start_ms), "\",\"end\":\"",
+                               Rfc3339Ms(w.end_ms), "\"")
+                : "",
+      ",\"partial\":", w.partial ? "true" : "false", ",\"accepted\":", w.accepted,
+      ",\"capped\":", w.capped, ",\"aggregates\":", aggregates, "}");
 }
 
 }  // namespace torchmon::protocol

@@ -12,12 +12,6 @@ namespace {
 using protocol::JsonNumber;
 using protocol::JsonString;
 
-// "2026-11-22T18:04:05.123Z" (RFC 3339, UTC, millisecond precision).
-std::string Rfc3339Ms(int64_t unix_ms) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
-                          absl::UTCTimeZone());
-}
-
 // Microsecond precision for events.
 std::string Rfc3339Us(int64_t unix_us) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromUnixMicros(unix_us),
@@ -27,27 +21,24 @@ std::string Rfc3339Us(int64_t unix_us) {
 }  // namespace
 
 std::string LabelsJson(const Labels& labels) {
-  std::string out = "{";
-  for (const auto& [key, value] : labels) {
-    absl::StrAppend(&out, out.size() > 1 ? "," : "", JsonString(key), ":", JsonString(value));
-  }
-  return out + "}";
+  std::vector<std::pair<absl::string_view, absl::string_view>> views(labels.begin(), labels.end());
+  return protocol::JsonLabels(views);
 }
 
 std::string WindowJsonLine(const ClosedWindow& window) {
-  std::string aggregates = "{";
-  ForEachAggregate(window, [&aggregates](const AggregateRef& ref, double value) {
-    absl::StrAppend(&aggregates, aggregates.size() > 1 ? "," : "", "\"", AggregateName(ref),
-                    "\":", JsonNumber(value));
+  protocol::WindowJsonFields fields;
+  fields.stat = window.series->stat;
+  const Labels& labels = window.series->labels.get();
+  fields.labels.assign(labels.begin(), labels.end());
+  fields.start_ms = window.start_ms;
+  fields.end_ms = window.end_ms;
+  fields.partial = window.partial;
+  fields.accepted = window.stats.accepted;
+  fields.capped = window.stats.capped;
+  ForEachAggregate(window, [&fields](const AggregateRef& ref, double value) {
+    fields.aggregates.emplace_back(AggregateName(ref), value);
   });
-  aggregates += "}";
-  return absl::StrCat(
-      "{\"type\":\"window\",\"stat\":", JsonString(window.series->stat),
-      ",\"labels\":", LabelsJson(window.series->labels.get()), ",\"start_ms\":", window.start_ms,
-      ",\"end_ms\":", window.end_ms, ",\"start\":\"", Rfc3339Ms(window.start_ms), "\",\"end\":\"",
-      Rfc3339Ms(window.end_ms), "\",\"partial\":", window.partial ? "true" : "false",
-      ",\"accepted\":", window.stats.accepted, ",\"capped\":", window.stats.capped,
-      ",\"aggregates\":", aggregates, "}");
+  return protocol::WindowJson(fields, /*as_record=*/true);
 }
 
 std::string EventJsonLine(const EventRecord& event) {
