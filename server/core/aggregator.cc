@@ -83,7 +83,8 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   s->key.labels = InternLocked(key.labels);
   const SeriesId id = MakeId(slot, slots_[slot].generation);
   s->spec = spec;
-  if (!spec.quantiles.empty()) s->quantiles = std::make_unique<SeriesQuantiles>(spec.quantiles.size());
+  if (!spec.quantiles.empty()) s->quantiles = std::make_unique<SeriesQuantiles>();
+  s->history = WindowHistory(static_cast<uint16_t>(spec.quantiles.size()));
   s->last_update_ms = now;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
   ids_.emplace(&s->key, id);
@@ -233,7 +234,8 @@ void Aggregator::SeriesQuantiles::Close(int64_t index, const QuantileList& quant
 }
 
 ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t i) {
-  const WindowRecord& r = s->history[i];
+  const WindowHistory::Entry entry = s->history[i];
+  const WindowRecord& r = entry.record;
   ClosedWindow w;
   w.series = std::shared_ptr<const SeriesKey>(s, &s->key);
   w.aggregations = s->spec.aggregations;
@@ -241,8 +243,8 @@ ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t
   w.end_ms = r.start_ms + s->spec.window_ms;
   w.stats = r.stats;
   w.partial = r.partial;
-  if (s->quantiles != nullptr) {
-    const absl::Span<const double> values = s->quantiles->history[i];
+  if (!entry.quantiles.empty()) {
+    const absl::Span<const double> values = entry.quantiles;
     w.quantiles.reserve(values.size());
     for (size_t q = 0; q < values.size(); ++q) {
       w.quantiles.push_back(QuantileValue{s->spec.quantiles[q], values[q]});
@@ -259,11 +261,11 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t dea
   absl::InlinedVector<double, 16> quantiles;
   for (const OpenWindow& o : s.open) {
     if (!everything && DeadlineMs(s, o.index) > deadline_ms) break;
-    s.history.Push(WindowRecord{protocol::WindowStartMs(o.index, s.spec.window_ms), o.stats, everything}, limit);
-    if (s.quantiles != nullptr) {
-      s.quantiles->Close(o.index, s.spec.quantiles, quantiles);
-      s.quantiles->history.Push(quantiles, limit);
-    }
+    quantiles.clear();
+    if (s.quantiles != nullptr) s.quantiles->Close(o.index, s.spec.quantiles, quantiles);
+    s.history.Push(
+        WindowRecord{protocol::WindowStartMs(o.index, s.spec.window_ms), o.stats, everything},
+        quantiles, limit);
     out.push_back(ToClosedWindow(series, s.history.size() - 1));
     s.last_closed_index = std::max(s.last_closed_index, o.index);
     ++closed;
@@ -385,7 +387,7 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
       std::vector<ClosedWindow> windows;
       // Walk newest first so the limit keeps the most recent windows.
       for (size_t i = s->history.size(); i-- > 0;) {
-        const WindowRecord& r = s->history[i];
+        const WindowRecord& r = s->history[i].record;
         if (limit_per_series != 0 && windows.size() >= limit_per_series) break;
         const int64_t end = r.start_ms + s->spec.window_ms;
         if (start_ms != 0 && r.start_ms < start_ms) break;
@@ -428,10 +430,9 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
       const std::shared_ptr<Series>& s = slots_[i].series;
       if (s == nullptr) continue;
       fn(SeriesView{std::shared_ptr<const SeriesKey>(s, &s->key), s->spec, s->counters,
-                    s->history.empty() ? nullptr : &s->history.back(),
-                    s->quantiles != nullptr && s->quantiles->history.size() > 0
-                        ? s->quantiles->history.back()
-                        : absl::Span<const double>()});
+                    s->history.empty() ? nullptr : &s->history.back().record,
+                    s->history.empty() ? absl::Span<const double>()
+                                       : s->history.back().quantiles});
     }
   }
 }

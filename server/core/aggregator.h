@@ -178,14 +178,11 @@ class Aggregator {
   // What a series with quantiles holds beyond the six aggregations. Behind
   // one pointer, so that the series without pay 8 bytes for it.
   struct SeriesQuantiles {
-    explicit SeriesQuantiles(size_t width) : history(width) {}
     // The sketch of each open window, by window index (sorted, as `open`).
     absl::InlinedVector<std::pair<int64_t, std::unique_ptr<QuantileSketch>>, 1> open;
     // A closed window's sketch, cleared, for the next window to reuse: its
     // buckets are already allocated.
     std::unique_ptr<QuantileSketch> spare;
-    // The estimates of the closed windows, row i for history record i.
-    QuantileHistory history;
 
     // The entry of window `index` in `open`, or where it belongs.
     auto Find(int64_t index) {
@@ -216,6 +213,7 @@ class Aggregator {
     // Immutable once created, so ClosedWindow::series may read it without
     // the lock (it points here, sharing ownership of the whole Series).
     SeriesKey key;
+    // Closed windows with their quantile estimates.
     WindowHistory history;
   };
   // The series table: a series lives in a slot; its id is the slot index

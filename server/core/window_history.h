@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -12,93 +14,97 @@
 
 namespace torchmon::server {
 
-// The newest `limit` closed windows of a series, oldest first.
+// The newest `limit` closed windows of a series, oldest first, each with
+// its quantile estimates: a record and its row of `quantile_count` values
+// are pushed, kept and forgotten together.
 //
 // The newest window (what the scrape shows) is held inline, so a series
 // that closed one window, or keeps only one (--history 1), is a single
 // allocation. Older windows go to a ring whose storage grows with the
 // windows actually closed (never more than twice those held, never more
 // than limit - 1 records). std::deque, by contrast, allocates 576 bytes the
-// moment it exists.
+// moment it exists. A series with quantiles keeps the rows in one more
+// array, allocated in step with the ring (row 0 the newest window's, row
+// 1 + j the ring's slot j); one without pays 8 bytes for it.
 //
 // Thread-compatible.
 class WindowHistory {
  public:
-  // Appends `record`, forgetting the oldest once `limit` (≥ 1) are kept.
-  void Push(const WindowRecord& record, size_t limit) {
-    if (has_newest_ && limit > 1) PushOlder(newest_, limit - 1);
+  // One kept window: its record and its quantiles' values, in the order of
+  // the series' quantiles (empty without quantiles).
+  struct Entry {
+    const WindowRecord& record;
+    absl::Span<const double> quantiles;
+  };
+
+  // quantile_count ≤ 65535 (the protocol allows 16).
+  explicit WindowHistory(uint16_t quantile_count = 0) : width_(quantile_count) {}
+
+  // Appends `record` and its `quantiles` (quantile_count values), forgetting
+  // the oldest once `limit` (≥ 1) are kept.
+  void Push(const WindowRecord& record, absl::Span<const double> quantiles, size_t limit) {
+    if (has_newest_ && limit > 1) PushOlder(limit - 1);
     newest_ = record;
+    if (width_ != 0) {
+      if (rows_ == nullptr) rows_ = std::make_unique<double[]>(width_);
+      std::copy_n(quantiles.begin(), width_, rows_.get());
+    }
     has_newest_ = true;
   }
 
   size_t size() const { return has_newest_ ? older_.size() + 1 : 0; }
   bool empty() const { return !has_newest_; }
   // i = 0 is the oldest kept window.
-  const WindowRecord& operator[](size_t i) const {
-    return i < older_.size() ? older_[(head_ + i) % older_.size()] : newest_;
+  Entry operator[](size_t i) const {
+    if (i >= older_.size()) return back();
+    const size_t slot = (head_ + i) % older_.size();
+    return Entry{older_[slot], Row(1 + slot)};
   }
-  const WindowRecord& back() const { return newest_; }
+  Entry back() const { return Entry{newest_, Row(0)}; }
   // Records allocated on the heap (the newest one is inline).
   size_t heap_records() const { return older_.capacity(); }
 
  private:
-  void PushOlder(const WindowRecord& record, size_t limit) {
+  absl::Span<const double> Row(size_t row) const {
+    return width_ == 0 ? absl::Span<const double>() : absl::MakeConstSpan(rows_.get() + row * width_, width_);
+  }
+
+  // The newest window moves to the ring.
+  void PushOlder(size_t limit) {
+    size_t slot;
     if (older_.size() < limit) {
       if (older_.size() == older_.capacity()) {
         // Exact growth: reserve() allocates what it is asked for, so the
         // capacity never overshoots `limit`.
         older_.reserve(std::min(limit, std::max<size_t>(1, older_.size() * 2)));
+        GrowRows();
       }
       // Below the limit the ring has never wrapped: head_ is 0.
-      older_.push_back(record);
-      return;
+      slot = older_.size();
+      older_.push_back(newest_);
+    } else {
+      slot = head_;
+      older_[slot] = newest_;
+      head_ = static_cast<uint32_t>((head_ + 1) % older_.size());
     }
-    older_[head_] = record;
-    head_ = static_cast<uint32_t>((head_ + 1) % older_.size());
+    if (width_ != 0) std::copy_n(rows_.get(), width_, rows_.get() + (1 + slot) * width_);
+  }
+
+  // Rows for the newest window and every slot of the ring's capacity.
+  void GrowRows() {
+    if (width_ == 0) return;
+    auto grown = std::make_unique<double[]>((1 + older_.capacity()) * width_);
+    std::copy_n(rows_.get(), (1 + older_.size()) * width_, grown.get());
+    rows_ = std::move(grown);
   }
 
   WindowRecord newest_;
   bool has_newest_ = false;
+  uint16_t width_;  // quantiles per window
   // Index of the oldest record of older_ once the ring has wrapped.
   uint32_t head_ = 0;
   std::vector<WindowRecord> older_;
-};
-
-// The quantiles' values of the newest `limit` closed windows of a series,
-// oldest first: one row of `width` values per window, pushed in step with
-// the series' WindowHistory (same limit), so row i belongs to its record i.
-// Only series with quantiles have one.
-//
-// Thread-compatible.
-class QuantileHistory {
- public:
-  explicit QuantileHistory(size_t width) : width_(width) {}
-
-  // Appends `row` (width values), forgetting the oldest once `limit` (≥ 1)
-  // rows are kept.
-  void Push(absl::Span<const double> row, size_t limit) {
-    if (rows_ < limit) {
-      // Below the limit the ring has never wrapped: head_ is 0.
-      values_.insert(values_.end(), row.begin(), row.end());
-      ++rows_;
-      return;
-    }
-    std::copy(row.begin(), row.end(), values_.begin() + static_cast<std::ptrdiff_t>(head_ * width_));
-    head_ = (head_ + 1) % rows_;
-  }
-
-  size_t size() const { return rows_; }
-  // i = 0 is the oldest kept row.
-  absl::Span<const double> operator[](size_t i) const {
-    return absl::MakeConstSpan(values_).subspan(((head_ + i) % rows_) * width_, width_);
-  }
-  absl::Span<const double> back() const { return (*this)[rows_ - 1]; }
-
- private:
-  size_t width_;
-  size_t rows_ = 0;
-  size_t head_ = 0;  // the oldest row once the ring has wrapped
-  std::vector<double> values_;
+  std::unique_ptr<double[]> rows_;  // null without quantiles
 };
 
 }  // namespace torchmon::server
