@@ -207,8 +207,8 @@ struct QuantileValue {
 };
 
 // A closed window as a series keeps it (the series' spec gives the rest:
-// end = start + window, aggregations; a series with quantiles keeps their
-// values apart, in a QuantileHistory).
+// end = start + window, aggregations; WindowHistory keeps its quantiles'
+// values beside it).
 struct WindowRecord {
   int64_t start_ms = 0;
   WindowStats stats;
