@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "server/daemon/config_file.h"
 #include "torchmon/protocol/protocol.h"
 
@@ -49,193 +50,361 @@ absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text) {
   return out;
 }
 
-std::string DaemonUsage() {
-  return absl::StrCat(
-      "Usage: torchmond [FLAGS]\n"
-      "\n"
-      "torchmond aggregates torchmon stat samples from training processes in\n"
-      "epoch-aligned windows and serves them to Prometheus and to queries.\n"
-      "\n"
-      "Flags (DURATION: 500ms, 2s, 1m, 1h):\n"
-      "  --config FILE          Read settings from FILE first: one per line, NAME = VALUE,\n"
-      "                         NAME being any flag below without its -- (listen may\n"
-      "                         repeat; # starts a comment). Flags given here override\n"
-      "                         the file; --listen here replaces its listen lines.\n"
-      "  --check-config FILE    Check FILE (and the files it names: TLS, token, auth) as\n"
-      "                         --config would, print what is wrong or \"ok\", and exit\n"
-      "                         (0 valid, 2 not). Binds nothing.\n"
-      "  --listen ADDR          gRPC address, repeatable: unix:///abs/path or host:port\n"
-      "                         (\":port\" binds 127.0.0.1; port 0 picks a free port).\n"
-      "                         Default: unix://", protocol::DefaultSocketPath(), "\n"
-      "  --metrics-listen HOST:PORT\n"
-      "                         Prometheus /metrics endpoint, and /healthz for probes\n"
-      "                         (\":port\" binds 127.0.0.1; port 0 picks a free port).\n"
-      "                         Default: 127.0.0.1:9464\n"
-      "  --grace DURATION       How long after its end a window stays open for late\n"
-      "                         samples before it closes. Default: 2s\n"
-      "  --series-ttl DURATION  Forget a series (and drop it from /metrics) after this\n"
-      "                         long without samples. Default: 10m\n"
-      "  --history N            Closed windows kept per series for queries. Default: 120\n"
-      "  --max-skew DURATION    Samples stamped further than this in the daemon's future\n"
-      "                         are counted as skewed. Default: 60s\n"
-      "  --max-events N         Events kept in the queryable event log. Default: 10000\n"
-      "  --max-series N         Series held at once; new ones past it are refused and\n"
-      "                         counted. Default: 1000000\n"
-      "  --max-series-per-client N\n"
-      "                         Series one client stream may define (its cardinality\n"
-      "                         budget). Default: 100000\n"
-      "  --max-streams N        Ingest streams open at once. Default: 4096\n"
-      "  --max-message-size BYTES\n"
-      "                         Largest gRPC message accepted. Default: 16777216 (16 MiB)\n"
-      "  --socket-mode OCTAL    File mode of Unix sockets. Default: 0600 (owner only),\n"
-      "                         0660 with --socket-group\n"
-      "  --drain-timeout DURATION\n"
-      "                         On SIGTERM/SIGINT, how long open streams may keep\n"
-      "                         delivering before they are cut. Default: 1s\n"
-      "  --live-page on|off     The live page at / on the metrics port: series, recent\n"
-      "                         windows plotted, events. Default: on (docs/live-page.md)\n"
-      "  --jsonl-file PATH      Append every closed window and event to PATH, one JSON\n"
-      "                         object per line; SIGHUP reopens it (log rotation).\n"
-      "                         Default: none (docs/sinks.md)\n"
-      "  --tensorboard-dir DIR  Write every closed window to TensorBoard event files,\n"
-      "                         one run directory per label set under DIR.\n"
-      "                         Default: none (docs/sinks.md)\n"
-      "  --version              Print the version and exit.\n"
-      "  -h, --help             Print this help and exit.\n"
-      "\n",
-      SecurityUsage(),
-      "\n"
-      "When every listener is up, torchmond prints one line to stdout:\n"
-      "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
-      "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n"
-      "SIGHUP: reopen the --jsonl-file (the configuration is read only at start).\n");
-}
-
 namespace {
 
 struct ParseState {
   bool socket_mode_given = false;
 };
 
-// Flags that take no value; every other flag takes exactly one.
-bool IsSwitch(absl::string_view arg) { return arg == "-h" || arg == "--help" || arg == "--version"; }
+absl::StatusOr<int64_t> Duration(absl::string_view flag, const std::string& value) {
+  auto ms = protocol::ParseDurationMs(value);
+  if (!ms.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", ms.status().message()));
+  return *ms;
+}
 
-// Applies one flag that takes a value (`arg` is "--name"); `next` yields the
-// value. Sets `known` to false, and consumes nothing, if `arg` is no such
-// flag. An error names the flag and the bad value.
-absl::Status ApplyFlag(const std::string& arg,
-                       absl::FunctionRef<absl::StatusOr<std::string>()> next,
-                       DaemonOptions& options, ParseState& state, bool& known) {
-  known = true;
-  auto duration = [&]() -> absl::StatusOr<int64_t> {
-    auto v = next();
-    if (!v.ok()) return v.status();
-    auto ms = protocol::ParseDurationMs(*v);
-    if (!ms.ok()) return absl::InvalidArgumentError(absl::StrCat(arg, ": ", ms.status().message()));
-    return *ms;
-  };
-  auto count = [&]() -> absl::StatusOr<int64_t> {
-    auto v = next();
-    if (!v.ok()) return v.status();
-    int64_t n;
-    if (!absl::SimpleAtoi(*v, &n) || n < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(arg, " \"", *v, "\" is not a positive integer"));
-    }
-    return n;
-  };
+absl::StatusOr<int64_t> Count(absl::string_view flag, const std::string& value) {
+  int64_t n;
+  if (!absl::SimpleAtoi(value, &n) || n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " \"", value, "\" is not a positive integer"));
+  }
+  return n;
+}
+
 #define TORCHMON_ASSIGN(lhs, expr)    \
   do {                                \
     auto _v = (expr);                 \
     if (!_v.ok()) return _v.status(); \
     lhs = *_v;                        \
   } while (0)
-  if (arg == "--listen") {
-    std::string text;
-    TORCHMON_ASSIGN(text, next());
-    ListenAddress addr;
-    TORCHMON_ASSIGN(addr, ParseListenAddress(text));
-    options.listen.push_back(addr);
-  } else if (arg == "--metrics-listen") {
-    TORCHMON_ASSIGN(options.metrics_listen, next());
-    if (options.metrics_listen.rfind(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--metrics-listen \"", options.metrics_listen, "\" is not HOST:PORT"));
-    }
-    // Loopback unless told otherwise, as for --listen; CivetWeb would bind
-    // every interface for a bare port.
-    if (options.metrics_listen[0] == ':') options.metrics_listen.insert(0, "127.0.0.1");
-  } else if (arg == "--grace") {
-    TORCHMON_ASSIGN(options.aggregator.grace_ms, duration());
-  } else if (arg == "--series-ttl") {
-    TORCHMON_ASSIGN(options.aggregator.series_ttl_ms, duration());
-    if (options.aggregator.series_ttl_ms < 1000) {
-      return absl::InvalidArgumentError("--series-ttl must be at least 1s");
-    }
-  } else if (arg == "--history") {
-    TORCHMON_ASSIGN(options.aggregator.history_windows, count());
-  } else if (arg == "--max-skew") {
-    TORCHMON_ASSIGN(options.aggregator.max_future_skew_ms, duration());
-  } else if (arg == "--max-events") {
-    TORCHMON_ASSIGN(options.max_events, count());
-  } else if (arg == "--max-series") {
-    TORCHMON_ASSIGN(options.aggregator.max_series, count());
-  } else if (arg == "--max-series-per-client") {
-    TORCHMON_ASSIGN(options.ingest.limits.max_series_per_stream, count());
-  } else if (arg == "--max-streams") {
-    TORCHMON_ASSIGN(options.ingest.max_streams, count());
-  } else if (arg == "--max-message-size") {
-    TORCHMON_ASSIGN(options.max_message_bytes, count());
-    if (options.max_message_bytes < 4096 || options.max_message_bytes > (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--max-message-size ", options.max_message_bytes,
-          " is outside [4096, 1073741824] bytes"));
-    }
-  } else if (arg == "--live-page") {
-    std::string text;
-    TORCHMON_ASSIGN(text, next());
-    if (text != "on" && text != "off") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--live-page \"", text, "\" is neither on nor off"));
-    }
-    options.live_page = text == "on";
-  } else if (arg == "--jsonl-file" || arg == "--tensorboard-dir") {
-    std::string path;
-    TORCHMON_ASSIGN(path, next());
-    if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(arg, " is empty"));
-    (arg == "--jsonl-file" ? options.sinks.jsonl_file : options.sinks.tensorboard_dir) = path;
-  } else if (arg == "--drain-timeout") {
-    TORCHMON_ASSIGN(options.drain_timeout_ms, duration());
-  } else if (arg == "--socket-mode") {
-    std::string text;
-    TORCHMON_ASSIGN(text, next());
-    char* end = nullptr;
-    const long mode = std::strtol(text.c_str(), &end, 8);
-    if (text.empty() || *end != '\0' || mode < 0 || mode > 0777) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--socket-mode \"", text, "\" is not an octal file mode such as 0600"));
-    }
-    options.socket_mode = static_cast<uint32_t>(mode);
-    state.socket_mode_given = true;
-  } else if (IsSecurityFlag(arg)) {
-    std::string text;
-    TORCHMON_ASSIGN(text, next());
-    if (absl::Status s = SetSecurityFlag(arg, text, options.security); !s.ok()) return s;
-  } else if (arg == "--config" || arg == "--check-config") {
-    // Read before every other flag (ParseDaemonOptions); only the value
-    // is consumed here.
-    std::string unused;
-    TORCHMON_ASSIGN(unused, next());
-  } else {
-    known = false;
-  }
-#undef TORCHMON_ASSIGN
+
+using ApplyFn = absl::Status (*)(absl::string_view flag, const std::string& value,
+                                 DaemonOptions& options, ParseState& state);
+using ShowFn = std::string (*)(const DaemonOptions& defaults);
+
+// A flag that sets a path or name of the security settings.
+template <std::string SecurityOptions::*Field>
+absl::Status SetSecurity(absl::string_view flag, const std::string& value, DaemonOptions& options,
+                         ParseState&) {
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
+  options.security.*Field = value;
   return absl::OkStatus();
+}
+
+// Every setting of torchmond, once: the command line parses by it, the
+// configuration file takes the same names without "--" (config_file.h),
+// and --help is written from it.
+struct DaemonFlag {
+  const char* name;  // "--grace"
+  const char* value_name;  // "DURATION"; null for a flag without a value
+  // The --help text, wrapped at 55 columns ("\n" between lines).
+  const char* help;
+  // The default --help states after the help, on the help's last line
+  // ("Default: 2s") or on a line of its own; null for none.
+  ShowFn show_default;
+  bool default_on_own_line;
+  // Null for a flag the parser handles itself (--config, --help, ...).
+  ApplyFn apply;
+  // Not a setting of the configuration file.
+  bool command_line_only;
+  // The section of --help it opens, if any.
+  const char* section;
+};
+
+const DaemonFlag kDaemonFlags[] = {
+    {"--config", "FILE",
+     "Read settings from FILE first: one per line, NAME = VALUE,\n"
+     "NAME being any flag below without its -- (listen may\n"
+     "repeat; # starts a comment). Flags given here override\n"
+     "the file; --listen here replaces its listen lines.",
+     nullptr, false, nullptr, true, "Flags (DURATION: 500ms, 2s, 1m, 1h):"},
+    {"--check-config", "FILE",
+     "Check FILE (and the files it names: TLS, token, auth) as\n"
+     "--config would, print what is wrong or \"ok\", and exit\n"
+     "(0 valid, 2 not). Binds nothing.",
+     nullptr, false, nullptr, true, nullptr},
+    {"--listen", "ADDR",
+     "gRPC address, repeatable: unix:///abs/path or host:port\n"
+     "(\":port\" binds 127.0.0.1; port 0 picks a free port).",
+     [](const DaemonOptions&) { return absl::StrCat("unix://", protocol::DefaultSocketPath()); },
+     true,
+     [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState&) {
+       ListenAddress addr;
+       TORCHMON_ASSIGN(addr, ParseListenAddress(value));
+       options.listen.push_back(addr);
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--metrics-listen", "HOST:PORT",
+     "Prometheus /metrics endpoint, and /healthz for probes\n"
+     "(\":port\" binds 127.0.0.1; port 0 picks a free port).",
+     [](const DaemonOptions& d) { return d.metrics_listen; }, true,
+     [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState&) {
+       if (value.rfind(':') == std::string::npos) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("--metrics-listen \"", value, "\" is not HOST:PORT"));
+       }
+       // Loopback unless told otherwise, as for --listen; CivetWeb would
+       // bind every interface for a bare port.
+       options.metrics_listen = value[0] == ':' ? absl::StrCat("127.0.0.1", value) : value;
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--grace", "DURATION",
+     "How long after its end a window stays open for late\n"
+     "samples before it closes.",
+     [](const DaemonOptions& d) { return protocol::FormatDurationMs(d.aggregator.grace_ms); }, false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.aggregator.grace_ms, Duration(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--series-ttl", "DURATION",
+     "Forget a series (and drop it from /metrics) after this\n"
+     "long without samples.",
+     [](const DaemonOptions& d) { return protocol::FormatDurationMs(d.aggregator.series_ttl_ms); },
+     false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.aggregator.series_ttl_ms, Duration(flag, value));
+       if (options.aggregator.series_ttl_ms < 1000) {
+         return absl::InvalidArgumentError("--series-ttl must be at least 1s");
+       }
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--history", "N", "Closed windows kept per series for queries.",
+     [](const DaemonOptions& d) { return absl::StrCat(d.aggregator.history_windows); }, false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.aggregator.history_windows, Count(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--max-skew", "DURATION",
+     "Samples stamped further than this in the daemon's future\n"
+     "are counted as skewed.",
+     [](const DaemonOptions& d) {  // in seconds, as clock skew is usually told
+       const int64_t ms = d.aggregator.max_future_skew_ms;
+       return ms % 1000 == 0 ? absl::StrCat(ms / 1000, "s") : protocol::FormatDurationMs(ms);
+     },
+     false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.aggregator.max_future_skew_ms, Duration(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--max-events", "N", "Events kept in the queryable event log.",
+     [](const DaemonOptions& d) { return absl::StrCat(d.max_events); }, false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.max_events, Count(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--max-series", "N",
+     "Series held at once; new ones past it are refused and\n"
+     "counted.",
+     [](const DaemonOptions& d) { return absl::StrCat(d.aggregator.max_series); }, false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.aggregator.max_series, Count(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--max-series-per-client", "N",
+     "Series one client stream may define (its cardinality\n"
+     "budget).",
+     [](const DaemonOptions& d) { return absl::StrCat(d.ingest.limits.max_series_per_stream); },
+     false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.ingest.limits.max_series_per_stream, Count(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--max-streams", "N", "Ingest streams open at once.",
+     [](const DaemonOptions& d) { return absl::StrCat(d.ingest.max_streams); }, false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.ingest.max_streams, Count(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--max-message-size", "BYTES", "Largest gRPC message accepted.",
+     [](const DaemonOptions& d) {
+       return absl::StrCat(d.max_message_bytes, " (", d.max_message_bytes >> 20, " MiB)");
+     },
+     false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.max_message_bytes, Count(flag, value));
+       if (options.max_message_bytes < 4096 || options.max_message_bytes > (int64_t{1} << 30)) {
+         return absl::InvalidArgumentError(absl::StrCat("--max-message-size ",
+                                                        options.max_message_bytes,
+                                                        " is outside [4096, 1073741824] bytes"));
+       }
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--socket-mode", "OCTAL", "File mode of Unix sockets.",
+     [](const DaemonOptions&) { return std::string("0600 (owner only),\n0660 with --socket-group"); },
+     false,
+     [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState& state) {
+       char* end = nullptr;
+       const long mode = std::strtol(value.c_str(), &end, 8);
+       if (value.empty() || *end != '\0' || mode < 0 || mode > 0777) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("--socket-mode \"", value, "\" is not an octal file mode such as 0600"));
+       }
+       options.socket_mode = static_cast<uint32_t>(mode);
+       state.socket_mode_given = true;
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--drain-timeout", "DURATION",
+     "On SIGTERM/SIGINT, how long open streams may keep\n"
+     "delivering before they are cut.",
+     [](const DaemonOptions& d) { return protocol::FormatDurationMs(d.drain_timeout_ms); }, false,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       TORCHMON_ASSIGN(options.drain_timeout_ms, Duration(flag, value));
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--live-page", "on|off",
+     "The live page at / on the metrics port: series, recent\n"
+     "windows plotted, events.",
+     [](const DaemonOptions& d) {
+       return absl::StrCat(d.live_page ? "on" : "off", " (docs/live-page.md)");
+     },
+     false,
+     [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState&) {
+       if (value != "on" && value != "off") {
+         return absl::InvalidArgumentError(
+             absl::StrCat("--live-page \"", value, "\" is neither on nor off"));
+       }
+       options.live_page = value == "on";
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--jsonl-file", "PATH",
+     "Append every closed window and event to PATH, one JSON\n"
+     "object per line; SIGHUP reopens it (log rotation).",
+     [](const DaemonOptions&) { return std::string("none (docs/sinks.md)"); }, true,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
+       options.sinks.jsonl_file = value;
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--tensorboard-dir", "DIR",
+     "Write every closed window to TensorBoard event files,\n"
+     "one run directory per label set under DIR.",
+     [](const DaemonOptions&) { return std::string("none (docs/sinks.md)"); }, true,
+     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
+       if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
+       options.sinks.tensorboard_dir = value;
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--version", nullptr, "Print the version and exit.", nullptr, false, nullptr, true, nullptr},
+    {"--help", nullptr, "Print this help and exit.", nullptr, false, nullptr, true, nullptr},
+    {"--socket-group", "GROUP",
+     "Group of the Unix sockets, whose mode then defaults to\n"
+     "0660 (owner and group).",
+     [](const DaemonOptions&) { return std::string("the daemon's group."); }, false,
+     SetSecurity<&SecurityOptions::socket_group>, false, "Security (docs/security.md):"},
+    {"--tls-cert", "FILE",
+     "PEM certificate chain; with --tls-key, TCP listeners\n"
+     "speak TLS only. Unix sockets stay plain.",
+     [](const DaemonOptions&) { return std::string("no TLS"); }, false,
+     SetSecurity<&SecurityOptions::tls_cert_file>, false, nullptr},
+    {"--tls-key", "FILE", "PEM private key of --tls-cert; not readable by others.", nullptr, false,
+     SetSecurity<&SecurityOptions::tls_key_file>, false, nullptr},
+    {"--tls-client-ca", "FILE",
+     "PEM CA certificates: TCP clients must present a\n"
+     "certificate signed by one of them.",
+     [](const DaemonOptions&) { return std::string("not asked"); }, false,
+     SetSecurity<&SecurityOptions::tls_client_ca_file>, false, nullptr},
+    {"--auth-token-file", "FILE",
+     "Tokens, one per line: every gRPC call on every listener\n"
+     "must carry one (\"authorization: Bearer <token>\"), or\n"
+     "is refused UNAUTHENTICATED. Not readable by others.",
+     [](const DaemonOptions&) { return std::string("no token asked"); }, true,
+     SetSecurity<&SecurityOptions::auth_token_file>, false, nullptr},
+    {"--metrics-auth-file", "FILE",
+     "\"user:password\" lines: scrapes of /metrics must carry\n"
+     "one as HTTP basic auth, or get 401 (/healthz never\n"
+     "asks). Not readable by others.",
+     [](const DaemonOptions&) { return std::string("no authentication"); }, false,
+     SetSecurity<&SecurityOptions::metrics_auth_file>, false, nullptr},
+    {"--user", "USER",
+     "When started as root: switch to USER (and its groups)\n"
+     "once every listener is bound and every file read.",
+     [](const DaemonOptions&) { return std::string("keep the starting user (a warning as root)"); },
+     true, SetSecurity<&SecurityOptions::user>, false, nullptr},
+};
+
+#undef TORCHMON_ASSIGN
+
+const DaemonFlag* FindFlag(absl::string_view name) {
+  if (name == "-h") name = "--help";
+  for (const DaemonFlag& f : kDaemonFlags) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+// Flags that take no value; every other flag takes exactly one.
+bool IsSwitch(absl::string_view arg) {
+  const DaemonFlag* f = FindFlag(arg);
+  return f != nullptr && f->value_name == nullptr;
+}
+
+}  // namespace
+
+std::string DaemonUsage() {
+  constexpr size_t kHelpColumn = 25;
+  const DaemonOptions defaults;
+  std::string out =
+      "Usage: torchmond [FLAGS]\n"
+      "\n"
+      "torchmond aggregates torchmon stat samples from training processes in\n"
+      "epoch-aligned windows and serves them to Prometheus and to queries.\n";
+  const std::string indent(kHelpColumn, ' ');
+  for (const DaemonFlag& f : kDaemonFlags) {
+    if (f.section != nullptr) absl::StrAppend(&out, "\n", f.section, "\n");
+    std::string head = absl::StrCat("  ", std::string(f.name) == "--help" ? "-h, " : "", f.name);
+    if (f.value_name != nullptr) absl::StrAppend(&head, " ", f.value_name);
+    std::string help = f.help;
+    if (f.show_default != nullptr) {
+      absl::StrAppend(&help, f.default_on_own_line ? "\n" : " ", "Default: ", f.show_default(defaults));
+    }
+    // The help from kHelpColumn, its first line beside the flag if there is room.
+    out += head.size() + 1 < kHelpColumn ? head + std::string(kHelpColumn - head.size(), ' ')
+                                         : head + "\n" + indent;
+    absl::StrAppend(&out, absl::StrReplaceAll(help, {{"\n", "\n" + indent}}), "\n");
+  }
+  absl::StrAppend(
+      &out,
+      "\n"
+      "When every listener is up, torchmond prints one line to stdout:\n"
+      "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
+      "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n"
+      "SIGHUP: reopen the --jsonl-file (the configuration is read only at start).\n");
+  return out;
+}
+
+namespace {
+
+// Applies one flag that takes a value (`arg` is "--name") to `options`.
+// Sets `known` to false if `arg` is no such flag. An error names the flag
+// and the bad value.
+absl::Status ApplyFlag(const std::string& arg, const std::string& value, DaemonOptions& options,
+                       ParseState& state, bool& known) {
+  const DaemonFlag* f = FindFlag(arg);
+  known = f != nullptr && f->value_name != nullptr;
+  if (!known || f->apply == nullptr) return absl::OkStatus();  // --config: read before the rest
+  return f->apply(arg, value, options, state);
 }
 
 // Settings of the configuration file that are not flags one would set there.
 bool IsCommandLineOnly(absl::string_view name) {
-  return name == "help" || name == "h" || name == "version" || name == "config" ||
-         name == "check-config";
+  if (name == "h") return true;
+  const DaemonFlag* f = FindFlag(absl::StrCat("--", name));
+  return f != nullptr && f->command_line_only;
 }
 
 }  // namespace
@@ -289,9 +458,8 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
       }
       if (setting.name == "listen" && listen_on_command_line) continue;
       bool known;
-      absl::Status s = ApplyFlag(
-          absl::StrCat("--", setting.name),
-          [&]() -> absl::StatusOr<std::string> { return setting.value; }, options, state, known);
+      absl::Status s =
+          ApplyFlag(absl::StrCat("--", setting.name), setting.value, options, state, known);
       if (!known) {
         return absl::InvalidArgumentError(absl::StrCat(
             setting.origin, ": unknown setting \"", setting.name,
@@ -314,17 +482,17 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
       options.version = true;
       continue;
     }
-    auto next = [&]() -> absl::StatusOr<std::string> {
-      if (value.has_value()) return *value;
+    const int at = i;
+    bool known = absl::StartsWith(arg, "--") && FindFlag(arg) != nullptr;
+    if (known && !value.has_value()) {
       if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
-      return std::string(argv[++i]);
-    };
-    bool known = false;
+      value = argv[++i];
+    }
     absl::Status s;
-    if (absl::StartsWith(arg, "--")) s = ApplyFlag(arg, next, options, state, known);
+    if (known) s = ApplyFlag(arg, *value, options, state, known);
     if (!known) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag \"", argv[i], "\" (see torchmond --help)"));
+          absl::StrCat("unknown flag \"", argv[at], "\" (see torchmond --help)"));
     }
     if (!s.ok()) return s;
   }

@@ -11,21 +11,6 @@
 namespace torchmon::server {
 namespace {
 
-struct SecurityFlag {
-  absl::string_view name;
-  std::string SecurityOptions::*field;
-};
-
-constexpr SecurityFlag kSecurityFlags[] = {
-    {"--socket-group", &SecurityOptions::socket_group},
-    {"--tls-cert", &SecurityOptions::tls_cert_file},
-    {"--tls-key", &SecurityOptions::tls_key_file},
-    {"--tls-client-ca", &SecurityOptions::tls_client_ca_file},
-    {"--auth-token-file", &SecurityOptions::auth_token_file},
-    {"--metrics-auth-file", &SecurityOptions::metrics_auth_file},
-    {"--user", &SecurityOptions::user},
-};
-
 // The host part of a --metrics-listen HOST:PORT, without IPv6 brackets.
 std::string MetricsHost(const std::string& address) {
   std::string host = address.substr(0, address.rfind(':'));
@@ -42,24 +27,6 @@ std::string Octal(uint32_t mode) {
 }
 
 }  // namespace
-
-bool IsSecurityFlag(absl::string_view flag) {
-  for (const SecurityFlag& f : kSecurityFlags) {
-    if (f.name == flag) return true;
-  }
-  return false;
-}
-
-absl::Status SetSecurityFlag(absl::string_view flag, const std::string& value,
-                             SecurityOptions& security) {
-  for (const SecurityFlag& f : kSecurityFlags) {
-    if (f.name != flag) continue;
-    if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
-    security.*f.field = value;
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(flag, " is not a security flag"));
-}
 
 absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
   const SecurityOptions& s = options.security;
@@ -150,29 +117,6 @@ std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool run
         "listener is bound");
   }
   return warnings;
-}
-
-std::string SecurityUsage() {
-  return "Security (docs/security.md):\n"
-         "  --socket-group GROUP   Group of the Unix sockets, whose mode then defaults to\n"
-         "                         0660 (owner and group). Default: the daemon's group.\n"
-         "  --tls-cert FILE        PEM certificate chain; with --tls-key, TCP listeners\n"
-         "                         speak TLS only. Unix sockets stay plain. Default: no TLS\n"
-         "  --tls-key FILE         PEM private key of --tls-cert; not readable by others.\n"
-         "  --tls-client-ca FILE   PEM CA certificates: TCP clients must present a\n"
-         "                         certificate signed by one of them. Default: not asked\n"
-         "  --auth-token-file FILE\n"
-         "                         Tokens, one per line: every gRPC call on every listener\n"
-         "                         must carry one (\"authorization: Bearer <token>\"), or\n"
-         "                         is refused UNAUTHENTICATED. Not readable by others.\n"
-         "                         Default: no token asked\n"
-         "  --metrics-auth-file FILE\n"
-         "                         \"user:password\" lines: scrapes of /metrics must carry\n"
-         "                         one as HTTP basic auth, or get 401 (/healthz never\n"
-         "                         asks). Not readable by others. Default: no authentication\n"
-         "  --user USER            When started as root: switch to USER (and its groups)\n"
-         "                         once every listener is bound and every file read.\n"
-         "                         Default: keep the starting user (a warning as root)\n";
 }
 
 }  // namespace torchmon::server

@@ -42,15 +42,6 @@ struct SecurityOptions {
   bool tls() const { return !tls_cert_file.empty(); }
 };
 
-// True if `flag` ("--tls-cert") is one of the security flags. They all take
-// a value.
-bool IsSecurityFlag(absl::string_view flag);
-
-// Stores `value` for `flag` (one IsSecurityFlag accepts). InvalidArgument
-// naming the flag if the value is empty.
-absl::Status SetSecurityFlag(absl::string_view flag, const std::string& value,
-                             SecurityOptions& security);
-
 // Checks the security flags against each other and against the listeners:
 // --tls-cert and --tls-key go together, --tls-client-ca needs them, TLS
 // needs a TCP listener, --socket-group needs a Unix one, and a token is
@@ -62,9 +53,6 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options);
 // at start: TCP or /metrics reachable from other hosts without protection,
 // a socket mode open to every user, running as root without --user.
 std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root);
-
-// The "Security" section of torchmond --help.
-std::string SecurityUsage();
 
 }  // namespace torchmon::server
 

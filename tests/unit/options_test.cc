@@ -14,6 +14,7 @@ namespace torchmon::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 TEST(DaemonOptionsTest, DefaultsWithoutFlags) {
@@ -54,6 +55,26 @@ TEST(DaemonOptionsTest, UsageStatesTheDefaultsTheParserApplies) {
   EXPECT_THAT(usage, HasSubstr(absl::StrCat("at once. Default: ", o->ingest.max_streams, "\n")));
   EXPECT_THAT(usage, HasSubstr(absl::StrCat("accepted. Default: ", o->max_message_bytes, " (16 MiB)\n")));
   EXPECT_THAT(usage, HasSubstr(absl::StrCat("Default: unix://", protocol::DefaultSocketPath())));
+}
+
+TEST(DaemonOptionsTest, EveryFlagTheHelpListsIsOneTheParserKnows) {
+  // --help is written from the parser's table: each "--flag VALUE" it shows
+  // is parsed (a bad value may be refused, never as an unknown flag).
+  const std::string usage = DaemonUsage();
+  int flags = 0;
+  for (size_t at = usage.find("\n  -"); at != std::string::npos; at = usage.find("\n  -", at + 1)) {
+    const size_t end = usage.find_first_of(" \n", at + 3);
+    const std::string flag = usage.substr(at + 3, end - at - 3);
+    if (flag == "-h,") continue;
+    ++flags;
+    // "--flag VALUE": one space, then the value's name; a switch has none.
+    const bool takes_value = usage[end] == ' ' && usage[end + 1] != ' ';
+    const auto o = takes_value ? Parse({flag, "x"}) : Parse({flag});
+    if (!o.ok()) {
+      EXPECT_THAT(o.status().message(), Not(HasSubstr("unknown flag"))) << flag;
+    }
+  }
+  EXPECT_GE(flags, 25);
 }
 
 TEST(DaemonOptionsTest, ParsesTheLimitFlags) {
