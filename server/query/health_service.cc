@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/query/queued_write_reactor.h"
 
 namespace torchmon::server {
 
@@ -13,7 +14,7 @@ using grpc::health::v1::HealthCheckResponse;
 // Writes the latest status it was given, one write at a time, until the
 // service shuts down (then ends OK once the latest is written) or the client
 // goes away. Called by the service with its lock held; takes its own after.
-class HealthService::WatchReactor final : public grpc::ServerWriteReactor<HealthCheckResponse> {
+class HealthService::WatchReactor final : public QueuedWriteReactor<HealthCheckResponse> {
  public:
   WatchReactor(HealthService& service, bool known) : service_(service), known_(known) {}
 
@@ -36,55 +37,22 @@ class HealthService::WatchReactor final : public grpc::ServerWriteReactor<Health
     WriteNextLocked();
   }
 
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status::OK);  // the client went away; nobody reads it
-      return;
-    }
-    WriteNextLocked();
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
-  }
-
-  void OnDone() override {
-    service_.Unregister(this);
-    delete this;
-  }
-
  private:
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) return;
-    if (unwritten_) {
-      unwritten_ = false;
-      message_.set_status(status_);
-      writing_ = true;
-      StartWrite(&message_);
-    } else if (ending_) {
-      FinishLocked(grpc::Status::OK);
-    }
+  bool NextLocked(HealthCheckResponse& message) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!unwritten_) return false;
+    unwritten_ = false;
+    message.set_status(status_);
+    return true;
   }
-
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
-  }
+  bool EndingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ending_; }
+  void Done() override { service_.Unregister(this); }
 
   HealthService& service_;
   const bool known_;
-  absl::Mutex mu_;
-  HealthCheckResponse message_ ABSL_GUARDED_BY(mu_);
   ServingStatus status_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
   bool has_status_ ABSL_GUARDED_BY(mu_) = false;
   bool unwritten_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 HealthService::HealthService(std::vector<std::string> names)

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/core/rank_comparison.h"
 #include "server/core/convert.h"
+#include "server/query/queued_write_reactor.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
@@ -18,9 +19,9 @@ grpc::Status InvalidArgument(const std::string& message) {
 }
 
 // Streams the items of one Broadcaster subscription, converted to `Proto`,
-// one write at a time, until the client cancels or the daemon shuts down.
+// until the client cancels or the daemon shuts down.
 template <typename Item, typename Proto>
-class WatchReactor final : public grpc::ServerWriteReactor<Proto> {
+class WatchReactor final : public QueuedWriteReactor<Proto> {
  public:
   using Convert = std::function<void(const Item&, Proto*)>;
 
@@ -29,63 +30,28 @@ class WatchReactor final : public grpc::ServerWriteReactor<Proto> {
       : source_(source), convert_(std::move(convert)), stats_(stats) {
     stats_.watchers_active.fetch_add(1, std::memory_order_relaxed);
     subscription_ = source_.Subscribe(
-        std::move(filter), [this] { OnItem(); }, QueryService::kWatchQueueCapacity);
-    OnItem();  // the broadcaster may already be closed
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status::OK);
-      return;
-    }
-    WriteNextLocked();
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::CANCELLED);
-  }
-
-  void OnDone() override {
-    source_.Unsubscribe(subscription_);
-    stats_.watchers_active.fetch_sub(1, std::memory_order_relaxed);
-    delete this;
+        std::move(filter), [this] { this->Wake(); }, QueryService::kWatchQueueCapacity);
+    this->Wake();  // the broadcaster may already be closed
   }
 
  private:
-  void OnItem() {
-    absl::MutexLock lock(&mu_);
-    WriteNextLocked();
+  // The subscription is thread-safe; the base's lock orders the calls.
+  bool NextLocked(Proto& message) override {
+    std::optional<Item> item = subscription_->Pop();
+    if (!item.has_value()) return false;
+    convert_(*item, &message);
+    return true;
   }
-
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) return;
-    if (std::optional<Item> item = subscription_->Pop()) {
-      message_.Clear();
-      convert_(*item, &message_);
-      writing_ = true;
-      this->StartWrite(&message_);
-    } else if (subscription_->Finished()) {
-      FinishLocked(grpc::Status::OK);
-    }
-  }
-
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    this->Finish(status);
+  bool EndingLocked() override { return subscription_->Finished(); }
+  void Done() override {
+    source_.Unsubscribe(subscription_);
+    stats_.watchers_active.fetch_sub(1, std::memory_order_relaxed);
   }
 
   Broadcaster<Item>& source_;
   Convert convert_;
   DaemonStats& stats_;
   std::shared_ptr<typename Broadcaster<Item>::Subscription> subscription_;
-  absl::Mutex mu_;
-  Proto message_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
