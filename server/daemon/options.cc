@@ -90,6 +90,40 @@ absl::Status SetSecurity(absl::string_view flag, const std::string& value, Daemo
   return absl::OkStatus();
 }
 
+// Where each plain duration or count setting lives in DaemonOptions.
+int64_t& GraceMs(DaemonOptions& o) { return o.aggregator.grace_ms; }
+int64_t& MaxSkewMs(DaemonOptions& o) { return o.aggregator.max_future_skew_ms; }
+int64_t& DrainTimeoutMs(DaemonOptions& o) { return o.drain_timeout_ms; }
+size_t& HistoryWindows(DaemonOptions& o) { return o.aggregator.history_windows; }
+size_t& MaxEvents(DaemonOptions& o) { return o.max_events; }
+size_t& MaxSeries(DaemonOptions& o) { return o.aggregator.max_series; }
+size_t& MaxSeriesPerClient(DaemonOptions& o) { return o.ingest.limits.max_series_per_stream; }
+int64_t& MaxStreams(DaemonOptions& o) { return o.ingest.max_streams; }
+
+// A flag whose value is a duration (in ms) stored as is.
+template <int64_t& (*Field)(DaemonOptions&)>
+absl::Status SetDuration(absl::string_view flag, const std::string& value, DaemonOptions& options,
+                         ParseState&) {
+  TORCHMON_ASSIGN(Field(options), Duration(flag, value));
+  return absl::OkStatus();
+}
+template <int64_t& (*Field)(DaemonOptions&)>
+std::string ShowDuration(const DaemonOptions& defaults) {
+  return protocol::FormatDurationMs(Field(const_cast<DaemonOptions&>(defaults)));
+}
+
+// A flag whose value is a positive count stored as is.
+template <typename T, T& (*Field)(DaemonOptions&)>
+absl::Status SetCount(absl::string_view flag, const std::string& value, DaemonOptions& options,
+                      ParseState&) {
+  TORCHMON_ASSIGN(Field(options), Count(flag, value));
+  return absl::OkStatus();
+}
+template <typename T, T& (*Field)(DaemonOptions&)>
+std::string ShowCount(const DaemonOptions& defaults) {
+  return absl::StrCat(Field(const_cast<DaemonOptions&>(defaults)));
+}
+
 // Every setting of torchmond, once: the command line parses by it, the
 // configuration file takes the same names without "--" (config_file.h),
 // and --help is written from it.
@@ -152,12 +186,7 @@ const DaemonFlag kDaemonFlags[] = {
     {"--grace", "DURATION",
      "How long after its end a window stays open for late\n"
      "samples before it closes.",
-     [](const DaemonOptions& d) { return protocol::FormatDurationMs(d.aggregator.grace_ms); }, false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.aggregator.grace_ms, Duration(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     ShowDuration<GraceMs>, false, SetDuration<GraceMs>, false, nullptr},
     {"--series-ttl", "DURATION",
      "Forget a series (and drop it from /metrics) after this\n"
      "long without samples.",
@@ -172,12 +201,7 @@ const DaemonFlag kDaemonFlags[] = {
      },
      false, nullptr},
     {"--history", "N", "Closed windows kept per series for queries.",
-     [](const DaemonOptions& d) { return absl::StrCat(d.aggregator.history_windows); }, false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.aggregator.history_windows, Count(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     ShowCount<size_t, HistoryWindows>, false, SetCount<size_t, HistoryWindows>, false, nullptr},
     {"--max-skew", "DURATION",
      "Samples stamped further than this in the daemon's future\n"
      "are counted as skewed.",
@@ -185,45 +209,20 @@ const DaemonFlag kDaemonFlags[] = {
        const int64_t ms = d.aggregator.max_future_skew_ms;
        return ms % 1000 == 0 ? absl::StrCat(ms / 1000, "s") : protocol::FormatDurationMs(ms);
      },
-     false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.aggregator.max_future_skew_ms, Duration(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     false, SetDuration<MaxSkewMs>, false, nullptr},
     {"--max-events", "N", "Events kept in the queryable event log.",
-     [](const DaemonOptions& d) { return absl::StrCat(d.max_events); }, false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.max_events, Count(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     ShowCount<size_t, MaxEvents>, false, SetCount<size_t, MaxEvents>, false, nullptr},
     {"--max-series", "N",
      "Series held at once; new ones past it are refused and\n"
      "counted.",
-     [](const DaemonOptions& d) { return absl::StrCat(d.aggregator.max_series); }, false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.aggregator.max_series, Count(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     ShowCount<size_t, MaxSeries>, false, SetCount<size_t, MaxSeries>, false, nullptr},
     {"--max-series-per-client", "N",
      "Series one client stream may define (its cardinality\n"
      "budget).",
-     [](const DaemonOptions& d) { return absl::StrCat(d.ingest.limits.max_series_per_stream); },
-     false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.ingest.limits.max_series_per_stream, Count(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
-    {"--max-streams", "N", "Ingest streams open at once.",
-     [](const DaemonOptions& d) { return absl::StrCat(d.ingest.max_streams); }, false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.ingest.max_streams, Count(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     ShowCount<size_t, MaxSeriesPerClient>, false, SetCount<size_t, MaxSeriesPerClient>, false,
+     nullptr},
+    {"--max-streams", "N", "Ingest streams open at once.", ShowCount<int64_t, MaxStreams>, false,
+     SetCount<int64_t, MaxStreams>, false, nullptr},
     {"--max-message-size", "BYTES", "Largest gRPC message accepted.",
      [](const DaemonOptions& d) {
        return absl::StrCat(d.max_message_bytes, " (", d.max_message_bytes >> 20, " MiB)");
@@ -257,12 +256,7 @@ const DaemonFlag kDaemonFlags[] = {
     {"--drain-timeout", "DURATION",
      "On SIGTERM/SIGINT, how long open streams may keep\n"
      "delivering before they are cut.",
-     [](const DaemonOptions& d) { return protocol::FormatDurationMs(d.drain_timeout_ms); }, false,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       TORCHMON_ASSIGN(options.drain_timeout_ms, Duration(flag, value));
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     ShowDuration<DrainTimeoutMs>, false, SetDuration<DrainTimeoutMs>, false, nullptr},
     {"--live-page", "on|off",
      "The live page at / on the metrics port: series, recent\n"
      "windows plotted, events.",
