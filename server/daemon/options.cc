@@ -81,14 +81,22 @@ using ApplyFn = absl::Status (*)(absl::string_view flag, const std::string& valu
                                  DaemonOptions& options, ParseState& state);
 using ShowFn = std::string (*)(const DaemonOptions& defaults);
 
-// A flag that sets a path or name of the security settings.
-template <std::string SecurityOptions::*Field>
-absl::Status SetSecurity(absl::string_view flag, const std::string& value, DaemonOptions& options,
-                         ParseState&) {
+// A flag that sets a path or a name, which may not be empty.
+template <std::string& (*Field)(DaemonOptions&)>
+absl::Status SetText(absl::string_view flag, const std::string& value, DaemonOptions& options,
+                     ParseState&) {
   if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
-  options.security.*Field = value;
+  Field(options) = value;
   return absl::OkStatus();
 }
+std::string& JsonlFile(DaemonOptions& o) { return o.sinks.jsonl_file; }
+std::string& TensorBoardDir(DaemonOptions& o) { return o.sinks.tensorboard_dir; }
+template <std::string SecurityOptions::*Field>
+std::string& Security(DaemonOptions& o) {
+  return o.security.*Field;
+}
+template <std::string SecurityOptions::*Field>
+constexpr ApplyFn SetSecurity = SetText<Security<Field>>;
 
 // Where each plain duration or count setting lives in DaemonOptions.
 int64_t& GraceMs(DaemonOptions& o) { return o.aggregator.grace_ms; }
@@ -277,22 +285,12 @@ const DaemonFlag kDaemonFlags[] = {
      "Append every closed window and event to PATH, one JSON\n"
      "object per line; SIGHUP reopens it (log rotation).",
      [](const DaemonOptions&) { return std::string("none (docs/sinks.md)"); }, true,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
-       options.sinks.jsonl_file = value;
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     SetText<JsonlFile>, false, nullptr},
     {"--tensorboard-dir", "DIR",
      "Write every closed window to TensorBoard event files,\n"
      "one run directory per label set under DIR.",
      [](const DaemonOptions&) { return std::string("none (docs/sinks.md)"); }, true,
-     [](absl::string_view flag, const std::string& value, DaemonOptions& options, ParseState&) {
-       if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
-       options.sinks.tensorboard_dir = value;
-       return absl::OkStatus();
-     },
-     false, nullptr},
+     SetText<TensorBoardDir>, false, nullptr},
     {"--version", nullptr, "Print the version and exit.", nullptr, false, nullptr, true, nullptr},
     {"--help", nullptr, "Print this help and exit.", nullptr, false, nullptr, true, nullptr},
     {"--socket-group", "GROUP",
