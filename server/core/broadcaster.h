@@ -17,8 +17,33 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace torchmon::server {
+
+// Items queued in a broadcaster's subscriptions, for waiting until they are
+// taken. Its lock is taken last, after a subscription's.
+class QueuedCount {
+ public:
+  void Add(int64_t n) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    count_ += n;
+  }
+  int64_t Get() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return count_;
+  }
+  bool AwaitZero(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithDeadline(absl::Condition(this, &QueuedCount::ZeroLocked), deadline);
+  }
+
+ private:
+  bool ZeroLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; }
+
+  mutable absl::Mutex mu_;
+  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 template <typename T>
 class Broadcaster {
@@ -31,6 +56,7 @@ class Broadcaster {
       if (queue_.empty()) return std::nullopt;
       T item = std::move(queue_.front());
       queue_.pop_front();
+      queued_->Add(-1);
       return item;
     }
     // Items this subscription lost to a full queue.
@@ -46,6 +72,7 @@ class Broadcaster {
 
    private:
     friend class Broadcaster;
+    std::shared_ptr<QueuedCount> queued_;
     std::function<bool(const T&)> filter_;
     std::function<void()> notify_;
     size_t capacity_ = 0;
@@ -64,6 +91,7 @@ class Broadcaster {
                                           bool counted_by_publish = true)
       ABSL_LOCKS_EXCLUDED(mu_) {
     auto sub = std::make_shared<Subscription>();
+    sub->queued_ = queued_;
     sub->filter_ = std::move(filter);
     sub->notify_ = std::move(notify);
     sub->capacity_ = capacity < 1 ? 1 : capacity;
@@ -82,6 +110,10 @@ class Broadcaster {
     for (auto it = subscribers_.begin(); it != subscribers_.end(); ++it) {
       if (*it == sub) {
         subscribers_.erase(it);
+        // Nobody takes what it still holds.
+        absl::MutexLock sub_lock(&sub->mu_);
+        queued_->Add(-static_cast<int64_t>(sub->queue_.size()));
+        sub->queue_.clear();
         return;
       }
     }
@@ -102,6 +134,8 @@ class Broadcaster {
           sub->queue_.pop_front();
           ++sub->dropped_;
           if (sub->counted_by_publish_) ++dropped;
+        } else {
+          queued_->Add(1);
         }
       }
       sub->notify_();
@@ -110,15 +144,11 @@ class Broadcaster {
   }
 
   // Items queued for subscribers and not yet taken by them, all together.
-  size_t Queued() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    size_t queued = 0;
-    for (const auto& sub : subscribers_) {
-      absl::MutexLock sub_lock(&sub->mu_);
-      queued += sub->queue_.size();
-    }
-    return queued;
-  }
+  size_t Queued() const { return static_cast<size_t>(queued_->Get()); }
+
+  // Waits until every subscriber has taken every item queued for it, or
+  // until `deadline`. True if they have.
+  bool AwaitTaken(absl::Time deadline) const { return queued_->AwaitZero(deadline); }
 
   // Marks every subscription closed (they finish once drained) and wakes them.
   void Close() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -137,6 +167,8 @@ class Broadcaster {
   absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::shared_ptr<Subscription>> subscribers_ ABSL_GUARDED_BY(mu_);
+  // Shared with the subscriptions, which may outlive the broadcaster.
+  std::shared_ptr<QueuedCount> queued_ = std::make_shared<QueuedCount>();
 };
 
 }  // namespace torchmon::server

@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -35,10 +37,10 @@ constexpr int64_t kTrimDelayMs = 1000;
 constexpr int64_t kTrimIntervalMs = 10'000;
 // At shutdown, how long after the drain calls may take to write their last
 // messages (acks, the partial windows to watchers) before they are cut.
-constexpr auto kFinalWritesCap = std::chrono::seconds(5);
+constexpr absl::Duration kFinalWritesCap = absl::Seconds(5);
 // How long watchers get to read the last items before their streams end
 // (LetWatchersRead).
-constexpr auto kWatcherReadTime = std::chrono::milliseconds(250);
+constexpr absl::Duration kWatcherReadTime = absl::Milliseconds(250);
 
 // glibc keeps freed memory for reuse: without this a daemon that outlives
 // many jobs would keep the footprint of its busiest moment (a burst of
@@ -55,8 +57,9 @@ void Log(const std::string& line) { std::cerr << "torchmond: " << line << std::e
 
 }  // namespace
 
-Daemon::Daemon(DaemonOptions options)
+Daemon::Daemon(DaemonOptions options, const Clock& clock)
     : options_(std::move(options)),
+      clock_(clock),
       aggregator_(options_.aggregator, clock_),
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_, options_.ingest),
@@ -272,7 +275,7 @@ void Daemon::Run() {
   Shutdown();
 }
 
-void Daemon::LetWatchersRead(std::chrono::steady_clock::time_point cap) {
+void Daemon::LetWatchersRead(absl::Time cap) {
   if (stats_.watchers_active.load(std::memory_order_relaxed) == 0) return;
   // Once a watch stream ends, gRPC closes the connection; a client that has
   // not yet read what was written before then, and writes to the connection
@@ -280,13 +283,9 @@ void Daemon::LetWatchersRead(std::chrono::steady_clock::time_point cap) {
   // UNAVAILABLE "Broken pipe" and loses the unread windows. So the watchers
   // first hand every queued item to gRPC, then the clients get a moment to
   // read them, and only then do the streams end.
-  while ((windows_out_.Queued() > 0 || events_out_.Queued() > 0) &&
-         std::chrono::steady_clock::now() < cap) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-      kWatcherReadTime, std::max<std::chrono::steady_clock::duration>(
-                            cap - std::chrono::steady_clock::now(), {})));
+  windows_out_.AwaitTaken(cap);
+  events_out_.AwaitTaken(cap);
+  absl::SleepFor(std::min(kWatcherReadTime, std::max(cap - absl::Now(), absl::ZeroDuration())));
 }
 
 void Daemon::Shutdown() {
@@ -301,15 +300,12 @@ void Daemon::Shutdown() {
   // have written the partial windows. Shutdown returns when every call has
   // ended; only a call stuck past the cap (a watcher that stopped reading)
   // is cancelled.
-  const auto drain = std::chrono::milliseconds(options_.drain_timeout_ms);
-  const auto drain_end = std::chrono::steady_clock::now() + drain;
-  std::thread stopper([this, drain] {
-    server_->Shutdown(std::chrono::system_clock::now() + drain + kFinalWritesCap);
+  const absl::Duration drain = absl::Milliseconds(options_.drain_timeout_ms);
+  const absl::Time drain_end = absl::Now() + drain;
+  std::thread stopper([this, drain_end] {
+    server_->Shutdown(absl::ToChronoTime(drain_end + kFinalWritesCap));
   });
-  while (stats_.ingest_streams_active.load(std::memory_order_relaxed) > 0 &&
-         std::chrono::steady_clock::now() < drain_end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ingest_service_.AwaitNoStreams(drain_end);
   // Streams still open now get their next batch refused, unacknowledged, so
   // their clients keep it for the next daemon; nothing is applied after the
   // windows are closed below, so no accepted sample misses them.

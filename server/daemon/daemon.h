@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/core/aggregator.h"
 #include "server/sinks/sink_writer.h"
@@ -40,7 +41,10 @@ absl::Status CheckStartable(const DaemonOptions& options);
 // Not thread-safe except RequestStop(). Start once, Run once.
 class Daemon {
  public:
-  explicit Daemon(DaemonOptions options);
+  // `clock` is the daemon's "now" everywhere (windows, expiry, events,
+  // clients): main() passes the system clock, tests may pass a ManualClock.
+  // It must outlive the daemon.
+  Daemon(DaemonOptions options, const Clock& clock);
   ~Daemon();
 
   // Reads the files the security flags name, binds every listener and,
@@ -71,12 +75,12 @@ class Daemon {
   void Shutdown();
   // At shutdown: waits (until `cap`) for the watchers to take every queued
   // item, then gives their clients a moment to read before streams end.
-  void LetWatchersRead(std::chrono::steady_clock::time_point cap);
+  void LetWatchersRead(absl::Time cap);
   // Waits for the next SIGHUP, which reopens the sink files.
   void WaitForHangup();
 
   const DaemonOptions options_;
-  SystemClock clock_;
+  const Clock& clock_;
   DaemonStats stats_;
   Aggregator aggregator_;
   EventLog events_;

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
     std::cout << options->config_file << ": ok\n";
     return 0;
   }
-  torchmon::server::Daemon daemon(*std::move(options));
+  static const torchmon::server::SystemClock clock;
+  torchmon::server::Daemon daemon(*std::move(options), clock);
   if (absl::Status s = daemon.Start(); !s.ok()) {
     std::cerr << "torchmond: " << s.message() << "\n";
     return 1;

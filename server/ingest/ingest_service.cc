@@ -169,4 +169,10 @@ void IngestService::StopApplying() {
   for (IngestReactor* stream : streams_) stream->EndForShutdown();
 }
 
+bool IngestService::AwaitNoStreams(absl::Time deadline) {
+  absl::MutexLock lock(&streams_mu_);
+  return streams_mu_.AwaitWithDeadline(absl::Condition(this, &IngestService::NoStreamsLocked),
+                                       deadline);
+}
+
 }  // namespace torchmon::server

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/core/aggregator.h"
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
@@ -51,6 +52,10 @@ class IngestService final : public v1::Ingest::CallbackService {
   // nothing reaches the aggregator through ingest. Idempotent.
   void StopApplying() ABSL_LOCKS_EXCLUDED(gate_, streams_mu_);
 
+  // Waits until no ingest stream is open (each ended and done), or until
+  // `deadline`. True if none is.
+  bool AwaitNoStreams(absl::Time deadline) ABSL_LOCKS_EXCLUDED(streams_mu_);
+
   // Forgets clients gone longer than client_memory_ms.
   void ExpireIdleClients() { clients_.ExpireIdle(); }
 
@@ -74,6 +79,7 @@ class IngestService final : public v1::Ingest::CallbackService {
   // leaves in OnDone, under streams_mu_, before it is deleted.
   absl::Mutex streams_mu_ ABSL_ACQUIRED_AFTER(gate_);
   absl::flat_hash_set<IngestReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  bool NoStreamsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_) { return streams_.empty(); }
 };
 
 }  // namespace torchmon::server
