@@ -10,6 +10,8 @@ namespace torchmon {
 Client::Client(ClientOptions options)
     : core_(std::make_shared<detail::ClientCore>(std::move(options))) {}
 
+Client::Client(std::shared_ptr<detail::ClientCore> core) : core_(std::move(core)) {}
+
 Client::~Client() {
   if (core_->InForkedChild()) {
     // The sender and reader threads were not copied by fork(); joining or

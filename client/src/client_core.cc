@@ -57,10 +57,6 @@ std::string CodeName(int code) {
   return name.empty() ? absl::StrCat("CODE_", code) : name;
 }
 
-absl::Duration Remaining(Clock::time_point deadline) {
-  return absl::FromChrono(std::max(Clock::duration::zero(), deadline - Clock::now()));
-}
-
 void PrintLine(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
 // A non-zero number that no other client on the node is likely to draw.
@@ -149,8 +145,9 @@ struct ClientCore::StreamState {
   uint64_t generation;
 };
 
-ClientCore::ClientCore(ClientOptions options)
+ClientCore::ClientCore(ClientOptions options, const SenderClock& clock)
     : options_(Normalize(std::move(options))),
+      clock_(clock),
       target_(options_.target),
       client_name_(options_.client_name.empty() ? absl::StrCat("torchmon-cpp/0.1 pid=", getpid())
                                                 : options_.client_name),
@@ -310,8 +307,8 @@ bool ClientCore::HasPendingLocked() const {
 }
 
 bool ClientCore::WaitProgressLocked(Clock::time_point deadline) {
-  if (Clock::now() >= deadline) return false;
-  progress_cv_.WaitWithTimeout(&mu_, Remaining(deadline));
+  if (clock_.Now() >= deadline) return false;
+  clock_.WaitUntil(progress_cv_, mu_, deadline);
   return true;
 }
 
@@ -328,7 +325,7 @@ absl::Status ClientCore::FlushTimeoutStatus(std::chrono::milliseconds timeout) c
 
 absl::Status ClientCore::Flush(std::chrono::milliseconds timeout) {
   timeout = std::max(timeout, milliseconds::zero());
-  const Clock::time_point deadline = Clock::now() + timeout;
+  const Clock::time_point deadline = clock_.Now() + timeout;
   absl::MutexLock lock(&mu_);
   if (!HasPendingLocked()) return absl::OkStatus();
 
@@ -363,7 +360,7 @@ void ClientCore::Shutdown() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
     sender_cv_.SignalAll();
-    const Clock::time_point deadline = Clock::now() + kStopGrace;
+    const Clock::time_point deadline = clock_.Now() + kStopGrace;
     while (!sender_exited_) {
       if (!WaitProgressLocked(deadline)) break;
     }
@@ -437,9 +434,9 @@ void ClientCore::SenderMain() {
     if (!WaitForChannel(backoff.Next())) {
       if (!failing) {
         failing = true;
-        failing_since = Clock::now();
+        failing_since = clock_.Now();
       }
-      if (!Stopping() && Clock::now() - failing_since >= kUnreachableAfter) {
+      if (!Stopping() && clock_.Now() - failing_since >= kUnreachableAfter) {
         PrintOnce(absl::StrCat("torchmon: daemon at ", target_,
                                " is unreachable; buffering samples and retrying"));
       }
@@ -455,13 +452,13 @@ void ClientCore::SenderMain() {
     // Pause before reopening, so a daemon that ends every stream at once is
     // not hammered; a flush or stop cuts the pause short.
     absl::MutexLock lock(&mu_);
-    const Clock::time_point resume = Clock::now() + backoff.Next();
-    while (!stop_ && Clock::now() < resume) {
+    const Clock::time_point resume = clock_.Now() + backoff.Next();
+    while (!stop_ && clock_.Now() < resume) {
       if (flush_requested_ > flush_written_ && flush_requested_ > flush_that_cut_pause) {
         flush_that_cut_pause = flush_requested_;
         break;
       }
-      sender_cv_.WaitWithTimeout(&mu_, Remaining(resume));
+      clock_.WaitUntil(sender_cv_, mu_, resume);
     }
   }
   absl::MutexLock lock(&mu_);
@@ -470,7 +467,7 @@ void ClientCore::SenderMain() {
 }
 
 bool ClientCore::WaitForChannel(milliseconds budget) {
-  const Clock::time_point deadline = Clock::now() + budget;
+  const Clock::time_point deadline = clock_.Now() + budget;
   uint64_t flushes_seen;
   {
     absl::MutexLock lock(&mu_);
@@ -491,10 +488,13 @@ bool ClientCore::WaitForChannel(milliseconds budget) {
     if (flush_waiting) grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
     // Keep add()'s clock calibrated while disconnected too.
     WallClock::Recalibrate();
-    const Clock::time_point now = Clock::now();
-    const auto slice = std::min<Clock::duration>(kPollInterval, deadline - now);
+    // gRPC waits in real time: at most kPollInterval at once, so that a
+    // stop, a flush or the clock's deadline is seen soon.
+    const Clock::time_point now = clock_.Now();
+    const auto slice = std::clamp<Clock::duration>(deadline - now, Clock::duration::zero(),
+                                                  kPollInterval);
     if (channel_->WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
-    if (Clock::now() >= deadline) return false;
+    if (clock_.Now() >= deadline) return false;
   }
 }
 
@@ -513,7 +513,7 @@ bool ClientCore::RunStream() {
 
   bool healthy = OpenStream(state);
   CycleResult cycle;
-  Clock::time_point last_cycle_start = Clock::now();
+  Clock::time_point last_cycle_start = clock_.Now();
   Clock::time_point next_cycle = last_cycle_start;  // the hello goes out at once
   SendPacer pacer(options_.send_interval);
   while (healthy) {
@@ -521,10 +521,10 @@ bool ClientCore::RunStream() {
     if (!WaitForAckRoom(0)) break;
     {
       absl::MutexLock lock(&mu_);
-      Clock::time_point next_look = Clock::now() + SendPacer::kLookInterval;
+      Clock::time_point next_look = clock_.Now() + SendPacer::kLookInterval;
       for (;;) {
         if (stop_ || read_done_) break;
-        const Clock::time_point now = Clock::now();
+        const Clock::time_point now = clock_.Now();
         if (now >= next_cycle || (cycle.complete && flush_requested_ > flush_written_)) break;
         // Between cycles the buffers are looked at (cheap), so that a burst
         // after a quiet spell is sent at once (see SendPacer).
@@ -532,12 +532,12 @@ bool ClientCore::RunStream() {
           if (LookForBurstLocked()) break;
           next_look = now + SendPacer::kLookInterval;
         }
-        sender_cv_.WaitWithTimeout(&mu_, absl::FromChrono(std::min(next_cycle, next_look) - now));
+        clock_.WaitUntil(sender_cv_, mu_, std::min(next_cycle, next_look));
       }
       if (stop_ || read_done_) break;
       ticket = flush_requested_;
     }
-    const Clock::time_point cycle_start = Clock::now();
+    const Clock::time_point cycle_start = clock_.Now();
     const Clock::duration since_last = cycle_start - last_cycle_start;
     last_cycle_start = cycle_start;
     healthy = RunCycle(state, &cycle);
@@ -551,7 +551,7 @@ bool ClientCore::RunStream() {
       }
       next_cycle = cycle_start + pacer.NextGap(since_last, cycle.max_fill);
     } else {
-      next_cycle = Clock::now() + kIncompleteRetry;
+      next_cycle = clock_.Now() + kIncompleteRetry;
     }
     RetireClosedStats();
   }
@@ -560,9 +560,9 @@ bool ClientCore::RunStream() {
   if (healthy && stopping) {
     stream->WritesDone();
     absl::MutexLock lock(&mu_);
-    const Clock::time_point deadline = Clock::now() + kHalfCloseGrace;
-    while (!read_done_ && Clock::now() < deadline) {
-      sender_cv_.WaitWithTimeout(&mu_, Remaining(deadline));
+    const Clock::time_point deadline = clock_.Now() + kHalfCloseGrace;
+    while (!read_done_ && clock_.Now() < deadline) {
+      clock_.WaitUntil(sender_cv_, mu_, deadline);
     }
   }
   bool read_done;
@@ -659,7 +659,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   WallClock::Recalibrate();
   // Fresh budget memory faults in here, not in add().
   buffers_->pool.PopulateAhead();
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = clock_.Now();
   // Raw pointers are safe: only this thread removes stats from the
   // registry (RetireClosedStats, between cycles), and Shutdown only after
   // joining it.
@@ -868,7 +868,7 @@ void ClientCore::RetireClosedStats() {
   // Scanning the registry is O(stats): only when a stat was closed since,
   // or now and then while closed ones wait for acknowledgements.
   const uint64_t closed = buffers_->closed_stats.load(std::memory_order_acquire);
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = clock_.Now();
   if (closed == closed_seen_ && !(closed_kept_ && now - last_retire_ >= kRetireInterval)) return;
   closed_seen_ = closed;
   last_retire_ = now;

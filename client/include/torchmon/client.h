@@ -28,6 +28,7 @@ namespace detail {
 class ClientCore;
 struct ClientBuffers;
 struct StatState;
+struct ClientInternals;
 }  // namespace detail
 
 // Mirrors torch.monitor.Aggregation, plus QUANTILE (see Quantile below).
@@ -229,6 +230,10 @@ class Client {
 
  private:
   friend class Stat;
+  // Builds a Client around a core made otherwise (the library's own tests:
+  // a core on a manual clock).
+  friend struct detail::ClientInternals;
+  explicit Client(std::shared_ptr<detail::ClientCore> core);
   std::shared_ptr<detail::ClientCore> core_;
 };
 

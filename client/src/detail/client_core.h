@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "detail/error_log.h"
 #include "detail/outgoing_batch.h"
+#include "detail/sender_clock.h"
 #include "detail/stat_state.h"
 #include "grpcpp/grpcpp.h"
 #include "torchmon/client.h"
@@ -55,7 +56,9 @@ absl::Status EventToProto(const Event& event, v1::Event* out);
 // that sequence to be acknowledged, across reconnects.
 class ClientCore {
  public:
-  explicit ClientCore(ClientOptions options);
+  // `clock` paces the sender and times its waits and Flush's deadline; it
+  // must outlive the core (tests pass a ManualSenderClock).
+  explicit ClientCore(ClientOptions options, const SenderClock& clock = SenderClock::Real());
   ~ClientCore();
   ClientCore(const ClientCore&) = delete;
   ClientCore& operator=(const ClientCore&) = delete;
@@ -161,6 +164,7 @@ class ClientCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ClientOptions options_;
+  const SenderClock& clock_;
   const std::string target_;
   // Set by the constructor, immutable afterwards.
   Labels labels_;
@@ -246,6 +250,15 @@ class ClientCore {
   ErrorLog error_log_ ABSL_GUARDED_BY(mu_);
 
   std::thread sender_;
+};
+
+// What the library's tests reach inside a Client through.
+struct ClientInternals {
+  // A Client whose core runs on `clock` (which must outlive it).
+  static std::unique_ptr<Client> WithClock(ClientOptions options, const SenderClock& clock) {
+    return std::unique_ptr<Client>(
+        new Client(std::make_shared<ClientCore>(std::move(options), clock)));
+  }
 };
 
 }  // namespace torchmon::detail

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -12,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "detail/client_core.h"
+#include "detail/sender_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -50,17 +53,81 @@ class ClientWithoutDaemonTest : public ::testing::Test {
   std::string target_;
 };
 
-TEST_F(ClientWithoutDaemonTest, FlushReturnsDeadlineExceededAfterItsTimeoutNamingTheTarget) {
-  Client client(Options());
-  Stat stat(client, "loss", {Aggregation::MEAN}, std::chrono::seconds(1));
+// Moves a manual clock on in small steps until stopped, as time passes.
+class ClockMover {
+ public:
+  explicit ClockMover(detail::ManualSenderClock& clock)
+      : thread_([this, &clock] {
+          while (!stop_.load()) {
+            clock.Advance(std::chrono::milliseconds(5));
+            std::this_thread::yield();
+          }
+        }) {}
+  ~ClockMover() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST_F(ClientWithoutDaemonTest, FlushReturnsDeadlineExceededOnceItsClockPassesTheTimeout) {
+  // On a manual clock: the flush waits 200 ms of the client's time, not of
+  // the test's.
+  detail::ManualSenderClock clock;
+  auto client = detail::ClientInternals::WithClock(Options(), clock);
+  Stat stat(*client, "loss", {Aggregation::MEAN}, std::chrono::seconds(1));
   stat.add(1.0);
-  const auto start = std::chrono::steady_clock::now();
-  const absl::Status status = client.Flush(std::chrono::milliseconds(200));
-  const auto elapsed = std::chrono::steady_clock::now() - start;
+  const auto start = clock.Now();
+  absl::Status status;
+  {
+    ClockMover mover(clock);
+    status = client->Flush(std::chrono::milliseconds(200));
+  }
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr(target_));
-  EXPECT_GE(elapsed, std::chrono::milliseconds(200));
-  EXPECT_LT(elapsed, std::chrono::milliseconds(1500));
+  EXPECT_GE(clock.Now() - start, std::chrono::milliseconds(200));
+}
+
+TEST_F(ClientWithoutDaemonTest, AFlushWaitsAsLongAsItsClockStandsStill) {
+  detail::ManualSenderClock clock;
+  auto client = detail::ClientInternals::WithClock(Options(), clock);
+  Stat stat(*client, "loss", {Aggregation::MEAN}, std::chrono::seconds(1));
+  stat.add(1.0);
+  std::atomic<bool> returned{false};
+  std::thread flusher([&] {
+    EXPECT_EQ(client->Flush(std::chrono::milliseconds(200)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    returned.store(true);
+  });
+  // Once the flush waits (its deadline taken), 199 ms of the client's time,
+  // however long the test takes: not yet.
+  while (clock.Waiting() == 0) std::this_thread::yield();
+  clock.Advance(std::chrono::milliseconds(199));
+  for (int i = 0; i < 100; ++i) std::this_thread::yield();
+  EXPECT_FALSE(returned.load());
+  clock.Advance(std::chrono::milliseconds(1));
+  flusher.join();
+  EXPECT_TRUE(returned.load());
+}
+
+TEST_F(ClientWithoutDaemonTest, TheDestructorsFlushTimeoutIsMeasuredOnTheClientsClock) {
+  detail::ManualSenderClock clock;
+  ClientOptions o = Options();
+  o.destructor_flush_timeout = std::chrono::seconds(30);
+  auto client = detail::ClientInternals::WithClock(o, clock);
+  auto stat = std::make_unique<Stat>(*client, "loss", std::vector<StatAggregation>{Aggregation::MEAN},
+                                     std::chrono::seconds(1));
+  stat->add(1.0);
+  const auto start = clock.Now();
+  {
+    ClockMover mover(clock);
+    client.reset();  // flushes for 30 s of its clock, then stops
+  }
+  EXPECT_GE(clock.Now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(stat->dropped(), 1u);  // never delivered: dropped once stopped
 }
 
 TEST_F(ClientWithoutDaemonTest, FlushWithNothingRecordedSucceedsAtOnce) {
