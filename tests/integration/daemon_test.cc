@@ -18,6 +18,8 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "detail/client_core.h"
+#include "detail/sender_clock.h"
 #include "tests/support/daemon_fixture.h"
 #include "torchmon/client.h"
 
@@ -223,6 +225,52 @@ TEST_F(DaemonTest, LateAndSkewedSamplesAreCountedAndNeverMovedToAnotherWindow) {
   const std::string scrape = Scrape();
   EXPECT_EQ(Scraped(scrape, "torchmon_samples_dropped_total", {"stat=\"timing\"", "reason=\"late\""}), 1.0);
   EXPECT_EQ(Scraped(scrape, "torchmon_samples_dropped_total", {"stat=\"timing\"", "reason=\"skewed\""}), 1.0);
+}
+
+// Until `done()`, at most 30 s of real time (a bound for a broken build, not
+// a measurement).
+template <typename Done>
+bool EventuallyTrue(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST_F(DaemonTest, TheSenderSendsByItsClocksPaceNotByRealTime) {
+  StartDaemon();
+  detail::ManualSenderClock clock;
+  ClientOptions o = Options();
+  o.send_interval = std::chrono::seconds(1);
+  auto client = detail::ClientInternals::WithClock(o, clock);
+  Stat s(*client, "paced", {Aggregation::COUNT}, std::chrono::seconds(10));
+  s.add(1.0);
+  // A flush sends at once and needs only the daemon's ack, not the clock.
+  ASSERT_TRUE(client->Flush(std::chrono::seconds(30)).ok());
+  ASSERT_EQ(s.counters().delivered, 1u);
+
+  // The gap between cycles starts at 1 ms and doubles each cycle up to
+  // send_interval (SendPacer): a second of the client's time at a step,
+  // each step taken once the sender has waited again, brings it there.
+  for (int step = 0; step < 14; ++step) {
+    const uint64_t waits = clock.WaitsBegun();
+    clock.Advance(std::chrono::seconds(1));
+    ASSERT_TRUE(EventuallyTrue([&] { return clock.WaitsBegun() > waits; }));
+  }
+
+  s.add(2.0);
+  // Half an interval of the client's time: once the sender has looked at
+  // the new time and chosen to wait again, the sample is still waiting.
+  const uint64_t waits = clock.WaitsBegun();
+  clock.Advance(std::chrono::milliseconds(500));
+  ASSERT_TRUE(EventuallyTrue([&] { return clock.WaitsBegun() > waits; }));
+  EXPECT_EQ(s.counters().delivered, 1u);
+  // Past the interval: the next cycle sends it, with no flush asking.
+  clock.Advance(std::chrono::milliseconds(600));
+  EXPECT_TRUE(EventuallyTrue([&] { return s.counters().delivered == 2; }))
+      << "delivered " << s.counters().delivered;
 }
 
 TEST_F(DaemonTest, ClientDropsAreReportedSoAccountingStaysExact) {

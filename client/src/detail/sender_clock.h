@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,7 @@ class ManualSenderClock final : public SenderClock {
       absl::MutexLock lock(&mu_);
       if (now_ >= deadline) return;
       waiters_.emplace_back(&cv, &mu);
+      ++waits_begun_;
     }
     cv.WaitWithTimeout(&mu, absl::Seconds(1));
     absl::MutexLock lock(&mu_);
@@ -63,10 +65,15 @@ class ManualSenderClock final : public SenderClock {
     }
   }
 
-  // Waits in WaitUntil now (for tests that must know a wait has begun).
+  // Waits in WaitUntil now, and begun ever: for tests that must know that
+  // a waiter has looked at the time and chosen to wait.
   size_t Waiting() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return waiters_.size();
+  }
+  uint64_t WaitsBegun() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return waits_begun_;
   }
 
   // Moves time on and wakes every waiter, which then looks at the time. A
@@ -90,6 +97,7 @@ class ManualSenderClock final : public SenderClock {
   // Starts far from the epoch, as steady_clock does.
   time_point now_ ABSL_GUARDED_BY(mu_) = time_point(std::chrono::hours(1000));
   mutable std::vector<std::pair<absl::CondVar*, absl::Mutex*>> waiters_ ABSL_GUARDED_BY(mu_);
+  mutable uint64_t waits_begun_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace torchmon::detail
