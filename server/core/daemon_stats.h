@@ -42,18 +42,19 @@ struct DaemonStats {
   std::atomic<uint64_t> rpcs_unauthenticated{0};
   std::atomic<uint64_t> scrapes_unauthorized{0};
   std::atomic<int64_t> start_time_ms{0};
-  // The sinks of server/sinks/ (docs/sinks.md), indexed by SinkKind.
-  struct Sink {
+  // The daemon's file outputs (the sinks, docs/sinks.md), each under the
+  // name it gives itself when it starts (`name` set, then `enabled`); the
+  // exposition shows the enabled ones, labelled by name.
+  struct Output {
     std::atomic<bool> enabled{false};
+    std::atomic<const char*> name{""};
     std::atomic<uint64_t> records{0};  // lines or events written
     std::atomic<uint64_t> dropped{0};  // lost to a full queue
     std::atomic<uint64_t> errors{0};   // records a write error lost
   };
-  Sink sinks[2];
+  static constexpr int kMaxOutputs = 4;
+  Output outputs[kMaxOutputs];
 };
-
-enum SinkKind { kJsonlSink = 0, kTensorBoardSink = 1 };
-inline const char* SinkName(int kind) { return kind == kJsonlSink ? "jsonl" : "tensorboard"; }
 
 }  // namespace torchmon::server
 

@@ -18,12 +18,13 @@ void Plain(const SelfMetricInputs& in, SelfMetricSampleFn sample) {
   sample("", Load(in.stats.*Field));
 }
 
-// One sample per sink the daemon runs.
+// One sample per output (sink) the daemon runs, labelled by its name.
 template <auto Counter>
 void PerSink(const SelfMetricInputs& in, SelfMetricSampleFn sample) {
-  for (int kind : {kJsonlSink, kTensorBoardSink}) {
-    const DaemonStats::Sink& sink = in.stats.sinks[kind];
-    if (sink.enabled.load(std::memory_order_relaxed)) sample(SinkName(kind), Load(sink.*Counter));
+  for (const DaemonStats::Output& output : in.stats.outputs) {
+    if (output.enabled.load(std::memory_order_acquire)) {
+      sample(output.name.load(std::memory_order_relaxed), Load(output.*Counter));
+    }
   }
 }
 
@@ -118,17 +119,17 @@ const SelfMetric kSelfMetrics[] = {
      "Records (JSON lines, TensorBoard events) the sink wrote and flushed.",
      "records the sink wrote and flushed (`sink` = `jsonl`: lines; `tensorboard`: scalar "
      "events); only for the sinks the daemon runs ([sinks](sinks.md))",
-     PerSink<&DaemonStats::Sink::records>},
+     PerSink<&DaemonStats::Output::records>},
     {"torchmon_daemon_sink_dropped_total", "counter", "sink",
      "Windows and events the sink lost because its queue was full (the disk too slow).",
      "windows/events the sink lost because its queue (100 000 per source) was full: the disk "
      "could not keep up",
-     PerSink<&DaemonStats::Sink::dropped>},
+     PerSink<&DaemonStats::Output::dropped>},
     {"torchmon_daemon_sink_errors_total", "counter", "sink",
      "Records the sink lost to a write error (disk full, file removed, permissions).",
      "records lost to a write error (disk full, permissions); the first error of a run is "
      "logged",
-     PerSink<&DaemonStats::Sink::errors>},
+     PerSink<&DaemonStats::Output::errors>},
     {"torchmon_daemon_series_refused_total", "counter", "limit",
      "New series refused by a cardinality limit: one client's (--max-series-per-client) or the "
      "daemon's (--max-series).",

@@ -115,9 +115,13 @@ absl::StatusOr<std::unique_ptr<SinkWriter>> SinkWriter::Start(const SinkOptions&
       return absl::InvalidArgumentError(
           absl::StrCat("--jsonl-file ", options.jsonl_file, ": ", Errno(errno)));
     }
-    stats.sinks[kJsonlSink].enabled = true;
+    stats.outputs[kJsonlSink].name = SinkName(kJsonlSink);
+    stats.outputs[kJsonlSink].enabled = true;
   }
-  if (!options.tensorboard_dir.empty()) stats.sinks[kTensorBoardSink].enabled = true;
+  if (!options.tensorboard_dir.empty()) {
+    stats.outputs[kTensorBoardSink].name = SinkName(kTensorBoardSink);
+    stats.outputs[kTensorBoardSink].enabled = true;
+  }
   SinkWriter* w = writer.get();
   w->window_sub_ = windows.Subscribe([](const ClosedWindow&) { return true; }, [w] { w->Wake(); },
                                      options.queue_capacity, /*counted_by_publish=*/false);
@@ -184,10 +188,10 @@ void SinkWriter::Run() {
     if (event_sub_) {
       while (std::optional<EventRecord> e = event_sub_->Pop()) WriteEvent(*e);
     }
-    stats_.sinks[kTensorBoardSink].dropped.store(
+    stats_.outputs[kTensorBoardSink].dropped.store(
         options_.tensorboard_dir.empty() ? 0 : window_sub_->Dropped(), std::memory_order_relaxed);
     if (!options_.jsonl_file.empty()) {
-      stats_.sinks[kJsonlSink].dropped.store(window_sub_->Dropped() + event_sub_->Dropped(),
+      stats_.outputs[kJsonlSink].dropped.store(window_sub_->Dropped() + event_sub_->Dropped(),
                                              std::memory_order_relaxed);
       Flush(kJsonlSink, jsonl_);
     }
@@ -207,7 +211,7 @@ void SinkWriter::WriteWindow(const ClosedWindow& window) {
   if (options_.tensorboard_dir.empty()) return;
   Output* run = TensorBoardFile(*window.series);
   if (run == nullptr) {
-    stats_.sinks[kTensorBoardSink].errors.fetch_add(1, std::memory_order_relaxed);
+    stats_.outputs[kTensorBoardSink].errors.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   // As torch.monitor's TensorboardEventHandler: one scalar per aggregation,
@@ -232,7 +236,7 @@ void SinkWriter::WriteEvent(const EventRecord& event) {
 void SinkWriter::Write(int sink, Output& out, const std::string& bytes) {
   if (out.file == nullptr ||
       std::fwrite(bytes.data(), 1, bytes.size(), out.file) != bytes.size()) {
-    stats_.sinks[sink].errors.fetch_add(1, std::memory_order_relaxed);
+    stats_.outputs[sink].errors.fetch_add(1, std::memory_order_relaxed);
     Failed(sink, absl::StrCat("writing ", out.path, ": ", Errno(errno)));
     if (out.file != nullptr) std::clearerr(out.file);
     return;
@@ -244,12 +248,12 @@ void SinkWriter::Flush(int sink, Output& out) {
   if (out.file == nullptr || out.unflushed == 0) return;
   const uint64_t records = std::exchange(out.unflushed, 0);
   if (std::fflush(out.file) != 0) {
-    stats_.sinks[sink].errors.fetch_add(records, std::memory_order_relaxed);
+    stats_.outputs[sink].errors.fetch_add(records, std::memory_order_relaxed);
     Failed(sink, absl::StrCat("writing ", out.path, ": ", Errno(errno)));
     std::clearerr(out.file);
     return;
   }
-  stats_.sinks[sink].records.fetch_add(records, std::memory_order_relaxed);
+  stats_.outputs[sink].records.fetch_add(records, std::memory_order_relaxed);
   Recovered(sink);
 }
 

@@ -36,6 +36,11 @@
 
 namespace torchmon::server {
 
+// The sinks, as indices into DaemonStats::outputs and by their names there
+// (the `sink` label of torchmon_daemon_sink_*).
+enum SinkKind { kJsonlSink = 0, kTensorBoardSink = 1 };
+inline const char* SinkName(int kind) { return kind == kJsonlSink ? "jsonl" : "tensorboard"; }
+
 // The TensorBoard run directory of a label set: "k=v,k=v" in key order,
 // bytes other than [A-Za-z0-9._=,+-] written %XX (so distinct label sets
 // never share a run); "no-labels" for none.

@@ -355,7 +355,8 @@ namespace torchmon::server {
 namespace {
 
 TEST_F(MetricsExpositionTest, EverySelfMetricOfTheListIsWrittenWithItsTypeAndHelp) {
-  stats_.sinks[kJsonlSink].enabled = true;
+  stats_.outputs[0].name = "jsonl";
+  stats_.outputs[0].enabled = true;
   stats_.series_refused_total_limit = 3;
   const std::string text = Scrape();
   for (const SelfMetric& m : SelfMetrics()) {
