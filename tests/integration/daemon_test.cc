@@ -273,6 +273,41 @@ TEST_F(DaemonTest, TheSenderSendsByItsClocksPaceNotByRealTime) {
       << "delivered " << s.counters().delivered;
 }
 
+TEST_F(DaemonTest, AClientRefusedAStreamTriesAgainAfterItsBackoffOnItsClock) {
+  StartDaemon({"--max-streams", "1"});
+  // The one stream the daemon allows, held by another client.
+  Client holder(Options({{"rank", "1"}}));
+  Stat held(holder, "held", {Aggregation::COUNT}, std::chrono::seconds(10));
+  held.add(1);
+  ASSERT_TRUE(holder.Flush(std::chrono::seconds(30)).ok());
+
+  detail::ManualSenderClock clock;
+  ClientOptions o = Options();
+  o.initial_backoff = std::chrono::seconds(10);
+  o.max_backoff = std::chrono::seconds(60);
+  auto client = detail::ClientInternals::WithClock(o, clock);
+  const auto refused = [&] { return Scraped(Scrape(), "torchmon_daemon_streams_refused_total", {}); };
+  ASSERT_TRUE(EventuallyTrue([&] { return refused() == 1; }));
+  // After a refused stream the pause is 2 x 10 s, jittered by ±20 %: 16 to
+  // 24 s of the client's time, from whenever the sender starts it (before
+  // or after the test moves the clock). 15 s on, once the sender has looked
+  // at the time and waited again, no second try; 25 s more reach the end
+  // of the pause either way.
+  uint64_t waits = clock.WaitsBegun();
+  clock.Advance(std::chrono::seconds(15));
+  ASSERT_TRUE(EventuallyTrue([&] { return clock.WaitsBegun() > waits; }));
+  EXPECT_EQ(refused(), 1);
+  clock.Advance(std::chrono::seconds(25));
+  EXPECT_TRUE(EventuallyTrue([&] { return refused() == 2; })) << refused();
+  // The pause doubled: 32 to 48 s. Nothing 31 s on; the third try 49 s more.
+  waits = clock.WaitsBegun();
+  clock.Advance(std::chrono::seconds(31));
+  ASSERT_TRUE(EventuallyTrue([&] { return clock.WaitsBegun() > waits; }));
+  EXPECT_EQ(refused(), 2);
+  clock.Advance(std::chrono::seconds(49));
+  EXPECT_TRUE(EventuallyTrue([&] { return refused() == 3; })) << refused();
+}
+
 TEST_F(DaemonTest, ClientDropsAreReportedSoAccountingStaysExact) {
   StartDaemon();
   ClientOptions o = Options();
