@@ -200,6 +200,18 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   }
   b.spec = *spec;
   Binding* existing = bindings_.Find(def.id());
+  if (existing != nullptr && existing->id != 0 && existing->refusal.empty() &&
+      existing->key.ToString() != b.key.ToString()) {
+    // The same name under other labels is another series: an id names one
+    // series for the life of the stream (torchmon.proto, StatDefinition.id).
+    Report(ack, sequence, def.id(), absl::StatusCode::kAlreadyExists,
+           absl::StrCat("stat id ", def.id(), " is already bound to ",
+                        Quote(existing->key.ToString(), 512),
+                        " on this stream; refusing to rebind it to ", Quote(b.key.ToString(), 512)),
+           0);
+    stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   const bool counted = existing != nullptr && existing->id != 0;
   if (!counted && limits_.max_series_per_stream != 0 &&
       series_bound_ >= limits_.max_series_per_stream) {

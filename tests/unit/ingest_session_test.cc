@@ -296,6 +296,36 @@ TEST_F(IngestSessionTest, RebindingAStatIdToAnotherNameIsRefused) {
   EXPECT_EQ(Series("a").counters.accepted, 1u);
 }
 
+TEST_F(IngestSessionTest, RebindingAStatIdToOtherLabelsIsRefusedAndTheIdKeepsItsSeries) {
+  v1::IngestBatch first;
+  (*AddDefinition(first, 1, "a", {v1::COUNT})->mutable_labels())["layer"] = "1";
+  AddSamples(first, 1, kT0 * 1000, {1});
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  v1::IngestBatch second;
+  (*AddDefinition(second, 1, "a", {v1::COUNT})->mutable_labels())["layer"] = "2";
+  AddSamples(second, 1, kT0 * 1000, {1});
+  const v1::IngestAck ack = Apply(second);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("layer=\"1\""));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("layer=\"2\""));
+  // Still one series, layer 1, which got both samples.
+  const SeriesSnapshot series = Series("a");
+  EXPECT_EQ(series.counters.accepted, 2u);
+  EXPECT_THAT(series.key->ToString(), HasSubstr("layer=\"1\""));
+}
+
+TEST_F(IngestSessionTest, ResendingTheSameDefinitionOfAnIdIsHarmless) {
+  v1::IngestBatch first;
+  (*AddDefinition(first, 1, "a", {v1::COUNT})->mutable_labels())["layer"] = "1";
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  v1::IngestBatch again;
+  (*AddDefinition(again, 1, "a", {v1::COUNT})->mutable_labels())["layer"] = "1";
+  AddSamples(again, 1, kT0 * 1000, {1});
+  EXPECT_THAT(Apply(again).errors(), IsEmpty());
+  EXPECT_EQ(Series("a").counters.accepted, 1u);
+}
+
 TEST_F(IngestSessionTest, EventWithInvalidUtf8NameIsRefusedNamingTheField) {
   v1::IngestBatch batch;
   batch.add_events()->set_name("bad\xff");
