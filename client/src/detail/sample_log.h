@@ -93,24 +93,14 @@ class SampleLog {
     // The common case inline: a chunk with room and no other producer in
     // the way. Everything else (binding, a full chunk, a lost race) is
     // PushSlow's.
-    // The chunk's size comes with its directory entry and its base from
-    // this log (not from the chunk's header, whose address depends on the
-    // entry): one load fewer on the way to the CAS. Both may be of a later
-    // generation when read; then the claim has left this one and the CAS
-    // fails.
     uint64_t claim = claim_.load(std::memory_order_acquire);
-    const uint32_t slot = ClaimGen(claim) % kSlots;
-    const uint64_t entry = dir_[slot].load(std::memory_order_acquire);
-    const uint64_t base = bases_[slot].load(std::memory_order_relaxed);
-    const uint32_t chunk = EntryChunk(entry);
-    if (chunk != 0 && (EntryGen(entry) & kGenMask) == ClaimGen(claim)) [[likely]] {
-      const uint64_t index = ClaimPos(claim) - base;
-      if (index < ChunkPool::ChunkCells(EntryClass(entry)) &&
-          claim_.compare_exchange_strong(claim, claim + 1, std::memory_order_acquire,
-                                         std::memory_order_relaxed)) [[likely]] {
-        Publish(pool, chunk, index, value, timestamp_us, stat_id);
-        return PushResult::kPushed;
-      }
+    uint32_t chunk;
+    uint64_t index;
+    if (CellOf(claim, chunk, index) &&
+        claim_.compare_exchange_strong(claim, claim + 1, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) [[likely]] {
+      Publish(pool, chunk, index, value, timestamp_us, stat_id);
+      return PushResult::kPushed;
     }
     return PushSlow(pool, value, timestamp_us, stat_id);
   }
@@ -127,13 +117,9 @@ class SampleLog {
       // Only this thread moves the claim now (the consumer's last move
       // happened before revoked_ was cleared, which the load above saw).
       const uint64_t claim = claim_.load(std::memory_order_relaxed);
-      const uint32_t slot = ClaimGen(claim) % kSlots;
-      const uint64_t entry = dir_[slot].load(std::memory_order_acquire);
-      const uint64_t base = bases_[slot].load(std::memory_order_relaxed);
-      const uint32_t chunk = EntryChunk(entry);
-      const uint64_t index = ClaimPos(claim) - base;
-      if (chunk != 0 && (EntryGen(entry) & kGenMask) == ClaimGen(claim) &&
-          index < ChunkPool::ChunkCells(EntryClass(entry))) [[likely]] {
+      uint32_t chunk;
+      uint64_t index;
+      if (CellOf(claim, chunk, index)) [[likely]] {
         Publish(pool, chunk, index, value, timestamp_us, stat_id);
         claim_.store(claim + 1, std::memory_order_release);
         in_push_.store(0, std::memory_order_release);
@@ -142,6 +128,24 @@ class SampleLog {
     }
     in_push_.store(0, std::memory_order_release);
     return PushSlow(pool, value, timestamp_us, stat_id);
+  }
+
+  // The fast paths' one look: the chunk and cell index that position `claim`
+  // would write, if its generation's chunk is installed and has room. The
+  // chunk's size comes with its directory entry and its base from this log
+  // (not from the chunk's header, whose address depends on the entry): one
+  // load fewer on the way to the claim. Both may be of a later generation
+  // when read; then the claim has left this one, which a CAS on it (or, for
+  // an owner, nobody else moving it) settles.
+  [[gnu::always_inline]] bool CellOf(uint64_t claim, uint32_t& chunk,
+                                     uint64_t& index) const noexcept {
+    const uint32_t slot = ClaimGen(claim) % kSlots;
+    const uint64_t entry = dir_[slot].load(std::memory_order_acquire);
+    const uint64_t base = bases_[slot].load(std::memory_order_relaxed);
+    chunk = EntryChunk(entry);
+    index = ClaimPos(claim) - base;
+    return chunk != 0 && (EntryGen(entry) & kGenMask) == ClaimGen(claim) &&
+           index < ChunkPool::ChunkCells(EntryClass(entry));
   }
 
   // TryPush's general case.

@@ -13,9 +13,17 @@ constexpr uint32_t OffsetOf(uint32_t index) {
 }
 static_assert(sizeof(ProducerLog) % 64 == 0, "LogAt masks the flags off a log's offset");
 
+// The log that threads without one of their own share.
+constexpr uint32_t kSharedLog = OffsetOf(ProducerLog::kOwnable);
+
 // The ownable logs taken by live threads, a bit each.
 std::atomic<uint64_t> owned_logs{0};
 static_assert(ProducerLog::kOwnable <= 64);
+
+// Release: the next owner's pushes come after this owner's last one.
+void FreeOwnableLog(uint32_t index) {
+  owned_logs.fetch_and(~(uint64_t{1} << index), std::memory_order_release);
+}
 
 // Gives a thread's log back when the thread exits (a pthread key's
 // destructor, not a thread_local object's: registering one of those takes
@@ -23,10 +31,8 @@ static_assert(ProducerLog::kOwnable <= 64);
 // pthread runs it after the thread's C++ thread_local destructors; a later
 // add on the thread uses the shared log.
 void GiveBackOwnedLog(void* value) {
-  const auto index = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(value) - 1);
-  tls_log_offset = OffsetOf(ProducerLog::kOwnable);
-  // Release: the next owner's pushes come after this thread's last one.
-  owned_logs.fetch_and(~(uint64_t{1} << index), std::memory_order_release);
+  tls_log_offset = kSharedLog;
+  FreeOwnableLog(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(value) - 1));
 }
 
 pthread_key_t owned_log_key;
@@ -66,10 +72,8 @@ uint32_t AssignThreadLog() noexcept {
   // Without the key's value the log would never be given back: then share.
   if (index == ProducerLog::kOwnable ||
       pthread_setspecific(owned_log_key, reinterpret_cast<void*>(uintptr_t{index} + 1)) != 0) {
-    if (index != ProducerLog::kOwnable) {
-      owned_logs.fetch_and(~(uint64_t{1} << index), std::memory_order_release);
-    }
-    tls_log_offset = OffsetOf(ProducerLog::kOwnable);  // share the last log
+    if (index != ProducerLog::kOwnable) FreeOwnableLog(index);
+    tls_log_offset = kSharedLog;
     return tls_log_offset;
   }
   tls_log_offset = OffsetOf(index) | kThreadLogOwned;

@@ -87,9 +87,10 @@ struct ClientBuffers {
     for (Log& l : logs) l.log.ReleaseAll(pool);
   }
 
-  SampleLog& LogOfThisThread() noexcept {
+  SampleLog& LogOfThisThread() noexcept { return LogAt(logs, ThisThreadsLog()).log; }
+  static uint32_t ThisThreadsLog() noexcept {
     const uint32_t offset = tls_log_offset;
-    return LogAt(logs, offset != 0 ? offset : AssignThreadLog()).log;
+    return offset != 0 ? offset : AssignThreadLog();
   }
 
   // The whole of a valid stat's add() after the timestamp, but for what a
@@ -107,9 +108,8 @@ struct ClientBuffers {
   }
   [[gnu::noinline]] bool TryAddFirstOrStopped(uint32_t id, double value,
                                               int64_t timestamp_us) noexcept {
-    if (!accepting.load(std::memory_order_relaxed)) return false;
-    const uint32_t offset = tls_log_offset;
-    return Push(offset != 0 ? offset : AssignThreadLog(), id, value, timestamp_us);
+    return accepting.load(std::memory_order_relaxed) &&
+           Push(ThisThreadsLog(), id, value, timestamp_us);
   }
   [[gnu::always_inline]] bool Push(uint32_t offset, uint32_t id, double value,
                                    int64_t timestamp_us) noexcept {
