@@ -8,6 +8,7 @@
 #ifndef TORCHMON_SERVER_CORE_BROADCASTER_H_
 #define TORCHMON_SERVER_CORE_BROADCASTER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -22,27 +23,30 @@
 namespace torchmon::server {
 
 // Items queued in a broadcaster's subscriptions, for waiting until they are
-// taken. Its lock is taken last, after a subscription's.
+// taken. Counting is one atomic operation (publishing and taking stay
+// lock-free of it); only the step to zero takes the lock, to wake waiters.
 class QueuedCount {
  public:
   void Add(int64_t n) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    count_ += n;
+    if (count_.fetch_add(n, std::memory_order_acq_rel) + n == 0 && n != 0) {
+      // A waiter that saw a count above zero holds mu_ until it waits.
+      absl::MutexLock lock(&mu_);
+      zero_.SignalAll();
+    }
   }
-  int64_t Get() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return count_;
-  }
+  int64_t Get() const { return count_.load(std::memory_order_acquire); }
   bool AwaitZero(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithDeadline(absl::Condition(this, &QueuedCount::ZeroLocked), deadline);
+    while (Get() != 0) {
+      if (zero_.WaitWithDeadline(&mu_, deadline)) return Get() == 0;  // timed out
+    }
+    return true;
   }
 
  private:
-  bool ZeroLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; }
-
+  std::atomic<int64_t> count_{0};
   mutable absl::Mutex mu_;
-  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable absl::CondVar zero_;
 };
 
 template <typename T>
