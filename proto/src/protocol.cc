@@ -40,6 +40,13 @@ absl::Status ValidateLabelKey(absl::string_view key) {
   for (absl::string_view reserved : kReservedLabelKeys) {
     if (key == reserved) return bad("is reserved by the exposition");
   }
+  for (absl::string_view reserved : kTargetLabelKeys) {
+    if (key == reserved) {
+      return bad(
+          "is reserved: Prometheus sets it on the scrape target, and a series carrying it would "
+          "pass for another node (choose another name, e.g. \"my_" + std::string(key) + "\")");
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -415,6 +415,25 @@ TEST_F(IngestSessionTest, HelloInALaterBatchIsReportedAndIgnored) {
   EXPECT_EQ(Series("s").key->labels, (Labels{{"rank", "0"}}));
 }
 
+// With Prometheus's honor_labels, a series' `instance` would replace the
+// scraped node's: neither a stream's identity nor a stat may carry one.
+TEST_F(IngestSessionTest, TargetLabelsAreRefusedInHelloAndDefinitionsNamingTheLabel) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  SetHello(batch, {{"rank", "0"}, {"instance", "gpu-07:9464"}});
+  AddDefinition(batch, 1, "s", {v1::COUNT});
+  v1::StatDefinition* spoofing = AddDefinition(batch, 2, "t", {v1::COUNT});
+  (*spoofing->mutable_labels())["pod"] = "torchmond-abcde";
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(2));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("hello.labels: label key \"instance\""));
+  EXPECT_EQ(ack.errors(1).code(), static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ack.errors(1).message(), HasSubstr("label key \"pod\" is reserved"));
+  // The refused identity does not land; the stat without the label does.
+  EXPECT_EQ(Series("s").key->labels, Labels{});
+  EXPECT_THAT(aggregator_.ListSeries(Selector{}), SizeIs(1));
+}
+
 TEST_F(IngestSessionTest, SamplesForASeriesThatExpiredRecreateIt) {
   v1::IngestBatch first;
   AddDefinition(first, 1, "s", {v1::COUNT});

@@ -153,6 +153,23 @@ TEST(ValidateLabelKeyTest, RefusesReservedKeysNamingThem) {
   }
 }
 
+// With honor_labels, a series label wins over the target's: a client must
+// not be able to say which node (instance) or pod its series come from.
+TEST(ValidateLabelKeyTest, RefusesPrometheusTargetLabelsNamingThemAndWhy) {
+  for (const char* key : {"instance", "node", "namespace", "pod", "container", "endpoint",
+                          "service", "le", "quantile"}) {
+    absl::Status s = ValidateLabelKey(key);
+    ASSERT_FALSE(s.ok()) << key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(std::string("\"") + key + "\""));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("scrape target"));
+  }
+  // The training job is kept on purpose, and names merely containing a
+  // target label are fine.
+  EXPECT_TRUE(ValidateLabelKey("job").ok());
+  EXPECT_TRUE(ValidateLabelKey("instance_id").ok());
+  EXPECT_TRUE(ValidateLabelKey("training_pod").ok());
+}
+
 TEST(ValidateLabelKeyTest, RefusesDoubleUnderscorePrefix) {
   EXPECT_FALSE(ValidateLabelKey("__name__").ok());
   EXPECT_FALSE(ValidateLabelKey("__x").ok());

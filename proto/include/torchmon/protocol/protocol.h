@@ -27,6 +27,15 @@ inline constexpr int64_t kMaxWindowMs = 24 * 3600 * 1000;
 // Label keys a user cannot set: the exposition uses them itself.
 inline constexpr absl::string_view kReservedLabelKeys[] = {
     "stat", "agg", "reason", "event", "field"};
+// Label keys a user cannot set because Prometheus or its operator sets them
+// on the scrape target and identify the node: with the shipped
+// `honor_labels: true`, a series carrying one would override the target's
+// and pass for another node or pod. `le` and `quantile` are the labels of
+// Prometheus's classic histograms and summaries. (`job` is not here: it is
+// the training job, which honor_labels keeps on purpose.)
+inline constexpr absl::string_view kTargetLabelKeys[] = {
+    "instance", "node", "namespace", "pod", "container", "endpoint", "service", "le",
+    "quantile"};
 
 // Size limits every daemon enforces and every client checks before sending,
 // so that one process cannot make the daemon hold arbitrarily large keys.
