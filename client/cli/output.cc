@@ -158,9 +158,20 @@ void Table::AddRow(std::vector<std::string> cells) {
 }
 
 std::string Table::Render() const {
-  std::vector<size_t> widths(columns_.size());
+  std::vector<size_t> widths;
+  return RenderPage(widths, /*header=*/true);
+}
+
+std::vector<std::string> Table::Headers() const {
+  std::vector<std::string> headers;
+  for (const Column& column : columns_) headers.push_back(column.header);
+  return headers;
+}
+
+std::string Table::RenderPage(std::vector<size_t>& widths, bool header) const {
+  widths.resize(columns_.size());
   for (size_t c = 0; c < columns_.size(); ++c) {
-    widths[c] = DisplayWidth(columns_[c].header);
+    widths[c] = std::max(widths[c], DisplayWidth(columns_[c].header));
     for (const auto& row : rows_) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
   }
   std::string out;
@@ -177,11 +188,42 @@ std::string Table::Render() const {
     }
     absl::StrAppend(&out, absl::StripTrailingAsciiWhitespace(line), "\n");
   };
-  std::vector<std::string> header;
-  for (const Column& column : columns_) header.push_back(column.header);
-  append_line(header);
+  if (header) append_line(Headers());
   for (const auto& row : rows_) append_line(row);
   return out;
+}
+
+PagedOutput::PagedOutput(bool json, std::string json_key)
+    : json_(json), json_key_(std::move(json_key)) {}
+
+std::string PagedOutput::Page(const Table& table, const std::vector<std::string>& json_elements) {
+  std::string out;
+  if (json_) {
+    for (const std::string& element : json_elements) {
+      absl::StrAppend(&out, elements_++ == 0 ? absl::StrCat("{", JsonString(json_key_), ":[\n")
+                                             : std::string(",\n"),
+                      element);
+    }
+    return out;
+  }
+  // The first page prints the header even without rows; later empty pages
+  // print nothing.
+  if (table.empty() && !first_page_) return out;
+  std::vector<std::string> headers = table.Headers();
+  const bool header = first_page_ || headers != headers_;
+  if (header && !first_page_) {
+    out += "\n";
+    widths_.clear();
+  }
+  first_page_ = false;
+  headers_ = std::move(headers);
+  return out + table.RenderPage(widths_, header);
+}
+
+std::string PagedOutput::End() const {
+  if (!json_) return "";
+  if (elements_ == 0) return absl::StrCat("{", JsonString(json_key_), ":[]}\n");
+  return "\n]}\n";
 }
 
 std::string FormatLocalTime(int64_t unix_ms) {
@@ -215,7 +257,7 @@ std::string FormatLabels(const google::protobuf::Map<std::string, std::string>& 
   return absl::StrJoin(parts, ",");
 }
 
-std::string RenderSeriesTable(const v1::ListSeriesResponse& response) {
+Table SeriesTable(const v1::ListSeriesResponse& response) {
   Table table({{"STAT"},
                {"LABELS"},
                {"AGGS"},
@@ -243,10 +285,10 @@ std::string RenderSeriesTable(const v1::ListSeriesResponse& response) {
          absl::StrCat(counters.late()), absl::StrCat(counters.skewed()),
          absl::StrCat(counters.client_dropped()), last_window});
   }
-  return table.Render();
+  return table;
 }
 
-std::string RenderSeriesJson(const v1::ListSeriesResponse& response) {
+std::vector<std::string> SeriesJsonElements(const v1::ListSeriesResponse& response) {
   std::vector<std::string> elements;
   for (const v1::SeriesInfo& info : response.series()) {
     std::vector<std::string> aggregations;
@@ -264,10 +306,10 @@ std::string RenderSeriesJson(const v1::ListSeriesResponse& response) {
         "},\"last_update_ms\":", info.last_update_ms(), ",\"last_window\":",
         info.has_last_window() ? WindowJson(info.last_window()) : "null", "}"));
   }
-  return JsonDocument("series", elements);
+  return elements;
 }
 
-std::string RenderWindowsTable(const v1::GetWindowsResponse& response) {
+Table WindowsTable(const v1::GetWindowsResponse& response) {
   // One column per aggregation present in any window, in Aggregation order,
   // then the quantiles, smallest first.
   std::set<std::pair<int, double>> present;
@@ -304,13 +346,13 @@ std::string RenderWindowsTable(const v1::GetWindowsResponse& response) {
     row.push_back(window.partial() ? "yes" : "no");
     table.AddRow(std::move(row));
   }
-  return table.Render();
+  return table;
 }
 
-std::string RenderWindowsJson(const v1::GetWindowsResponse& response) {
+std::vector<std::string> WindowsJsonElements(const v1::GetWindowsResponse& response) {
   std::vector<std::string> elements;
   for (const v1::WindowSummary& window : response.windows()) elements.push_back(WindowJson(window));
-  return JsonDocument("windows", elements);
+  return elements;
 }
 
 std::string RenderRanksTable(const v1::CompareRanksResponse& response,
@@ -436,7 +478,7 @@ std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ra
                       absl::StrJoin(elements, ","), "]}\n");
 }
 
-std::string RenderEventsTable(const v1::GetEventsResponse& response) {
+Table EventsTable(const v1::GetEventsResponse& response) {
   Table table({{"SEQ", true}, {"TIME"}, {"NAME"}, {"LABELS"}, {"DATA"}});
   for (const v1::Event& event : response.events()) {
     std::vector<std::string> data;
@@ -447,10 +489,10 @@ std::string RenderEventsTable(const v1::GetEventsResponse& response) {
                   FormatLocalTime(FloorDiv(event.timestamp_us(), 1000)), event.name(),
                   FormatLabels(event.labels()), data.empty() ? "-" : absl::StrJoin(data, " ")});
   }
-  return table.Render();
+  return table;
 }
 
-std::string RenderEventsJson(const v1::GetEventsResponse& response) {
+std::vector<std::string> EventsJsonElements(const v1::GetEventsResponse& response) {
   std::vector<std::string> elements;
   for (const v1::Event& event : response.events()) {
     std::string data = "{";
@@ -469,7 +511,7 @@ std::string RenderEventsJson(const v1::GetEventsResponse& response) {
         ",\"timestamp_us\":", event.timestamp_us(), ",\"labels\":", JsonLabels(event.labels()),
         ",\"data\":", data, ",\"data_types\":", types, "}"));
   }
-  return JsonDocument("events", elements);
+  return elements;
 }
 
 std::string RenderWindowLine(const v1::WindowSummary& window) {

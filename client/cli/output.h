@@ -35,10 +35,38 @@ class Table {
 
   // The header line and every row, each ending in '\n'.
   std::string Render() const;
+  // The rows (after the header line if `header`), each column at least
+  // widths[c] wide; widths grows to what this table needs, so that the
+  // pages of one answer line up.
+  std::string RenderPage(std::vector<size_t>& widths, bool header) const;
+  bool empty() const { return rows_.empty(); }
+  std::vector<std::string> Headers() const;
 
  private:
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> rows_;
+};
+
+// A paged answer printed as its pages arrive. With JSON, one document whose
+// array continues from page to page; as a table, the columns keep their
+// widths (growing when a page needs it) and the header is repeated only when
+// a page's columns differ (a windows page with other aggregations).
+class PagedOutput {
+ public:
+  // `json_key` names the document's array ("series").
+  PagedOutput(bool json, std::string json_key);
+  // The text to print for one page: its table, or its JSON elements.
+  std::string Page(const Table& table, const std::vector<std::string>& json_elements);
+  // The text to print after the last page.
+  std::string End() const;
+
+ private:
+  const bool json_;
+  const std::string json_key_;
+  size_t elements_ = 0;
+  bool first_page_ = true;
+  std::vector<std::string> headers_;
+  std::vector<size_t> widths_;
 };
 
 // "2024-05-01T12:00:10.250+02:00": local time, millisecond precision, offset.
@@ -55,12 +83,12 @@ using protocol::JsonNumber;
 using protocol::JsonString;
 
 // series
-std::string RenderSeriesTable(const v1::ListSeriesResponse& response);
-std::string RenderSeriesJson(const v1::ListSeriesResponse& response);
+Table SeriesTable(const v1::ListSeriesResponse& response);
+std::vector<std::string> SeriesJsonElements(const v1::ListSeriesResponse& response);
 
 // windows
-std::string RenderWindowsTable(const v1::GetWindowsResponse& response);
-std::string RenderWindowsJson(const v1::GetWindowsResponse& response);
+Table WindowsTable(const v1::GetWindowsResponse& response);
+std::vector<std::string> WindowsJsonElements(const v1::GetWindowsResponse& response);
 
 // ranks: `aggregation` names the value column.
 std::string RenderRanksTable(const v1::CompareRanksResponse& response, const protocol::NamedAggregation& aggregation);
@@ -80,8 +108,8 @@ std::string RenderTopJsonLine(int64_t now_ms, const v1::CompareRanksResponse& ra
                               const protocol::NamedAggregation& aggregation, const std::vector<SeriesDrops>& drops);
 
 // events
-std::string RenderEventsTable(const v1::GetEventsResponse& response);
-std::string RenderEventsJson(const v1::GetEventsResponse& response);
+Table EventsTable(const v1::GetEventsResponse& response);
+std::vector<std::string> EventsJsonElements(const v1::GetEventsResponse& response);
 
 // watch: one line per window, ending in '\n'.
 std::string RenderWindowLine(const v1::WindowSummary& window);

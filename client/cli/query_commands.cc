@@ -115,6 +115,40 @@ int CallAndPrint(const GlobalOptions& global, UnaryQuery<Request, Response> meth
   return kExitOk;
 }
 
+// Calls a paged Query method page by page to the last one, handing each
+// answer to `on_page` as it arrives; kExitOk, or the failed call's status.
+template <typename Request, typename Response, typename OnPage>
+int CallPages(const GlobalOptions& global, v1::Query::Stub& stub,
+              UnaryQuery<Request, Response> method, Request request, OnPage&& on_page) {
+  for (;;) {
+    Response response;
+    if (const int status = Call(global, stub, method, request, response); status != kExitOk) {
+      return status;
+    }
+    on_page(response);
+    if (response.next_page_token().empty()) return kExitOk;
+    request.set_page_token(response.next_page_token());
+  }
+}
+
+// A paged query command: connects and follows the pages to the last one,
+// printing each as it arrives (PagedOutput), so that a listing of a million
+// series neither waits for nor holds the whole answer. Each page is one call
+// bounded by --timeout.
+template <typename Request, typename Response, typename MakeTable, typename MakeJson>
+int CallPagesAndPrint(const GlobalOptions& global, UnaryQuery<Request, Response> method,
+                      const Request& request, const std::string& json_key, MakeTable&& table,
+                      MakeJson&& json) {
+  const auto stub = NewQueryStub(global);
+  if (stub == nullptr) return kExitUsage;
+  PagedOutput output(global.json, json_key);
+  const int status = CallPages(global, *stub, method, request, [&](const Response& response) {
+    Print(global.json ? output.Page(Table({}), json(response)) : output.Page(table(response), {}));
+  });
+  if (status == kExitOk) Print(output.End());
+  return status;
+}
+
 sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -128,10 +162,8 @@ sigset_t TerminationSignals() {
 int RunSeries(const GlobalOptions& global, const SeriesCommand& command) {
   v1::ListSeriesRequest request;
   FillSelector(command.stat_glob, command.labels, request.mutable_selector());
-  return CallAndPrint(global, &v1::Query::Stub::ListSeries, request,
-                      [&](const v1::ListSeriesResponse& response) {
-                        return global.json ? RenderSeriesJson(response) : RenderSeriesTable(response);
-                      });
+  return CallPagesAndPrint(global, &v1::Query::Stub::ListSeries, request, "series", SeriesTable,
+                           SeriesJsonElements);
 }
 
 int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
@@ -145,10 +177,8 @@ int RunWindows(const GlobalOptions& global, const WindowsCommand& command) {
     // 0 means "no lower bound", so a start at or before the epoch becomes 1.
     request.set_start_ms(std::max<int64_t>(now_ms - *command.since_ms, 1));
   }
-  return CallAndPrint(global, &v1::Query::Stub::GetWindows, request,
-                      [&](const v1::GetWindowsResponse& response) {
-                        return global.json ? RenderWindowsJson(response) : RenderWindowsTable(response);
-                      });
+  return CallPagesAndPrint(global, &v1::Query::Stub::GetWindows, request, "windows",
+                           WindowsTable, WindowsJsonElements);
 }
 
 int RunRanks(const GlobalOptions& global, const RanksCommand& command) {
@@ -170,10 +200,8 @@ int RunEvents(const GlobalOptions& global, const EventsCommand& command) {
   request.mutable_selector()->set_name(command.name);
   AddEqualMatchers(command.labels, request.mutable_selector()->mutable_labels());
   request.set_limit(command.last);
-  return CallAndPrint(global, &v1::Query::Stub::GetEvents, request,
-                      [&](const v1::GetEventsResponse& response) {
-                        return global.json ? RenderEventsJson(response) : RenderEventsTable(response);
-                      });
+  return CallPagesAndPrint(global, &v1::Query::Stub::GetEvents, request, "events", EventsTable,
+                           EventsJsonElements);
 }
 
 void BlockTerminationSignals() {
@@ -238,31 +266,32 @@ int RunTop(const GlobalOptions& global, const TopCommand& command) {
     v1::CompareRanksResponse ranks;
     v1::ListSeriesRequest series_request;
     FillSelector("", command.labels, series_request.mutable_selector());
-    v1::ListSeriesResponse series;
     if (const int status = Call(global, *stub, &v1::Query::Stub::CompareRanks, ranks_request, ranks);
         status != kExitOk) {
       return status;
     }
-    if (const int status = Call(global, *stub, &v1::Query::Stub::ListSeries, series_request, series);
-        status != kExitOk) {
-      return status;
-    }
     std::vector<SeriesDrops> drops;
-    for (const v1::SeriesInfo& info : series.series()) {
-      auto key = std::make_pair(info.series().stat(),
-                                std::map<std::string, std::string>(info.series().labels().begin(),
-                                                                   info.series().labels().end()));
-      const v1::SeriesCounters& now = info.counters();
-      const v1::SeriesCounters& then = before[key];  // zero for a new series
-      SeriesDrops d;
-      d.series = info.series();
-      d.capped = now.capped() - std::min(now.capped(), then.capped());
-      d.late = now.late() - std::min(now.late(), then.late());
-      d.skewed = now.skewed() - std::min(now.skewed(), then.skewed());
-      d.client = now.client_dropped() - std::min(now.client_dropped(), then.client_dropped());
-      if (d.capped + d.late + d.skewed + d.client > 0) drops.push_back(std::move(d));
-      before[key] = now;
-    }
+    // Every page: a series that drops may be anywhere in the listing.
+    const int status = CallPages(
+        global, *stub, &v1::Query::Stub::ListSeries, series_request,
+        [&](const v1::ListSeriesResponse& series) {
+          for (const v1::SeriesInfo& info : series.series()) {
+            auto key = std::make_pair(
+                info.series().stat(), std::map<std::string, std::string>(
+                                          info.series().labels().begin(), info.series().labels().end()));
+            const v1::SeriesCounters& now = info.counters();
+            const v1::SeriesCounters& then = before[key];  // zero for a new series
+            SeriesDrops d;
+            d.series = info.series();
+            d.capped = now.capped() - std::min(now.capped(), then.capped());
+            d.late = now.late() - std::min(now.late(), then.late());
+            d.skewed = now.skewed() - std::min(now.skewed(), then.skewed());
+            d.client = now.client_dropped() - std::min(now.client_dropped(), then.client_dropped());
+            if (d.capped + d.late + d.skewed + d.client > 0) drops.push_back(std::move(d));
+            before[key] = now;
+          }
+        });
+    if (status != kExitOk) return status;
     const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();

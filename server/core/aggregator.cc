@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -361,50 +363,137 @@ SeriesSnapshot Aggregator::Snapshot(const std::shared_ptr<Series>& s) {
   return snap;
 }
 
+namespace {
+
+// The stat name every series a selector matches has, if it names one
+// exactly (no glob): its series are one run of the key order.
+std::optional<absl::string_view> ExactStat(const Selector& selector) {
+  if (selector.name.empty() || selector.name.find_first_of("*?") != std::string::npos) {
+    return std::nullopt;
+  }
+  return absl::string_view(selector.name);
+}
+
+}  // namespace
+
+bool Aggregator::PastSelector(const Selector& selector, const SeriesKey& key) {
+  const std::optional<absl::string_view> stat = ExactStat(selector);
+  return stat.has_value() && key.stat != *stat;
+}
+
+Aggregator::IdIterator Aggregator::FirstAfterLocked(const Selector& selector,
+                                                    const SeriesKey* after) const {
+  IdIterator it = after != nullptr ? ids_.upper_bound(*after) : ids_.begin();
+  // An exact stat name starts at its first series: the key with no labels
+  // sorts before every other key of the stat.
+  if (const std::optional<absl::string_view> stat = ExactStat(selector); stat.has_value()) {
+    const SeriesKey first{std::string(*stat), LabelSet()};
+    if (after == nullptr || *after < first) it = ids_.lower_bound(first);
+  }
+  return it;
+}
+
+Aggregator::SeriesChunk Aggregator::ListSeriesChunk(const Selector& selector,
+                                                    const SeriesKey* after,
+                                                    size_t max_series) const {
+  YieldToWriters();
+  SeriesChunk chunk;
+  absl::ReaderMutexLock lock(&mu_);
+  IdIterator it = FirstAfterLocked(selector, after);
+  const size_t max_items = std::min(std::max<size_t>(max_series, 1), kWalkChunk);
+  for (size_t visited = 0; it != ids_.end(); ++it) {
+    const std::shared_ptr<Series>& s = slots_[it->second & kSlotMask].series;
+    if (PastSelector(selector, s->key)) return chunk;  // resume_after null: done
+    if (selector.Matches(s->key)) chunk.series.push_back(Snapshot(s));
+    if (chunk.series.size() >= max_items || ++visited >= kVisitPerChunk) {
+      chunk.resume_after = std::shared_ptr<const SeriesKey>(s, &s->key);
+      // Nothing after the end: report the end now rather than in an empty
+      // chunk.
+      if (std::next(it) == ids_.end()) chunk.resume_after = nullptr;
+      return chunk;
+    }
+  }
+  return chunk;
+}
+
 std::vector<SeriesSnapshot> Aggregator::ListSeries(const Selector& selector) const {
   std::vector<SeriesSnapshot> out;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    for (const Slot& slot : slots_) {
-      if (slot.series != nullptr && selector.Matches(slot.series->key)) {
-        out.push_back(Snapshot(slot.series));
+  std::shared_ptr<const SeriesKey> after;
+  do {
+    SeriesChunk chunk = ListSeriesChunk(selector, after.get(), kWalkChunk);
+    std::move(chunk.series.begin(), chunk.series.end(), std::back_inserter(out));
+    after = std::move(chunk.resume_after);
+  } while (after != nullptr);
+  return out;
+}
+
+Aggregator::WindowsChunk Aggregator::GetWindowsChunk(const Selector& selector,
+                                                     const WindowFilter& filter,
+                                                     const WindowCursor* from,
+                                                     size_t max_windows) const {
+  YieldToWriters();
+  WindowsChunk chunk;
+  const size_t max_items = std::min(std::max<size_t>(max_windows, 1), kWalkChunk);
+  absl::ReaderMutexLock lock(&mu_);
+  // The cursor's own series first (if it still exists), from the window
+  // after the last one listed; then the series after it.
+  IdIterator it;
+  if (from != nullptr) {
+    it = ids_.lower_bound(*from->series);
+    if (it != ids_.end() && !(*it->first == *from->series)) {
+      it = FirstAfterLocked(selector, from->series.get());
+    }
+  } else {
+    it = FirstAfterLocked(selector, nullptr);
+  }
+  std::vector<size_t> picked;  // history indices of one series, newest first
+  for (size_t visited = 0; it != ids_.end(); ++it) {
+    const std::shared_ptr<Series>& s = slots_[it->second & kSlotMask].series;
+    if (PastSelector(selector, s->key)) return chunk;
+    if (++visited > kVisitPerChunk) {
+      // Resume at this series, none of whose windows were taken.
+      chunk.resume = WindowCursor{std::shared_ptr<const SeriesKey>(s, &s->key),
+                                  std::numeric_limits<int64_t>::min()};
+      return chunk;
+    }
+    if (!selector.Matches(s->key)) continue;
+    const int64_t after_start = (from != nullptr && s->key == *from->series)
+                                    ? from->after_start_ms
+                                    : std::numeric_limits<int64_t>::min();
+    // Newest first, so that the limit keeps the most recent windows.
+    picked.clear();
+    for (size_t i = s->history.size(); i-- > 0;) {
+      const WindowRecord& r = s->history[i].record;
+      if (filter.limit_per_series != 0 && picked.size() >= filter.limit_per_series) break;
+      if (filter.start_ms != 0 && r.start_ms < filter.start_ms) break;
+      if (filter.end_ms != 0 && r.start_ms + s->spec.window_ms > filter.end_ms) continue;
+      picked.push_back(i);
+    }
+    for (auto p = picked.rbegin(); p != picked.rend(); ++p) {
+      if (s->history[*p].record.start_ms <= after_start) continue;
+      chunk.windows.push_back(ToClosedWindow(s, *p));
+      if (chunk.windows.size() >= max_items) {
+        const bool series_done = std::next(p) == picked.rend();
+        if (series_done && std::next(it) == ids_.end()) return chunk;  // the end
+        chunk.resume = WindowCursor{std::shared_ptr<const SeriesKey>(s, &s->key),
+                                    chunk.windows.back().start_ms};
+        return chunk;
       }
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const SeriesSnapshot& a, const SeriesSnapshot& b) { return *a.key < *b.key; });
-  return out;
+  return chunk;
 }
 
 std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64_t start_ms,
                                                  int64_t end_ms, size_t limit_per_series) const {
-  std::vector<std::vector<ClosedWindow>> per_series;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    for (const Slot& slot : slots_) {
-      const std::shared_ptr<Series>& s = slot.series;
-      if (s == nullptr || !selector.Matches(s->key)) continue;
-      std::vector<ClosedWindow> windows;
-      // Walk newest first so the limit keeps the most recent windows.
-      for (size_t i = s->history.size(); i-- > 0;) {
-        const WindowRecord& r = s->history[i].record;
-        if (limit_per_series != 0 && windows.size() >= limit_per_series) break;
-        const int64_t end = r.start_ms + s->spec.window_ms;
-        if (start_ms != 0 && r.start_ms < start_ms) break;
-        if (end_ms != 0 && end > end_ms) continue;
-        windows.push_back(ToClosedWindow(s, i));
-      }
-      if (windows.empty()) continue;
-      std::reverse(windows.begin(), windows.end());
-      per_series.push_back(std::move(windows));
-    }
-  }
-  std::sort(per_series.begin(), per_series.end(),
-            [](const auto& a, const auto& b) { return *a.front().series < *b.front().series; });
+  const WindowFilter filter{start_ms, end_ms, limit_per_series};
   std::vector<ClosedWindow> out;
-  for (auto& windows : per_series) {
-    std::move(windows.begin(), windows.end(), std::back_inserter(out));
-  }
+  std::optional<WindowCursor> from;
+  do {
+    WindowsChunk chunk = GetWindowsChunk(selector, filter, from ? &*from : nullptr, kWalkChunk);
+    std::move(chunk.windows.begin(), chunk.windows.end(), std::back_inserter(out));
+    from = std::move(chunk.resume);
+  } while (from.has_value());
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -133,14 +134,67 @@ class Aggregator {
   // many were removed. Works in chunks of series like CloseDueWindows.
   size_t ExpireIdleSeries() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Series matching `selector`, sorted by stat name then labels.
+  // Series matching `selector`, sorted by stat name then labels. Walks in
+  // chunks (ListSeriesChunk); a series created or removed meanwhile may or
+  // may not be listed.
   std::vector<SeriesSnapshot> ListSeries(const Selector& selector) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Closed windows of the matching series with start_ms ≥ start_ms and
+  // Which closed windows of a series a query wants: start_ms ≥ start_ms and
   // end_ms ≤ end_ms (0 = unbounded), at most `limit_per_series` most recent
-  // per series (0 = all), grouped by series (sorted), oldest first.
+  // (0 = all).
+  struct WindowFilter {
+    int64_t start_ms = 0;
+    int64_t end_ms = 0;
+    size_t limit_per_series = 0;
+  };
+  // The filtered closed windows of the matching series, grouped by series
+  // (sorted), oldest first. Walks in chunks, like ListSeries.
   std::vector<ClosedWindow> GetWindows(const Selector& selector, int64_t start_ms, int64_t end_ms,
                                        size_t limit_per_series) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Listings in pages. Series are ordered by key (stat name, then labels),
+  // and a listing resumes after a key: the key, not a position, so series
+  // created or removed between two chunks shift nothing. A walk that
+  // resumes after key K sees every series with a key above K that existed
+  // when the walk got there; none twice.
+  //
+  // One chunk holds the lock (shared) once, visits at most kVisitPerChunk
+  // series and copies out at most kWalkChunk items, so a listing of a
+  // million series keeps ingestion waiting for one chunk at a time.
+  static constexpr size_t kVisitPerChunk = 4096;  // 4 × kWalkChunk
+
+  struct SeriesChunk {
+    // Matching series, in key order.
+    std::vector<SeriesSnapshot> series;
+    // The last key visited: the next chunk resumes after it. Null when the
+    // walk reached the end.
+    std::shared_ptr<const SeriesKey> resume_after;
+  };
+  // The next chunk of series matching `selector` with key above *after (from
+  // the first if null), at most max_series (≥ 1) of them.
+  SeriesChunk ListSeriesChunk(const Selector& selector, const SeriesKey* after,
+                              size_t max_series) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Where a window listing resumes: in series `series`, after its windows
+  // starting at or before after_start_ms; then after the series.
+  struct WindowCursor {
+    std::shared_ptr<const SeriesKey> series;
+    int64_t after_start_ms = std::numeric_limits<int64_t>::min();
+  };
+  struct WindowsChunk {
+    // Grouped by series in key order, each series' oldest first.
+    std::vector<ClosedWindow> windows;
+    // Where the next chunk resumes; empty when the walk reached the end.
+    std::optional<WindowCursor> resume;
+  };
+  // The next chunk of `filter`ed windows of the series matching `selector`,
+  // from `from` (the start if null), at most max_windows (≥ 1). A series'
+  // windows may be split across chunks; `limit_per_series` is applied to
+  // each series as the chunk finds it (a window that closed in between may
+  // push an older one out of the most recent N).
+  WindowsChunk GetWindowsChunk(const Selector& selector, const WindowFilter& filter,
+                               const WindowCursor* from, size_t max_windows) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Read-only view of one series for the exposition; valid only during the
   // callback of ForEachSeries, except `key`, which the caller may keep (it
@@ -261,21 +315,25 @@ class Aggregator {
   size_t series_count_ ABSL_GUARDED_BY(mu_) = 0;
   // Keyed by the series' own key object (no second copy of every key),
   // looked up by value.
-  struct KeyPtrHash {
-    using is_transparent = void;
-    size_t operator()(const SeriesKey& k) const { return absl::Hash<SeriesKey>()(k); }
-    size_t operator()(const SeriesKey* k) const { return (*this)(*k); }
-  };
-  struct KeyPtrEq {
+  // Ordered, so that listings walk in key order and resume after a key
+  // (ListSeriesChunk); about as compact as a hash map, and Define, the one
+  // lookup by key, is rare.
+  struct KeyPtrLess {
     using is_transparent = void;
     static const SeriesKey& Deref(const SeriesKey& k) { return k; }
     static const SeriesKey& Deref(const SeriesKey* k) { return *k; }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
-      return Deref(a) == Deref(b);
+      return Deref(a) < Deref(b);
     }
   };
-  absl::flat_hash_map<const SeriesKey*, SeriesId, KeyPtrHash, KeyPtrEq> ids_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<const SeriesKey*, SeriesId, KeyPtrLess> ids_ ABSL_GUARDED_BY(mu_);
+  // The first entry of ids_ above *after (the first if null) that can match
+  // `selector`, and whether entries past `it` can match at all.
+  using IdIterator = absl::btree_map<const SeriesKey*, SeriesId, KeyPtrLess>::const_iterator;
+  IdIterator FirstAfterLocked(const Selector& selector, const SeriesKey* after) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  static bool PastSelector(const Selector& selector, const SeriesKey& key);
   // One stored copy per distinct label set; entries no series uses any more
   // are swept by ExpireIdleSeries.
   absl::flat_hash_set<LabelSet> label_sets_ ABSL_GUARDED_BY(mu_);

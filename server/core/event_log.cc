@@ -52,6 +52,42 @@ std::vector<EventRecord> EventLog::Get(const Selector& selector, uint64_t after_
   return out;
 }
 
+uint64_t EventLog::StartOfMostRecent(const Selector& selector, uint64_t after_sequence,
+                                     size_t limit) const {
+  if (limit == 0) return after_sequence;
+  absl::MutexLock lock(&mu_);
+  size_t found = 0;
+  for (auto it = events_.rbegin(); it != events_.rend() && it->sequence > after_sequence; ++it) {
+    if (selector.Matches(it->name, it->labels) && ++found == limit) return it->sequence - 1;
+  }
+  return after_sequence;
+}
+
+EventLog::Chunk EventLog::GetChunk(const Selector& selector, uint64_t after_sequence,
+                                   size_t max_events) const {
+  const size_t max_items = std::clamp<size_t>(max_events, 1, kChunk);
+  Chunk chunk;
+  chunk.resume_after = after_sequence;
+  absl::MutexLock lock(&mu_);
+  // Sequences are consecutive in the log: the first one to look at is found
+  // by subtraction.
+  size_t i = 0;
+  if (!events_.empty() && after_sequence >= events_.front().sequence) {
+    i = static_cast<size_t>(after_sequence - events_.front().sequence + 1);
+  }
+  for (size_t visited = 0; i < events_.size(); ++i) {
+    const EventRecord& e = events_[i];
+    chunk.resume_after = e.sequence;
+    if (selector.Matches(e.name, e.labels)) chunk.events.push_back(e);
+    if (chunk.events.size() >= max_items || ++visited >= kVisitPerChunk) {
+      chunk.done = i + 1 == events_.size();
+      return chunk;
+    }
+  }
+  chunk.done = true;
+  return chunk;
+}
+
 void EventLog::ForEachTotals(
     absl::FunctionRef<void(const SeriesKey&, const Totals&)> fn) const {
   absl::MutexLock lock(&mu_);

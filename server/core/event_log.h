@@ -44,6 +44,24 @@ class EventLog {
   std::vector<EventRecord> Get(const Selector& selector, uint64_t after_sequence,
                                size_t limit) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Paging (Query.GetEvents). The sequence after which the `limit` most
+  // recent matching events with sequence > after_sequence begin (0 = all:
+  // after_sequence itself).
+  uint64_t StartOfMostRecent(const Selector& selector, uint64_t after_sequence,
+                             size_t limit) const ABSL_LOCKS_EXCLUDED(mu_);
+  struct Chunk {
+    std::vector<EventRecord> events;  // oldest first
+    uint64_t resume_after = 0;        // the last sequence looked at
+    bool done = false;                // no retained event after it
+  };
+  // Up to max_events (≥ 1, ≤ kChunk) matching events with sequence >
+  // after_sequence, oldest first, looking at no more than kVisitPerChunk:
+  // the lock is held once, for a bounded time.
+  Chunk GetChunk(const Selector& selector, uint64_t after_sequence, size_t max_events) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kChunk = 1024;
+  static constexpr size_t kVisitPerChunk = 4096;
+
   // Per (name, labels): events seen and the last value of each numeric field
   // (bools as 0/1).
   struct Totals {

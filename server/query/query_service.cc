@@ -1,13 +1,16 @@
 #include "server/query/query_service.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "server/core/rank_comparison.h"
 #include "server/core/convert.h"
+#include "server/query/page_token.h"
 #include "server/query/queued_write_reactor.h"
 #include "torchmon/protocol/protocol.h"
 
@@ -17,6 +20,56 @@ namespace {
 grpc::Status InvalidArgument(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
+
+// Items a page holds at most for a page_size of `requested` (0: the most),
+// or INVALID_ARGUMENT.
+absl::StatusOr<size_t> PageItems(int32_t requested) {
+  if (requested < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size ", requested, " is negative"));
+  }
+  if (requested == 0) return QueryService::kMaxPageSize;
+  return std::min(static_cast<size_t>(requested), QueryService::kMaxPageSize);
+}
+
+// Fills one page of a repeated field: items while the page has room, at
+// most `max_items` and kPageBytes of them (the first item always goes in,
+// whatever its size).
+template <typename Proto>
+class PageBuilder {
+ public:
+  PageBuilder(google::protobuf::RepeatedPtrField<Proto>* items, size_t max_items)
+      : items_(items), max_items_(max_items) {}
+
+  // Adds the item `fill` writes. False, and the item not added, when it
+  // does not fit; then the page is full.
+  template <typename Fill>
+  bool Add(Fill&& fill) {
+    if (full()) return false;
+    Proto* item = items_->Add();
+    fill(item);
+    // The repeated field's tag and length prefix too.
+    const size_t size = item->ByteSizeLong();
+    const size_t encoded = size + 1 + google::protobuf::io::CodedOutputStream::VarintSize64(size);
+    if (items_->size() > 1 && bytes_ + encoded > kItemBytes) {
+      items_->RemoveLast();
+      bytes_full_ = true;
+      return false;
+    }
+    bytes_ += encoded;
+    return true;
+  }
+  bool full() const { return bytes_full_ || static_cast<size_t>(items_->size()) >= max_items_; }
+  size_t room() const { return max_items_ - static_cast<size_t>(items_->size()); }
+
+ private:
+  // The page's items leave room for its next_page_token: a series key at
+  // the size limits (~38 KiB) in base64.
+  static constexpr size_t kItemBytes = QueryService::kPageBytes - (64 << 10);
+  google::protobuf::RepeatedPtrField<Proto>* items_;
+  const size_t max_items_;
+  size_t bytes_ = 0;
+  bool bytes_full_ = false;
+};
 
 // Streams the items of one Broadcaster subscription, converted to `Proto`,
 // until the client cancels or the daemon shuts down.
@@ -69,10 +122,50 @@ grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* 
                                                    const v1::ListSeriesRequest* request,
                                                    v1::ListSeriesResponse* response) {
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
-  for (const SeriesSnapshot& s : aggregator_.ListSeries(SelectorFromProto(request->selector()))) {
-    SeriesToProto(s, response->add_series());
-  }
   auto* reactor = context->DefaultReactor();
+  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
+  if (!max_items.ok()) {
+    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+    return reactor;
+  }
+  const uint64_t fingerprint = RequestFingerprint(*request);
+  std::shared_ptr<const SeriesKey> after;
+  if (!request->page_token().empty()) {
+    absl::StatusOr<PageToken> token =
+        DecodePageToken(request->page_token(), PageToken::Kind::kSeries, fingerprint);
+    if (!token.ok()) {
+      reactor->Finish(InvalidArgument(std::string(token.status().message())));
+      return reactor;
+    }
+    after = std::move(token->series);
+  }
+  const Selector selector = SelectorFromProto(request->selector());
+  PageBuilder<v1::SeriesInfo> page(response->mutable_series(), *max_items);
+  // Chunk by chunk, each under the aggregator's lock once; the answer is
+  // bounded, and so is what the daemon holds for it.
+  std::shared_ptr<const SeriesKey> last_listed;
+  bool more = true;
+  while (more && !page.full()) {
+    Aggregator::SeriesChunk chunk = aggregator_.ListSeriesChunk(selector, after.get(), page.room());
+    for (const SeriesSnapshot& s : chunk.series) {
+      if (!page.Add([&s](v1::SeriesInfo* out) { SeriesToProto(s, out); })) break;
+      last_listed = s.key;
+    }
+    if (page.full()) break;
+    after = std::move(chunk.resume_after);
+    more = after != nullptr;
+  }
+  if (page.full() || more) {
+    // Resume after the last series listed, or (a chunk that found nothing
+    // more to list) after the last one looked at.
+    PageToken next;
+    next.kind = PageToken::Kind::kSeries;
+    next.fingerprint = fingerprint;
+    next.series = page.full() ? last_listed : after;
+    // A full page ending exactly at the last series leaves an empty last
+    // page: the walk cannot know there is nothing more without looking.
+    response->set_next_page_token(EncodePageToken(next));
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -92,10 +185,47 @@ grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* 
                                                  " is before start_ms ", request->start_ms())));
     return reactor;
   }
-  for (const ClosedWindow& w :
-       aggregator_.GetWindows(SelectorFromProto(request->selector()), request->start_ms(),
-                              request->end_ms(), static_cast<size_t>(request->limit_per_series()))) {
-    WindowToProto(w, response->add_windows());
+  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
+  if (!max_items.ok()) {
+    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+    return reactor;
+  }
+  const uint64_t fingerprint = RequestFingerprint(*request);
+  std::optional<Aggregator::WindowCursor> from;
+  if (!request->page_token().empty()) {
+    absl::StatusOr<PageToken> token =
+        DecodePageToken(request->page_token(), PageToken::Kind::kWindows, fingerprint);
+    if (!token.ok()) {
+      reactor->Finish(InvalidArgument(std::string(token.status().message())));
+      return reactor;
+    }
+    from = Aggregator::WindowCursor{std::move(token->series), token->after_start_ms};
+  }
+  const Selector selector = SelectorFromProto(request->selector());
+  const Aggregator::WindowFilter filter{request->start_ms(), request->end_ms(),
+                                        static_cast<size_t>(request->limit_per_series())};
+  PageBuilder<v1::WindowSummary> page(response->mutable_windows(), *max_items);
+  std::optional<Aggregator::WindowCursor> last_listed;
+  bool more = true;
+  while (more && !page.full()) {
+    Aggregator::WindowsChunk chunk =
+        aggregator_.GetWindowsChunk(selector, filter, from ? &*from : nullptr, page.room());
+    for (const ClosedWindow& w : chunk.windows) {
+      if (!page.Add([&w](v1::WindowSummary* out) { WindowToProto(w, out); })) break;
+      last_listed = Aggregator::WindowCursor{w.series, w.start_ms};
+    }
+    if (page.full()) break;
+    from = std::move(chunk.resume);
+    more = from.has_value();
+  }
+  if (page.full() || more) {
+    const Aggregator::WindowCursor& resume = page.full() ? *last_listed : *from;
+    PageToken next;
+    next.kind = PageToken::Kind::kWindows;
+    next.fingerprint = fingerprint;
+    next.series = resume.series;
+    next.after_start_ms = resume.after_start_ms;
+    response->set_next_page_token(EncodePageToken(next));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -110,10 +240,54 @@ grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* c
     reactor->Finish(InvalidArgument(absl::StrCat("limit ", request->limit(), " is negative")));
     return reactor;
   }
-  for (const EventRecord& e : events_.Get(SelectorFromProto(request->selector()),
-                                          request->after_sequence(),
-                                          static_cast<size_t>(request->limit()))) {
-    EventToProto(e, response->add_events());
+  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
+  if (!max_items.ok()) {
+    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+    return reactor;
+  }
+  const uint64_t fingerprint = RequestFingerprint(*request);
+  const Selector selector = SelectorFromProto(request->selector());
+  uint64_t after = 0;
+  uint64_t remaining = 0;  // 0: no limit
+  if (!request->page_token().empty()) {
+    absl::StatusOr<PageToken> token =
+        DecodePageToken(request->page_token(), PageToken::Kind::kEvents, fingerprint);
+    if (!token.ok()) {
+      reactor->Finish(InvalidArgument(std::string(token.status().message())));
+      return reactor;
+    }
+    after = token->after_sequence;
+    remaining = token->remaining;
+  } else {
+    // `limit` picks the most recent events now; the pages then walk forward.
+    after = events_.StartOfMostRecent(selector, request->after_sequence(),
+                                      static_cast<size_t>(request->limit()));
+    remaining = static_cast<uint64_t>(request->limit());
+  }
+  const size_t max_events =
+      remaining == 0 ? *max_items : std::min<size_t>(*max_items, remaining);
+  PageBuilder<v1::Event> page(response->mutable_events(), max_events);
+  uint64_t last_listed = after;
+  bool more = true;
+  while (more && !page.full()) {
+    EventLog::Chunk chunk = events_.GetChunk(selector, after, page.room());
+    for (const EventRecord& e : chunk.events) {
+      if (!page.Add([&e](v1::Event* out) { EventToProto(e, out); })) break;
+      last_listed = e.sequence;
+    }
+    if (page.full()) break;
+    after = chunk.resume_after;
+    more = !chunk.done;
+  }
+  const uint64_t listed = static_cast<uint64_t>(response->events_size());
+  const bool limit_reached = remaining != 0 && listed >= remaining;
+  if ((page.full() || more) && !limit_reached) {
+    PageToken next;
+    next.kind = PageToken::Kind::kEvents;
+    next.fingerprint = fingerprint;
+    next.after_sequence = page.full() ? last_listed : after;
+    next.remaining = remaining == 0 ? 0 : remaining - listed;
+    response->set_next_page_token(EncodePageToken(next));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -16,6 +16,13 @@ class QueryService final : public v1::Query::CallbackService {
  public:
   // A watcher that falls this many items behind loses its oldest ones.
   static constexpr size_t kWatchQueueCapacity = 10000;
+  // A page of ListSeries, GetWindows or GetEvents holds at most this many
+  // items, and is at most this many bytes, its next_page_token included
+  // (unless one item alone is larger: a series at the size limits is
+  // ~80 KiB, an event ~0.3 MiB), so that an answer stays under gRPC's
+  // default 4 MiB receive limit.
+  static constexpr size_t kMaxPageSize = 10000;
+  static constexpr size_t kPageBytes = 2 << 20;
 
   QueryService(const Aggregator& aggregator, const EventLog& events, DaemonStats& stats,
                Broadcaster<ClosedWindow>& windows, Broadcaster<EventRecord>& events_out);

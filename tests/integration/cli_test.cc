@@ -5,12 +5,15 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
@@ -447,6 +450,49 @@ TEST_F(CliTest, SeriesJsonHasTheDocumentedKeysAndTypes) {
   EXPECT_EQ(Number(At(last, "accepted")), 2.0);
   EXPECT_EQ(Number(At(last, "capped")), 0.0);
   EXPECT_FALSE(Bool(At(last, "partial")));
+}
+
+// More series than one page holds (10,000): series and windows follow the
+// pages, printing one JSON document, or one table with one header, in order.
+TEST_F(CliTest, SeriesAndWindowsFollowEveryPageIntoOneDocumentAndOneTable) {
+  Client client(Options());
+  constexpr int kStats = 12'500;
+  std::vector<std::unique_ptr<Stat>> stats;
+  for (int i = 0; i < kStats; ++i) {
+    stats.push_back(std::make_unique<Stat>(client, absl::StrFormat("cli.many%05d", i),
+                                           std::vector<StatAggregation>{Aggregation::COUNT},
+                                           std::chrono::milliseconds(kWindowMs)));
+    stats.back()->add(1);
+  }
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(30)).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::vector<v1::SeriesInfo> all = ListSeries("cli.many*");
+        return all.size() == kStats &&
+               std::all_of(all.begin(), all.end(),
+                           [](const v1::SeriesInfo& s) { return s.has_last_window(); });
+      },
+      std::chrono::seconds(20)));
+
+  for (const std::string command : {"series", "windows"}) {
+    // series takes the glob as --stat, windows as its argument.
+    std::vector<std::string> args = {command};
+    if (command == "series") args.push_back("--stat");
+    args.push_back("cli.many*");
+    const std::vector<Value> listed = Elements(At(CtlJson(args), command));
+    ASSERT_EQ(listed.size(), size_t{kStats}) << command;
+    for (int i = 0; i < kStats; ++i) {
+      ASSERT_EQ(String(At(listed[i], "stat")), absl::StrFormat("cli.many%05d", i)) << command;
+    }
+    const CommandResult table = Ctl(args);
+    ASSERT_EQ(table.exit_code, 0) << table.err;
+    const std::vector<std::string> lines = absl::StrSplit(table.out, '\n', absl::SkipEmpty());
+    ASSERT_EQ(lines.size(), size_t{kStats} + 1) << command;
+    EXPECT_TRUE(absl::StartsWith(lines[0], "STAT")) << command;
+    EXPECT_TRUE(absl::StartsWith(lines[kStats], absl::StrFormat("cli.many%05d", kStats - 1)));
+    // The pages line up: every row as wide as the header's columns say.
+    EXPECT_EQ(lines[1].find("host="), lines[kStats].find("host=")) << command;
+  }
 }
 
 TEST_F(CliTest, SeriesJsonLastWindowIsNullBeforeAnyWindowCloses) {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <fstream>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -381,6 +383,165 @@ TEST_F(DaemonTest, TenThousandStatsFromFourThreadsShareASmallBudgetAndAccountExa
   }
   std::cout << "10,000 stats x 4 threads, 2 MiB budget: " << dropped << " of "
             << uint64_t{kStats} * kThreads * kRounds << " samples dropped, each counted\n";
+}
+
+// Every page of every listing, read through a channel with gRPC's default
+// 4 MiB receive limit; checks each page's bound on the way.
+template <typename Request, typename Response, typename Items>
+void FollowPages(v1::Query::Stub& stub,
+                 grpc::Status (v1::Query::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                         Response*),
+                 Request request, Items&& items, size_t* pages) {
+  *pages = 0;
+  for (;;) {
+    Response response;
+    grpc::ClientContext context;
+    const grpc::Status status = (stub.*method)(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ++*pages;
+    // The page bound (2 MiB of items) with room for one more item.
+    ASSERT_LE(response.ByteSizeLong(), size_t{2} << 20) << "page " << *pages;
+    items(response);
+    if (response.next_page_token().empty()) return;
+    request.set_page_token(response.next_page_token());
+  }
+}
+
+// 12,000 series with 1 KB label values answer ~27 MB to ListSeries and
+// ~14 MB to GetWindows, and 24 events at the size limits ~7 MB: each comes
+// in pages under the default receive limit, all of it exactly once, to a
+// client that asks for no page size (as one written before paging would).
+TEST_F(DaemonTest, EveryListingComesInPagesUnderTheDefaultReceiveLimit) {
+  StartDaemon({"--grace", "100ms"});
+  const std::string long_value(1000, 'v');
+  Client client(Options({{"rank", "0"}, {"run", long_value}}));
+  constexpr int kStats = 12'000;
+  std::vector<std::unique_ptr<Stat>> stats;
+  for (int i = 0; i < kStats; ++i) {
+    stats.push_back(std::make_unique<Stat>(client, absl::StrFormat("paged.s%05d", i),
+                                           std::vector<StatAggregation>{Aggregation::COUNT},
+                                           std::chrono::milliseconds(100)));
+    stats.back()->add(1);
+  }
+  constexpr int kEvents = 24;
+  for (int e = 0; e < kEvents; ++e) {
+    std::map<std::string, EventValue> data;
+    for (int f = 0; f < 64; ++f) data[absl::StrCat("f", f)] = std::string(4000, 'x');
+    client.LogEvent(Event(absl::StrCat("paged.event", e), std::move(data)));
+  }
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(30)).ok());
+  auto stub = daemon_->QueryStub();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::vector<v1::SeriesInfo> all = ListSeries("paged.*");
+        return all.size() == kStats &&
+               std::all_of(all.begin(), all.end(),
+                           [](const v1::SeriesInfo& s) { return s.has_last_window(); });
+      },
+      std::chrono::seconds(20)));
+
+  size_t pages = 0;
+  std::vector<std::string> names;
+  v1::ListSeriesRequest series;
+  series.mutable_selector()->set_stat("paged.*");
+  FollowPages(*stub, &v1::Query::Stub::ListSeries, series,
+              [&](const v1::ListSeriesResponse& r) {
+                for (const auto& s : r.series()) names.push_back(s.series().stat());
+              },
+              &pages);
+  ASSERT_EQ(names.size(), size_t{kStats});
+  for (int i = 0; i < kStats; ++i) ASSERT_EQ(names[i], absl::StrFormat("paged.s%05d", i));
+  EXPECT_GE(pages, 12u);  // ~27 MB in pages of at most 2 MiB
+  std::cout << "ListSeries: " << kStats << " series in " << pages << " pages\n";
+
+  std::vector<std::string> windows;
+  v1::GetWindowsRequest windows_request = v1::GetWindowsRequest();
+  windows_request.mutable_selector()->set_stat("paged.*");
+  FollowPages(*stub, &v1::Query::Stub::GetWindows, windows_request,
+              [&](const v1::GetWindowsResponse& r) {
+                for (const auto& w : r.windows()) windows.push_back(w.series().stat());
+              },
+              &pages);
+  EXPECT_EQ(windows, names);  // one window each, in series order
+  EXPECT_GE(pages, 6u);
+
+  std::vector<uint64_t> sequences;
+  v1::GetEventsRequest events;
+  events.mutable_selector()->set_name("paged.*");
+  FollowPages(*stub, &v1::Query::Stub::GetEvents, events,
+              [&](const v1::GetEventsResponse& r) {
+                for (const auto& e : r.events()) sequences.push_back(e.sequence());
+              },
+              &pages);
+  ASSERT_EQ(sequences.size(), size_t{kEvents});
+  EXPECT_TRUE(std::is_sorted(sequences.begin(), sequences.end()));
+  EXPECT_GE(pages, 3u);
+
+  // `limit` counts over all pages: the 10 most recent, oldest first.
+  events.set_limit(10);
+  events.set_page_size(3);
+  std::vector<uint64_t> last10;
+  FollowPages(*stub, &v1::Query::Stub::GetEvents, events,
+              [&](const v1::GetEventsResponse& r) {
+                EXPECT_LE(r.events_size(), 3);
+                for (const auto& e : r.events()) last10.push_back(e.sequence());
+              },
+              &pages);
+  EXPECT_EQ(last10, std::vector<uint64_t>(sequences.end() - 10, sequences.end()));
+  EXPECT_EQ(pages, 4u);
+}
+
+TEST_F(DaemonTest, APageTokenIsGoodOnlyForItsOwnRequest) {
+  StartDaemon();
+  Client client(Options());
+  std::vector<std::unique_ptr<Stat>> stats;
+  for (int i = 0; i < 5; ++i) {
+    stats.push_back(std::make_unique<Stat>(client, absl::StrCat("tok.s", i),
+                                           std::vector<StatAggregation>{Aggregation::COUNT},
+                                           std::chrono::milliseconds(kWindowMs)));
+  }
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(10)).ok());
+  auto stub = daemon_->QueryStub();
+  v1::ListSeriesRequest request;
+  request.mutable_selector()->set_stat("tok.*");
+  request.set_page_size(2);
+  v1::ListSeriesResponse first;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->ListSeries(&context, request, &first).ok());
+  }
+  ASSERT_EQ(first.series_size(), 2);
+  ASSERT_FALSE(first.next_page_token().empty());
+  // Another page size is fine: the token names the last series listed.
+  request.set_page_token(first.next_page_token());
+  request.set_page_size(10);
+  v1::ListSeriesResponse rest;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->ListSeries(&context, request, &rest).ok());
+  }
+  ASSERT_EQ(rest.series_size(), 3);
+  EXPECT_EQ(rest.series(0).series().stat(), "tok.s2");
+  EXPECT_TRUE(rest.next_page_token().empty());
+  // Another selector is not.
+  request.mutable_selector()->set_stat("tok.s*");
+  grpc::ClientContext other;
+  v1::ListSeriesResponse refused;
+  const grpc::Status status = stub->ListSeries(&other, request, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("page_token belongs to another request"));
+  // Nor garbage, nor a negative page size.
+  request.set_page_token("not a token");
+  grpc::ClientContext garbage;
+  EXPECT_EQ(stub->ListSeries(&garbage, request, &refused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GetWindowsRequest negative;
+  negative.set_page_size(-1);
+  grpc::ClientContext negative_context;
+  v1::GetWindowsResponse unused;
+  const grpc::Status negative_status = stub->GetWindows(&negative_context, negative, &unused);
+  EXPECT_EQ(negative_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(negative_status.error_message(), HasSubstr("page_size -1 is negative"));
 }
 
 TEST_F(DaemonTest, IdleSeriesExpireFromQueriesAndTheScrape) {

@@ -56,15 +56,21 @@ class DaemonFixture : public ::testing::Test {
     return windows;
   }
 
-  // The series whose stat name matches `stat` (exact or a glob).
+  // The series whose stat name matches `stat` (exact or a glob), every page.
   std::vector<v1::SeriesInfo> ListSeries(const std::string& stat) {
     auto stub = daemon_->QueryStub();
     v1::ListSeriesRequest req;
     req.mutable_selector()->set_stat(stat);
-    v1::ListSeriesResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(stub->ListSeries(&ctx, req, &resp).ok());
-    return {resp.series().begin(), resp.series().end()};
+    std::vector<v1::SeriesInfo> out;
+    for (;;) {
+      v1::ListSeriesResponse resp;
+      grpc::ClientContext ctx;
+      const grpc::Status status = stub->ListSeries(&ctx, req, &resp);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      out.insert(out.end(), resp.series().begin(), resp.series().end());
+      if (!status.ok() || resp.next_page_token().empty()) return out;
+      req.set_page_token(resp.next_page_token());
+    }
   }
 
   v1::SeriesInfo OnlySeries(const std::string& stat) {

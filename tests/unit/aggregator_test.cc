@@ -5,12 +5,16 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/clock.h"
@@ -711,6 +715,93 @@ TEST_F(AggregatorTest, RedefiningAnExpiredSeriesStartsItAfresh) {
   EXPECT_EQ(Counters("s").accepted, 0u);
 }
 
+// --- Listing in chunks -----------------------------------------------------
+
+std::string Name(int i) { return absl::StrFormat("s%05d", i); }
+
+// Every series in key order, chunk after chunk of at most `max` each.
+std::vector<std::string> ListInChunks(const Aggregator& aggregator, const Selector& selector,
+                                      size_t max, size_t* chunks = nullptr) {
+  std::vector<std::string> names;
+  std::shared_ptr<const SeriesKey> after;
+  size_t n = 0;
+  do {
+    Aggregator::SeriesChunk chunk = aggregator.ListSeriesChunk(selector, after.get(), max);
+    EXPECT_LE(chunk.series.size(), max);
+    for (const SeriesSnapshot& s : chunk.series) names.push_back(s.key->stat);
+    after = chunk.resume_after;
+    ++n;
+  } while (after != nullptr);
+  if (chunks != nullptr) *chunks = n;
+  return names;
+}
+
+TEST_F(AggregatorTest, ChunksListEverySeriesOnceInKeyOrder) {
+  // Defined out of order, in more than one chunk's worth.
+  constexpr int kSeries = 2500;
+  for (int i = 0; i < kSeries; ++i) Define(Name((i * 7919) % kSeries));
+  size_t chunks = 0;
+  const std::vector<std::string> names = ListInChunks(*aggregator_, Selector{}, 1000, &chunks);
+  ASSERT_THAT(names, SizeIs(kSeries));
+  for (int i = 0; i < kSeries; ++i) ASSERT_EQ(names[i], Name(i));
+  EXPECT_EQ(chunks, 3u);
+  // The whole listing is the same walk.
+  EXPECT_THAT(aggregator_->ListSeries(Selector{}), SizeIs(kSeries));
+}
+
+// A chunk resumes after a key, not at a position: series created or removed
+// between two chunks shift nothing, so every series that exists throughout
+// is listed exactly once.
+TEST_F(AggregatorTest, ChunksResumeAfterAKeyThroughSeriesChurn) {
+  AggregatorOptions options = TestOptions();
+  options.series_ttl_ms = 1000;
+  Reset(options);
+  std::vector<SeriesId> even;  // kept alive below
+  for (int i = 0; i < 400; ++i) {
+    even.push_back(Define(Name(2 * i)));
+    Define(Name(2 * i + 1));  // left to expire
+  }
+  std::vector<std::string> listed;
+  std::shared_ptr<const SeriesKey> after;
+  int round = 0;
+  do {
+    Aggregator::SeriesChunk chunk = aggregator_->ListSeriesChunk(Selector{}, after.get(), 50);
+    for (const SeriesSnapshot& s : chunk.series) listed.push_back(s.key->stat);
+    after = chunk.resume_after;
+    // Between chunks: the odd series expire (the even ones are kept alive
+    // by a sample), and new series appear before and after the cursor.
+    clock_.Advance(600);
+    for (SeriesId id : even) aggregator_->AddClientDrops(id, 0).IgnoreError();
+    aggregator_->ExpireIdleSeries();
+    even.push_back(Define(absl::StrCat("a-new-", round)));  // sorts before every "s…"
+    even.push_back(Define(absl::StrCat("z-new-", round)));  // after every "s…"
+    ++round;
+  } while (after != nullptr);
+  std::set<std::string> seen;
+  for (const std::string& name : listed) EXPECT_TRUE(seen.insert(name).second) << name;
+  for (int i = 0; i < 400; ++i) EXPECT_TRUE(seen.count(Name(2 * i))) << Name(2 * i);
+  EXPECT_TRUE(std::is_sorted(listed.begin(), listed.end()));
+  // Those created after the cursor passed are listed; none before it.
+  EXPECT_EQ(seen.count("a-new-0"), 0u);
+  EXPECT_EQ(seen.count("z-new-0"), 1u);
+}
+
+TEST_F(AggregatorTest, AChunkVisitsABoundedNumberOfSeriesWhateverTheSelectorMatches) {
+  // A selector matching nothing still makes progress chunk by chunk,
+  // without holding the lock for the whole table at once.
+  for (int i = 0; i < 10'000; ++i) Define(Name(i));
+  Selector none;
+  none.name = "nothing*";
+  size_t chunks = 0;
+  EXPECT_THAT(ListInChunks(*aggregator_, none, 100, &chunks), IsEmpty());
+  EXPECT_EQ(chunks, (10'000 + Aggregator::kVisitPerChunk - 1) / Aggregator::kVisitPerChunk);
+  // An exact stat name goes straight to its series.
+  Selector one;
+  one.name = Name(5000);
+  EXPECT_THAT(ListInChunks(*aggregator_, one, 100, &chunks), ElementsAre(Name(5000)));
+  EXPECT_EQ(chunks, 1u);
+}
+
 // --- History and GetWindows ------------------------------------------------
 
 class AggregatorHistoryTest : public AggregatorTest {
@@ -745,6 +836,34 @@ TEST_F(AggregatorHistoryTest, LimitPerSeriesKeepsTheMostRecentOldestFirst) {
   FillWindows(Define("s"), 4);
   EXPECT_THAT(Starts(aggregator_->GetWindows(Selector{}, 0, 0, 2)),
               ElementsAre(kT0 + 2 * kW, kT0 + 3 * kW));
+}
+
+TEST_F(AggregatorHistoryTest, WindowChunksSplitASeriesAndResumeAfterTheLastWindowListed) {
+  const SeriesId a = Define("a");
+  Define("b");  // no window closed: nothing listed
+  const SeriesId c = Define("c");
+  for (int i = 0; i < 5; ++i) {
+    AddAt(a, i, kT0 + i * kW + 1);
+    AddAt(c, i, kT0 + i * kW + 1);
+  }
+  clock_.Set(kT0 + 5 * kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(10));
+  const Aggregator::WindowFilter last4{0, 0, 4};
+  std::vector<std::pair<std::string, int64_t>> listed;
+  std::optional<Aggregator::WindowCursor> from;
+  do {
+    Aggregator::WindowsChunk chunk =
+        aggregator_->GetWindowsChunk(Selector{}, last4, from ? &*from : nullptr, 3);
+    EXPECT_LE(chunk.windows.size(), 3u);
+    for (const ClosedWindow& w : chunk.windows) listed.emplace_back(w.series->stat, w.start_ms);
+    from = chunk.resume;
+  } while (from.has_value());
+  // The 4 most recent of each series with windows, grouped, oldest first.
+  std::vector<std::pair<std::string, int64_t>> expected;
+  for (const char* name : {"a", "c"}) {
+    for (int i = 1; i < 5; ++i) expected.emplace_back(name, kT0 + i * kW);
+  }
+  EXPECT_EQ(listed, expected);
 }
 
 TEST_F(AggregatorHistoryTest, StartFilterKeepsWindowsStartingAtOrAfterIt) {
