@@ -21,3 +21,9 @@ torchmon_strict(torchmon-loadgen)
 # only with the tests. `cmake --install <build> --component loadgen` installs it.
 install(TARGETS torchmon-loadgen RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         COMPONENT loadgen EXCLUDE_FROM_ALL)
+
+# torchmon-ingest-probe — ingest latency (add + Flush round trip) beside other
+# load; tests/bench/listing_under_load.py runs it.
+add_executable(torchmon-ingest-probe ingest_probe.cc)
+target_link_libraries(torchmon-ingest-probe PRIVATE torchmon::client absl::strings)
+torchmon_strict(torchmon-ingest-probe)
