@@ -57,6 +57,19 @@ void Log(const std::string& line) { std::cerr << "torchmond: " << line << std::e
 
 }  // namespace
 
+int StartFailureExitStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnauthenticated:  // a token or password file's contents
+      return kExitConfig;
+    default:
+      return kExitStartFailed;
+  }
+}
+
 Daemon::Daemon(DaemonOptions options, const Clock& clock)
     : options_(std::move(options)),
       clock_(clock),

@@ -38,6 +38,22 @@ namespace torchmon::server {
 // torchmond --check-config; the status names the flag and file at fault.
 absl::Status CheckStartable(const DaemonOptions& options);
 
+// Exit statuses of torchmond (docs/operating.md). A usage or configuration
+// file error, found before anything starts, exits kExitUsage; a start that
+// failed on the configuration or on permissions (a file or directory that
+// is missing, unreadable or not writable, an unknown --user, a socket
+// directory someone else controls) exits kExitConfig, EX_CONFIG of
+// sysexits.h: restarting cannot fix either, and the shipped systemd unit
+// does not (RestartPreventExitStatus). Anything else that stopped the
+// start (an address in use, a resource short) may pass: kExitStartFailed,
+// restarted.
+inline constexpr int kExitStartFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitConfig = 78;
+
+// The exit status for a Start() that failed with `status`.
+int StartFailureExitStatus(const absl::Status& status);
+
 // Not thread-safe except RequestStop(). Start once, Run once.
 class Daemon {
  public:

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   auto options = torchmon::server::ParseDaemonOptions(argc, argv);
   if (!options.ok()) {
     std::cerr << "torchmond: " << options.status().message() << "\n";
-    return 2;
+    return torchmon::server::kExitUsage;
   }
   if (options->help) {
     std::cout << torchmon::server::DaemonUsage();
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   if (options->check_config) {
     if (absl::Status s = torchmon::server::CheckStartable(*options); !s.ok()) {
       std::cerr << "torchmond: " << options->config_file << ": " << s.message() << "\n";
-      return 2;
+      return torchmon::server::kExitUsage;
     }
     std::cout << options->config_file << ": ok\n";
     return 0;
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   torchmon::server::Daemon daemon(*std::move(options), clock);
   if (absl::Status s = daemon.Start(); !s.ok()) {
     std::cerr << "torchmond: " << s.message() << "\n";
-    return 1;
+    return torchmon::server::StartFailureExitStatus(s);
   }
   std::cout << daemon.ReadyLine() << std::endl;
   daemon.Run();

@@ -85,7 +85,7 @@ absl::Status PrepareUnixSocket(const std::string& path, const SocketOwner& owner
   }
   if (lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      return absl::AlreadyExistsError(
+      return absl::FailedPreconditionError(
           absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
     }
     if (SocketIsLive(path)) {

@@ -1,4 +1,7 @@
 // torchmond --config and --check-config: the real binary reading real files.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -101,6 +104,46 @@ TEST_F(ConfigTest, TheDaemonRefusesToStartOnABadFileNamingTheLine) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr(conf + ":3: unknown setting \"window\""));
   EXPECT_FALSE(Exists(socket));
+}
+
+// What restarting cannot fix exits 78 (EX_CONFIG), which the systemd unit
+// does not restart; a busy address may free itself and exits 1, which it does.
+TEST_F(ConfigTest, AConfigurationOrPermissionErrorAtStartExits78) {
+  const std::string socket = dir_.path() + "/d.sock";
+  // A sink directory whose parent does not exist.
+  CommandResult r = Run({"--listen", "unix://" + socket, "--metrics-listen", "127.0.0.1:0",
+                         "--tensorboard-dir", dir_.path() + "/no/such/dir"});
+  EXPECT_EQ(r.exit_code, 78) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--tensorboard-dir " + dir_.path() + "/no/such/dir"));
+  EXPECT_FALSE(Exists(socket));
+  // A file where the socket goes.
+  const std::string file = WriteFile("not-a-socket", "x");
+  r = Run({"--listen", "unix://" + file, "--metrics-listen", "127.0.0.1:0"});
+  EXPECT_EQ(r.exit_code, 78) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(file + " exists and is not a socket"));
+  // A token file that is not there.
+  r = Run({"--listen", "unix://" + socket, "--metrics-listen", "127.0.0.1:0", "--auth-token-file",
+           dir_.path() + "/no-token"});
+  EXPECT_EQ(r.exit_code, 78) << r.err;
+}
+
+TEST_F(ConfigTest, AnAddressInUseAtStartExitsOneToBeRestarted) {
+  const int busy = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(busy, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(busy, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(busy, 1), 0);
+  ASSERT_EQ(getsockname(busy, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string port = absl::StrCat(ntohs(address.sin_port));
+  const std::string socket_path = dir_.path() + "/d.sock";
+  const CommandResult r = Run({"--listen", "unix://" + socket_path, "--metrics-listen",
+                               "127.0.0.1:" + port});
+  close(busy);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(port));
 }
 
 TEST_F(ConfigTest, TheDaemonRunsWithTheFilesSettingsAndTheCommandLineOverrides) {
