@@ -332,10 +332,18 @@ size_t Aggregator::ExpireIdleSeries() {
     if (begin >= slots_.size()) break;
     const size_t end = std::min(slots_.size(), begin + kWalkChunk);
     for (size_t i = begin; i < end; ++i) {
-      const Series* s = slots_[i].series.get();
-      if (s != nullptr && s->open.empty() && s->last_update_ms + options_.series_ttl_ms <= now) {
+      Series* s = slots_[i].series.get();
+      if (s == nullptr || !s->open.empty()) continue;
+      if (s->last_update_ms + options_.series_ttl_ms <= now) {
         RemoveLocked(static_cast<uint32_t>(i));
         ++removed;
+      } else if (s->quantiles != nullptr && s->quantiles->spare != nullptr &&
+                 s->last_update_ms + options_.grace_ms +
+                         kIdleWindowsBeforeSketchRelease * s->spec.window_ms <=
+                     now) {
+        // Idle for a while: the kept sketch's buckets (up to 8 KiB) go back
+        // to the heap; the next window allocates a fresh one.
+        s->quantiles->spare.reset();
       }
     }
   }
@@ -414,6 +422,18 @@ Aggregator::SeriesChunk Aggregator::ListSeriesChunk(const Selector& selector,
     }
   }
   return chunk;
+}
+
+size_t Aggregator::sketch_buckets() const {
+  size_t buckets = 0;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const Slot& slot : slots_) {
+    if (slot.series == nullptr || slot.series->quantiles == nullptr) continue;
+    const SeriesQuantiles& q = *slot.series->quantiles;
+    for (const auto& [index, sketch] : q.open) buckets += sketch->bucket_capacity();
+    if (q.spare != nullptr) buckets += q.spare->bucket_capacity();
+  }
+  return buckets;
 }
 
 std::vector<SeriesSnapshot> Aggregator::ListSeries(const Selector& selector) const {

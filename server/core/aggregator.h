@@ -132,7 +132,15 @@ class Aggregator {
 
   // Forgets idle series (see AggregatorOptions::series_ttl_ms). Returns how
   // many were removed. Works in chunks of series like CloseDueWindows.
+  // Also frees the sketch a series with quantiles keeps for its next window
+  // once it has had no sample for the grace and then
+  // kIdleWindowsBeforeSketchRelease windows.
   size_t ExpireIdleSeries() ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr int64_t kIdleWindowsBeforeSketchRelease = 3;
+
+  // Bucket storage held by quantile sketches, open and kept (8 bytes a
+  // bucket). Walks every series under the lock at once: for tests and tools.
+  size_t sketch_buckets() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Series matching `selector`, sorted by stat name then labels. Walks in
   // chunks (ListSeriesChunk); a series created or removed meanwhile may or

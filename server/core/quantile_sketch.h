@@ -53,6 +53,10 @@ class QuantileSketch {
   // Buckets held now, both stores: 8 bytes of memory each.
   size_t bucket_count() const { return positive_.counts.size() + negative_.counts.size(); }
   bool collapsed() const { return positive_.collapsed || negative_.collapsed; }
+  // Bucket storage allocated, used or kept by Clear for reuse (8 bytes each).
+  size_t bucket_capacity() const {
+    return positive_.counts.capacity() + negative_.counts.capacity();
+  }
 
  private:
   // Contiguous buckets [offset, offset + counts.size()).

@@ -62,19 +62,8 @@ class MetricsHttpServer::Handler final : public CivetHandler {
       return true;
     }
     const auto start = std::chrono::steady_clock::now();
-    const mg_request_info* request = mg_get_request_info(conn);
-    // HTTP/1.0 has no chunked encoding: the body ends with the connection.
-    const bool chunked =
-        request->http_version != nullptr && std::strcmp(request->http_version, "1.0") != 0;
-    mg_response_header_start(conn, 200);
-    mg_response_header_add(conn, "Content-Type", "text/plain; version=0.0.4; charset=utf-8", -1);
-    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-    if (chunked) {
-      mg_response_header_add(conn, "Transfer-Encoding", "chunked", -1);
-    } else {
-      mg_disable_connection_keep_alive(conn);
-    }
-    if (mg_response_header_send(conn) != 0) return true;
+    bool chunked = false;
+    if (!SendHeaders(conn, chunked)) return true;
 
     const size_t bytes = exposition_.Render([&](absl::string_view piece) {
       const int n = chunked ? mg_send_chunk(conn, piece.data(), static_cast<unsigned>(piece.size()))
@@ -92,7 +81,31 @@ class MetricsHttpServer::Handler final : public CivetHandler {
     return true;
   }
 
+  // The headers a GET would get, and no body (monitoring checks, curl -I).
+  bool handleHead(CivetServer* /*server*/, mg_connection* conn) override {
+    if (Refused(conn, auth_.get(), stats_, "", "")) return true;
+    bool chunked = false;
+    SendHeaders(conn, chunked);
+    return true;
+  }
+
  private:
+  // The 200 response's headers; false if the scraper went away.
+  static bool SendHeaders(mg_connection* conn, bool& chunked) {
+    const mg_request_info* request = mg_get_request_info(conn);
+    // HTTP/1.0 has no chunked encoding: the body ends with the connection.
+    chunked = request->http_version != nullptr && std::strcmp(request->http_version, "1.0") != 0;
+    mg_response_header_start(conn, 200);
+    mg_response_header_add(conn, "Content-Type", "text/plain; version=0.0.4; charset=utf-8", -1);
+    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
+    if (chunked) {
+      mg_response_header_add(conn, "Transfer-Encoding", "chunked", -1);
+    } else {
+      mg_disable_connection_keep_alive(conn);
+    }
+    return mg_response_header_send(conn) == 0;
+  }
+
   const MetricsExposition& exposition_;
   DaemonStats& stats_;
   const std::shared_ptr<const BasicAuthChecker> auth_;

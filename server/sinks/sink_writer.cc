@@ -94,9 +94,21 @@ absl::Status SinkWriter::Check(const SinkOptions& options) {
     }
   }
   if (!options.tensorboard_dir.empty()) {
-    if (absl::Status s = CheckDirectory("--tensorboard-dir", options.tensorboard_dir); !s.ok()) {
-      return s;
+    const std::string& dir = options.tensorboard_dir;
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0 && errno == ENOENT) {
+      // Created at start (SinkWriter::Start) if its parent is there.
+      std::string parent = dir;
+      while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+      const size_t slash = parent.rfind('/');
+      parent = slash == std::string::npos ? "." : parent.substr(0, std::max<size_t>(slash, 1));
+      if (stat(parent.c_str(), &st) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--tensorboard-dir ", dir, ": does not exist, nor does its parent ", parent));
+      }
+      return CheckDirectory("--tensorboard-dir", parent);
     }
+    if (absl::Status s = CheckDirectory("--tensorboard-dir", dir); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -119,6 +131,13 @@ absl::StatusOr<std::unique_ptr<SinkWriter>> SinkWriter::Start(const SinkOptions&
     stats.outputs[kJsonlSink].enabled = true;
   }
   if (!options.tensorboard_dir.empty()) {
+    // Owner and group only: the event files hold the training metrics.
+    if (mkdir(options.tensorboard_dir.c_str(), 0750) == 0) {
+      chmod(options.tensorboard_dir.c_str(), 0750);  // whatever the umask
+    } else if (errno != EEXIST) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensorboard-dir ", options.tensorboard_dir, ": ", Errno(errno)));
+    }
     stats.outputs[kTensorBoardSink].name = SinkName(kTensorBoardSink);
     stats.outputs[kTensorBoardSink].enabled = true;
   }

@@ -544,6 +544,18 @@ TEST_F(DaemonTest, APageTokenIsGoodOnlyForItsOwnRequest) {
   EXPECT_THAT(negative_status.error_message(), HasSubstr("page_size -1 is negative"));
 }
 
+// Monitoring checks and `curl -I` ask HEAD: the headers of a scrape, no body.
+TEST_F(DaemonTest, HeadMetricsAnswersAScrapesHeadersWithoutABody) {
+  StartDaemon();
+  auto head = HttpRequest(daemon_->metrics_address(), "HEAD", "/metrics", {});
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->status, 200) << head->head;
+  EXPECT_THAT(head->head, HasSubstr("Content-Type: text/plain; version=0.0.4; charset=utf-8"));
+  EXPECT_EQ(head->body, "");
+  // A HEAD is not a scrape.
+  EXPECT_EQ(ScrapeValue(Scrape(), "torchmon_daemon_scrapes_total", {}).value_or(-1), 0);
+}
+
 TEST_F(DaemonTest, IdleSeriesExpireFromQueriesAndTheScrape) {
   StartDaemon({"--grace", "100ms", "--series-ttl", "1s"});
   Client client(Options());

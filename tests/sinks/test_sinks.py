@@ -260,6 +260,18 @@ def test_every_window_and_event_reaches_both_sinks_exactly(sink_daemon):
     assert 'torchmon_daemon_sink_errors_total{sink="tensorboard"} 0' in scrape
 
 
+def test_a_missing_tensorboard_dir_is_created_when_its_parent_exists(tmp_path):
+    tb = tmp_path / "runs"
+    daemon = Daemon(str(tmp_path), "--tensorboard-dir", str(tb), "--grace", "200ms")
+    try:
+        assert tb.is_dir()
+        assert os.stat(tb).st_mode & 0o777 == 0o750
+        daemon.ctl("push", "tb.created", "1", "--window", "500ms")
+        wait_for(lambda: any(tb.rglob("events.out.tfevents.*")))
+    finally:
+        daemon.stop()
+
+
 def test_sighup_reopens_the_jsonl_file_for_rotation(sink_daemon, tmp_path):
     daemon, jsonl, _ = sink_daemon
     daemon.ctl("event", "before", "n=1")
@@ -297,7 +309,7 @@ def test_write_errors_are_counted_and_logged_once(tmp_path):
 
 @pytest.mark.parametrize("flag,path,message", [
     ("--jsonl-file", "/nonexistent-dir/out.jsonl", "--jsonl-file /nonexistent-dir"),
-    ("--tensorboard-dir", "/nonexistent-dir", "--tensorboard-dir /nonexistent-dir"),
+    ("--tensorboard-dir", "/nonexistent-dir/tb", "--tensorboard-dir /nonexistent-dir/tb"),
     ("--tensorboard-dir", "/etc/hostname", "not a directory"),
 ])
 def test_a_bad_sink_path_stops_the_start_and_fails_check_config(tmp_path, flag, path, message):
@@ -305,7 +317,8 @@ def test_a_bad_sink_path_stops_the_start_and_fails_check_config(tmp_path, flag, 
     start = subprocess.run([TORCHMOND, "--listen", f"unix://{socket}", "--metrics-listen",
                             "127.0.0.1:0", flag, path], capture_output=True, text=True,
                            timeout=30)
-    assert start.returncode == 1, start.stderr
+    # EX_CONFIG: a configuration error, which systemd is told not to restart.
+    assert start.returncode == 78, start.stderr
     assert message in start.stderr
     assert not socket.exists()
     conf = tmp_path / "t.conf"

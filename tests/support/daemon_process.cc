@@ -166,6 +166,12 @@ std::unique_ptr<v1::Query::Stub> DaemonProcess::QueryStub() const {
 
 absl::StatusOr<HttpResponse> HttpGetWithHeaders(const std::string& address, const std::string& path,
                                                 const std::vector<std::string>& headers) {
+  return HttpRequest(address, "GET", path, headers);
+}
+
+absl::StatusOr<HttpResponse> HttpRequest(const std::string& address, const std::string& method,
+                                         const std::string& path,
+                                         const std::vector<std::string>& headers) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
@@ -184,7 +190,7 @@ absl::StatusOr<HttpResponse> HttpGetWithHeaders(const std::string& address, cons
     close(fd);
     return absl::UnavailableError(absl::StrCat("connect to ", address, ": ", std::strerror(errno)));
   }
-  std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address, "\r\n");
+  std::string request = absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: ", address, "\r\n");
   for (const std::string& header : headers) absl::StrAppend(&request, header, "\r\n");
   request += "\r\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {

@@ -83,6 +83,11 @@ struct HttpResponse {
 absl::StatusOr<HttpResponse> HttpGetWithHeaders(const std::string& address, const std::string& path,
                                                 const std::vector<std::string>& headers);
 
+// The same with another method ("HEAD").
+absl::StatusOr<HttpResponse> HttpRequest(const std::string& address, const std::string& method,
+                                         const std::string& path,
+                                         const std::vector<std::string>& headers);
+
 // A channel to `target` made by the client library with `security`
 // (torchmon::CreateDaemonChannel, nothing taken from the environment): TLS
 // and the bearer token as a torchmon client sends them, for stubs of any

@@ -1077,6 +1077,45 @@ SeriesId DefineWithQuantiles(Aggregator& aggregator, const std::string& name) {
   return id.value_or(0);
 }
 
+// A series with quantiles keeps its last window's sketch for the next one
+// (its buckets are allocated); one that went quiet gives them back.
+TEST_F(AggregatorTest, AnIdleQuantileSeriesReleasesItsSketchAfterAFewIdleWindows) {
+  const SeriesId id = DefineWithQuantiles(*aggregator_, "q");
+  std::vector<double> values;
+  std::vector<int64_t> stamps;
+  for (int v = 1; v <= 1000; ++v) {
+    values.push_back(v);
+    stamps.push_back(Us(kT0 + 10));
+  }
+  Add(id, values, stamps);
+  const size_t open_buckets = aggregator_->sketch_buckets();
+  ASSERT_GT(open_buckets, 100u);
+  clock_.Set(kT0 + kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(1));
+  // Closed: the sketch is kept, cleared, with its buckets.
+  aggregator_->ExpireIdleSeries();
+  EXPECT_EQ(aggregator_->sketch_buckets(), open_buckets);
+  // Idle for fewer windows than the release takes: still kept.
+  // The sample came at kT0: idle for the grace, then for fewer windows than
+  // the release takes: still kept.
+  const int64_t release = kT0 + kGrace + Aggregator::kIdleWindowsBeforeSketchRelease * kW;
+  clock_.Set(release - 1);
+  aggregator_->ExpireIdleSeries();
+  EXPECT_EQ(aggregator_->sketch_buckets(), open_buckets);
+  clock_.Set(release);
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 0u);  // the series itself stays
+  EXPECT_EQ(aggregator_->sketch_buckets(), 0u);
+  // The next window gets a fresh sketch and estimates as before.
+  const int64_t next = kT0 + 10 * kW;
+  clock_.Set(next);
+  AddAt(id, 7, next + 1);
+  clock_.Set(next + kW + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  ASSERT_THAT(closed[0].quantiles, SizeIs(2));
+  EXPECT_NEAR(closed[0].quantiles[0].value, 7, 0.07);
+}
+
 TEST_F(AggregatorTest, EachWindowEstimatesItsOwnQuantilesAndKeepsThemInHistory) {
   AggregatorOptions options = TestOptions();
   options.history_windows = 3;  // the ring wraps
