@@ -110,6 +110,7 @@ grpc::Status TokenAuthMetadataProcessor::Process(const InputMetadata& auth_metad
   const absl::Status status = checker_->Check(present, value);
   if (!status.ok()) {
     refused_.fetch_add(1, std::memory_order_relaxed);
+    if (on_refused_) on_refused_(status.message());
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(status.message()));
   }
   // Handlers have no use for the token; keep it out of their reach.

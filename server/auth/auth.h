@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,10 +68,13 @@ class BearerTokenChecker {
 // loopback TCP; see server/daemon/security.h). Thread-safe.
 class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
  public:
+  // Called with why, for each refused call (the daemon logs it,
+  // rate-limited); thread-safe.
+  using OnRefused = std::function<void(absl::string_view why)>;
   // `refused` counts refused calls; it must outlive the processor.
   TokenAuthMetadataProcessor(std::shared_ptr<const BearerTokenChecker> checker,
-                             std::atomic<uint64_t>& refused)
-      : checker_(std::move(checker)), refused_(refused) {}
+                             std::atomic<uint64_t>& refused, OnRefused on_refused = nullptr)
+      : checker_(std::move(checker)), refused_(refused), on_refused_(std::move(on_refused)) {}
 
   // A comparison of a few strings: run it inline rather than on gRPC's
   // separate thread for blocking processors.
@@ -83,6 +87,7 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
  private:
   const std::shared_ptr<const BearerTokenChecker> checker_;
   std::atomic<uint64_t>& refused_;
+  const OnRefused on_refused_;
 };
 
 // The credentials of a basic-auth file: one "user:password" per line (the

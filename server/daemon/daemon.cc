@@ -10,18 +10,22 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "grpc/support/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/core/rate_limited_log.h"
 #include "server/daemon/privileges.h"
 #include "server/daemon/unix_socket.h"
 
@@ -55,6 +59,42 @@ void ReleaseFreedMemory() {
 
 void Log(const std::string& line) { std::cerr << "torchmond: " << line << std::endl; }
 
+// What clients get wrong, logged rate-limited (docs/operating.md):
+// refused TLS handshakes, tokens, streams and batch parts. One per process,
+// never destroyed: gRPC's threads may log through it until the very end.
+RateLimitedLog& ClientLog() {
+  static const SystemClock clock;
+  static RateLimitedLog* const log = new RateLimitedLog(clock, kClientLogIntervalMs, Log);
+  return *log;
+}
+
+// gRPC's own log lines. Its errors are mostly about peers (a refused TLS
+// handshake is one line per attempt): rate-limited like the rest, a kind per
+// source line. Other severities (GRPC_VERBOSITY=info or debug, asked for
+// when debugging) are written as gRPC writes them.
+void GrpcLog(gpr_log_func_args* args) {
+  const absl::string_view message = args->message != nullptr ? args->message : "";
+  if (args->severity != GPR_LOG_SEVERITY_ERROR) {
+    std::fprintf(stderr, "%s %s:%d] %s\n", gpr_log_severity_string(args->severity),
+                 args->file != nullptr ? args->file : "?", args->line, args->message);
+    return;
+  }
+  if (absl::StrContains(message, "Handshake failed")) {
+    ClientLog().Report("refused a TLS handshake", message);
+    return;
+  }
+  absl::string_view file = args->file != nullptr ? args->file : "?";
+  if (const size_t slash = file.rfind('/'); slash != absl::string_view::npos) {
+    file.remove_prefix(slash + 1);
+  }
+  ClientLog().Report(absl::StrCat("grpc error at ", file, ":", args->line), message);
+}
+
+IngestServiceOptions WithClientLog(IngestServiceOptions options) {
+  options.client_log = &ClientLog();
+  return options;
+}
+
 }  // namespace
 
 int StartFailureExitStatus(const absl::Status& status) {
@@ -75,7 +115,8 @@ Daemon::Daemon(DaemonOptions options, const Clock& clock)
       clock_(clock),
       aggregator_(options_.aggregator, clock_),
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
-      ingest_service_(aggregator_, events_, stats_, events_out_, clock_, options_.ingest),
+      ingest_service_(aggregator_, events_, stats_, events_out_, clock_,
+                      WithClientLog(options_.ingest)),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
       health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
@@ -108,7 +149,8 @@ absl::Status Daemon::Start() {
   for (const std::string& warning : SecurityWarnings(options_, as_root)) {
     Log(absl::StrCat("warning: ", warning));
   }
-  auto security = ServerSecurity::Load(options_.security, stats_);
+  gpr_set_log_function(GrpcLog);
+  auto security = ServerSecurity::Load(options_.security, stats_, &ClientLog());
   if (!security.ok()) return security.status();
   security_ = *std::move(security);
   // The sinks subscribe before anything can be published, and open their
@@ -230,6 +272,7 @@ void Daemon::ScheduleTick() {
 
 void Daemon::Tick() {
   CloseDueWindows();
+  ClientLog().Flush();
   const int64_t now = clock_.NowMs();
   if (now >= next_expiry_ms_) {
     next_expiry_ms_ = now + kExpiryIntervalMs;
@@ -337,6 +380,7 @@ void Daemon::Shutdown() {
   health_service_.Shutdown();
   stopper.join();
   server_->Wait();
+  ClientLog().Flush(/*everything=*/true);
   Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,
                    " open windows closed as partial"));
   for (const ListenAddress& addr : options_.listen) {

@@ -51,6 +51,10 @@ inline constexpr int kExitStartFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitConfig = 78;
 
+// How often each kind of client mistake is summed up in the log, at most
+// (RateLimitedLog).
+inline constexpr int64_t kClientLogIntervalMs = 60'000;
+
 // The exit status for a Start() that failed with `status`.
 int StartFailureExitStatus(const absl::Status& status);
 

@@ -90,8 +90,8 @@ absl::StatusOr<std::string> ReadPublicFile(const std::string& path, absl::string
   return ReadFile(path, flag, /*secret=*/false);
 }
 
-absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(const SecurityOptions& options,
-                                                                     DaemonStats& stats) {
+absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
+    const SecurityOptions& options, DaemonStats& stats, RateLimitedLog* client_log) {
   std::unique_ptr<ServerSecurity> security(new ServerSecurity());
   if (options.tls()) {
     auto cert = ReadPublicFile(options.tls_cert_file, "--tls-cert");
@@ -128,8 +128,15 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(const Secur
     auto tokens =
         ParseTokenFile(*text, absl::StrCat("--auth-token-file ", options.auth_token_file));
     if (!tokens.ok()) return tokens.status();
+    TokenAuthMetadataProcessor::OnRefused on_refused;
+    if (client_log != nullptr) {
+      on_refused = [client_log](absl::string_view why) {
+        client_log->Report("refused a call without an accepted bearer token", why);
+      };
+    }
     security->token_processor_ = std::make_shared<TokenAuthMetadataProcessor>(
-        std::make_shared<const BearerTokenChecker>(*std::move(tokens)), stats.rpcs_unauthenticated);
+        std::make_shared<const BearerTokenChecker>(*std::move(tokens)), stats.rpcs_unauthenticated,
+        std::move(on_refused));
   }
   if (!options.metrics_auth_file.empty()) {
     auto text = ReadSecretFile(options.metrics_auth_file, "--metrics-auth-file");

@@ -13,6 +13,7 @@
 #include "server/daemon/options.h"
 #include "server/auth/auth.h"
 #include "server/core/daemon_stats.h"
+#include "server/core/rate_limited_log.h"
 
 namespace torchmon::server {
 
@@ -31,9 +32,10 @@ absl::StatusOr<std::string> ReadPublicFile(const std::string& path, absl::string
 class ServerSecurity {
  public:
   // Reads and checks every file `options` names. The error names the flag
-  // and the file. `stats` counts refused calls and must outlive this.
-  static absl::StatusOr<std::unique_ptr<ServerSecurity>> Load(const SecurityOptions& options,
-                                                              DaemonStats& stats);
+  // and the file. `stats` counts refused calls and `client_log`, if not
+  // null, logs them (rate-limited); both must outlive this.
+  static absl::StatusOr<std::unique_ptr<ServerSecurity>> Load(
+      const SecurityOptions& options, DaemonStats& stats, RateLimitedLog* client_log = nullptr);
 
   // The credentials of the listener at `address`:
   //   TCP with --tls-cert: TLS, requiring a client certificate signed by

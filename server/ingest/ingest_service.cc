@@ -31,8 +31,9 @@ class RefusedReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1:
 
 class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
-  explicit IngestReactor(IngestService& service)
+  IngestReactor(IngestService& service, std::string peer)
       : service_(service),
+        peer_(std::move(peer)),
         session_(service.aggregator_, service.events_, service.stats_, &service.events_out_,
                  service.options_.limits, &service.clients_),
         stats_(service.stats_) {
@@ -68,7 +69,15 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
                             " was not applied (re-send it to the next daemon)"));
         return;
       }
+      const int errors_before = pending_ack_.errors_size();
       session_.Apply(batch_, &pending_ack_);
+      if (pending_ack_.errors_size() > errors_before && service_.options_.client_log != nullptr) {
+        // The client learns every refusal from its ack; the operator gets
+        // the first of each run and a count.
+        service_.options_.client_log->Report(
+            "refused parts of an ingest batch",
+            absl::StrCat(peer_, ": ", pending_ack_.errors(errors_before).message()));
+      }
       has_pending_ack_ = true;
       MaybeFinishOrWrite();
     }
@@ -123,6 +132,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   }
 
   IngestService& service_;
+  const std::string peer_;  // for the log
   IngestSession session_;  // used only from OnReadDone, one read at a time
   DaemonStats& stats_;
   v1::IngestBatch batch_;
@@ -149,15 +159,20 @@ IngestService::IngestService(Aggregator& aggregator, EventLog& events, DaemonSta
       clients_(clock, options.client_memory_ms, options.max_remembered_clients) {}
 
 grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestService::Stream(
-    grpc::CallbackServerContext* /*context*/) {
+    grpc::CallbackServerContext* context) {
   // Counted before the check so that concurrent opens cannot all slip in.
   const int64_t open = stats_.ingest_streams_active.fetch_add(1, std::memory_order_relaxed);
   if (open >= options_.max_streams) {
     stats_.ingest_streams_active.fetch_sub(1, std::memory_order_relaxed);
     stats_.streams_refused.fetch_add(1, std::memory_order_relaxed);
+    if (options_.client_log != nullptr) {
+      options_.client_log->Report(
+          "refused an ingest stream",
+          absl::StrCat(context->peer(), ": --max-streams ", options_.max_streams, " reached"));
+    }
     return new RefusedReactor(options_.max_streams);
   }
-  return new IngestReactor(*this);
+  return new IngestReactor(*this, context->peer());
 }
 
 void IngestService::StopApplying() {

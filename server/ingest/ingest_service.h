@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/core/aggregator.h"
+#include "server/core/rate_limited_log.h"
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/core/broadcaster.h"
@@ -32,6 +33,9 @@ struct IngestServiceOptions {
   // re-sent batches, and how many such clients at most.
   int64_t client_memory_ms = 10 * 60 * 1000;
   size_t max_remembered_clients = 65536;
+  // Where refused streams and batches with refused parts are logged
+  // (rate-limited); none if null. Must outlive the service.
+  RateLimitedLog* client_log = nullptr;
 };
 
 // Thread-safe; outlives every stream it serves (the gRPC server is shut down

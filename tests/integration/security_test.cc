@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <iostream>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -21,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "grpcpp/channel.h"
 #include "gtest/gtest.h"
 #include "tests/support/daemon_fixture.h"
 #include "tests/support/test_pki.h"
@@ -30,6 +33,12 @@ namespace torchmon::testing {
 namespace {
 
 using ::testing::HasSubstr;
+
+int CountSubstr(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
 
 constexpr char kToken[] = "3f1c0a9e5b7d4c2a8e6f0b1d3c5a7e9f";
 constexpr char kOtherToken[] = "0000000000000000ffffffffffffffff";
@@ -288,6 +297,62 @@ TEST_F(TlsTest, TokenIsRequiredOverTlsToo) {
   ClientSecurity with_token = ClientTls(pki_.ca_cert);
   with_token.token_file = token_file();
   EXPECT_TRUE(ListSeries(daemon_->tcp_target(), with_token).ok());
+}
+
+// A loop of bad clients must not flood the daemon's log: each kind of
+// mistake is logged once, then counted and summed up (once a minute, and at
+// shutdown). 3 × 100 bad clients: without the rate limit, gRPC alone writes
+// a line per refused handshake (~150 bytes each).
+TEST_F(TlsTest, ALoopOfBadClientsCostsTheLogALineOrTwoPerKind) {
+  std::vector<std::string> flags = TlsFlags(false);
+  flags.insert(flags.end(), {"--auth-token-file", token_file()});
+  StartDaemon(flags);
+  constexpr int kAttempts = 100;
+  for (int i = 0; i < kAttempts; ++i) {
+    // Plain text to the TLS listener.
+    EXPECT_EQ(ListSeries(daemon_->tcp_target(), {}).error_code(), grpc::StatusCode::UNAVAILABLE);
+    // Another token.
+    EXPECT_EQ(ListSeries(daemon_->unix_target(), WithTokenFile(other_token_file())).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  // The right token, and batches the daemon refuses parts of: samples for
+  // a stat the stream never defined.
+  auto channel = SecureChannel(daemon_->unix_target(), WithTokenFile(token_file()));
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto ingest = v1::Ingest::NewStub(*channel);
+  for (int i = 0; i < kAttempts; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto stream = ingest->Stream(&context);
+    v1::IngestBatch batch;
+    batch.set_sequence(1);
+    v1::SampleBlock* block = batch.add_samples();
+    block->set_stat_id(7);
+    block->set_base_time_us(1);
+    block->add_values(1.0);
+    ASSERT_TRUE(stream->Write(batch));
+    v1::IngestAck ack;
+    ASSERT_TRUE(stream->Read(&ack));
+    EXPECT_EQ(ack.errors_size(), 1);
+    stream->WritesDone();
+    stream->Finish().IgnoreError();
+  }
+  ASSERT_TRUE(daemon_->Stop(SIGTERM, std::chrono::seconds(20)).ok());
+  const std::string log = daemon_->Stderr();
+  std::cout << "daemon stderr after " << 3 * kAttempts << " bad clients (" << log.size()
+            << " bytes):\n" << log;
+  // Each kind once at once, once summed up at shutdown, and the start and
+  // stop lines: a bound that a line per attempt breaks many times over.
+  EXPECT_LT(log.size(), 3000u);
+  for (const char* kind : {"refused a TLS handshake: ",
+                           "refused a call without an accepted bearer token: ",
+                           "refused parts of an ingest batch: "}) {
+    EXPECT_EQ(CountSubstr(log, kind), 2) << kind;
+  }
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("refused a call without an accepted bearer token: ",
+                                          kAttempts - 1, " more in the last")));
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("refused parts of an ingest batch: ", kAttempts - 1,
+                                          " more in the last")));
 }
 
 TEST_F(TlsTest, UnixSocketStaysPlainBesideATlsListener) {
