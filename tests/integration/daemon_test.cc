@@ -208,6 +208,50 @@ TEST_F(DaemonTest, EventsAreQueryableAndExposedWithTheirNumericFields) {
                           {"event=\"epoch_end\"", "field=\"loss\"", "job=\"j1\""}), 0.125);
 }
 
+// Events a client drops (its queue full, or invalid) are reported to the
+// daemon by name, as sample drops are, and counted on /metrics and by
+// Query.ListEventTotals: received + client_dropped = logged, per name.
+TEST_F(DaemonTest, EventsTheClientDroppedAreReportedAndCountedByName) {
+  StartDaemon();
+  ClientOptions o = Options({{"rank", "1"}});
+  o.max_buffered_events = 1;  // a burst overflows the queue
+  o.log_to_stderr = false;
+  Client client(o);
+  constexpr int kBurst = 2000;
+  for (int i = 0; i < kBurst; ++i) client.LogEvent(Event("step", {{"i", int64_t{i}}}));
+  // Invalid: a data key that is not an identifier.
+  client.LogEvent(Event("bad_data", {{"not a key", int64_t{1}}}));
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(10)).ok());
+  const ClientStats stats = client.Stats();
+  ASSERT_EQ(stats.events_logged, uint64_t{kBurst} + 1);
+  ASSERT_EQ(stats.events_logged, stats.events_delivered + stats.events_dropped);
+  ASSERT_GT(stats.events_dropped, 1u) << "the queue never overflowed: nothing is checked";
+
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_name;  // received, dropped
+  auto stub = daemon_->QueryStub();
+  v1::ListEventTotalsRequest request;
+  request.set_page_size(1);  // one page per name: paging too
+  for (;;) {
+    v1::ListEventTotalsResponse page;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->ListEventTotals(&context, request, &page).ok());
+    for (const v1::EventTotals& t : page.events()) {
+      EXPECT_EQ(t.labels().at("rank"), "1");
+      by_name[t.name()].first += t.received();
+      by_name[t.name()].second += t.client_dropped();
+    }
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  EXPECT_EQ(by_name["step"].first + by_name["step"].second, uint64_t{kBurst});
+  EXPECT_EQ(by_name["step"].first, stats.events_delivered);
+  EXPECT_EQ(by_name["bad_data"], std::make_pair(uint64_t{0}, uint64_t{1}));
+  const std::string scrape = Scrape();
+  EXPECT_EQ(Scraped(scrape, "torchmon_events_dropped_total", {"event=\"step\"", "rank=\"1\""}),
+            static_cast<double>(by_name["step"].second));
+  EXPECT_EQ(Scraped(scrape, "torchmon_events_dropped_total", {"event=\"bad_data\""}), 1.0);
+}
+
 TEST_F(DaemonTest, LateAndSkewedSamplesAreCountedAndNeverMovedToAnotherWindow) {
   StartDaemon();
   Client client(Options());
@@ -289,24 +333,34 @@ TEST_F(DaemonTest, AClientRefusedAStreamTriesAgainAfterItsBackoffOnItsClock) {
   o.max_backoff = std::chrono::seconds(60);
   auto client = detail::ClientInternals::WithClock(o, clock);
   const auto refused = [&] { return Scraped(Scrape(), "torchmon_daemon_streams_refused_total", {}); };
+  // The pause the sender waits out, once it has begun: the longest wait
+  // ahead of the client's now that lies in [low, high].
+  const auto pause_begun = [&](std::chrono::seconds low, std::chrono::seconds high) {
+    std::chrono::nanoseconds pause{0};
+    EXPECT_TRUE(EventuallyTrue([&] {
+      pause = clock.LongestWaitAhead();
+      return pause >= low && pause <= high;
+    })) << "no pause in [" << low.count() << ", " << high.count() << "] s began";
+    return pause;
+  };
   ASSERT_TRUE(EventuallyTrue([&] { return refused() == 1; }));
-  // After a refused stream the pause is 2 x 10 s, jittered by ±20 %: 16 to
-  // 24 s of the client's time, from whenever the sender starts it (before
-  // or after the test moves the clock). 15 s on, once the sender has looked
-  // at the time and waited again, no second try; 25 s more reach the end
-  // of the pause either way.
+  // After a refused stream the pause is 2 x 10 s, jittered by ±20 %.
+  std::chrono::nanoseconds pause = pause_begun(std::chrono::seconds(16), std::chrono::seconds(24));
+  // A second short of its end, the sender looks at the time and waits on:
+  // no second try.
   uint64_t waits = clock.WaitsBegun();
-  clock.Advance(std::chrono::seconds(15));
+  clock.Advance(pause - std::chrono::seconds(1));
   ASSERT_TRUE(EventuallyTrue([&] { return clock.WaitsBegun() > waits; }));
   EXPECT_EQ(refused(), 1);
-  clock.Advance(std::chrono::seconds(25));
+  clock.Advance(std::chrono::seconds(1));
   EXPECT_TRUE(EventuallyTrue([&] { return refused() == 2; })) << refused();
-  // The pause doubled: 32 to 48 s. Nothing 31 s on; the third try 49 s more.
+  // The pause doubled: 32 to 48 s.
+  pause = pause_begun(std::chrono::seconds(32), std::chrono::seconds(48));
   waits = clock.WaitsBegun();
-  clock.Advance(std::chrono::seconds(31));
+  clock.Advance(pause - std::chrono::seconds(1));
   ASSERT_TRUE(EventuallyTrue([&] { return clock.WaitsBegun() > waits; }));
   EXPECT_EQ(refused(), 2);
-  clock.Advance(std::chrono::seconds(49));
+  clock.Advance(std::chrono::seconds(1));
   EXPECT_TRUE(EventuallyTrue([&] { return refused() == 3; })) << refused();
 }
 

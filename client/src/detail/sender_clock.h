@@ -6,6 +6,7 @@
 #ifndef TORCHMON_CLIENT_DETAIL_SENDER_CLOCK_H_
 #define TORCHMON_CLIENT_DETAIL_SENDER_CLOCK_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,13 +53,13 @@ class ManualSenderClock final : public SenderClock {
     {
       absl::MutexLock lock(&mu_);
       if (now_ >= deadline) return;
-      waiters_.emplace_back(&cv, &mu);
+      waiters_.push_back(Waiter{&cv, &mu, deadline});
       ++waits_begun_;
     }
     cv.WaitWithTimeout(&mu, absl::Seconds(1));
     absl::MutexLock lock(&mu_);
     for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
-      if (it->first == &cv) {
+      if (it->cv == &cv) {
         waiters_.erase(it);
         break;
       }
@@ -75,20 +76,30 @@ class ManualSenderClock final : public SenderClock {
     absl::MutexLock lock(&mu_);
     return waits_begun_;
   }
+  // How far ahead of now the latest deadline waited for lies (zero if none
+  // waits): a test sees, e.g., that a backoff pause has begun and when it
+  // ends. (A wait also ends after a second of real time and begins again
+  // with the same deadline, so WaitsBegun alone cannot tell.)
+  duration LongestWaitAhead() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    duration longest{0};
+    for (const Waiter& w : waiters_) longest = std::max(longest, w.deadline - now_);
+    return longest;
+  }
 
   // Moves time on and wakes every waiter, which then looks at the time. A
   // waiter's mutex is taken to signal it, so none misses the move: call it
   // from a thread that holds none of them, while the waiters' owners live.
   void Advance(duration d) ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<std::pair<absl::CondVar*, absl::Mutex*>> waiters;
+    std::vector<Waiter> waiters;
     {
       absl::MutexLock lock(&mu_);
       now_ += d;
       waiters = waiters_;
     }
-    for (const auto& [cv, waiter_mu] : waiters) {
-      absl::MutexLock lock(waiter_mu);
-      cv->SignalAll();
+    for (const Waiter& w : waiters) {
+      absl::MutexLock lock(w.mu);
+      w.cv->SignalAll();
     }
   }
 
@@ -96,7 +107,12 @@ class ManualSenderClock final : public SenderClock {
   mutable absl::Mutex mu_;
   // Starts far from the epoch, as steady_clock does.
   time_point now_ ABSL_GUARDED_BY(mu_) = time_point(std::chrono::hours(1000));
-  mutable std::vector<std::pair<absl::CondVar*, absl::Mutex*>> waiters_ ABSL_GUARDED_BY(mu_);
+  struct Waiter {
+    absl::CondVar* cv;
+    absl::Mutex* mu;
+    time_point deadline;
+  };
+  mutable std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   mutable uint64_t waits_begun_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
