@@ -254,6 +254,9 @@ void ClientCore::LogEvent(const Event& event) {
       return;
     }
     ++counters_.events_dropped;
+    // Reported to the daemon by name, unless the name is the problem.
+    CountEventDropLocked(protocol::ValidateName("event name", event.name).ok() ? event.name
+                                                                                : kInvalidEventName);
     queue_full = status.ok() && !stop_;
   }
   if (!status.ok()) {
@@ -263,6 +266,15 @@ void ClientCore::LogEvent(const Event& event) {
         "torchmon: event queue full (max_buffered_events=", options_.max_buffered_events,
         "); dropping events until the daemon at ", target_, " takes them"));
   }
+}
+
+void ClientCore::CountEventDropLocked(const std::string& name) {
+  auto it = event_drops_.find(name);
+  if (it == event_drops_.end()) {
+    it = event_drops_.size() < kMaxEventDropNames ? event_drops_.emplace(name, 0).first
+                                                  : event_drops_.try_emplace(kOtherEventsName).first;
+  }
+  ++it->second;
 }
 
 ClientStats ClientCore::Stats() const {
@@ -665,10 +677,13 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   // joining it.
   std::vector<StatState*> fresh;
   std::deque<v1::Event> events;
+  std::vector<std::pair<std::string, uint64_t>> event_drops;
   {
     absl::MutexLock lock(&mu_);
     fresh.swap(new_stats_);
     events.swap(events_);
+    event_drops.assign(event_drops_.begin(), event_drops_.end());
+    event_drops_.clear();
   }
   TakeReadyStats();
 
@@ -677,6 +692,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   auto fail = [&]() {
     // The stream is broken; the next one opens with every definition.
     RequeueEvents(events);
+    RequeueEventDrops(event_drops);
     return false;
   };
 
@@ -762,6 +778,14 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
     if (!out.Fits(size) && !write()) return fail();
     out.AddEvent(std::move(events.front()), size);
     events.pop_front();
+  }
+  // After the events: a report counts what the client could not send.
+  while (!event_drops.empty()) {
+    const auto& [name, dropped] = event_drops.back();
+    const size_t size = name.size() + kDropReportBytes;
+    if (!out.Fits(size) && !write()) return fail();
+    out.AddEventDropReport(name, dropped, size);
+    event_drops.pop_back();
   }
   if (!write()) return fail();
   if (result->complete) ++cycles_completed_;
@@ -862,6 +886,13 @@ void ClientCore::RequeueEvents(std::deque<v1::Event>& events) {
   events_.insert(events_.begin(), std::make_move_iterator(events.begin()),
                  std::make_move_iterator(events.end()));
   events.clear();
+}
+
+void ClientCore::RequeueEventDrops(std::vector<std::pair<std::string, uint64_t>>& drops) {
+  if (drops.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, dropped] : drops) event_drops_[name] += dropped;
+  drops.clear();
 }
 
 void ClientCore::RetireClosedStats() {

@@ -1,6 +1,7 @@
 #include "server/core/event_log.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace torchmon::server {
 
@@ -88,6 +89,32 @@ EventLog::Chunk EventLog::GetChunk(const Selector& selector, uint64_t after_sequ
   return chunk;
 }
 
+void EventLog::AddClientDrops(const std::string& name, const Labels& labels, uint64_t dropped) {
+  const int64_t now = clock_.NowMs();
+  absl::MutexLock lock(&mu_);
+  Totals& totals = totals_[SeriesKey{name, labels}];
+  // Saturates, as the series' client_dropped does: a client's count is not
+  // to be trusted, and a counter must never go back.
+  totals.client_dropped += std::min(dropped, ~uint64_t{0} - totals.client_dropped);
+  totals.last_seen_ms = now;
+}
+
+EventLog::TotalsChunk EventLog::GetTotalsChunk(const Selector& selector, const SeriesKey* after,
+                                               size_t max_entries) const {
+  const size_t max_items = std::clamp<size_t>(max_entries, 1, kChunk);
+  TotalsChunk chunk;
+  absl::MutexLock lock(&mu_);
+  auto it = after != nullptr ? totals_.upper_bound(*after) : totals_.begin();
+  for (size_t visited = 0; it != totals_.end(); ++it) {
+    if (selector.Matches(it->first)) chunk.totals.emplace_back(it->first, it->second);
+    if (chunk.totals.size() >= max_items || ++visited >= kVisitPerChunk) {
+      if (std::next(it) != totals_.end()) chunk.resume_after = it->first;
+      return chunk;
+    }
+  }
+  return chunk;
+}
+
 void EventLog::ForEachTotals(
     absl::FunctionRef<void(const SeriesKey&, const Totals&)> fn) const {
   absl::MutexLock lock(&mu_);
@@ -100,7 +127,7 @@ size_t EventLog::ExpireIdle() {
   size_t removed = 0;
   for (auto it = totals_.begin(); it != totals_.end();) {
     if (it->second.last_seen_ms + ttl_ms_ <= now) {
-      totals_.erase(it++);
+      it = totals_.erase(it);
       ++removed;
     } else {
       ++it;

@@ -5,13 +5,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/clock.h"
@@ -66,12 +67,31 @@ class EventLog {
   // (bools as 0/1).
   struct Totals {
     uint64_t count = 0;
+    // Events the clients reported dropping before sending.
+    uint64_t client_dropped = 0;
     std::vector<std::pair<std::string, double>> last_numeric;  // sorted by field
     int64_t last_seen_ms = 0;
   };
   // Calls `fn` for every (name, labels) holding the lock; `fn` must be quick.
   void ForEachTotals(absl::FunctionRef<void(const SeriesKey&, const Totals&)> fn) const
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Records `dropped` events named `name` that a client with identity
+  // `labels` (sorted) dropped before sending.
+  void AddClientDrops(const std::string& name, const Labels& labels, uint64_t dropped)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Up to max_entries (≥ 1, ≤ kChunk) totals matching `selector` with keys
+  // after *after (from the first if null), in key order (name, then
+  // labels), looking at no more than kVisitPerChunk.
+  struct TotalsChunk {
+    std::vector<std::pair<SeriesKey, Totals>> totals;
+    // The last key looked at: the next chunk resumes after it. Empty when
+    // the walk reached the end.
+    std::optional<SeriesKey> resume_after;
+  };
+  TotalsChunk GetTotalsChunk(const Selector& selector, const SeriesKey* after,
+                             size_t max_entries) const ABSL_LOCKS_EXCLUDED(mu_);
 
   size_t ExpireIdle() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -85,7 +105,8 @@ class EventLog {
   mutable absl::Mutex mu_;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   std::deque<EventRecord> events_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<SeriesKey, Totals> totals_ ABSL_GUARDED_BY(mu_);
+  // Ordered, so that ListEventTotals pages resume after a key.
+  absl::btree_map<SeriesKey, Totals> totals_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace torchmon::server

@@ -35,6 +35,7 @@ struct EventRow {
   TextRange event;   // event="..."
   TextRange labels;  // ,k="v"...
   uint64_t count = 0;
+  uint64_t client_dropped = 0;
   std::vector<std::pair<TextRange, double>> fields;  // ,field="..." and its last value
 };
 
@@ -147,6 +148,7 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
       row.event = snap.Label("event", key.stat, /*leading_comma=*/false);
       row.labels = labels.Get(key.labels);
       row.count = totals.count;
+      row.client_dropped = totals.client_dropped;
       for (const auto& [field, value] : totals.last_numeric) {
         row.fields.emplace_back(snap.Label("field", field, /*leading_comma=*/true), value);
       }
@@ -235,6 +237,13 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
     for (const EventRow& e : snap.events) {
       out.Sample("torchmon_events_total", {snap.Text(e.event), snap.Text(e.labels)},
                  static_cast<double>(e.count));
+    }
+    out.Family("torchmon_events_dropped_total",
+               "Events the clients dropped before sending (queue full, invalid), by event name.",
+               "counter");
+    for (const EventRow& e : snap.events) {
+      out.Sample("torchmon_events_dropped_total", {snap.Text(e.event), snap.Text(e.labels)},
+                 static_cast<double>(e.client_dropped));
     }
     bool any_field = false;
     for (const EventRow& e : snap.events) {

@@ -138,6 +138,7 @@ void IngestSession::ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack)
   AddBlocks(batch, seq, ack);
   for (const auto& drops : batch.drops()) AddDrops(drops, seq, ack);
   for (const auto& event : batch.events()) AddEvent(event, seq, ack);
+  for (const auto& drops : batch.event_drops()) AddEventDrops(drops, seq, ack);
 }
 
 void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack) {
@@ -405,6 +406,17 @@ void IngestSession::AddDrops(const v1::DropReport& drops, uint64_t sequence, v1:
     Report(ack, sequence, drops.stat_id(), static_cast<absl::StatusCode>(s.code()),
              std::string(s.message()), 0);
   }
+}
+
+void IngestSession::AddEventDrops(const v1::EventDropReport& drops, uint64_t sequence,
+                                  v1::IngestAck* ack) {
+  if (absl::Status s = protocol::ValidateName("event name", drops.name()); !s.ok()) {
+    Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+           absl::StrCat("event drop report: ", s.message(), "; ignored"), 0);
+    return;
+  }
+  if (drops.dropped() == 0) return;
+  events_.AddClientDrops(drops.name(), identity_.get(), drops.dropped());
 }
 
 void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack) {

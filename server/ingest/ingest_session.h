@@ -105,6 +105,7 @@ class IngestSession {
   SeriesId SeriesFor(uint32_t stat_id, uint64_t samples, uint64_t sequence, v1::IngestAck* ack);
   void AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack);
   void AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack);
+  void AddEventDrops(const v1::EventDropReport& drops, uint64_t sequence, v1::IngestAck* ack);
   // Looks up `stat_id`, reporting unknown or refused ids against `samples`.
   Binding* Bound(uint32_t stat_id, uint64_t samples, uint64_t sequence, v1::IngestAck* ack);
   // Re-creates the series of stat `stat_id` (bound to `b`) that expired

@@ -72,6 +72,7 @@ std::string EncodePageToken(const PageToken& token) {
       break;
     case PageToken::Kind::kWindows:
     case PageToken::Kind::kSeries:
+    case PageToken::Kind::kEventTotals:
       PutU64(raw, static_cast<uint64_t>(token.after_start_ms));
       PutU64(raw, 0);
       v1::SeriesKey key;

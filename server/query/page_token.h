@@ -22,11 +22,12 @@ namespace torchmon::server {
 uint64_t RequestFingerprint(const google::protobuf::Message& request);
 
 struct PageToken {
-  enum class Kind : char { kSeries = 'S', kWindows = 'W', kEvents = 'E' };
+  enum class Kind : char { kSeries = 'S', kWindows = 'W', kEvents = 'E', kEventTotals = 'T' };
   Kind kind = Kind::kSeries;
   uint64_t fingerprint = 0;
-  // kSeries, kWindows: the last series listed (kWindows: the series of the
-  // last window listed).
+  // kSeries, kWindows, kEventTotals: the last series listed (kWindows: the
+  // series of the last window listed; kEventTotals: the event name and
+  // labels).
   std::shared_ptr<const SeriesKey> series;
   // kWindows: the start of the last window listed (Unix ms).
   int64_t after_start_ms = 0;

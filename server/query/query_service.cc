@@ -293,6 +293,60 @@ grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* c
   return reactor;
 }
 
+grpc::ServerUnaryReactor* QueryService::ListEventTotals(grpc::CallbackServerContext* context,
+                                                        const v1::ListEventTotalsRequest* request,
+                                                        v1::ListEventTotalsResponse* response) {
+  stats_.queries.fetch_add(1, std::memory_order_relaxed);
+  auto* reactor = context->DefaultReactor();
+  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
+  if (!max_items.ok()) {
+    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+    return reactor;
+  }
+  const uint64_t fingerprint = RequestFingerprint(*request);
+  std::optional<SeriesKey> after;
+  if (!request->page_token().empty()) {
+    absl::StatusOr<PageToken> token =
+        DecodePageToken(request->page_token(), PageToken::Kind::kEventTotals, fingerprint);
+    if (!token.ok()) {
+      reactor->Finish(InvalidArgument(std::string(token.status().message())));
+      return reactor;
+    }
+    after = *token->series;
+  }
+  const Selector selector = SelectorFromProto(request->selector());
+  PageBuilder<v1::EventTotals> page(response->mutable_events(), *max_items);
+  std::optional<SeriesKey> last_listed;
+  bool more = true;
+  while (more && !page.full()) {
+    EventLog::TotalsChunk chunk =
+        events_.GetTotalsChunk(selector, after ? &*after : nullptr, page.room());
+    for (const auto& [key, totals] : chunk.totals) {
+      const bool added = page.Add([&](v1::EventTotals* out) {
+        out->set_name(key.stat);
+        for (const auto& [k, v] : key.labels) (*out->mutable_labels())[k] = v;
+        out->set_received(totals.count);
+        out->set_client_dropped(totals.client_dropped);
+        out->set_last_update_ms(totals.last_seen_ms);
+      });
+      if (!added) break;
+      last_listed = key;
+    }
+    if (page.full()) break;
+    after = std::move(chunk.resume_after);
+    more = after.has_value();
+  }
+  if (page.full() || more) {
+    PageToken next;
+    next.kind = PageToken::Kind::kEventTotals;
+    next.fingerprint = fingerprint;
+    next.series = std::make_shared<const SeriesKey>(page.full() ? *last_listed : *after);
+    response->set_next_page_token(EncodePageToken(next));
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext* context,
                                                      const v1::CompareRanksRequest* request,
                                                      v1::CompareRanksResponse* response) {

@@ -40,6 +40,9 @@ class QueryService final : public v1::Query::CallbackService {
                                       v1::GetEventsResponse* response) override;
   grpc::ServerWriteReactor<v1::Event>* WatchEvents(grpc::CallbackServerContext* context,
                                                    const v1::WatchEventsRequest* request) override;
+  grpc::ServerUnaryReactor* ListEventTotals(grpc::CallbackServerContext* context,
+                                            const v1::ListEventTotalsRequest* request,
+                                            v1::ListEventTotalsResponse* response) override;
   grpc::ServerUnaryReactor* CompareRanks(grpc::CallbackServerContext* context,
                                          const v1::CompareRanksRequest* request,
                                          v1::CompareRanksResponse* response) override;

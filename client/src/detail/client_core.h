@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "detail/error_log.h"
@@ -128,6 +129,11 @@ class ClientCore {
   bool LookForBurstLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts events taken for a cycle but never written back at the queue head.
   void RequeueEvents(std::deque<v1::Event>& events) ABSL_LOCKS_EXCLUDED(mu_);
+  // Event drops taken for a batch but not written: counted again.
+  void RequeueEventDrops(std::vector<std::pair<std::string, uint64_t>>& drops)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts one dropped event under its name (under mu_).
+  void CountEventDropLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetireClosedStats() ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- reader thread ---
@@ -214,6 +220,13 @@ class ClientCore {
   bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
 
   std::deque<v1::Event> events_ ABSL_GUARDED_BY(mu_);
+  // Events dropped and not yet reported to a daemon, by name
+  // (EventDropReport). At most kMaxEventDropNames names; drops of others
+  // are counted under kOtherEventsName.
+  absl::flat_hash_map<std::string, uint64_t> event_drops_ ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kMaxEventDropNames = 1024;
+  static constexpr char kOtherEventsName[] = "<other events>";
+  static constexpr char kInvalidEventName[] = "<invalid name>";
   // Events accepted into the queue, and those since written or dropped.
   uint64_t events_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t events_resolved_ ABSL_GUARDED_BY(mu_) = 0;

@@ -51,6 +51,13 @@ void OutgoingBatch::AddEvent(v1::Event&& event, size_t size) {
   bytes += size;
 }
 
+void OutgoingBatch::AddEventDropReport(const std::string& name, uint64_t dropped, size_t size) {
+  v1::EventDropReport* report = batch->add_event_drops();
+  report->set_name(name);
+  report->set_dropped(dropped);
+  bytes += size;
+}
+
 void OutgoingBatch::AddSamples(const std::vector<LogSample>& taken, SampleGroups& g) {
   g.groups.clear();
   if (taken.empty()) return;
