@@ -517,6 +517,55 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
   return out;
 }
 
+std::vector<SeriesSnapshot> Aggregator::TopSeries(const Selector& selector, size_t limit,
+                                                  SeriesOrder order, size_t* matched) const {
+  // (drops or 0, last update, the series): larger first; ties by key.
+  struct Candidate {
+    uint64_t drops;
+    int64_t last_update_ms;
+    std::shared_ptr<Series> series;
+  };
+  const auto better = [](const Candidate& a, const Candidate& b) {
+    if (a.drops != b.drops) return a.drops > b.drops;
+    if (a.last_update_ms != b.last_update_ms) return a.last_update_ms > b.last_update_ms;
+    return a.series->key < b.series->key;
+  };
+  // A heap whose top is the worst kept.
+  std::vector<Candidate> best;
+  best.reserve(limit + 1);
+  size_t count = 0;
+  for (size_t begin = 0; limit > 0; begin += kWalkChunk) {
+    if (begin > 0) YieldToWriters();
+    absl::ReaderMutexLock lock(&mu_);
+    if (begin >= slots_.size()) break;
+    const size_t end = std::min(slots_.size(), begin + kWalkChunk);
+    for (size_t i = begin; i < end; ++i) {
+      const std::shared_ptr<Series>& s = slots_[i].series;
+      if (s == nullptr || !selector.Matches(s->key)) continue;
+      ++count;
+      const SeriesCounters& c = s->counters;
+      Candidate candidate{
+          order == SeriesOrder::kMostDropsFirst ? c.capped + c.late + c.skewed + c.client_dropped
+                                                : 0,
+          s->last_update_ms, s};
+      if (best.size() == limit && !better(candidate, best.front())) continue;
+      best.push_back(std::move(candidate));
+      std::push_heap(best.begin(), best.end(), better);
+      if (best.size() > limit) {
+        std::pop_heap(best.begin(), best.end(), better);
+        best.pop_back();
+      }
+    }
+  }
+  if (matched != nullptr) *matched = count;
+  std::sort_heap(best.begin(), best.end(), better);
+  std::vector<SeriesSnapshot> out;
+  out.reserve(best.size());
+  absl::ReaderMutexLock lock(&mu_);
+  for (const Candidate& c : best) out.push_back(Snapshot(c.series));
+  return out;
+}
+
 void Aggregator::YieldToWriters() const {
   // Bounded, so that a walk still finishes under unbroken ingestion.
   constexpr auto kMaxStepAside = std::chrono::microseconds(200);

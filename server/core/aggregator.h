@@ -160,6 +160,18 @@ class Aggregator {
   std::vector<ClosedWindow> GetWindows(const Selector& selector, int64_t start_ms, int64_t end_ms,
                                        size_t limit_per_series) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The `limit` series matching `selector` that come first in `order`, in
+  // that order, and how many matched in all (`*matched`). A bounded answer
+  // at any number of series, for a page that shows what matters (the live
+  // page): walks every series in chunks, as ForEachSeries does, keeping the
+  // best `limit` seen.
+  enum class SeriesOrder {
+    kMostDropsFirst,  // samples not aggregated (capped, late, skewed, client), then recent
+    kMostRecentFirst,  // last sample or drop report
+  };
+  std::vector<SeriesSnapshot> TopSeries(const Selector& selector, size_t limit, SeriesOrder order,
+                                        size_t* matched) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Listings in pages. Series are ordered by key (stat name, then labels),
   // and a listing resumes after a key: the key, not a position, so series
   // created or removed between two chunks shift nothing. A walk that

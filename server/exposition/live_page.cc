@@ -1,5 +1,7 @@
 #include "server/exposition/live_page.h"
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,11 +45,14 @@ constexpr absl::string_view kHtml = R"html(<!doctype html>
 </style>
 </head>
 <body>
-<header><h1>torchmond</h1><span id="status">loading…</span></header>
+<header><h1>torchmond</h1>
+  <input id="filter" placeholder="stat, e.g. train.* (Enter)" size="28">
+  <select id="sort"><option value="drops">most drops first</option><option value="recent">most recent first</option></select>
+  <span id="status">loading…</span></header>
 <main>
   <div>
     <section><h2>Recent windows</h2><div id="charts"></div></section>
-    <section style="margin-top:16px"><h2>Series</h2>
+    <section style="margin-top:16px"><h2>Series <span id="shown" class="muted"></span></h2>
       <table><thead><tr><th>stat</th><th>labels</th><th>last window</th><th>accepted</th><th>dropped</th></tr></thead>
       <tbody id="series"></tbody></table>
     </section>
@@ -56,7 +61,23 @@ constexpr absl::string_view kHtml = R"html(<!doctype html>
 </main>
 <script>
 "use strict";
-const REFRESH_MS = 2000, WINDOWS = 60, MAX_CHARTS = 12;
+// The daemon answers bounded lists whatever it holds: the LIMIT series that
+// matter most (drops first) among those the filter matches, and the charts
+// of the first MAX_CHARTS stats among them, CHART_SERIES series each.
+const REFRESH_MS = 2000, WINDOWS = 60, MAX_CHARTS = 12, LIMIT = 100, CHART_SERIES = 16;
+const params = new URLSearchParams(location.search);
+const filter = document.getElementById("filter"), sort = document.getElementById("sort");
+filter.value = params.get("stat") || "";
+sort.value = params.get("sort") === "recent" ? "recent" : "drops";
+const remember = () => {
+  const p = new URLSearchParams();
+  if (filter.value) p.set("stat", filter.value);
+  if (sort.value !== "drops") p.set("sort", sort.value);
+  history.replaceState(null, "", p.toString() ? "?" + p : location.pathname);
+  refresh();
+};
+filter.addEventListener("change", remember);
+sort.addEventListener("change", remember);
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const el = (tag, attrs = {}, text) => {
   const e = document.createElementNS(tag === "svg" || attrs.svg ? "http://www.w3.org/2000/svg" : "http://www.w3.org/1999/xhtml", tag);
@@ -153,15 +174,19 @@ function renderEvents(events) {
 }
 async function refresh() {
   try {
-    const {series} = await get("/api/series");
+    const query = "limit=" + LIMIT + "&sort=" + sort.value +
+                  (filter.value ? "&stat=" + encodeURIComponent(filter.value) : "");
+    const {series, matched} = await get("/api/series?" + query);
     renderSeries(series);
+    document.getElementById("shown").textContent =
+      matched > series.length ? "(" + series.length + " of " + matched + ")" : "";
     const stats = [...new Set(series.map(s => s.stat))].slice(0, MAX_CHARTS);
     const charts = await Promise.all(stats.map(async s =>
-      renderChart(s, (await get("/api/windows?stat=" + encodeURIComponent(s) + "&last=" + WINDOWS)).windows)));
+      renderChart(s, (await get("/api/windows?stat=" + encodeURIComponent(s) + "&last=" + WINDOWS + "&series=" + CHART_SERIES)).windows)));
     document.getElementById("charts").replaceChildren(...charts);
     renderEvents((await get("/api/events?last=50")).events);
     document.getElementById("status").textContent =
-      series.length + " series · updated " + new Date().toLocaleTimeString();
+      matched + " series · updated " + new Date().toLocaleTimeString();
   } catch (err) {
     document.getElementById("status").textContent = "error: " + err.message;
   }
@@ -177,9 +202,12 @@ setInterval(refresh, REFRESH_MS);
 
 absl::string_view LivePage::Html() { return kHtml; }
 
-std::string LivePage::SeriesJson() const {
+std::string LivePage::SeriesJson(const Selector& selector, size_t limit,
+                                 Aggregator::SeriesOrder order) const {
   std::vector<std::string> elements;
-  for (const SeriesSnapshot& s : aggregator_.ListSeries(Selector{})) {
+  size_t matched = 0;
+  for (const SeriesSnapshot& s :
+       aggregator_.TopSeries(selector, std::clamp<size_t>(limit, 1, kMaxSeries), order, &matched)) {
     std::vector<std::string> aggregations;
     for (const std::string& name : s.spec.AggregationNames()) {
       aggregations.push_back(JsonString(name));
@@ -192,16 +220,35 @@ std::string LivePage::SeriesJson() const {
         ",\"late\":", c.late, ",\"skewed\":", c.skewed, ",\"client\":", c.client_dropped,
         "},\"last_window\":", s.has_last_window ? WindowJsonLine(s.last_window) : "null", "}"));
   }
-  return absl::StrCat("{\"series\":[", absl::StrJoin(elements, ","), "]}\n");
+  return absl::StrCat("{\"series\":[", absl::StrJoin(elements, ","), "],\"matched\":", matched,
+                      "}\n");
 }
 
-std::string LivePage::WindowsJson(const std::string& stat, size_t last) const {
+std::string LivePage::WindowsJson(const std::string& stat, size_t last, size_t max_series) const {
   Selector selector;
   selector.name = stat;
+  const Aggregator::WindowFilter filter{0, 0, std::clamp<size_t>(last, 1, 1000)};
+  max_series = std::clamp<size_t>(max_series, 1, kMaxChartSeries);
   std::vector<std::string> elements;
-  for (const ClosedWindow& w : aggregator_.GetWindows(selector, 0, 0, last)) {
-    if (w.series->stat == stat) elements.push_back(WindowJsonLine(w));  // the name, not a glob
-  }
+  size_t series = 0;
+  std::shared_ptr<const SeriesKey> previous;
+  std::optional<Aggregator::WindowCursor> from;
+  // Chunk by chunk, in key order, until max_series series had windows.
+  do {
+    Aggregator::WindowsChunk chunk =
+        aggregator_.GetWindowsChunk(selector, filter, from ? &*from : nullptr, 1000);
+    for (const ClosedWindow& w : chunk.windows) {
+      if (w.series->stat != stat) continue;  // the name, not a glob
+      if (previous == nullptr || !(*w.series == *previous)) {
+        if (++series > max_series) {
+          return absl::StrCat("{\"windows\":[", absl::StrJoin(elements, ","), "]}\n");
+        }
+        previous = w.series;
+      }
+      elements.push_back(WindowJsonLine(w));
+    }
+    from = std::move(chunk.resume);
+  } while (from.has_value());
   return absl::StrCat("{\"windows\":[", absl::StrJoin(elements, ","), "]}\n");
 }
 

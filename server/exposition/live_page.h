@@ -1,10 +1,16 @@
 // The live page on the metrics port (docs/live-page.md): GET / is one
 // self-contained HTML page (inline script and styles, no network fetches
-// but its own) that polls three JSON endpoints of the same server:
+// but its own) that polls three JSON endpoints of the same server, each
+// answer bounded whatever the number of series:
 //
-//   /api/series                  every series: definition, counters, last window
-//   /api/windows?stat=S&last=N   the N most recent closed windows of stat S
-//   /api/events?last=N           the N most recent events
+//   /api/series?stat=GLOB&label=k=v&sort=drops|recent&limit=N
+//       the N (≤ 1000, default 100) matching series that matter most:
+//       most samples dropped first, or most recently updated first; with
+//       how many matched in all
+//   /api/windows?stat=S&last=N&series=M
+//       the N most recent closed windows of at most M (≤ 64, default 16)
+//       series of stat S
+//   /api/events?last=N           the N (≤ 1000) most recent events
 //
 // Windows and events are the objects of the JSON-lines sink
 // (server/core/json_lines.h). Thread-safe: reads copies from the aggregator and
@@ -18,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
+#include "server/core/selector.h"
 
 namespace torchmon::server {
 
@@ -27,11 +34,17 @@ class LivePage {
       : aggregator_(aggregator), events_(events) {}
 
   static absl::string_view Html();
+  static constexpr size_t kMaxSeries = 1000;
+  static constexpr size_t kMaxChartSeries = 64;
   // {"series":[{"stat","labels","aggregations":[...],"window_ms","counters":{...},
-  //  "last_window":<window or null>}]}
-  std::string SeriesJson() const;
-  // {"windows":[<window>...]}: series by series, oldest first.
-  std::string WindowsJson(const std::string& stat, size_t last) const;
+  //  "last_window":<window or null>}],"matched":M}: the `limit` series
+  // matching `selector` first in `order`, of M matching.
+  std::string SeriesJson(const Selector& selector, size_t limit,
+                         Aggregator::SeriesOrder order) const;
+  // {"windows":[<window>...]}: the `last` most recent windows of the first
+  // `max_series` series of `stat` (by labels), series by series, oldest
+  // first.
+  std::string WindowsJson(const std::string& stat, size_t last, size_t max_series) const;
   // {"events":[<event>...]}, oldest first.
   std::string EventsJson(size_t last) const;
 

@@ -156,17 +156,36 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
     if (uri == "/") {
       SendText(conn, 200, "text/html; charset=utf-8", LivePage::Html());
     } else if (uri == "/api/series") {
-      SendText(conn, 200, kJson, page_.SeriesJson());
+      Selector selector;
+      selector.name = Query(request, "stat");
+      // label=k=v: that label equals v.
+      const std::string label = Query(request, "label");
+      if (const size_t eq = label.find('='); eq != std::string::npos) {
+        selector.labels.push_back(
+            LabelMatcher{label.substr(0, eq), label.substr(eq + 1), LabelMatcher::Op::kEqual});
+      } else if (!label.empty()) {
+        SendText(conn, 400, "text/plain; charset=utf-8",
+                 "torchmond: /api/series?label= needs key=value\n");
+        return true;
+      }
+      const Aggregator::SeriesOrder order = Query(request, "sort") == "recent"
+                                                ? Aggregator::SeriesOrder::kMostRecentFirst
+                                                : Aggregator::SeriesOrder::kMostDropsFirst;
+      SendText(conn, 200, kJson,
+               page_.SeriesJson(selector, Number(request, "limit", 100, LivePage::kMaxSeries),
+                                order));
     } else if (uri == "/api/windows") {
       const std::string stat = Query(request, "stat");
       if (stat.empty()) {
         SendText(conn, 400, "text/plain; charset=utf-8",
                  "torchmond: /api/windows needs ?stat=NAME\n");
       } else {
-        SendText(conn, 200, kJson, page_.WindowsJson(stat, Last(request, 60)));
+        SendText(conn, 200, kJson,
+                 page_.WindowsJson(stat, Number(request, "last", 60, 1000),
+                                   Number(request, "series", 16, LivePage::kMaxChartSeries)));
       }
     } else if (uri == "/api/events") {
-      SendText(conn, 200, kJson, page_.EventsJson(Last(request, 50)));
+      SendText(conn, 200, kJson, page_.EventsJson(Number(request, "last", 50, 1000)));
     } else {
       SendText(conn, 404, "text/plain; charset=utf-8", "torchmond: not found\n");
     }
@@ -185,13 +204,14 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
     value.resize(static_cast<size_t>(n));
     return value;
   }
-  // ?last=N, 1 to 1000; `fallback` when absent or not a number.
-  static size_t Last(const mg_request_info* request, size_t fallback) {
-    const std::string text = Query(request, "last");
+  // ?name=N, 1 to `max`; `fallback` when absent or not a number.
+  static size_t Number(const mg_request_info* request, const char* name, size_t fallback,
+                       size_t max) {
+    const std::string text = Query(request, name);
     char* end = nullptr;
     const long n = text.empty() ? 0 : std::strtol(text.c_str(), &end, 10);
     if (n < 1 || (end != nullptr && *end != '\0')) return fallback;
-    return static_cast<size_t>(std::min(n, 1000L));
+    return std::min(static_cast<size_t>(n), max);
   }
   const LivePage& page_;
   DaemonStats& stats_;

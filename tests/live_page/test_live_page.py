@@ -103,6 +103,54 @@ def test_events_endpoint_and_unknown_paths(fed):
     assert http(fed, "/api/nope")[0] == 404
 
 
+def test_windows_endpoint_is_bounded_in_series(fed):
+    windows = json.loads(http(fed, "/api/windows?stat=train.loss&series=1")[2])["windows"]
+    assert {w["labels"]["rank"] for w in windows} == {"0"}  # the first series by labels
+
+
+def test_series_endpoint_is_bounded_filtered_and_shows_drops_first(tmp_path):
+    """Thousands of series: the page gets the ones that matter, never all."""
+    import datetime
+    import torchmon
+    daemon = Daemon(str(tmp_path), "--grace", "100ms")
+    try:
+        client = torchmon.Client(target=daemon.target, labels={"rank": "0"},
+                                 labels_from_environment=False)
+        window = datetime.timedelta(seconds=60)
+        stats = [torchmon.Stat("many.s%04d" % i, ["count"], window, max_samples=1, client=client)
+                 for i in range(3000)]
+        for s in stats:
+            s.add(1.0)
+        for _ in range(5):
+            stats[42].add(1.0)   # 5 capped
+        for _ in range(3):
+            stats[1234].add(1.0)  # 3 capped
+        assert client.flush(10)
+        time.sleep(0.05)
+        stats[2999].add(1.0)     # capped too, and the most recent
+        assert client.flush(10)
+
+        status, _, body = http(daemon, "/api/series")
+        assert status == 200
+        answer = json.loads(body)
+        assert answer["matched"] == 3000
+        assert len(answer["series"]) == 100
+        assert [s["stat"] for s in answer["series"][:3]] == ["many.s0042", "many.s1234",
+                                                             "many.s2999"]
+        assert answer["series"][0]["counters"]["capped"] == 5
+        assert len(body) < 100_000
+        recent = json.loads(http(daemon, "/api/series?sort=recent&limit=1")[2])
+        assert [s["stat"] for s in recent["series"]] == ["many.s2999"]
+        narrowed = json.loads(http(daemon, "/api/series?stat=many.s00*&limit=5")[2])
+        assert narrowed["matched"] == 100 and len(narrowed["series"]) == 5
+        assert json.loads(http(daemon, "/api/series?label=rank=1")[2])["matched"] == 0
+        assert http(daemon, "/api/series?label=rank")[0] == 400
+        capped = json.loads(http(daemon, "/api/series?limit=100000")[2])
+        assert len(capped["series"]) == 1000  # the most one answer holds
+    finally:
+        daemon.stop()
+
+
 def read_png(path):
     """Width, height and RGBA rows of an 8-bit RGB/RGBA PNG, decoded here."""
     data = open(path, "rb").read()
