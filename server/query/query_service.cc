@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -107,6 +109,51 @@ class WatchReactor final : public QueuedWriteReactor<Proto> {
   std::shared_ptr<typename Broadcaster<Item>::Subscription> subscription_;
 };
 
+// What a paged request asks: how many items a page holds, which request
+// its tokens belong to, and where it resumes (no token: the start).
+struct PageRequest {
+  size_t max_items;
+  uint64_t fingerprint;
+  std::optional<PageToken> token;
+};
+
+absl::StatusOr<PageRequest> ReadPageRequest(const google::protobuf::Message& request,
+                                            int32_t page_size, const std::string& page_token,
+                                            PageToken::Kind kind) {
+  const absl::StatusOr<size_t> max_items = PageItems(page_size);
+  if (!max_items.ok()) return max_items.status();
+  PageRequest out{*max_items, RequestFingerprint(request), std::nullopt};
+  if (!page_token.empty()) {
+    absl::StatusOr<PageToken> token = DecodePageToken(page_token, kind, out.fingerprint);
+    if (!token.ok()) return token.status();
+    out.token = *std::move(token);
+  }
+  return out;
+}
+
+// Fills `page` from chunks, each taken under its source's lock once:
+// next(from, room) returns a chunk's items from `from` (the start if null)
+// and where the chunk after it starts (empty at the end). Returns where the
+// next page resumes: after the last item listed when the page filled, else
+// where the walk stopped; empty when it reached the end. (A page that fills
+// exactly at the end leaves an empty last page: the walk cannot know there
+// is nothing more without looking.)
+template <typename Proto, typename Cursor, typename Next, typename Fill, typename CursorOf>
+std::optional<Cursor> FillPage(PageBuilder<Proto>& page, std::optional<Cursor> from, Next&& next,
+                               Fill&& fill, CursorOf&& cursor_of) {
+  std::optional<Cursor> last_listed;
+  for (;;) {
+    auto [items, resume] = next(from ? &*from : nullptr, page.room());
+    for (const auto& item : items) {
+      if (!page.Add([&](Proto* out) { fill(item, out); })) break;
+      last_listed = cursor_of(item);
+    }
+    if (page.full()) return last_listed;
+    if (!resume.has_value()) return std::nullopt;
+    from = std::move(resume);
+  }
+}
+
 }  // namespace
 
 QueryService::QueryService(const Aggregator& aggregator, const EventLog& events,
@@ -123,48 +170,32 @@ grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* 
                                                    v1::ListSeriesResponse* response) {
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
-  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
-  if (!max_items.ok()) {
-    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+  const absl::StatusOr<PageRequest> paging = ReadPageRequest(
+      *request, request->page_size(), request->page_token(), PageToken::Kind::kSeries);
+  if (!paging.ok()) {
+    reactor->Finish(InvalidArgument(std::string(paging.status().message())));
     return reactor;
   }
-  const uint64_t fingerprint = RequestFingerprint(*request);
-  std::shared_ptr<const SeriesKey> after;
-  if (!request->page_token().empty()) {
-    absl::StatusOr<PageToken> token =
-        DecodePageToken(request->page_token(), PageToken::Kind::kSeries, fingerprint);
-    if (!token.ok()) {
-      reactor->Finish(InvalidArgument(std::string(token.status().message())));
-      return reactor;
-    }
-    after = std::move(token->series);
-  }
+  using Cursor = std::shared_ptr<const SeriesKey>;
   const Selector selector = SelectorFromProto(request->selector());
-  PageBuilder<v1::SeriesInfo> page(response->mutable_series(), *max_items);
-  // Chunk by chunk, each under the aggregator's lock once; the answer is
-  // bounded, and so is what the daemon holds for it.
-  std::shared_ptr<const SeriesKey> last_listed;
-  bool more = true;
-  while (more && !page.full()) {
-    Aggregator::SeriesChunk chunk = aggregator_.ListSeriesChunk(selector, after.get(), page.room());
-    for (const SeriesSnapshot& s : chunk.series) {
-      if (!page.Add([&s](v1::SeriesInfo* out) { SeriesToProto(s, out); })) break;
-      last_listed = s.key;
-    }
-    if (page.full()) break;
-    after = std::move(chunk.resume_after);
-    more = after != nullptr;
-  }
-  if (page.full() || more) {
-    // Resume after the last series listed, or (a chunk that found nothing
-    // more to list) after the last one looked at.
-    PageToken next;
-    next.kind = PageToken::Kind::kSeries;
-    next.fingerprint = fingerprint;
-    next.series = page.full() ? last_listed : after;
-    // A full page ending exactly at the last series leaves an empty last
-    // page: the walk cannot know there is nothing more without looking.
-    response->set_next_page_token(EncodePageToken(next));
+  PageBuilder<v1::SeriesInfo> page(response->mutable_series(), paging->max_items);
+  const std::optional<Cursor> next = FillPage(
+      page, paging->token ? std::optional<Cursor>(paging->token->series) : std::nullopt,
+      [&](const Cursor* after, size_t room) {
+        Aggregator::SeriesChunk chunk =
+            aggregator_.ListSeriesChunk(selector, after != nullptr ? after->get() : nullptr, room);
+        std::optional<Cursor> resume;
+        if (chunk.resume_after != nullptr) resume = std::move(chunk.resume_after);
+        return std::make_pair(std::move(chunk.series), std::move(resume));
+      },
+      [](const SeriesSnapshot& s, v1::SeriesInfo* out) { SeriesToProto(s, out); },
+      [](const SeriesSnapshot& s) { return s.key; });
+  if (next.has_value()) {
+    PageToken token;
+    token.kind = PageToken::Kind::kSeries;
+    token.fingerprint = paging->fingerprint;
+    token.series = *next;
+    response->set_next_page_token(EncodePageToken(token));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -185,47 +216,34 @@ grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* 
                                                  " is before start_ms ", request->start_ms())));
     return reactor;
   }
-  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
-  if (!max_items.ok()) {
-    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+  const absl::StatusOr<PageRequest> paging = ReadPageRequest(
+      *request, request->page_size(), request->page_token(), PageToken::Kind::kWindows);
+  if (!paging.ok()) {
+    reactor->Finish(InvalidArgument(std::string(paging.status().message())));
     return reactor;
   }
-  const uint64_t fingerprint = RequestFingerprint(*request);
-  std::optional<Aggregator::WindowCursor> from;
-  if (!request->page_token().empty()) {
-    absl::StatusOr<PageToken> token =
-        DecodePageToken(request->page_token(), PageToken::Kind::kWindows, fingerprint);
-    if (!token.ok()) {
-      reactor->Finish(InvalidArgument(std::string(token.status().message())));
-      return reactor;
-    }
-    from = Aggregator::WindowCursor{std::move(token->series), token->after_start_ms};
-  }
+  using Cursor = Aggregator::WindowCursor;
+  std::optional<Cursor> from;
+  if (paging->token) from = Cursor{paging->token->series, paging->token->after_start_ms};
   const Selector selector = SelectorFromProto(request->selector());
   const Aggregator::WindowFilter filter{request->start_ms(), request->end_ms(),
                                         static_cast<size_t>(request->limit_per_series())};
-  PageBuilder<v1::WindowSummary> page(response->mutable_windows(), *max_items);
-  std::optional<Aggregator::WindowCursor> last_listed;
-  bool more = true;
-  while (more && !page.full()) {
-    Aggregator::WindowsChunk chunk =
-        aggregator_.GetWindowsChunk(selector, filter, from ? &*from : nullptr, page.room());
-    for (const ClosedWindow& w : chunk.windows) {
-      if (!page.Add([&w](v1::WindowSummary* out) { WindowToProto(w, out); })) break;
-      last_listed = Aggregator::WindowCursor{w.series, w.start_ms};
-    }
-    if (page.full()) break;
-    from = std::move(chunk.resume);
-    more = from.has_value();
-  }
-  if (page.full() || more) {
-    const Aggregator::WindowCursor& resume = page.full() ? *last_listed : *from;
-    PageToken next;
-    next.kind = PageToken::Kind::kWindows;
-    next.fingerprint = fingerprint;
-    next.series = resume.series;
-    next.after_start_ms = resume.after_start_ms;
-    response->set_next_page_token(EncodePageToken(next));
+  PageBuilder<v1::WindowSummary> page(response->mutable_windows(), paging->max_items);
+  const std::optional<Cursor> next = FillPage(
+      page, std::move(from),
+      [&](const Cursor* after, size_t room) {
+        Aggregator::WindowsChunk chunk = aggregator_.GetWindowsChunk(selector, filter, after, room);
+        return std::make_pair(std::move(chunk.windows), std::move(chunk.resume));
+      },
+      [](const ClosedWindow& w, v1::WindowSummary* out) { WindowToProto(w, out); },
+      [](const ClosedWindow& w) { return Cursor{w.series, w.start_ms}; });
+  if (next.has_value()) {
+    PageToken token;
+    token.kind = PageToken::Kind::kWindows;
+    token.fingerprint = paging->fingerprint;
+    token.series = next->series;
+    token.after_start_ms = next->after_start_ms;
+    response->set_next_page_token(EncodePageToken(token));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -240,54 +258,45 @@ grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* c
     reactor->Finish(InvalidArgument(absl::StrCat("limit ", request->limit(), " is negative")));
     return reactor;
   }
-  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
-  if (!max_items.ok()) {
-    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+  const absl::StatusOr<PageRequest> paging = ReadPageRequest(
+      *request, request->page_size(), request->page_token(), PageToken::Kind::kEvents);
+  if (!paging.ok()) {
+    reactor->Finish(InvalidArgument(std::string(paging.status().message())));
     return reactor;
   }
-  const uint64_t fingerprint = RequestFingerprint(*request);
   const Selector selector = SelectorFromProto(request->selector());
   uint64_t after = 0;
   uint64_t remaining = 0;  // 0: no limit
-  if (!request->page_token().empty()) {
-    absl::StatusOr<PageToken> token =
-        DecodePageToken(request->page_token(), PageToken::Kind::kEvents, fingerprint);
-    if (!token.ok()) {
-      reactor->Finish(InvalidArgument(std::string(token.status().message())));
-      return reactor;
-    }
-    after = token->after_sequence;
-    remaining = token->remaining;
+  if (paging->token) {
+    after = paging->token->after_sequence;
+    remaining = paging->token->remaining;
   } else {
     // `limit` picks the most recent events now; the pages then walk forward.
     after = events_.StartOfMostRecent(selector, request->after_sequence(),
                                       static_cast<size_t>(request->limit()));
     remaining = static_cast<uint64_t>(request->limit());
   }
-  const size_t max_events =
-      remaining == 0 ? *max_items : std::min<size_t>(*max_items, remaining);
-  PageBuilder<v1::Event> page(response->mutable_events(), max_events);
-  uint64_t last_listed = after;
-  bool more = true;
-  while (more && !page.full()) {
-    EventLog::Chunk chunk = events_.GetChunk(selector, after, page.room());
-    for (const EventRecord& e : chunk.events) {
-      if (!page.Add([&e](v1::Event* out) { EventToProto(e, out); })) break;
-      last_listed = e.sequence;
-    }
-    if (page.full()) break;
-    after = chunk.resume_after;
-    more = !chunk.done;
-  }
+  PageBuilder<v1::Event> page(
+      response->mutable_events(),
+      remaining == 0 ? paging->max_items : std::min<size_t>(paging->max_items, remaining));
+  const std::optional<uint64_t> next = FillPage(
+      page, std::optional<uint64_t>(after),
+      [&](const uint64_t* from, size_t room) {
+        EventLog::Chunk chunk = events_.GetChunk(selector, *from, room);
+        std::optional<uint64_t> resume;
+        if (!chunk.done) resume = chunk.resume_after;
+        return std::make_pair(std::move(chunk.events), resume);
+      },
+      [](const EventRecord& e, v1::Event* out) { EventToProto(e, out); },
+      [](const EventRecord& e) { return e.sequence; });
   const uint64_t listed = static_cast<uint64_t>(response->events_size());
-  const bool limit_reached = remaining != 0 && listed >= remaining;
-  if ((page.full() || more) && !limit_reached) {
-    PageToken next;
-    next.kind = PageToken::Kind::kEvents;
-    next.fingerprint = fingerprint;
-    next.after_sequence = page.full() ? last_listed : after;
-    next.remaining = remaining == 0 ? 0 : remaining - listed;
-    response->set_next_page_token(EncodePageToken(next));
+  if (next.has_value() && (remaining == 0 || listed < remaining)) {
+    PageToken token;
+    token.kind = PageToken::Kind::kEvents;
+    token.fingerprint = paging->fingerprint;
+    token.after_sequence = *next;
+    token.remaining = remaining == 0 ? 0 : remaining - listed;
+    response->set_next_page_token(EncodePageToken(token));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -298,50 +307,35 @@ grpc::ServerUnaryReactor* QueryService::ListEventTotals(grpc::CallbackServerCont
                                                         v1::ListEventTotalsResponse* response) {
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
-  const absl::StatusOr<size_t> max_items = PageItems(request->page_size());
-  if (!max_items.ok()) {
-    reactor->Finish(InvalidArgument(std::string(max_items.status().message())));
+  const absl::StatusOr<PageRequest> paging = ReadPageRequest(
+      *request, request->page_size(), request->page_token(), PageToken::Kind::kEventTotals);
+  if (!paging.ok()) {
+    reactor->Finish(InvalidArgument(std::string(paging.status().message())));
     return reactor;
   }
-  const uint64_t fingerprint = RequestFingerprint(*request);
-  std::optional<SeriesKey> after;
-  if (!request->page_token().empty()) {
-    absl::StatusOr<PageToken> token =
-        DecodePageToken(request->page_token(), PageToken::Kind::kEventTotals, fingerprint);
-    if (!token.ok()) {
-      reactor->Finish(InvalidArgument(std::string(token.status().message())));
-      return reactor;
-    }
-    after = *token->series;
-  }
   const Selector selector = SelectorFromProto(request->selector());
-  PageBuilder<v1::EventTotals> page(response->mutable_events(), *max_items);
-  std::optional<SeriesKey> last_listed;
-  bool more = true;
-  while (more && !page.full()) {
-    EventLog::TotalsChunk chunk =
-        events_.GetTotalsChunk(selector, after ? &*after : nullptr, page.room());
-    for (const auto& [key, totals] : chunk.totals) {
-      const bool added = page.Add([&](v1::EventTotals* out) {
-        out->set_name(key.stat);
-        for (const auto& [k, v] : key.labels) (*out->mutable_labels())[k] = v;
-        out->set_received(totals.count);
-        out->set_client_dropped(totals.client_dropped);
-        out->set_last_update_ms(totals.last_seen_ms);
-      });
-      if (!added) break;
-      last_listed = key;
-    }
-    if (page.full()) break;
-    after = std::move(chunk.resume_after);
-    more = after.has_value();
-  }
-  if (page.full() || more) {
-    PageToken next;
-    next.kind = PageToken::Kind::kEventTotals;
-    next.fingerprint = fingerprint;
-    next.series = std::make_shared<const SeriesKey>(page.full() ? *last_listed : *after);
-    response->set_next_page_token(EncodePageToken(next));
+  PageBuilder<v1::EventTotals> page(response->mutable_events(), paging->max_items);
+  using Entry = std::pair<SeriesKey, EventLog::Totals>;
+  const std::optional<SeriesKey> next = FillPage(
+      page, paging->token ? std::optional<SeriesKey>(*paging->token->series) : std::nullopt,
+      [&](const SeriesKey* after, size_t room) {
+        EventLog::TotalsChunk chunk = events_.GetTotalsChunk(selector, after, room);
+        return std::make_pair(std::move(chunk.totals), std::move(chunk.resume_after));
+      },
+      [](const Entry& e, v1::EventTotals* out) {
+        out->set_name(e.first.stat);
+        for (const auto& [k, v] : e.first.labels) (*out->mutable_labels())[k] = v;
+        out->set_received(e.second.count);
+        out->set_client_dropped(e.second.client_dropped);
+        out->set_last_update_ms(e.second.last_seen_ms);
+      },
+      [](const Entry& e) { return e.first; });
+  if (next.has_value()) {
+    PageToken token;
+    token.kind = PageToken::Kind::kEventTotals;
+    token.fingerprint = paging->fingerprint;
+    token.series = std::make_shared<const SeriesKey>(*next);
+    response->set_next_page_token(EncodePageToken(token));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;
