@@ -2,12 +2,21 @@
 //   tsan_canary guarded     two threads share data under an absl::Mutex and
 //                           hand it over with an absl::CondVar: no report
 //                           (without tsan_absl_mutex.cc TSan reports races)
+//   tsan_canary await       the same, handed over by Mutex::Await (and
+//   tsan_canary await_with_timeout      its two bounded forms): no report
+//   tsan_canary await_with_deadline     (without their annotation TSan
+//                           believes the waiter holds the mutex throughout
+//                           and reports a double lock)
+//   tsan_canary await_beside_condvar    an Await's predicate evaluated by
+//                           a thread entering a CondVar wait on the same
+//                           mutex: no report
 //   tsan_canary unguarded   the same writes without the lock: TSan must
 //                           report a data race (the annotations hide nothing)
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -20,6 +29,9 @@ struct Shared {
   absl::CondVar handed_over;
   bool ready = false;
   long counter = 0;
+
+  // An instrumented predicate reading guarded data, as ours are.
+  bool Ready() const { return ready; }
 };
 
 // On the heap: the compiler keeps a local whose address does not escape
@@ -50,6 +62,60 @@ int Guarded() {
   return seen == 1000 ? 0 : 1;
 }
 
+// The waiter holds the lock when the producer starts, so the producer's
+// first Lock returns only once the Await has released it.
+int Awaited(const std::string& how) {
+  auto owned = std::make_unique<Shared>();
+  Shared& s = *owned;
+  std::thread producer;
+  {
+    absl::MutexLock lock(&s.mu);
+    producer = std::thread([&] {
+      for (int i = 0; i < 1000; ++i) {
+        absl::MutexLock lock(&s.mu);
+        ++s.counter;
+      }
+      absl::MutexLock lock(&s.mu);
+      s.ready = true;
+    });
+    const absl::Condition ready(&s, &Shared::Ready);
+    if (how == "await") {
+      s.mu.Await(ready);
+    } else if (how == "await_with_timeout") {
+      if (!s.mu.AwaitWithTimeout(ready, absl::Seconds(60))) return 1;
+    } else if (!s.mu.AwaitWithDeadline(ready, absl::Now() + absl::Seconds(60))) {
+      return 1;
+    }
+    if (s.counter != 1000) return 1;
+    s.ready = false;  // a write after the producer's last one, lock held
+  }
+  producer.join();
+  return 0;
+}
+
+// Abseil evaluates the predicate of an Await on whichever thread releases the
+// mutex, to decide whom to hand it to: here a thread that enters a CondVar
+// wait. That read happens while the mutex is really held, and must not be
+// taken for one after the release.
+int AwaitBesideCondVar() {
+  auto owned = std::make_unique<Shared>();
+  Shared& s = *owned;
+  std::thread other;
+  {
+    absl::MutexLock lock(&s.mu);
+    other = std::thread([&] {
+      absl::MutexLock lock(&s.mu);  // once the Await below has released it
+      s.ready = true;
+      // Releases the mutex: Abseil evaluates Ready() for the Await here.
+      s.handed_over.WaitWithTimeout(&s.mu, absl::Milliseconds(100));
+    });
+    s.mu.Await(absl::Condition(&s, &Shared::Ready));
+    s.ready = false;  // a write after the other thread's read of it
+  }
+  other.join();
+  return 0;
+}
+
 int Unguarded() {
   auto owned = std::make_unique<Shared>();
   Shared& s = *owned;
@@ -72,6 +138,15 @@ int Unguarded() {
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "guarded") == 0) return Guarded();
   if (argc == 2 && std::strcmp(argv[1], "unguarded") == 0) return Unguarded();
-  std::fprintf(stderr, "usage: %s guarded|unguarded\n", argv[0]);
+  if (argc == 2 && std::strcmp(argv[1], "await_beside_condvar") == 0) return AwaitBesideCondVar();
+  if (argc == 2 && (std::strcmp(argv[1], "await") == 0 ||
+                    std::strcmp(argv[1], "await_with_timeout") == 0 ||
+                    std::strcmp(argv[1], "await_with_deadline") == 0)) {
+    return Awaited(argv[1]);
+  }
+  std::fprintf(stderr,
+               "usage: %s guarded|await|await_with_timeout|await_with_deadline|"
+               "await_beside_condvar|unguarded\n",
+               argv[0]);
   return 2;
 }
