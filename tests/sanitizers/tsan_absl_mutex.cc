@@ -30,8 +30,10 @@
 // predicate (Abseil's own build lets TSan see it; ours hold none), and
 // Mutex::LockWhen and its kin, which nothing calls: the interposition test
 // fails if something starts to.
+#include <pthread.h>
 #include <sanitizer/tsan_interface.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -138,6 +140,39 @@ class Outermost {
   const bool outermost_;
 };
 
+// TSan runs the handler of an asynchronous signal on the thread the kernel
+// gave it to only once that thread is in, or leaves, a call TSan intercepts
+// (LLVM 14; llvm/llvm-project#83844). A thread waiting in Abseil sits in
+// Abseil's own futex syscall, which TSan does not intercept: a SIGTERM the
+// kernel gave to an idle gRPC thread waiting there was never handled, and
+// torchmond did not shut down. So a thread here waits with asynchronous
+// signals blocked, and the kernel gives them to a thread that can take them
+// (or keeps them pending until one unblocks them). A signal sent to this
+// very thread waits until the wait ends, as TSan would make it wait anyway.
+class AsyncSignalsBlocked {
+ public:
+  AsyncSignalsBlocked() { pthread_sigmask(SIG_BLOCK, &Set(), &saved_); }
+  ~AsyncSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+  AsyncSignalsBlocked(const AsyncSignalsBlocked&) = delete;
+  AsyncSignalsBlocked& operator=(const AsyncSignalsBlocked&) = delete;
+
+ private:
+  static const sigset_t& Set() {
+    static const sigset_t set = [] {
+      sigset_t s;
+      sigfillset(&s);
+      // A fault's signal goes to the faulting thread and cannot wait.
+      for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT}) {
+        sigdelset(&s, sig);
+      }
+      return s;
+    }();
+    return set;
+  }
+
+  sigset_t saved_;
+};
+
 // The waits: released before the real wait, re-acquired after it, and the
 // thread ignored in between (pre_unlock begins ignoring, post_lock ends it).
 void BeforeWait(Mutex* mu, unsigned mode) { __tsan_mutex_pre_unlock(mu, mode); }
@@ -217,6 +252,7 @@ Mutex::~Mutex() {
 void CondVar::Wait(Mutex* mu) {
   const Outermost outermost;
   if (!outermost) return real_wait.get()(this, mu);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(mu);
   BeforeWait(mu, mode);
   real_wait.get()(this, mu);
@@ -226,6 +262,7 @@ void CondVar::Wait(Mutex* mu) {
 bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout) {
   const Outermost outermost;
   if (!outermost) return real_wait_with_timeout.get()(this, mu, timeout);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(mu);
   BeforeWait(mu, mode);
   const bool timed_out = real_wait_with_timeout.get()(this, mu, timeout);
@@ -236,6 +273,7 @@ bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout) {
 bool CondVar::WaitWithDeadline(Mutex* mu, absl::Time deadline) {
   const Outermost outermost;
   if (!outermost) return real_wait_with_deadline.get()(this, mu, deadline);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(mu);
   BeforeWait(mu, mode);
   const bool timed_out = real_wait_with_deadline.get()(this, mu, deadline);
@@ -246,6 +284,7 @@ bool CondVar::WaitWithDeadline(Mutex* mu, absl::Time deadline) {
 void Mutex::Await(const Condition& cond) {
   const Outermost outermost;
   if (!outermost) return real_await.get()(this, cond);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(this);
   BeforeWait(this, mode);
   real_await.get()(this, cond);
@@ -255,6 +294,7 @@ void Mutex::Await(const Condition& cond) {
 bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
   const Outermost outermost;
   if (!outermost) return real_await_with_timeout.get()(this, cond, timeout);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(this);
   BeforeWait(this, mode);
   const bool met = real_await_with_timeout.get()(this, cond, timeout);
@@ -265,6 +305,7 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
 bool Mutex::AwaitWithDeadline(const Condition& cond, absl::Time deadline) {
   const Outermost outermost;
   if (!outermost) return real_await_with_deadline.get()(this, cond, deadline);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(this);
   BeforeWait(this, mode);
   const bool met = real_await_with_deadline.get()(this, cond, deadline);

@@ -10,11 +10,22 @@
 //   tsan_canary await_beside_condvar    an Await's predicate evaluated by
 //                           a thread entering a CondVar wait on the same
 //                           mutex: no report
+//   tsan_canary signal_while_waiting    a signal sent to the process
+//                           while its one thread able to take it waits on a
+//                           CondVar is handled (TSan held it back, for as
+//                           long as the wait lasted, on that thread)
 //   tsan_canary unguarded   the same writes without the lock: TSan must
 //                           report a data race (the annotations hide nothing)
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -116,6 +127,72 @@ int AwaitBesideCondVar() {
   return 0;
 }
 
+volatile std::sig_atomic_t handled = 0;
+
+// Whether thread `tid` of this process is blocked in a futex wait.
+bool InFutexWait(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long number = -1;
+  return in >> number && number == SYS_futex;
+}
+
+// The process gets SIGUSR1 while the only thread not blocking it waits on a
+// CondVar, as torchmond got SIGTERM while all but idle gRPC threads were
+// busy. The main thread then unblocks it, and must see it handled.
+int SignalWhileWaiting() {
+  struct sigaction action = {};
+  action.sa_handler = [](int) { handled = 1; };
+  sigaction(SIGUSR1, &action, nullptr);
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+
+  auto owned = std::make_unique<Shared>();
+  Shared& s = *owned;
+  std::atomic<pid_t> waiter_tid{0};
+  std::thread waiter([&] {
+    pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
+    absl::MutexLock lock(&s.mu);
+    waiter_tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
+    while (!s.ready) s.handed_over.Wait(&s.mu);
+  });
+  while (waiter_tid.load() == 0) std::this_thread::yield();
+  // Once the waiter sleeps in Abseil's futex wait (as gRPC's idle threads do).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!InFutexWait(waiter_tid.load())) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "the waiter never blocked in a futex wait\n");
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  kill(getpid(), SIGUSR1);
+  // Until the kernel has handed it to a thread that does not block it, if
+  // one does within 200 ms; else it stays pending for this one.
+  const auto taken_by = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  for (;;) {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!sigismember(&pending, SIGUSR1) || std::chrono::steady_clock::now() > taken_by) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);  // no sooner
+  while (handled == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool in_time = handled != 0;
+  {
+    absl::MutexLock lock(&s.mu);
+    s.ready = true;
+    s.handed_over.Signal();
+  }
+  waiter.join();
+  if (!in_time) std::fprintf(stderr, "SIGUSR1 not handled within 5 s\n");
+  return in_time ? 0 : 1;
+}
+
 int Unguarded() {
   auto owned = std::make_unique<Shared>();
   Shared& s = *owned;
@@ -139,6 +216,7 @@ int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "guarded") == 0) return Guarded();
   if (argc == 2 && std::strcmp(argv[1], "unguarded") == 0) return Unguarded();
   if (argc == 2 && std::strcmp(argv[1], "await_beside_condvar") == 0) return AwaitBesideCondVar();
+  if (argc == 2 && std::strcmp(argv[1], "signal_while_waiting") == 0) return SignalWhileWaiting();
   if (argc == 2 && (std::strcmp(argv[1], "await") == 0 ||
                     std::strcmp(argv[1], "await_with_timeout") == 0 ||
                     std::strcmp(argv[1], "await_with_deadline") == 0)) {
@@ -146,7 +224,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: %s guarded|await|await_with_timeout|await_with_deadline|"
-               "await_beside_condvar|unguarded\n",
+               "await_beside_condvar|signal_while_waiting|unguarded\n",
                argv[0]);
   return 2;
 }
