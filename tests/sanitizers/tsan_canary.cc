@@ -127,7 +127,7 @@ int AwaitBesideCondVar() {
   return 0;
 }
 
-volatile std::sig_atomic_t handled = 0;
+std::atomic<bool> handled{false};  // atomic: the handler may run on another thread
 
 // Whether thread `tid` of this process is blocked in a futex wait.
 bool InFutexWait(pid_t tid) {
@@ -141,7 +141,7 @@ bool InFutexWait(pid_t tid) {
 // busy. The main thread then unblocks it, and must see it handled.
 int SignalWhileWaiting() {
   struct sigaction action = {};
-  action.sa_handler = [](int) { handled = 1; };
+  action.sa_handler = [](int) { handled.store(true); };
   sigaction(SIGUSR1, &action, nullptr);
   sigset_t usr1;
   sigemptyset(&usr1);
@@ -179,10 +179,10 @@ int SignalWhileWaiting() {
   }
   pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);  // no sooner
-  while (handled == 0 && std::chrono::steady_clock::now() < give_up) {
+  while (!handled.load() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const bool in_time = handled != 0;
+  const bool in_time = handled.load();
   {
     absl::MutexLock lock(&s.mu);
     s.ready = true;
