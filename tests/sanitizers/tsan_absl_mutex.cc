@@ -149,6 +149,9 @@ class Outermost {
 // signals blocked, and the kernel gives them to a thread that can take them
 // (or keeps them pending until one unblocks them). A signal sent to this
 // very thread waits until the wait ends, as TSan would make it wait anyway.
+// A thread leaving a wait may take a signal still pending for the process,
+// so handlers run on other threads than the main one more often here: what
+// a handler shares must be atomic, as it must be in any build.
 class AsyncSignalsBlocked {
  public:
   AsyncSignalsBlocked() { pthread_sigmask(SIG_BLOCK, &Set(), &saved_); }
