@@ -58,7 +58,8 @@ target_compile_options(torchmon_sanitizer_support PRIVATE ${TORCHMON_WARNING_FLA
 if(TORCHMON_SANITIZER_KIND STREQUAL "tsan")
   # Synchronization TSan cannot see inside Debian's libraries, annotated at
   # their entry points: absl::Mutex / CondVar, gRPC's hand-over of a batch
-  # of operations to its completion, and of a callback call to its OnDone.
+  # of operations to its completion, and of a callback call's reactions
+  # (OnCancel included) to its OnDone.
   target_sources(torchmon_sanitizer_support PRIVATE
     ${_dir}/tsan_absl_mutex.cc
     ${_dir}/tsan_grpc_completion.cc)
@@ -81,7 +82,8 @@ if(TORCHMON_SANITIZER_KIND STREQUAL "tsan")
     "LINKER:--export-dynamic-symbol=grpc_call_start_batch"
     "LINKER:--export-dynamic-symbol=grpc_completion_queue_next"
     "LINKER:--export-dynamic-symbol=grpc_completion_queue_pluck"
-    "LINKER:--export-dynamic-symbol=_ZN4grpc8internal18ServerCallbackCall14ScheduleOnDoneEb")
+    "LINKER:--export-dynamic-symbol=_ZN4grpc8internal18ServerCallbackCall14ScheduleOnDoneEb"
+    "LINKER:--export-dynamic-symbol=_ZN4grpc8internal18ServerCallbackCall12CallOnCancelEPNS0_13ServerReactorE")
   target_link_libraries(torchmon_sanitizer_support INTERFACE ${CMAKE_DL_LIBS})
 endif()
 link_libraries("$<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:torchmon_sanitizer_support>")

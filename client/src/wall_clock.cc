@@ -60,7 +60,11 @@ void WallClock::Recalibrate() noexcept {
   static const bool tsc_ok = HasInvariantTsc();
   if (!tsc_ok) return;
   static Calibration slots[kSlots];
-  static Calibrator c;
+  // Never destroyed: sender threads recalibrate until their client stops
+  // them, and a client may do so only in a destructor that exit() runs
+  // after this object's would have run (Client::Default()'s: that client is
+  // constructed before its sender first gets here).
+  static Calibrator& c = *new Calibrator;
 
   absl::MutexLock lock(&c.mu);
   // Bracket the system clock read with two TSC reads and take the midpoint,

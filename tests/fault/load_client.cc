@@ -4,6 +4,7 @@
 //   stat <name> added=A dropped=D delivered=V drops_reported=R current_delivered=C current_drops=K
 //   client flush=<OK|message> restarts=N resent=B errors=E
 // and "ready" once its stats exist, so a test knows when load has begun.
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -19,8 +20,11 @@
 
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
+// Atomic, not volatile sig_atomic_t: the kernel may run the handler on any
+// thread (the client's sender, say), and the main loop reads the flag.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+void OnSignal(int) { g_stop.store(true, std::memory_order_relaxed); }
 
 struct Flags {
   std::string target;
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
   // 1 ms ticks; each adds its share of the rate, spread over the stats.
   const auto start = std::chrono::steady_clock::now();
   int64_t done = 0;
-  while (!g_stop) {
+  while (!g_stop.load(std::memory_order_relaxed)) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::steady_clock::now() - start);
     const int64_t due = elapsed.count() * flags.rate / 1'000'000;

@@ -171,8 +171,8 @@ class DrainingDaemonTest : public HealthTest {
     client_.reset();
     auto status = daemon_->Stop(SIGTERM, std::chrono::seconds(10));
     ASSERT_TRUE(status.ok()) << status.status() << "\n" << daemon_->Stderr();
-    ASSERT_TRUE(WIFEXITED(*status));
-    EXPECT_EQ(WEXITSTATUS(*status), 0);
+    ASSERT_TRUE(WIFEXITED(*status)) << daemon_->Stderr();
+    EXPECT_EQ(WEXITSTATUS(*status), 0) << daemon_->Stderr();
   }
 
   std::unique_ptr<Client> client_;

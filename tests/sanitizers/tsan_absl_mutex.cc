@@ -9,7 +9,8 @@
 // __tsan_mutex_* annotations; Debian's is not built that way.
 //
 // What: this file defines the public entry points that our code and gRPC
-// call (checked by the tsan_absl_interposition test: `nm` on the binaries),
+// call (checked by the tsan_absl_interposition test: `nm` on the binaries,
+// and each exercised by tsan_canary),
 // adds exactly the annotations Abseil's own TSan build adds around them, and
 // calls the real implementation found with dlsym. Linked into every
 // executable of the TSan build and exported from it (cmake/Sanitizers.cmake),
@@ -18,12 +19,21 @@
 //
 // Each annotation is placed so that TSan's view is never ahead of reality:
 // a release is annotated before the real unlock, an acquire after the real
-// lock returns. The one thing not modelled: absl::Condition predicates that
-// another thread evaluates while releasing the mutex (Abseil marks them with
-// __tsan_mutex_pre_divert); neither our code nor gRPC uses LockWhen/Await,
-// and the interposition test fails if something starts to.
+// lock returns. A call that releases the mutex and takes it again inside
+// (CondVar's waits, Mutex::Await) is bracketed as Abseil brackets it: the
+// release is annotated first, and TSan ignores the thread until the real
+// call returns and the acquire is annotated. So the absl::Condition
+// predicates Abseil evaluates inside (the thread's own, and those of Await
+// waiters it may hand the mutex to), which read data guarded by the mutex
+// while it is really held, are not reported; Unlock ignores the ones it
+// evaluates the same way. Not modelled: synchronization inside such a
+// predicate (Abseil's own build lets TSan see it; ours hold none), and
+// Mutex::LockWhen and its kin, which nothing calls: the interposition test
+// fails if something starts to.
+#include <pthread.h>
 #include <sanitizer/tsan_interface.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -73,8 +83,14 @@ Real<bool (*)(CondVar*, Mutex*, absl::Duration)> real_wait_with_timeout(
     "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
 Real<bool (*)(CondVar*, Mutex*, absl::Time)> real_wait_with_deadline(
     "7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+Real<void (*)(Mutex*, const absl::Condition&)> real_await("5Mutex5AwaitERKNS0_9ConditionE");
+Real<bool (*)(Mutex*, const absl::Condition&, absl::Duration)> real_await_with_timeout(
+    "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+Real<bool (*)(Mutex*, const absl::Condition&, absl::Time)> real_await_with_deadline(
+    "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
 
-// A CondVar wait releases and re-takes the mutex in the mode it is held in.
+// A CondVar wait or an Await releases and re-takes the mutex in the mode it
+// is held in.
 // Abseil reads that from the mutex word; this file keeps its hands off the
 // layout and remembers the reader locks this thread holds instead (few are
 // ever nested; past kMaxReaders a reader wait would be annotated as a
@@ -124,13 +140,48 @@ class Outermost {
   const bool outermost_;
 };
 
-// The waits: released before the real wait, re-acquired after it.
-void BeforeWait(Mutex* mu, unsigned mode) {
-  __tsan_mutex_pre_unlock(mu, mode);
-  __tsan_mutex_post_unlock(mu, mode);
-}
+// TSan runs the handler of an asynchronous signal on the thread the kernel
+// gave it to only once that thread is in, or leaves, a call TSan intercepts
+// (LLVM 14; llvm/llvm-project#83844). A thread waiting in Abseil sits in
+// Abseil's own futex syscall, which TSan does not intercept: a SIGTERM the
+// kernel gave to an idle gRPC thread waiting there was never handled, and
+// torchmond did not shut down. So a thread here waits with asynchronous
+// signals blocked, and the kernel gives them to a thread that can take them
+// (or keeps them pending until one unblocks them). A signal sent to this
+// very thread waits until the wait ends, as TSan would make it wait anyway.
+// A thread leaving a wait may take a signal still pending for the process,
+// so handlers run on other threads than the main one more often here: what
+// a handler shares must be atomic, as it must be in any build.
+class AsyncSignalsBlocked {
+ public:
+  AsyncSignalsBlocked() { pthread_sigmask(SIG_BLOCK, &Set(), &saved_); }
+  ~AsyncSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+  AsyncSignalsBlocked(const AsyncSignalsBlocked&) = delete;
+  AsyncSignalsBlocked& operator=(const AsyncSignalsBlocked&) = delete;
+
+ private:
+  static const sigset_t& Set() {
+    static const sigset_t set = [] {
+      sigset_t s;
+      sigfillset(&s);
+      // A fault's signal goes to the faulting thread and cannot wait.
+      for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT}) {
+        sigdelset(&s, sig);
+      }
+      return s;
+    }();
+    return set;
+  }
+
+  sigset_t saved_;
+};
+
+// The waits: released before the real wait, re-acquired after it, and the
+// thread ignored in between (pre_unlock begins ignoring, post_lock ends it).
+void BeforeWait(Mutex* mu, unsigned mode) { __tsan_mutex_pre_unlock(mu, mode); }
 
 void AfterWait(Mutex* mu, unsigned mode) {
+  __tsan_mutex_post_unlock(mu, mode);
   __tsan_mutex_pre_lock(mu, mode);
   __tsan_mutex_post_lock(mu, mode, 0);
 }
@@ -204,6 +255,7 @@ Mutex::~Mutex() {
 void CondVar::Wait(Mutex* mu) {
   const Outermost outermost;
   if (!outermost) return real_wait.get()(this, mu);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(mu);
   BeforeWait(mu, mode);
   real_wait.get()(this, mu);
@@ -213,6 +265,7 @@ void CondVar::Wait(Mutex* mu) {
 bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout) {
   const Outermost outermost;
   if (!outermost) return real_wait_with_timeout.get()(this, mu, timeout);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(mu);
   BeforeWait(mu, mode);
   const bool timed_out = real_wait_with_timeout.get()(this, mu, timeout);
@@ -223,11 +276,44 @@ bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout) {
 bool CondVar::WaitWithDeadline(Mutex* mu, absl::Time deadline) {
   const Outermost outermost;
   if (!outermost) return real_wait_with_deadline.get()(this, mu, deadline);
+  const AsyncSignalsBlocked signals_blocked;
   const unsigned mode = HeldMode(mu);
   BeforeWait(mu, mode);
   const bool timed_out = real_wait_with_deadline.get()(this, mu, deadline);
   AfterWait(mu, mode);
   return timed_out;
+}
+
+void Mutex::Await(const Condition& cond) {
+  const Outermost outermost;
+  if (!outermost) return real_await.get()(this, cond);
+  const AsyncSignalsBlocked signals_blocked;
+  const unsigned mode = HeldMode(this);
+  BeforeWait(this, mode);
+  real_await.get()(this, cond);
+  AfterWait(this, mode);
+}
+
+bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
+  const Outermost outermost;
+  if (!outermost) return real_await_with_timeout.get()(this, cond, timeout);
+  const AsyncSignalsBlocked signals_blocked;
+  const unsigned mode = HeldMode(this);
+  BeforeWait(this, mode);
+  const bool met = real_await_with_timeout.get()(this, cond, timeout);
+  AfterWait(this, mode);
+  return met;
+}
+
+bool Mutex::AwaitWithDeadline(const Condition& cond, absl::Time deadline) {
+  const Outermost outermost;
+  if (!outermost) return real_await_with_deadline.get()(this, cond, deadline);
+  const AsyncSignalsBlocked signals_blocked;
+  const unsigned mode = HeldMode(this);
+  BeforeWait(this, mode);
+  const bool met = real_await_with_deadline.get()(this, cond, deadline);
+  AfterWait(this, mode);
+  return met;
 }
 
 ABSL_NAMESPACE_END

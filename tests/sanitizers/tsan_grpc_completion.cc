@@ -23,6 +23,17 @@
 // calls, acquires on the counter, so that OnDone sees every reaction that
 // counted down before it.
 //
+// OnCancel is one of those reactions, and libgrpc++ runs it (CallOnCancel)
+// followed by its own uninstrumented count-down, on an executor thread: when
+// that thread is not the last to count down, nothing told TSan that OnCancel
+// happened before OnDone, and OnDone deleting a reactor whose OnCancel had
+// just unlocked the reactor's mutex was reported. So CallOnCancel hands
+// gRPC a stand-in reactor whose OnCancel runs the real one, then releases
+// on the counter, which the last count-down acquires (instrumented, in the
+// header's inline MaybeDone, or in ScheduleOnDone). Nothing else changes:
+// the same reaction runs on the same thread, inline or not as the real
+// reactor says.
+//
 // Defined in every executable of the TSan build and exported from it (see
 // cmake/Sanitizers.cmake), these wrappers are what libgrpc++ calls.
 #include <sanitizer/tsan_interface.h>
@@ -48,6 +59,29 @@ RealFunction<grpc_event (*)(grpc_completion_queue*, void*, gpr_timespec, void*)>
 
 RealFunction<void (*)(grpc::internal::ServerCallbackCall*, bool)> real_schedule_on_done(
     "_ZN4grpc8internal18ServerCallbackCall14ScheduleOnDoneEb", TORCHMON_GRPCPP_SONAME);
+RealFunction<void (*)(grpc::internal::ServerCallbackCall*, grpc::internal::ServerReactor*)>
+    real_call_on_cancel("_ZN4grpc8internal18ServerCallbackCall12CallOnCancelEPNS0_13ServerReactorE",
+                        TORCHMON_GRPCPP_SONAME);
+
+// Stands in for a call's reactor in CallOnCancel, where gRPC calls only its
+// OnCancel (exactly once) and InternalInlineable; deletes itself once
+// OnCancel has run.
+class ReleasingOnCancel final : public grpc::internal::ServerReactor {
+ public:
+  ReleasingOnCancel(grpc::internal::ServerReactor* reactor, void* counter)
+      : reactor_(reactor), counter_(counter) {}
+  void OnCancel() override {
+    reactor_->OnCancel();
+    __tsan_release(counter_);
+    delete this;
+  }
+  void OnDone() override {}  // gRPC calls the real reactor's, never this one's
+  bool InternalInlineable() override { return reactor_->InternalInlineable(); }
+
+ private:
+  grpc::internal::ServerReactor* const reactor_;
+  void* const counter_;
+};
 
 grpc_event Acquired(grpc_event event) {
   if (event.type == GRPC_OP_COMPLETE && event.tag != nullptr) __tsan_acquire(event.tag);
@@ -81,6 +115,10 @@ namespace grpc::internal {
 void ServerCallbackCall::ScheduleOnDone(bool inline_ondone) {
   __tsan_acquire(&callbacks_outstanding_);
   real_schedule_on_done.get()(this, inline_ondone);
+}
+
+void ServerCallbackCall::CallOnCancel(ServerReactor* reactor) {
+  real_call_on_cancel.get()(this, new ReleasingOnCancel(reactor, &callbacks_outstanding_));
 }
 
 }  // namespace grpc::internal

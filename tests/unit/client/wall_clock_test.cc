@@ -2,8 +2,10 @@
 #include "detail/wall_clock.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -56,6 +58,29 @@ TEST(WallClockTest, ReadingsNeverGoBackwardsWithinOneThread) {
     ASSERT_GE(now, previous - 5) << "at read " << i;
     previous = std::max(previous, now);
   }
+}
+
+// A client's sender recalibrates until the client is destroyed, and a client
+// may be destroyed at exit (Client::Default() is, after the statics
+// constructed later than it), so recalibrating while exit() destroys the
+// statics must use none of them. A TSan build reports such a use, and the
+// report makes the exit status non-zero.
+TEST(WallClockDeathTest, RecalibratingWhileTheProcessExitsUsesNothingExitDestroyed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: nothing calibrated yet
+  EXPECT_EXIT(
+      {
+        static std::atomic<int> calls{0};
+        std::thread([] {
+          for (;;) {
+            WallClock::Recalibrate();
+            // Relaxed: the exit below must not be ordered after any of this.
+            calls.fetch_add(1, std::memory_order_relaxed);
+          }
+        }).detach();
+        while (calls.load(std::memory_order_relaxed) < 2) std::this_thread::yield();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
