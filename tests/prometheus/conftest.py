@@ -25,6 +25,10 @@ READY_QUERIES = {
     f'count(job_instance_stat:torchmon_stat_mean:max{{{STEP}}})': pc.NODES,
     f'count(job_stat:torchmon_stat_mean:max_over_median{{{STEP}}})': 1,
     'count(job_instance_reason:torchmon_samples_dropped:rate1m{reason="capped"} > 0)': 1,
+    # Every node's every reason, not only the one that drops: rules of other
+    # groups can be evaluated over two scrapes of a node before this one is.
+    'count(job_instance_reason:torchmon_samples_dropped:rate1m{job="promtest"})':
+        pc.NODES * 4,
     'count(job_instance:torchmon_samples_accepted:rate1m > 0)': pc.NODES,
     'count(instance:torchmon_daemon_samples_refused:rate1m)': pc.NODES,
     f'count(job_instance_stat:torchmon_window_age_seconds:max{{{STEP}}})': pc.NODES,
