@@ -558,6 +558,9 @@ TEST_F(DaemonTest, APageTokenIsGoodOnlyForItsOwnRequest) {
     stats.push_back(std::make_unique<Stat>(client, absl::StrCat("tok.s", i),
                                            std::vector<StatAggregation>{Aggregation::COUNT},
                                            std::chrono::milliseconds(kWindowMs)));
+    // A sample each: a flush waits for samples (and so for their stat's
+    // definition), not for a definition alone.
+    stats.back()->add(1);
   }
   ASSERT_TRUE(client.Flush(std::chrono::seconds(10)).ok());
   auto stub = daemon_->QueryStub();
