@@ -124,8 +124,8 @@ std::string Quote(absl::string_view text, size_t max_bytes) {
 }
 
 absl::Status ValidateSpec(const v1::StatSpec& spec) {
-  if (spec.aggregations().empty() && spec.quantiles().empty()) {
-    return absl::InvalidArgumentError("aggregations is empty: give at least one");
+  if (spec.aggregations().empty() && spec.quantiles().empty() && !spec.histogram()) {
+    return absl::InvalidArgumentError("aggregations is empty: give at least one, a quantile, or histogram");
   }
   for (int a : spec.aggregations()) {
     if (a == v1::QUANTILE) {

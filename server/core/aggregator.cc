@@ -50,7 +50,10 @@ LabelSet Aggregator::InternLocked(const LabelSet& labels) {
   return *label_sets_.insert(labels).first;
 }
 
-absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec& spec) {
+absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec& asked) {
+  // A series with quantiles always has a histogram (v1.StatSpec.histogram).
+  StatSpec spec = asked;
+  spec.histogram = spec.histogram || !spec.quantiles.empty();
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
   if (auto it = ids_.find(key); it != ids_.end()) {
@@ -85,7 +88,7 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   s->key.labels = InternLocked(key.labels);
   const SeriesId id = MakeId(slot, slots_[slot].generation);
   s->spec = spec;
-  if (!spec.quantiles.empty()) s->quantiles = std::make_unique<SeriesQuantiles>();
+  if (spec.histogram) s->distribution = std::make_unique<SeriesDistribution>();
   s->history = WindowHistory(static_cast<uint16_t>(spec.quantiles.size()));
   s->last_update_ms = now;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
@@ -135,6 +138,8 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
   // [cached_start_us, cached_end_us) no division is needed.
   OpenWindow* cached = nullptr;
   QuantileSketch* cached_sketch = nullptr;  // cached's, for a series with quantiles
+  const bool sketched = !s.spec.quantiles.empty();
+  NativeHistogram* histogram = s.distribution != nullptr ? &s.distribution->histogram : nullptr;
   int64_t cached_start_us = 0, cached_end_us = 0;
   for (size_t i = 0; i < values.size(); ++i) {
     const int64_t ts_us = timestamps_us[i];
@@ -157,7 +162,7 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
       }
       if (open != nullptr && DeadlineMs(s, open->index) > now) {
         cached = open;
-        cached_sketch = s.quantiles != nullptr ? &s.quantiles->SketchFor(open->index) : nullptr;
+        cached_sketch = sketched ? &s.distribution->SketchFor(open->index) : nullptr;
         cached_start_us = protocol::WindowStartUs(open->index, w);
         cached_end_us = cached_start_us + w_us;
       }
@@ -175,7 +180,7 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
         deadlines_.emplace(DeadlineMs(s, index), id);
       }
       cached = &*pos;
-      cached_sketch = s.quantiles != nullptr ? &s.quantiles->SketchFor(index) : nullptr;
+      cached_sketch = sketched ? &s.distribution->SketchFor(index) : nullptr;
       // Not late, so the window is near now and these cannot overflow.
       cached_start_us = protocol::WindowStartUs(index, w);
       cached_end_us = protocol::WindowStartUs(index + 1, w);
@@ -183,6 +188,7 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
     if (cached->stats.Add(values[i], s.spec.max_samples)) {
       ++result.accepted;
       if (cached_sketch != nullptr) cached_sketch->Add(values[i]);
+      if (histogram != nullptr) histogram->Add(values[i]);
     } else {
       ++result.capped;
     }
@@ -208,10 +214,10 @@ absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   return absl::OkStatus();
 }
 
-// SeriesQuantiles::Close's buffer holds every quantile of a spec inline.
+// SeriesDistribution::Close's buffer holds every quantile of a spec inline.
 static_assert(protocol::kMaxQuantiles <= 16);
 
-QuantileSketch& Aggregator::SeriesQuantiles::SketchFor(int64_t index) {
+QuantileSketch& Aggregator::SeriesDistribution::SketchFor(int64_t index) {
   auto pos = Find(index);
   if (pos == open.end() || pos->first != index) {
     pos = open.insert(pos, {index, spare != nullptr ? std::move(spare)
@@ -220,7 +226,7 @@ QuantileSketch& Aggregator::SeriesQuantiles::SketchFor(int64_t index) {
   return *pos->second;
 }
 
-void Aggregator::SeriesQuantiles::Close(int64_t index, const QuantileList& quantiles,
+void Aggregator::SeriesDistribution::Close(int64_t index, const QuantileList& quantiles,
                                         absl::InlinedVector<double, 16>& out) {
   out.clear();
   auto pos = Find(index);
@@ -230,8 +236,12 @@ void Aggregator::SeriesQuantiles::Close(int64_t index, const QuantileList& quant
     return;
   }
   for (double q : quantiles) out.push_back(pos->second->Quantile(q));
-  pos->second->Clear();
-  if (spare == nullptr) spare = std::move(pos->second);
+  if (last_closed != nullptr) {
+    last_closed->Clear();
+    if (spare == nullptr) spare = std::move(last_closed);
+  }
+  last_closed = std::move(pos->second);
+  last_closed_index = index;
   open.erase(pos);
 }
 
@@ -264,7 +274,7 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t dea
   for (const OpenWindow& o : s.open) {
     if (!everything && DeadlineMs(s, o.index) > deadline_ms) break;
     quantiles.clear();
-    if (s.quantiles != nullptr) s.quantiles->Close(o.index, s.spec.quantiles, quantiles);
+    if (!s.spec.quantiles.empty()) s.distribution->Close(o.index, s.spec.quantiles, quantiles);
     s.history.Push(
         WindowRecord{protocol::WindowStartMs(o.index, s.spec.window_ms), o.stats, everything},
         quantiles, limit);
@@ -337,13 +347,15 @@ size_t Aggregator::ExpireIdleSeries() {
       if (s->last_update_ms + options_.series_ttl_ms <= now) {
         RemoveLocked(static_cast<uint32_t>(i));
         ++removed;
-      } else if (s->quantiles != nullptr && s->quantiles->spare != nullptr &&
+      } else if (s->distribution != nullptr &&
+                 (s->distribution->spare != nullptr || s->distribution->last_closed != nullptr) &&
                  s->last_update_ms + options_.grace_ms +
                          kIdleWindowsBeforeSketchRelease * s->spec.window_ms <=
                      now) {
-        // Idle for a while: the kept sketch's buckets (up to 8 KiB) go back
-        // to the heap; the next window allocates a fresh one.
-        s->quantiles->spare.reset();
+        // Idle for a while: the kept sketches' buckets (up to 8 KiB each)
+        // go back to the heap; the next window allocates a fresh one.
+        s->distribution->spare.reset();
+        s->distribution->last_closed.reset();
       }
     }
   }
@@ -428,12 +440,34 @@ size_t Aggregator::sketch_buckets() const {
   size_t buckets = 0;
   absl::ReaderMutexLock lock(&mu_);
   for (const Slot& slot : slots_) {
-    if (slot.series == nullptr || slot.series->quantiles == nullptr) continue;
-    const SeriesQuantiles& q = *slot.series->quantiles;
+    if (slot.series == nullptr || slot.series->distribution == nullptr) continue;
+    const SeriesDistribution& q = *slot.series->distribution;
     for (const auto& [index, sketch] : q.open) buckets += sketch->bucket_capacity();
     if (q.spare != nullptr) buckets += q.spare->bucket_capacity();
+    if (q.last_closed != nullptr) buckets += q.last_closed->bucket_capacity();
   }
   return buckets;
+}
+
+std::optional<double> Aggregator::MergedQuantile(
+    absl::Span<const std::shared_ptr<const SeriesKey>> series, int64_t start_ms,
+    double q) const {
+  std::optional<QuantileSketch> merged;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const std::shared_ptr<const SeriesKey>& key : series) {
+    auto it = ids_.find(*key);
+    if (it == ids_.end()) return std::nullopt;
+    const Series* s = FindLocked(it->second);
+    if (s == nullptr || s->distribution == nullptr || s->distribution->last_closed == nullptr ||
+        protocol::WindowStartMs(s->distribution->last_closed_index, s->spec.window_ms) !=
+            start_ms) {
+      return std::nullopt;
+    }
+    if (!merged.has_value()) merged.emplace();
+    merged->Merge(*s->distribution->last_closed);
+  }
+  if (!merged.has_value()) return std::nullopt;
+  return merged->Quantile(q);
 }
 
 std::vector<SeriesSnapshot> Aggregator::ListSeries(const Selector& selector) const {
@@ -590,7 +624,8 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
       fn(SeriesView{std::shared_ptr<const SeriesKey>(s, &s->key), s->spec, s->counters,
                     s->history.empty() ? nullptr : &s->history.back().record,
                     s->history.empty() ? absl::Span<const double>()
-                                       : s->history.back().quantiles});
+                                       : s->history.back().quantiles,
+                    s->distribution != nullptr ? &s->distribution->histogram : nullptr});
     }
   }
 }

@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "server/core/clock.h"
+#include "server/core/native_histogram.h"
 #include "server/core/quantile_sketch.h"
 #include "server/core/selector.h"
 #include "server/core/types.h"
@@ -142,6 +143,16 @@ class Aggregator {
   // bucket). Walks every series under the lock at once: for tests and tools.
   size_t sketch_buckets() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The q-quantile of the samples of `series` together in their window
+  // starting at start_ms, from their merged sketches: what CompareRanks
+  // gives for a whole group of ranks. Each series keeps the sketch of its
+  // newest closed window only (until it has been idle for
+  // kIdleWindowsBeforeSketchRelease windows): nullopt when one of them no
+  // longer holds that window's sketch, has no quantiles, or is gone.
+  std::optional<double> MergedQuantile(
+      absl::Span<const std::shared_ptr<const SeriesKey>> series, int64_t start_ms,
+      double q) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Series matching `selector`, sorted by stat name then labels. Walks in
   // chunks (ListSeriesChunk); a series created or removed meanwhile may or
   // may not be listed.
@@ -227,6 +238,8 @@ class Aggregator {
     const WindowRecord* last_window;
     // Its quantiles' values, in the order of spec.quantiles.
     absl::Span<const double> last_quantiles;
+    // The series' histogram, or null if spec.histogram is false.
+    const NativeHistogram* histogram;
   };
   // Calls `fn` for every series, in no particular order, holding the lock
   // shared, one chunk of series (kWalkChunk) at a time, and letting waiting
@@ -249,11 +262,19 @@ class Aggregator {
     int64_t index;
     WindowStats stats;
   };
-  // What a series with quantiles holds beyond the six aggregations. Behind
-  // one pointer, so that the series without pay 8 bytes for it.
-  struct SeriesQuantiles {
-    // The sketch of each open window, by window index (sorted, as `open`).
+  // What a series with quantiles or a histogram holds beyond the six
+  // aggregations. Behind one pointer, so that the series without pay 8
+  // bytes for it.
+  struct SeriesDistribution {
+    // Every accepted sample since the series was created (spec.histogram).
+    NativeHistogram histogram;
+    // With quantiles: the sketch of each open window, by window index
+    // (sorted, as `open`).
     absl::InlinedVector<std::pair<int64_t, std::unique_ptr<QuantileSketch>>, 1> open;
+    // The newest closed window's sketch (window last_closed_index), kept
+    // for merging across ranks (MergedQuantile).
+    std::unique_ptr<QuantileSketch> last_closed;
+    int64_t last_closed_index = 0;
     // A closed window's sketch, cleared, for the next window to reuse: its
     // buckets are already allocated.
     std::unique_ptr<QuantileSketch> spare;
@@ -266,7 +287,8 @@ class Aggregator {
     // The sketch of window `index`, created if it has none.
     QuantileSketch& SketchFor(int64_t index);
     // Removes window `index`'s sketch, writing its estimates of `quantiles`
-    // to `out`, and keeps it (cleared) as the spare.
+    // to `out`, and keeps it as last_closed (the one before, cleared, as
+    // the spare).
     void Close(int64_t index, const QuantileList& quantiles,
                absl::InlinedVector<double, 16>& out);
   };
@@ -278,7 +300,7 @@ class Aggregator {
     // Windows at or below this index are closed: their samples are late.
     int64_t last_closed_index;
     int64_t last_update_ms;
-    std::unique_ptr<SeriesQuantiles> quantiles;  // null without quantiles
+    std::unique_ptr<SeriesDistribution> distribution;  // null without quantiles or histogram
     SeriesCounters counters;
     // Usually one, more when samples straddle a boundary within the grace.
     // Inline: allocating one per window would churn the heap (measured: an

@@ -58,6 +58,7 @@ absl::StatusOr<StatSpec> SpecFromProto(const v1::StatSpec& spec) {
   out.quantiles = std::move(quantiles);
   out.window_ms = spec.window_size_ms();
   out.max_samples = spec.max_samples();
+  out.histogram = spec.histogram() || !out.quantiles.empty();
   return out;
 }
 
@@ -68,6 +69,7 @@ void SpecToProto(const StatSpec& spec, v1::StatSpec* out) {
   for (double q : spec.quantiles) out->add_quantiles(q);
   out->set_window_size_ms(spec.window_ms);
   out->set_max_samples(spec.max_samples);
+  out->set_histogram(spec.histogram);
 }
 
 namespace {

@@ -87,7 +87,8 @@ std::string StatSpec::ToString() const {
                                              : absl::StrCat(window_ms, "ms");
   return absl::StrCat("aggregations=[", absl::StrJoin(names, ","), "] window=", window,
                       " max_samples=",
-                      max_samples == 0 ? std::string("unlimited") : absl::StrCat(max_samples));
+                      max_samples == 0 ? std::string("unlimited") : absl::StrCat(max_samples),
+                      histogram && quantiles.empty() ? " histogram" : "");
 }
 
 double WindowStats::Get(Aggregation a) const {

@@ -145,13 +145,18 @@ struct StatSpec {
   // Quantiles estimated per window: sorted, distinct, each canonical
   // (protocol::CanonicalQuantile), at most protocol::kMaxQuantiles.
   QuantileList quantiles;
+  // Whether the series keeps a native histogram of its accepted samples
+  // (NativeHistogram); always set when quantiles is not empty.
+  bool histogram = false;
 
   friend bool operator==(const StatSpec& a, const StatSpec& b) {
     return a.aggregations == b.aggregations && a.quantiles == b.quantiles &&
-           a.window_ms == b.window_ms && a.max_samples == b.max_samples;
+           a.window_ms == b.window_ms && a.max_samples == b.max_samples &&
+           a.histogram == b.histogram;
   }
   friend bool operator!=(const StatSpec& a, const StatSpec& b) { return !(a == b); }
-  // "aggregations=[mean,max,p99] window=1s max_samples=unlimited".
+  // "aggregations=[mean,max,p99] window=1s max_samples=unlimited", and
+  // " histogram" when the histogram is asked for without quantiles.
   std::string ToString() const;
   // The names of the aggregations, as the API orders them: the six in
   // Aggregation order, then the quantiles ("p99"), smallest first.

@@ -1,0 +1,130 @@
+#include "server/core/native_histogram.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace torchmon::server {
+namespace {
+
+// For schema s in 1..8: the 2^s fractions 2^(j/2^s - 1), j = 0 .. 2^s - 1,
+// the bucket bounds within one power of two as std::frexp scales it to
+// [0.5, 1).
+const std::vector<double>& Fractions(int32_t schema) {
+  static const std::array<std::vector<double>, 9> kFractions = [] {
+    std::array<std::vector<double>, 9> table;
+    for (int32_t s = 1; s <= 8; ++s) {
+      const int32_t n = 1 << s;
+      for (int32_t j = 0; j < n; ++j) {
+        table[static_cast<size_t>(s)].push_back(std::exp2(static_cast<double>(j) / n - 1));
+      }
+    }
+    return table;
+  }();
+  return kFractions[static_cast<size_t>(schema)];
+}
+
+// Bucket i at schema s lies within bucket floor((i + 1) / 2) at s - 1.
+int32_t CoarserIndex(int32_t index) {
+  const int64_t i = static_cast<int64_t>(index) + 1;
+  return static_cast<int32_t>(i >= 0 ? i / 2 : -((-i + 1) / 2));
+}
+
+}  // namespace
+
+int32_t NativeHistogram::Index(double m, int32_t schema) {
+  int exp = 0;
+  const double frac = std::frexp(m, &exp);  // m = frac · 2^exp, frac in [0.5, 1)
+  if (schema > 0) {
+    const std::vector<double>& fractions = Fractions(schema);
+    // The first bound ≥ frac: bounds are inclusive.
+    const auto j = std::lower_bound(fractions.begin(), fractions.end(), frac) - fractions.begin();
+    return static_cast<int32_t>(j) + (exp - 1) * (1 << schema);
+  }
+  int32_t index = frac == 0.5 ? exp - 1 : exp;  // at schema 0, 2^(exp-1) is the bound itself
+  const int32_t shift = -schema;
+  // Round up: bucket k at schema -n covers 2^n buckets of schema 0.
+  const int64_t scaled = static_cast<int64_t>(index) + (int64_t{1} << shift) - 1;
+  index = static_cast<int32_t>(scaled >= 0 ? scaled >> shift : -((-scaled + (int64_t{1} << shift) - 1) >> shift));
+  return index;
+}
+
+int32_t NativeHistogram::InfiniteIndex(int32_t schema) {
+  // 2^(index / 2^schema) reaches 2^1024, past the largest double.
+  return schema >= 0 ? 1024 << schema : 1024 >> -schema;
+}
+
+double NativeHistogram::UpperBound(int32_t index, int32_t schema) {
+  if (schema > 0) {
+    const int32_t mask = (1 << schema) - 1;
+    const double frac = Fractions(schema)[static_cast<size_t>(index & mask)];
+    // Floor division, so negative indices land in the right power of two.
+    const int32_t power = index >= 0 ? index >> schema : -((-index + mask) >> schema);
+    return std::ldexp(frac, power + 1);
+  }
+  const int64_t power = static_cast<int64_t>(index) << -schema;
+  return std::ldexp(1.0, static_cast<int>(std::clamp<int64_t>(power, -2000, 2000)));
+}
+
+void NativeHistogram::Add(double x) {
+  ++count_;
+  sum_ += x;
+  if (std::isnan(x)) return;  // counted, in no bucket
+  if (std::isinf(x)) {
+    ++(x > 0 ? positive_inf_ : negative_inf_);
+    return;
+  }
+  const double m = std::fabs(x);
+  if (m <= kZeroThreshold) {
+    ++zero_count_;
+    return;
+  }
+  AddToBucket(x > 0 ? positive_ : negative_, Index(m, schema_));
+}
+
+void NativeHistogram::AddToBucket(Buckets& store, int32_t index) {
+  const Buckets& other = &store == &positive_ ? negative_ : positive_;
+  for (;;) {
+    size_t width = 1;
+    if (!store.counts.empty()) {
+      const int64_t low = std::min<int64_t>(store.offset, index);
+      const int64_t high =
+          std::max<int64_t>(store.offset + static_cast<int64_t>(store.counts.size()) - 1, index);
+      width = static_cast<size_t>(high - low + 1);
+    }
+    if (width + other.counts.size() <= kMaxBuckets || schema_ <= kMinSchema) break;
+    Coarsen();
+    index = CoarserIndex(index);
+  }
+  if (store.counts.empty()) {
+    store.offset = index;
+    store.counts.assign(1, 1);
+    return;
+  }
+  if (index < store.offset) {
+    store.counts.insert(store.counts.begin(), static_cast<size_t>(store.offset - index), 0);
+    store.offset = index;
+  } else if (static_cast<size_t>(index - store.offset) >= store.counts.size()) {
+    store.counts.resize(static_cast<size_t>(index - store.offset) + 1, 0);
+  }
+  ++store.counts[static_cast<size_t>(index - store.offset)];
+}
+
+void NativeHistogram::Coarsen() {
+  for (Buckets* store : {&positive_, &negative_}) {
+    if (store->counts.empty()) continue;
+    const int32_t offset = CoarserIndex(store->offset);
+    const int32_t high =
+        CoarserIndex(store->offset + static_cast<int32_t>(store->counts.size()) - 1);
+    std::vector<uint64_t> counts(static_cast<size_t>(high - offset) + 1, 0);
+    for (size_t j = 0; j < store->counts.size(); ++j) {
+      counts[static_cast<size_t>(CoarserIndex(store->offset + static_cast<int32_t>(j)) - offset)] +=
+          store->counts[j];
+    }
+    store->offset = offset;
+    store->counts = std::move(counts);
+  }
+  --schema_;
+}
+
+}  // namespace torchmon::server
