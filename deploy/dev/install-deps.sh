@@ -18,7 +18,7 @@ set -euo pipefail
 daemon_packages=(
   build-essential cmake
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcivetweb-dev libboost-dev
+  libcivetweb-dev libboost-dev zlib1g-dev golang-github-prometheus-client-model-dev
 )
 packages=(
   "${daemon_packages[@]}" pkg-config git curl prometheus-cpp-dev
@@ -30,6 +30,7 @@ packages=(
 case "${1:-}" in
   "") ;;
   --test) packages+=(prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml chromium
+                     python3-prometheus-client
                      systemd openssl clang libclang-rt-14-dev llvm lintian) ;;
   --daemon) packages=("${daemon_packages[@]}") ;;
   *) echo "install-deps.sh: unknown option \"$1\" (expected --test or --daemon)" >&2; exit 2 ;;

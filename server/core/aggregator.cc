@@ -91,6 +91,7 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   if (spec.histogram) s->distribution = std::make_unique<SeriesDistribution>();
   s->history = WindowHistory(static_cast<uint16_t>(spec.quantiles.size()));
   s->last_update_ms = now;
+  s->created_ms = now;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
   ids_.emplace(&s->key, id);
   slots_[slot].series = std::move(s);
@@ -625,7 +626,8 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
                     s->history.empty() ? nullptr : &s->history.back().record,
                     s->history.empty() ? absl::Span<const double>()
                                        : s->history.back().quantiles,
-                    s->distribution != nullptr ? &s->distribution->histogram : nullptr});
+                    s->distribution != nullptr ? &s->distribution->histogram : nullptr,
+                    s->created_ms});
     }
   }
 }

@@ -240,6 +240,9 @@ class Aggregator {
     absl::Span<const double> last_quantiles;
     // The series' histogram, or null if spec.histogram is false.
     const NativeHistogram* histogram;
+    // When the series was created (daemon clock, Unix ms): where its
+    // counters started from 0.
+    int64_t created_ms;
   };
   // Calls `fn` for every series, in no particular order, holding the lock
   // shared, one chunk of series (kWalkChunk) at a time, and letting waiting
@@ -311,6 +314,7 @@ class Aggregator {
     SeriesKey key;
     // Closed windows with their quantile estimates.
     WindowHistory history;
+    int64_t created_ms = 0;  // daemon clock
   };
   // The series table: a series lives in a slot; its id is the slot index
   // plus the slot's generation, which changes when the series is removed,

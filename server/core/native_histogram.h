@@ -1,6 +1,6 @@
 // The distribution of a series' accepted samples since the series was
 // created, in the buckets of a Prometheus native histogram (exposed as
-// torchmon_stat_histogram; docs/metrics.md).
+// torchmon_stat_distribution; docs/metrics.md).
 //
 // Buckets are exponential, base 2^(2^-schema): positive bucket i holds
 // the samples in (base^(i-1), base^i], negative bucket i those in

@@ -1,11 +1,15 @@
 #include "server/exposition/metrics_exposition.h"
 
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/native_histogram.h"
+#include "server/exposition/prometheus_protobuf.h"
 #include "server/exposition/self_metrics.h"
 #include "torchmon/protocol/protocol.h"
 
@@ -20,6 +24,16 @@ struct TextRange {
 
 // One series as this scrape shows it, copied under the aggregator's lock;
 // the label text is rendered after the walk, outside it.
+// A series' native histogram, copied: its buckets are a range of the
+// snapshot's bucket arena.
+struct HistogramRow {
+  uint64_t count = 0;
+  double sum = 0;
+  int32_t schema = 0;
+  uint64_t zero_count = 0;
+  size_t positive_begin = 0, positive_end = 0, negative_begin = 0, negative_end = 0;
+};
+
 struct SeriesRow {
   std::shared_ptr<const SeriesKey> key;
   TextRange stat;    // stat="..."
@@ -29,6 +43,9 @@ struct SeriesRow {
   bool has_window = false;
   WindowRecord window;
   std::vector<double> quantiles;  // window's, in the order of spec.quantiles
+  double created_s = 0;           // when the series was created, Unix seconds
+  bool has_histogram = false;
+  HistogramRow histogram;
 };
 
 struct EventRow {
@@ -39,11 +56,14 @@ struct EventRow {
   std::vector<std::pair<TextRange, double>> fields;  // ,field="..." and its last value
 };
 
-// Everything one scrape shows, copied out of the daemon's state. The label
-// text of every series and event is escaped once, into `arena`; series
-// sharing a label set (every series of a rank) share its text too.
+// Everything one scrape shows, copied out of the daemon's state. The labels
+// of every series and event are encoded once (in the scrape's format), into
+// `arena`; series sharing a label set (every series of a rank) share them.
 struct Snapshot {
+  explicit Snapshot(const ExpositionWriter& writer) : writer(writer) {}
+  const ExpositionWriter& writer;
   std::string arena;
+  std::vector<std::pair<int32_t, uint64_t>> buckets;  // the histograms' (index, count)
   std::vector<SeriesRow> series;
   std::vector<EventRow> events;
   size_t series_count = 0;
@@ -54,10 +74,12 @@ struct Snapshot {
   }
   TextRange Label(absl::string_view key, absl::string_view value, bool leading_comma) {
     TextRange r{arena.size(), 0};
-    if (leading_comma) arena.push_back(',');
-    AppendPrometheusLabel(arena, key, value);
+    writer.AppendLabel(arena, key, value, leading_comma);
     r.end = arena.size();
     return r;
+  }
+  absl::Span<const std::pair<int32_t, uint64_t>> Buckets(size_t begin, size_t end) const {
+    return absl::MakeConstSpan(buckets).subspan(begin, end - begin);
   }
 };
 
@@ -85,12 +107,6 @@ class LabelTextCache {
   absl::flat_hash_map<const Labels*, TextRange> cache_;
 };
 
-constexpr absl::string_view kAggregationParts[] = {
-    "",  // Aggregation numbering starts at 1
-    ",agg=\"value\"", ",agg=\"mean\"", ",agg=\"count\"",
-    ",agg=\"sum\"",   ",agg=\"max\"",  ",agg=\"min\"",
-};
-
 template <typename T>
 double Load(const T& atomic) {
   return static_cast<double>(atomic.load(std::memory_order_relaxed));
@@ -102,17 +118,30 @@ MetricsExposition::MetricsExposition(const Aggregator& aggregator, const EventLo
                                      const DaemonStats& stats, std::string version)
     : aggregator_(aggregator), events_(events), stats_(stats), version_(std::move(version)) {}
 
-std::string MetricsExposition::RenderToString() const {
+std::string MetricsExposition::RenderToString(ExpositionFormat format) const {
   std::string out;
-  Render([&out](absl::string_view piece) {
+  Render(format, [&out](absl::string_view piece) {
     out.append(piece.data(), piece.size());
     return true;
   });
   return out;
 }
 
-size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
-  Snapshot snap;
+namespace {
+std::unique_ptr<ExpositionWriter> MakeExpositionWriter(ExpositionFormat format,
+                                                       ExpositionWriter::Sink sink) {
+  if (format == ExpositionFormat::kProtobuf) {
+    return std::make_unique<PrometheusProtobufWriter>(std::move(sink));
+  }
+  return std::make_unique<PrometheusTextWriter>(std::move(sink), format);
+}
+}  // namespace
+
+size_t MetricsExposition::Render(ExpositionFormat format,
+                                 const ExpositionWriter::Sink& sink) const {
+  const std::unique_ptr<ExpositionWriter> writer = MakeExpositionWriter(format, sink);
+  ExpositionWriter& out = *writer;
+  Snapshot snap(out);
   // Under the aggregator's lock: copies and a reference count, nothing else
   // (ingestion may wait for the whole walk; see Aggregator::ForEachSeries).
   // The rows are constructed here, outside the lock, so that their pages
@@ -125,10 +154,29 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
     row.key = s.key;
     row.spec = s.spec;
     row.counters = s.counters;
+    row.created_s = static_cast<double>(s.created_ms) / 1000.0;
     if (s.last_window != nullptr) {
       row.has_window = true;
       row.window = *s.last_window;
       row.quantiles.assign(s.last_quantiles.begin(), s.last_quantiles.end());
+    }
+    row.has_histogram = s.histogram != nullptr;
+    if (s.histogram != nullptr) {
+      const NativeHistogram& h = *s.histogram;
+      HistogramRow& hr = row.histogram;
+      hr.count = h.count();
+      hr.sum = h.sum();
+      hr.schema = h.schema();
+      hr.zero_count = h.zero_count();
+      auto copy = [&](bool positive, size_t& begin, size_t& end) {
+        begin = snap.buckets.size();
+        h.ForEachBucket(positive, [&](int32_t index, uint64_t n) {
+          snap.buckets.emplace_back(index, n);
+        });
+        end = snap.buckets.size();
+      };
+      copy(true, hr.positive_begin, hr.positive_end);
+      copy(false, hr.negative_begin, hr.negative_end);
     }
   });
   snap.series.resize(rows);
@@ -156,117 +204,150 @@ size_t MetricsExposition::Render(const PrometheusTextWriter::Sink& sink) const {
   }
   snap.events_retained = events_.size();
 
-  PrometheusTextWriter out(sink);
+  // The agg label of each aggregation, and of each quantile met.
+  std::string aggregation_parts[8];
+  for (Aggregation a : kAllAggregations) {
+    out.AppendLabel(aggregation_parts[static_cast<int>(a)], "agg", AggregationName(a), true);
+  }
+  // Node-based: a returned view stays valid while other quantiles are added.
+  absl::node_hash_map<double, std::string> quantile_parts;
+  auto quantile_part = [&](double q) -> absl::string_view {
+    auto [it, inserted] = quantile_parts.try_emplace(q);
+    if (inserted) out.AppendLabel(it->second, "agg", protocol::QuantileName(q), true);
+    return it->second;
+  };
+
   auto stat_text = [&](const SeriesRow& r) { return snap.Text(r.stat); };
   auto label_text = [&](const SeriesRow& r) { return snap.Text(r.labels); };
-  // One family per pass over the rows: the format wants each family's
+  // One family per pass over the rows: the formats want each family's
   // samples together.
-  auto per_series = [&](absl::string_view name, absl::string_view help, absl::string_view type,
+  auto per_series = [&](absl::string_view name, absl::string_view help, MetricKind kind,
                         bool needs_window, auto&& emit) {
-    bool any = false;
-    for (const SeriesRow& r : snap.series) {
-      if (needs_window && !r.has_window) continue;
-      if (!any) out.Family(name, help, type);
-      any = true;
-      emit(r);
-    }
+    out.Family(name, help, kind, [&] {
+      for (const SeriesRow& r : snap.series) {
+        if (needs_window && !r.has_window) continue;
+        emit(r);
+      }
+    });
   };
 
   per_series("torchmon_stat",
              "Aggregations of the last closed window of each series; agg names the aggregation.",
-             "gauge", true, [&](const SeriesRow& r) {
+             MetricKind::kGauge, true, [&](const SeriesRow& r) {
                for (Aggregation a : kAllAggregations) {
                  if (!Contains(r.spec.aggregations, a)) continue;
                  out.Sample("torchmon_stat",
-                            {stat_text(r), kAggregationParts[static_cast<int>(a)], label_text(r)},
+                            {stat_text(r), aggregation_parts[static_cast<int>(a)], label_text(r)},
                             r.window.stats.Get(a));
                }
                for (size_t i = 0; i < r.quantiles.size(); ++i) {
-                 // A quantile's name is "p" and digits: nothing to escape.
-                 const std::string agg =
-                     absl::StrCat(",agg=\"", protocol::QuantileName(r.spec.quantiles[i]), "\"");
-                 out.Sample("torchmon_stat", {stat_text(r), agg, label_text(r)}, r.quantiles[i]);
+                 out.Sample("torchmon_stat",
+                            {stat_text(r), quantile_part(r.spec.quantiles[i]), label_text(r)},
+                            r.quantiles[i]);
                }
              });
+  out.Family(
+      "torchmon_stat_distribution",
+      "Every sample each series accepted since it was created, as a native histogram "
+      "(exponential buckets; the text formats show only its count and sum).",
+      MetricKind::kHistogram, [&] {
+        for (const SeriesRow& r : snap.series) {
+          if (!r.has_histogram) continue;
+          const HistogramRow& h = r.histogram;
+          HistogramSample sample;
+          sample.count = h.count;
+          sample.sum = h.sum;
+          sample.schema = h.schema;
+          sample.zero_threshold = NativeHistogram::kZeroThreshold;
+          sample.zero_count = h.zero_count;
+          sample.positive = snap.Buckets(h.positive_begin, h.positive_end);
+          sample.negative = snap.Buckets(h.negative_begin, h.negative_end);
+          out.Histogram("torchmon_stat_distribution", {stat_text(r), label_text(r)}, sample,
+                        r.created_s);
+        }
+      });
   per_series("torchmon_window_accepted_samples", "Samples accepted in the last closed window.",
-             "gauge", true, [&](const SeriesRow& r) {
+             MetricKind::kGauge, true, [&](const SeriesRow& r) {
                out.Sample("torchmon_window_accepted_samples", {stat_text(r), label_text(r)},
                           static_cast<double>(r.window.stats.accepted));
              });
   per_series("torchmon_window_capped_samples",
-             "Samples refused by max_samples in the last closed window.", "gauge", true,
-             [&](const SeriesRow& r) {
+             "Samples refused by max_samples in the last closed window.", MetricKind::kGauge,
+             true, [&](const SeriesRow& r) {
                out.Sample("torchmon_window_capped_samples", {stat_text(r), label_text(r)},
                           static_cast<double>(r.window.stats.capped));
              });
   per_series("torchmon_window_end_timestamp_seconds",
-             "End of the last closed window, Unix seconds.", "gauge", true,
+             "End of the last closed window, Unix seconds.", MetricKind::kGauge, true,
              [&](const SeriesRow& r) {
                out.Sample("torchmon_window_end_timestamp_seconds", {stat_text(r), label_text(r)},
                           static_cast<double>(r.window.start_ms + r.spec.window_ms) / 1000.0);
              });
-  per_series("torchmon_window_size_seconds", "Window length of the series.", "gauge", false,
-             [&](const SeriesRow& r) {
+  per_series("torchmon_window_size_seconds", "Window length of the series.", MetricKind::kGauge,
+             false, [&](const SeriesRow& r) {
                out.Sample("torchmon_window_size_seconds", {stat_text(r), label_text(r)},
                           static_cast<double>(r.spec.window_ms) / 1000.0);
              });
   per_series("torchmon_samples_accepted_total",
-             "Samples aggregated into a window since the series was created.", "counter", false,
-             [&](const SeriesRow& r) {
+             "Samples aggregated into a window since the series was created.",
+             MetricKind::kCounter, false, [&](const SeriesRow& r) {
                out.Sample("torchmon_samples_accepted_total", {stat_text(r), label_text(r)},
-                          static_cast<double>(r.counters.accepted));
+                          static_cast<double>(r.counters.accepted), r.created_s);
              });
+  std::string reason_parts[4];
+  const char* const kReasons[] = {"capped", "late", "skewed", "client"};
+  for (size_t i = 0; i < 4; ++i) out.AppendLabel(reason_parts[i], "reason", kReasons[i], true);
   per_series("torchmon_samples_dropped_total",
              "Samples not aggregated, by reason: capped (max_samples), late (window already "
              "closed), skewed (too far in the future), client (dropped by the client before "
              "sending).",
-             "counter", false, [&](const SeriesRow& r) {
-               const std::pair<absl::string_view, uint64_t> reasons[] = {
-                   {",reason=\"capped\"", r.counters.capped},
-                   {",reason=\"late\"", r.counters.late},
-                   {",reason=\"skewed\"", r.counters.skewed},
-                   {",reason=\"client\"", r.counters.client_dropped}};
-               for (const auto& [reason, count] : reasons) {
+             MetricKind::kCounter, false, [&](const SeriesRow& r) {
+               const uint64_t counts[] = {r.counters.capped, r.counters.late, r.counters.skewed,
+                                          r.counters.client_dropped};
+               for (size_t i = 0; i < 4; ++i) {
                  out.Sample("torchmon_samples_dropped_total",
-                            {stat_text(r), label_text(r), reason}, static_cast<double>(count));
+                            {stat_text(r), label_text(r), reason_parts[i]},
+                            static_cast<double>(counts[i]), r.created_s);
                }
              });
 
-  if (!snap.events.empty()) {
-    out.Family("torchmon_events_total", "Events received, by event name.", "counter");
-    for (const EventRow& e : snap.events) {
-      out.Sample("torchmon_events_total", {snap.Text(e.event), snap.Text(e.labels)},
-                 static_cast<double>(e.count));
-    }
-    out.Family("torchmon_events_dropped_total",
-               "Events the clients dropped before sending (queue full, invalid), by event name.",
-               "counter");
-    for (const EventRow& e : snap.events) {
-      out.Sample("torchmon_events_dropped_total", {snap.Text(e.event), snap.Text(e.labels)},
-                 static_cast<double>(e.client_dropped));
-    }
-    bool any_field = false;
-    for (const EventRow& e : snap.events) {
-      for (const auto& [field, value] : e.fields) {
-        if (!any_field) {
-          out.Family("torchmon_event_value",
-                     "Last value of each numeric (or boolean) field of an event.", "gauge");
-          any_field = true;
-        }
-        out.Sample("torchmon_event_value",
-                   {snap.Text(e.event), snap.Text(field), snap.Text(e.labels)}, value);
-      }
-    }
-  }
+  out.Family("torchmon_events_total", "Events received, by event name.", MetricKind::kCounter,
+             [&] {
+               for (const EventRow& e : snap.events) {
+                 out.Sample("torchmon_events_total", {snap.Text(e.event), snap.Text(e.labels)},
+                            static_cast<double>(e.count));
+               }
+             });
+  out.Family("torchmon_events_dropped_total",
+             "Events the clients dropped before sending (queue full, invalid), by event name.",
+             MetricKind::kCounter, [&] {
+               for (const EventRow& e : snap.events) {
+                 out.Sample("torchmon_events_dropped_total",
+                            {snap.Text(e.event), snap.Text(e.labels)},
+                            static_cast<double>(e.client_dropped));
+               }
+             });
+  out.Family("torchmon_event_value", "Last value of each numeric (or boolean) field of an event.",
+             MetricKind::kGauge, [&] {
+               for (const EventRow& e : snap.events) {
+                 for (const auto& [field, value] : e.fields) {
+                   out.Sample("torchmon_event_value",
+                              {snap.Text(e.event), snap.Text(field), snap.Text(e.labels)}, value);
+                 }
+               }
+             });
 
   const SelfMetricInputs inputs{stats_, snap.series_count, snap.events_retained, version_};
+  const double started_s =
+      static_cast<double>(stats_.start_time_ms.load(std::memory_order_relaxed)) / 1000.0;
   for (const SelfMetric& m : SelfMetrics()) {
-    bool family_written = false;
-    m.samples(inputs, [&](absl::string_view label_value, double value) {
-      if (!std::exchange(family_written, true)) out.Family(m.name, m.help, m.type);
-      std::string label;
-      if (*m.label != '\0') AppendPrometheusLabel(label, m.label, label_value);
-      out.Sample(m.name, {label}, value);
+    const bool counter = std::strcmp(m.type, "counter") == 0;
+    out.Family(m.name, m.help, counter ? MetricKind::kCounter : MetricKind::kGauge, [&] {
+      m.samples(inputs, [&](absl::string_view label_value, double value) {
+        std::string label;
+        if (*m.label != '\0') out.AppendLabel(label, m.label, label_value, false);
+        out.Sample(m.name, {label}, value, counter ? started_s : kNoCreated);
+      });
     });
   }
   out.Finish();

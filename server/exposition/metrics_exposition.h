@@ -1,7 +1,8 @@
 // The Prometheus exposition of torchmond (metric names and labels:
 // docs/metrics.md). Nothing exists per series between scrapes: a scrape
 // copies what it shows out of the aggregator, the event log and the daemon's
-// self-metrics, then writes the text format outside every lock.
+// self-metrics, then writes the format the scraper asked for
+// (content_negotiation.h) outside every lock.
 #ifndef TORCHMON_SERVER_EXPOSITION_METRICS_EXPOSITION_H_
 #define TORCHMON_SERVER_EXPOSITION_METRICS_EXPOSITION_H_
 
@@ -10,6 +11,7 @@
 
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
+#include "server/exposition/content_negotiation.h"
 #include "server/exposition/prometheus_text.h"
 #include "server/core/daemon_stats.h"
 
@@ -23,13 +25,14 @@ class MetricsExposition {
   MetricsExposition(const Aggregator& aggregator, const EventLog& events,
                     const DaemonStats& stats, std::string version);
 
-  // Writes one scrape to `sink` in pieces (see PrometheusTextWriter).
-  // Returns the bytes the sink accepted; fewer than written if it refused
-  // one (the reader went away), in which case the rest was skipped.
-  size_t Render(const PrometheusTextWriter::Sink& sink) const;
+  // Writes one scrape in `format` to `sink` in pieces (see
+  // ExpositionWriter). Returns the bytes the sink accepted; fewer than
+  // written if it refused one (the reader went away), in which case the
+  // rest was skipped.
+  size_t Render(ExpositionFormat format, const ExpositionWriter::Sink& sink) const;
 
   // The whole scrape as one string (tests, benchmarks).
-  std::string RenderToString() const;
+  std::string RenderToString(ExpositionFormat format = ExpositionFormat::kText) const;
 
  private:
   const Aggregator& aggregator_;

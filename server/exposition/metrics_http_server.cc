@@ -11,6 +11,8 @@
 
 #include "CivetServer.h"
 #include "absl/strings/str_cat.h"
+#include "server/exposition/content_negotiation.h"
+#include "server/exposition/gzip_stream.h"
 
 namespace torchmon::server {
 namespace {
@@ -62,15 +64,27 @@ class MetricsHttpServer::Handler final : public CivetHandler {
       return true;
     }
     const auto start = std::chrono::steady_clock::now();
+    const Negotiated what = Negotiate(conn);
     bool chunked = false;
-    if (!SendHeaders(conn, chunked)) return true;
+    if (!SendHeaders(conn, what, chunked)) return true;
 
-    const size_t bytes = exposition_.Render([&](absl::string_view piece) {
+    size_t sent = 0;  // bytes on the wire, compressed or not
+    auto send = [&](absl::string_view piece) {
       const int n = chunked ? mg_send_chunk(conn, piece.data(), static_cast<unsigned>(piece.size()))
                             : mg_write(conn, piece.data(), piece.size());
-      return n > 0;  // the scraper went away: stop rendering
-    });
+      if (n <= 0) return false;  // the scraper went away: stop rendering
+      sent += piece.size();
+      return true;
+    };
+    if (what.gzip) {
+      GzipStream gzip(send);
+      exposition_.Render(what.format, [&](absl::string_view piece) { return gzip.Write(piece); });
+      gzip.Finish();
+    } else {
+      exposition_.Render(what.format, send);
+    }
     if (chunked) mg_send_chunk(conn, "", 0);
+    const size_t bytes = sent;
 
     const auto elapsed = std::chrono::steady_clock::now() - start;
     stats_.scrapes.fetch_add(1, std::memory_order_relaxed);
@@ -85,18 +99,32 @@ class MetricsHttpServer::Handler final : public CivetHandler {
   bool handleHead(CivetServer* /*server*/, mg_connection* conn) override {
     if (Refused(conn, auth_.get(), stats_, "", "")) return true;
     bool chunked = false;
-    SendHeaders(conn, chunked);
+    SendHeaders(conn, Negotiate(conn), chunked);
     return true;
   }
 
  private:
+  struct Negotiated {
+    ExpositionFormat format;
+    bool gzip;
+  };
+  // What the scraper's Accept and Accept-Encoding ask for.
+  static Negotiated Negotiate(mg_connection* conn) {
+    return Negotiated{NegotiateFormat(mg_get_header(conn, "Accept")),
+                      AcceptsGzip(mg_get_header(conn, "Accept-Encoding"))};
+  }
+
   // The 200 response's headers; false if the scraper went away.
-  static bool SendHeaders(mg_connection* conn, bool& chunked) {
+  static bool SendHeaders(mg_connection* conn, const Negotiated& what, bool& chunked) {
     const mg_request_info* request = mg_get_request_info(conn);
     // HTTP/1.0 has no chunked encoding: the body ends with the connection.
     chunked = request->http_version != nullptr && std::strcmp(request->http_version, "1.0") != 0;
     mg_response_header_start(conn, 200);
-    mg_response_header_add(conn, "Content-Type", "text/plain; version=0.0.4; charset=utf-8", -1);
+    const absl::string_view type = ContentType(what.format);
+    mg_response_header_add(conn, "Content-Type", type.data(), static_cast<int>(type.size()));
+    if (what.gzip) mg_response_header_add(conn, "Content-Encoding", "gzip", -1);
+    // A cache between scraper and daemon must not answer one format for another.
+    mg_response_header_add(conn, "Vary", "Accept, Accept-Encoding", -1);
     mg_response_header_add(conn, "Cache-Control", "no-store", -1);
     if (chunked) {
       mg_response_header_add(conn, "Transfer-Encoding", "chunked", -1);

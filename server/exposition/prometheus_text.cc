@@ -7,6 +7,8 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/strip.h"
+
 namespace torchmon::server {
 namespace {
 
@@ -60,10 +62,10 @@ void AppendPrometheusValue(std::string& out, double value) {
   out.append(buf, static_cast<size_t>(WriteValue(buf, value) - buf));
 }
 
-PrometheusTextWriter::PrometheusTextWriter(Sink sink, size_t flush_bytes)
+ExpositionWriter::ExpositionWriter(Sink sink, size_t flush_bytes)
     : sink_(std::move(sink)), flush_bytes_(flush_bytes) {}
 
-char* PrometheusTextWriter::Reserve(size_t n) {
+char* ExpositionWriter::Reserve(size_t n) {
   if (size_ + n > capacity_) {
     // A line is rarely longer than a few hundred bytes, so the flush size
     // plus some slack is enough for every line but a pathological one.
@@ -77,68 +79,123 @@ char* PrometheusTextWriter::Reserve(size_t n) {
   return buffer_.get() + size_;
 }
 
-void PrometheusTextWriter::Append(absl::string_view text) {
+void ExpositionWriter::Append(absl::string_view text) {
   std::memcpy(Reserve(text.size()), text.data(), text.size());
   size_ += text.size();
 }
 
-void PrometheusTextWriter::Family(absl::string_view name, absl::string_view help,
-                                  absl::string_view type) {
-  std::string line = "# HELP ";
-  line.append(name.data(), name.size());
-  line.push_back(' ');
-  for (char c : help) {
-    // HELP text escapes backslash and newline (not quotes).
-    if (c == '\\') {
-      line.append("\\\\", 2);
-    } else if (c == '\n') {
-      line.append("\\n", 2);
-    } else {
-      line.push_back(c);
-    }
+void ExpositionWriter::Flush() {
+  if (ok_ && size_ > 0) {
+    ok_ = sink_(absl::string_view(buffer_.get(), size_));
+    if (ok_) written_ += size_;
   }
-  line.append("\n# TYPE ", 8);
-  line.append(name.data(), name.size());
-  line.push_back(' ');
-  line.append(type.data(), type.size());
-  line.push_back('\n');
-  Append(line);
-  MaybeFlush();
+  size_ = 0;
 }
 
-void PrometheusTextWriter::Sample(absl::string_view name,
-                                  std::initializer_list<absl::string_view> label_parts,
-                                  double value) {
-  size_t labels = 0;
+PrometheusTextWriter::PrometheusTextWriter(Sink sink, ExpositionFormat format, size_t flush_bytes)
+    : ExpositionWriter(std::move(sink), flush_bytes),
+      openmetrics_(format == ExpositionFormat::kOpenMetrics) {}
+
+void PrometheusTextWriter::AppendLabel(std::string& out, absl::string_view key,
+                                       absl::string_view value, bool leading_comma) const {
+  if (leading_comma) out.push_back(',');
+  AppendPrometheusLabel(out, key, value);
+}
+
+void PrometheusTextWriter::Family(absl::string_view name, absl::string_view help,
+                                  MetricKind kind, absl::FunctionRef<void()> samples) {
+  // OpenMetrics names a counter family without its samples' _total.
+  absl::string_view family = name;
+  if (openmetrics_ && kind == MetricKind::kCounter) absl::ConsumeSuffix(&family, "_total");
+  family_.assign(family.data(), family.size());
+  header_ = "# HELP ";
+  header_.append(family.data(), family.size());
+  header_.push_back(' ');
+  for (char c : help) {
+    // HELP text escapes backslash and newline; OpenMetrics also quotes.
+    if (c == '\\') {
+      header_.append("\\\\", 2);
+    } else if (c == '\n') {
+      header_.append("\\n", 2);
+    } else if (c == '"' && openmetrics_) {
+      header_.append("\\\"", 2);
+    } else {
+      header_.push_back(c);
+    }
+  }
+  header_.append("\n# TYPE ", 8);
+  header_.append(family.data(), family.size());
+  header_.append(kind == MetricKind::kGauge     ? " gauge\n"
+                 : kind == MetricKind::kCounter ? " counter\n"
+                                                : " histogram\n");
+  samples();
+  header_.clear();  // a family without samples is left out
+}
+
+void PrometheusTextWriter::WriteHeader() {
+  if (header_.empty()) return;
+  Append(header_);
+  header_.clear();
+}
+
+void PrometheusTextWriter::Line(absl::string_view name, absl::string_view suffix,
+                                std::initializer_list<absl::string_view> label_parts,
+                                absl::string_view extra, double value) {
+  size_t labels = extra.size();
   for (absl::string_view part : label_parts) labels += part.size();
-  // name, braces, labels, space, value, newline.
-  char* const start = Reserve(name.size() + labels + 4 + kMaxValueChars);
+  // name, suffix, braces, labels, space, value, newline.
+  char* const start = Reserve(name.size() + suffix.size() + labels + 4 + kMaxValueChars);
   char* p = start;
   std::memcpy(p, name.data(), name.size());
   p += name.size();
+  std::memcpy(p, suffix.data(), suffix.size());
+  p += suffix.size();
   if (labels > 0) {
     *p++ = '{';
     for (absl::string_view part : label_parts) {
       std::memcpy(p, part.data(), part.size());
       p += part.size();
     }
+    std::memcpy(p, extra.data(), extra.size());
+    p += extra.size();
     *p++ = '}';
   }
   *p++ = ' ';
   p = WriteValue(p, value);
   *p++ = '\n';
-  size_ += static_cast<size_t>(p - start);
+  Commit(p);
+}
+
+void PrometheusTextWriter::Sample(absl::string_view name,
+                                  std::initializer_list<absl::string_view> label_parts,
+                                  double value, double created) {
+  WriteHeader();
+  Line(name, "", label_parts, "", value);
+  if (openmetrics_ && !std::isnan(created)) Line(family_, "_created", label_parts, "", created);
   MaybeFlush();
 }
 
-void PrometheusTextWriter::Finish() { Flush(); }
-
-void PrometheusTextWriter::Flush() {
-  if (ok_ && size_ > 0) {
-    ok_ = sink_(absl::string_view(buffer_.get(), size_));
-    if (ok_) written_ += size_;
+void PrometheusTextWriter::Histogram(absl::string_view name,
+                                     std::initializer_list<absl::string_view> label_parts,
+                                     const HistogramSample& h, double created) {
+  WriteHeader();
+  bool any_label = false;
+  for (absl::string_view part : label_parts) any_label = any_label || !part.empty();
+  const double count = static_cast<double>(h.count);
+  Line(name, "_bucket", label_parts, any_label ? ",le=\"+Inf\"" : "le=\"+Inf\"", count);
+  // OpenMetrics: a histogram's _sum is a counter, never NaN or negative,
+  // and _count goes with it; without them the +Inf bucket still counts.
+  if (!openmetrics_ || h.sum >= 0) {
+    Line(name, "_sum", label_parts, "", h.sum);
+    Line(name, "_count", label_parts, "", count);
   }
-  size_ = 0;
+  if (openmetrics_ && !std::isnan(created)) Line(name, "_created", label_parts, "", created);
+  MaybeFlush();
+}
+
+void PrometheusTextWriter::Finish() {
+  if (openmetrics_) Append("# EOF\n");
+  Flush();
 }
 
 }  // namespace torchmon::server

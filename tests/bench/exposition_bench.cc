@@ -114,7 +114,7 @@ void BM_Exposition(benchmark::State& state) {
   Exposition& e = ExpositionOf(n);
   size_t bytes = 0;
   for (auto _ : state) {
-    bytes = e.exposition.Render([](absl::string_view piece) {
+    bytes = e.exposition.Render(ExpositionFormat::kText, [](absl::string_view piece) {
       benchmark::DoNotOptimize(piece.data());
       return true;
     });
@@ -284,7 +284,7 @@ void BM_IngestDuringScrape(benchmark::State& state) {
   std::atomic<int> scrapes{0};
   std::thread scraper([&] {
     while (!stop.load()) {
-      if (scraping) e.exposition.Render([](absl::string_view) { return true; });
+      if (scraping) e.exposition.Render(ExpositionFormat::kText, [](absl::string_view) { return true; });
       scrapes.fetch_add(1);
     }
   });

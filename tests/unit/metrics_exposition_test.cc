@@ -15,6 +15,10 @@
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/clock.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/util/delimited_message_util.h"
+#include "io/prometheus/client/metrics.pb.h"
+#include "server/core/native_histogram.h"
 #include "server/exposition/self_metrics.h"
 
 namespace torchmon::server {
@@ -317,7 +321,7 @@ TEST_F(MetricsExpositionTest, RenderStreamsTheSameTextItReturnsWhole) {
   for (int i = 0; i < 3000; ++i) Define("s" + std::to_string(i), Aggs({Aggregation::kSum}));
   std::string streamed;
   int pieces = 0;
-  const size_t bytes = exposition_.Render([&](absl::string_view piece) {
+  const size_t bytes = exposition_.Render(ExpositionFormat::kText, [&](absl::string_view piece) {
     streamed.append(piece.data(), piece.size());
     ++pieces;
     return true;
@@ -330,7 +334,7 @@ TEST_F(MetricsExpositionTest, RenderStreamsTheSameTextItReturnsWhole) {
 TEST_F(MetricsExpositionTest, RenderStopsWhenTheReaderGoesAway) {
   for (int i = 0; i < 3000; ++i) Define("s" + std::to_string(i), Aggs({Aggregation::kSum}));
   int pieces = 0;
-  const size_t bytes = exposition_.Render([&](absl::string_view) {
+  const size_t bytes = exposition_.Render(ExpositionFormat::kText, [&](absl::string_view) {
     ++pieces;
     return false;
   });
@@ -388,6 +392,188 @@ TEST(SelfMetricsDocTest, DocsMetricsTableIsTheListOfSelfMetrics) {
   EXPECT_EQ(table, SelfMetricsMarkdown())
       << "docs/metrics.md's table of self-metrics is not the list in "
          "server/exposition/self_metrics.cc; replace it with the expected text above";
+}
+
+
+namespace pb = ::io::prometheus::client;
+
+// Every MetricFamily of a protobuf scrape, read with the messages compiled
+// from Debian's metrics.proto.
+std::vector<pb::MetricFamily> ParseProtobuf(const std::string& bytes) {
+  std::vector<pb::MetricFamily> out;
+  google::protobuf::io::ArrayInputStream input(bytes.data(), static_cast<int>(bytes.size()));
+  for (;;) {
+    pb::MetricFamily family;
+    bool clean_eof = false;
+    if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&family, &input, &clean_eof)) {
+      EXPECT_TRUE(clean_eof) << "a malformed MetricFamily after " << out.size();
+      return out;
+    }
+    out.push_back(std::move(family));
+  }
+}
+
+const pb::MetricFamily* FindFamily(const std::vector<pb::MetricFamily>& families,
+                                   const std::string& name) {
+  for (const pb::MetricFamily& f : families) {
+    if (f.name() == name) return &f;
+  }
+  return nullptr;
+}
+
+std::map<std::string, std::string> LabelsOf(const pb::Metric& m) {
+  std::map<std::string, std::string> out;
+  for (const pb::LabelPair& l : m.label()) out[l.name()] = l.value();
+  return out;
+}
+
+// A native histogram's buckets of one sign, decoded from spans and deltas.
+std::map<int32_t, uint64_t> DecodeBuckets(
+    const google::protobuf::RepeatedPtrField<pb::BucketSpan>& spans,
+    const google::protobuf::RepeatedField<int64_t>& deltas) {
+  std::map<int32_t, uint64_t> out;
+  int32_t index = 0;
+  int64_t count = 0;
+  int d = 0;
+  for (int s = 0; s < spans.size(); ++s) {
+    index += spans[s].offset();
+    for (uint32_t j = 0; j < spans[s].length(); ++j, ++index) {
+      count += deltas[d++];
+      if (count != 0) out[index] = static_cast<uint64_t>(count);
+    }
+  }
+  EXPECT_EQ(d, deltas.size());
+  return out;
+}
+
+TEST_F(MetricsExpositionTest, ProtobufCarriesEveryFamilyTheTextHasWithTheSameValues) {
+  const SeriesId id = Define("train.loss", Aggs({Aggregation::kMean, Aggregation::kMax}));
+  Add(id, {1, 4}, kT0 + 10);
+  CloseWindowsEndingBy(kT0 + 1000);
+  EventRecord e;
+  e.name = "epoch";
+  e.labels = {{"rank", "0"}};
+  e.data = {{"n", 3.0}};
+  events_.Append(e);
+  const std::vector<pb::MetricFamily> families =
+      ParseProtobuf(exposition_.RenderToString(ExpositionFormat::kProtobuf));
+  std::set<std::string> text_families;
+  std::istringstream lines(Scrape());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) text_families.insert(line.substr(7, line.find(' ', 7) - 7));
+  }
+  std::set<std::string> proto_families;
+  for (const pb::MetricFamily& f : families) proto_families.insert(f.name());
+  EXPECT_EQ(proto_families, text_families);
+
+  const pb::MetricFamily* stat = FindFamily(families, "torchmon_stat");
+  ASSERT_NE(stat, nullptr);
+  EXPECT_EQ(stat->type(), pb::GAUGE);
+  ASSERT_EQ(stat->metric_size(), 2);
+  EXPECT_EQ(LabelsOf(stat->metric(0)), (std::map<std::string, std::string>{
+                                           {"stat", "train.loss"}, {"agg", "mean"}, {"rank", "0"}}));
+  EXPECT_EQ(stat->metric(0).gauge().value(), 2.5);
+  EXPECT_EQ(stat->metric(1).gauge().value(), 4);
+  const pb::MetricFamily* accepted = FindFamily(families, "torchmon_samples_accepted_total");
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_EQ(accepted->type(), pb::COUNTER);
+  EXPECT_EQ(accepted->metric(0).counter().value(), 2);
+  const pb::MetricFamily* events = FindFamily(families, "torchmon_events_total");
+  ASSERT_NE(events, nullptr);
+  EXPECT_EQ(LabelsOf(events->metric(0)),
+            (std::map<std::string, std::string>{{"event", "epoch"}, {"rank", "0"}}));
+}
+
+TEST_F(MetricsExpositionTest, ProtobufNativeHistogramHoldsEveryAcceptedSampleInItsBucket) {
+  auto id = aggregator_.Define(SeriesKey{"step_ms", {{"rank", "3"}}},
+                               StatSpec{Aggs({Aggregation::kMean}), 1000, 0, {0.99}});
+  ASSERT_TRUE(id.ok());
+  const std::vector<double> first = {0.5, 1, 2, 3, 3, 100, -3, 0};
+  Add(*id, first, kT0 + 10);
+  CloseWindowsEndingBy(kT0 + 1000);
+  const std::vector<double> second = {2, 7.5, std::numeric_limits<double>::quiet_NaN(),
+                                      std::numeric_limits<double>::infinity()};
+  Add(*id, second, kT0 + 1500);  // in the open window: the histogram has it already
+  const std::vector<pb::MetricFamily> families =
+      ParseProtobuf(exposition_.RenderToString(ExpositionFormat::kProtobuf));
+  const pb::MetricFamily* family = FindFamily(families, "torchmon_stat_distribution");
+  ASSERT_NE(family, nullptr);
+  EXPECT_EQ(family->type(), pb::HISTOGRAM);
+  ASSERT_EQ(family->metric_size(), 1);
+  EXPECT_EQ(LabelsOf(family->metric(0)),
+            (std::map<std::string, std::string>{{"stat", "step_ms"}, {"rank", "3"}}));
+  const pb::Histogram& h = family->metric(0).histogram();
+  EXPECT_EQ(h.sample_count(), first.size() + second.size());
+  EXPECT_TRUE(std::isnan(h.sample_sum()));  // a NaN sample
+  EXPECT_EQ(h.schema(), NativeHistogram::kInitialSchema);
+  EXPECT_EQ(h.zero_threshold(), NativeHistogram::kZeroThreshold);
+  EXPECT_EQ(h.zero_count(), 1u);
+  EXPECT_EQ(h.bucket_size(), 0);  // no classic buckets
+  std::map<int32_t, uint64_t> positive, negative;
+  for (double x : first) {
+    if (x > 0) ++positive[NativeHistogram::Index(x, 5)];
+    if (x < 0) ++negative[NativeHistogram::Index(-x, 5)];
+  }
+  ++positive[NativeHistogram::Index(2, 5)];
+  ++positive[NativeHistogram::Index(7.5, 5)];
+  ++positive[NativeHistogram::InfiniteIndex(5)];  // +Inf; NaN is in no bucket
+  EXPECT_EQ(DecodeBuckets(h.positive_span(), h.positive_delta()), positive);
+  EXPECT_EQ(DecodeBuckets(h.negative_span(), h.negative_delta()), negative);
+}
+
+TEST_F(MetricsExpositionTest, AHistogramIsExposedFromItsDefinitionOnAndOnlyWhenAskedFor) {
+  StatSpec with{Aggs({Aggregation::kMean}), 1000, 0, {}};
+  with.histogram = true;
+  ASSERT_TRUE(aggregator_.Define(SeriesKey{"asked", {}}, with).ok());
+  Define("plain", Aggs({Aggregation::kMean}));
+  const std::vector<pb::MetricFamily> families =
+      ParseProtobuf(exposition_.RenderToString(ExpositionFormat::kProtobuf));
+  const pb::MetricFamily* family = FindFamily(families, "torchmon_stat_distribution");
+  ASSERT_NE(family, nullptr);
+  ASSERT_EQ(family->metric_size(), 1);  // not "plain"
+  EXPECT_EQ(LabelsOf(family->metric(0)).at("stat"), "asked");
+  // Empty, but native: a zero threshold tells Prometheus so.
+  EXPECT_EQ(family->metric(0).histogram().sample_count(), 0u);
+  EXPECT_GT(family->metric(0).histogram().zero_threshold(), 0);
+  // The text formats show its count and sum.
+  const std::string text = Scrape();
+  EXPECT_THAT(ValueOf(text, "torchmon_stat_distribution_count{stat=\"asked\"}"), Optional(0.0));
+  EXPECT_THAT(ValueOf(text, "torchmon_stat_distribution_bucket{stat=\"asked\",le=\"+Inf\"}"),
+              Optional(0.0));
+  EXPECT_THAT(text, Not(HasSubstr("stat=\"plain\",le=")));
+}
+
+TEST_F(MetricsExpositionTest, OpenMetricsNamesCountersWithoutTotalAndEndsWithEof) {
+  StatSpec spec{Aggs({Aggregation::kMean}), 1000, 0, {}};
+  spec.histogram = true;
+  auto id = aggregator_.Define(SeriesKey{"loss", {{"rank", "0"}}}, spec);
+  ASSERT_TRUE(id.ok());
+  Add(*id, {1, 2}, kT0 + 10);
+  auto negative = aggregator_.Define(SeriesKey{"delta", {{"rank", "0"}}}, spec);
+  ASSERT_TRUE(negative.ok());
+  Add(*negative, {-1, 0.5}, kT0 + 10);
+  CloseWindowsEndingBy(kT0 + 1000);
+  const std::string text = exposition_.RenderToString(ExpositionFormat::kOpenMetrics);
+  EXPECT_THAT(text, HasSubstr("# TYPE torchmon_samples_accepted counter\n"));
+  EXPECT_THAT(text, HasSubstr("# HELP torchmon_samples_accepted "));
+  EXPECT_THAT(text, Not(HasSubstr("# TYPE torchmon_samples_accepted_total")));
+  // The counter and its start (the series' creation, kT0) together.
+  EXPECT_THAT(text, HasSubstr("torchmon_samples_accepted_total{stat=\"loss\",rank=\"0\"} 2\n"
+                              "torchmon_samples_accepted_created{stat=\"loss\",rank=\"0\"} " +
+                              std::to_string(kT0 / 1000) + "\n"));
+  EXPECT_THAT(text, HasSubstr("torchmon_stat_distribution_sum{stat=\"loss\",rank=\"0\"} 3\n"));
+  // A negative sum has no place in OpenMetrics: the +Inf bucket alone.
+  EXPECT_THAT(text, HasSubstr("torchmon_stat_distribution_bucket{stat=\"delta\",rank=\"0\","
+                              "le=\"+Inf\"} 2\n"));
+  EXPECT_THAT(text, Not(HasSubstr("torchmon_stat_distribution_sum{stat=\"delta\"")));
+  EXPECT_THAT(text, Not(HasSubstr("torchmon_stat_distribution_count{stat=\"delta\"")));
+  ASSERT_GE(text.size(), 6u);
+  EXPECT_EQ(text.substr(text.size() - 6), "# EOF\n");
+  // Text 0.0.4 has neither.
+  const std::string plain = Scrape();
+  EXPECT_THAT(plain, Not(HasSubstr("_created")));
+  EXPECT_THAT(plain, Not(HasSubstr("# EOF")));
+  EXPECT_THAT(plain, HasSubstr("# TYPE torchmon_samples_accepted_total counter\n"));
 }
 
 }  // namespace

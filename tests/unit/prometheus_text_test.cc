@@ -87,20 +87,29 @@ PrometheusTextWriter::Sink Into(Collected& c) {
   };
 }
 
-TEST(PrometheusTextWriterTest, FamilyWritesHelpThenType) {
+TEST(PrometheusTextWriterTest, FamilyWritesHelpThenTypeBeforeItsSamples) {
   Collected c;
   PrometheusTextWriter w(Into(c));
-  w.Family("m", "What m is.", "gauge");
+  w.Family("m", "What m is.", MetricKind::kGauge, [&] { w.Sample("m", {}, 1); });
   w.Finish();
-  EXPECT_EQ(c.Text(), "# HELP m What m is.\n# TYPE m gauge\n");
+  EXPECT_EQ(c.Text(), "# HELP m What m is.\n# TYPE m gauge\nm 1\n");
+}
+
+TEST(PrometheusTextWriterTest, AFamilyWithoutSamplesIsLeftOut) {
+  Collected c;
+  PrometheusTextWriter w(Into(c));
+  w.Family("m", "What m is.", MetricKind::kGauge, [] {});
+  w.Family("n", "What n is.", MetricKind::kCounter, [&] { w.Sample("n_total", {}, 2); });
+  w.Finish();
+  EXPECT_EQ(c.Text(), "# HELP n What n is.\n# TYPE n counter\nn_total 2\n");
 }
 
 TEST(PrometheusTextWriterTest, HelpEscapesBackslashAndNewlineButNotQuotes) {
   Collected c;
   PrometheusTextWriter w(Into(c));
-  w.Family("m", "a\\b\n\"c\"", "counter");
+  w.Family("m", "a\\b\n\"c\"", MetricKind::kCounter, [&] { w.Sample("m", {}, 1); });
   w.Finish();
-  EXPECT_EQ(c.Text(), "# HELP m a\\\\b\\n\"c\"\n# TYPE m counter\n");
+  EXPECT_EQ(c.Text(), "# HELP m a\\\\b\\n\"c\"\n# TYPE m counter\nm 1\n");
 }
 
 TEST(PrometheusTextWriterTest, SampleConcatenatesLabelPartsInsideBraces) {
@@ -122,7 +131,7 @@ TEST(PrometheusTextWriterTest, SampleWithoutLabelsHasNoBraces) {
 
 TEST(PrometheusTextWriterTest, TextReachesTheSinkInPiecesOfAboutTheFlushSize) {
   Collected c;
-  PrometheusTextWriter w(Into(c), /*flush_bytes=*/100);
+  PrometheusTextWriter w(Into(c), ExpositionFormat::kText, /*flush_bytes=*/100);
   for (int i = 0; i < 50; ++i) w.Sample("metric_name", {"k=\"v\""}, i);
   w.Finish();
   ASSERT_THAT(c.pieces, SizeIs(testing::Gt(5u)));
@@ -150,7 +159,7 @@ TEST(PrometheusTextWriterTest, ARefusingSinkStopsTheOutput) {
         ++calls;
         return false;
       },
-      /*flush_bytes=*/10);
+      ExpositionFormat::kText, /*flush_bytes=*/10);
   for (int i = 0; i < 100; ++i) w.Sample("m", {}, i);
   w.Finish();
   EXPECT_EQ(calls, 1);

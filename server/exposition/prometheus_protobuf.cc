@@ -1,0 +1,207 @@
+#include "server/exposition/prometheus_protobuf.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/base/internal/endian.h"
+#include "io/prometheus/client/metrics.pb.h"
+
+namespace torchmon::server {
+namespace {
+
+namespace pb = ::io::prometheus::client;
+
+enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2 };
+
+constexpr uint32_t Tag(int field, WireType type) {
+  return (static_cast<uint32_t>(field) << 3) | type;
+}
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+char* WriteVarint(char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+void PutVarint(std::string& out, uint64_t v) {
+  char buf[10];
+  out.append(buf, static_cast<size_t>(WriteVarint(buf, v) - buf));
+}
+
+void PutDouble(std::string& out, int field, double value) {
+  PutVarint(out, Tag(field, kFixed64));
+  uint64_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  char buf[8];
+  absl::little_endian::Store64(buf, bits);
+  out.append(buf, 8);
+}
+
+void PutUint(std::string& out, int field, uint64_t value) {
+  PutVarint(out, Tag(field, kVarint));
+  PutVarint(out, value);
+}
+
+void PutBytes(std::string& out, int field, absl::string_view bytes) {
+  PutVarint(out, Tag(field, kLengthDelimited));
+  PutVarint(out, bytes.size());
+  out.append(bytes.data(), bytes.size());
+}
+
+uint64_t ZigZag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+
+// The buckets of one sign as spans and count deltas. A gap of up to two
+// empty buckets is carried as zero buckets inside a span (a new span costs
+// more), as Prometheus' client libraries do.
+void PutBuckets(std::string& out, absl::Span<const std::pair<int32_t, uint64_t>> buckets,
+                int span_field, int delta_field) {
+  if (buckets.empty()) return;
+  struct Span {
+    int32_t offset;
+    uint32_t length;
+  };
+  std::vector<Span> spans;
+  std::string deltas;
+  int64_t previous = 0;
+  int32_t previous_index = 0;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const auto [index, count] = buckets[i];
+    if (i == 0) {
+      spans.push_back({index, 0});
+    } else {
+      const int32_t gap = index - previous_index - 1;
+      if (gap > 2) {
+        spans.push_back({gap, 0});
+      } else {
+        for (int32_t g = 0; g < gap; ++g) {
+          PutVarint(deltas, ZigZag(-previous));
+          previous = 0;
+          ++spans.back().length;
+        }
+      }
+    }
+    PutVarint(deltas, ZigZag(static_cast<int64_t>(count) - previous));
+    previous = static_cast<int64_t>(count);
+    previous_index = index;
+    ++spans.back().length;
+  }
+  std::string span;
+  for (const Span& s : spans) {
+    span.clear();
+    PutUint(span, pb::BucketSpan::kOffsetFieldNumber,
+            ZigZag(s.offset) & 0xFFFFFFFFu);  // sint32: zigzag of the 32-bit value
+    PutUint(span, pb::BucketSpan::kLengthFieldNumber, s.length);
+    PutBytes(out, span_field, span);
+  }
+  PutBytes(out, delta_field, deltas);  // packed
+}
+
+}  // namespace
+
+PrometheusProtobufWriter::PrometheusProtobufWriter(Sink sink, size_t flush_bytes)
+    : ExpositionWriter(std::move(sink), flush_bytes) {}
+
+void PrometheusProtobufWriter::AppendLabel(std::string& out, absl::string_view key,
+                                           absl::string_view value,
+                                           bool /*leading_comma*/) const {
+  std::string pair;
+  PutBytes(pair, pb::LabelPair::kNameFieldNumber, key);
+  PutBytes(pair, pb::LabelPair::kValueFieldNumber, value);
+  PutBytes(out, pb::Metric::kLabelFieldNumber, pair);
+}
+
+void PrometheusProtobufWriter::Family(absl::string_view name, absl::string_view help,
+                                      MetricKind kind, absl::FunctionRef<void()> samples) {
+  kind_ = kind;
+  sizing_ = true;
+  family_bytes_ = 0;
+  samples();
+  sizing_ = false;
+  if (family_bytes_ == 0) return;  // no samples
+  std::string header;
+  PutBytes(header, pb::MetricFamily::kNameFieldNumber, name);
+  PutBytes(header, pb::MetricFamily::kHelpFieldNumber, help);
+  PutUint(header, pb::MetricFamily::kTypeFieldNumber,
+          kind == MetricKind::kGauge     ? pb::GAUGE
+          : kind == MetricKind::kCounter ? pb::COUNTER
+                                         : pb::HISTOGRAM);
+  std::string prefix;
+  PutVarint(prefix, header.size() + family_bytes_);
+  Append(prefix);
+  Append(header);
+  samples();
+  MaybeFlush();
+}
+
+void PrometheusProtobufWriter::Metric(std::initializer_list<absl::string_view> label_parts,
+                                      absl::string_view body) {
+  size_t size = body.size();
+  for (absl::string_view part : label_parts) size += part.size();
+  const uint32_t tag = Tag(pb::MetricFamily::kMetricFieldNumber, kLengthDelimited);
+  if (sizing_) {
+    family_bytes_ += VarintSize(tag) + VarintSize(size) + size;
+    return;
+  }
+  char* const start = Reserve(10 + 10 + size);
+  char* p = WriteVarint(start, tag);
+  p = WriteVarint(p, size);
+  for (absl::string_view part : label_parts) {
+    std::memcpy(p, part.data(), part.size());
+    p += part.size();
+  }
+  std::memcpy(p, body.data(), body.size());
+  p += body.size();
+  Commit(p);
+  MaybeFlush();
+}
+
+void PrometheusProtobufWriter::Sample(absl::string_view /*name*/,
+                                      std::initializer_list<absl::string_view> label_parts,
+                                      double value, double /*created*/) {
+  // Gauge{value} or Counter{value}: both have the value as field 1.
+  static_assert(static_cast<int>(pb::Gauge::kValueFieldNumber) ==
+                static_cast<int>(pb::Counter::kValueFieldNumber));
+  std::string value_message;
+  PutDouble(value_message, pb::Gauge::kValueFieldNumber, value);
+  scratch_.clear();
+  PutBytes(scratch_,
+           kind_ == MetricKind::kCounter ? pb::Metric::kCounterFieldNumber
+                                         : pb::Metric::kGaugeFieldNumber,
+           value_message);
+  Metric(label_parts, scratch_);
+}
+
+void PrometheusProtobufWriter::Histogram(absl::string_view /*name*/,
+                                         std::initializer_list<absl::string_view> label_parts,
+                                         const HistogramSample& h, double /*created*/) {
+  std::string message;
+  PutUint(message, pb::Histogram::kSampleCountFieldNumber, h.count);
+  PutDouble(message, pb::Histogram::kSampleSumFieldNumber, h.sum);
+  PutUint(message, pb::Histogram::kSchemaFieldNumber, ZigZag(h.schema) & 0xFFFFFFFFu);
+  PutDouble(message, pb::Histogram::kZeroThresholdFieldNumber, h.zero_threshold);
+  PutUint(message, pb::Histogram::kZeroCountFieldNumber, h.zero_count);
+  PutBuckets(message, h.negative, pb::Histogram::kNegativeSpanFieldNumber,
+             pb::Histogram::kNegativeDeltaFieldNumber);
+  PutBuckets(message, h.positive, pb::Histogram::kPositiveSpanFieldNumber,
+             pb::Histogram::kPositiveDeltaFieldNumber);
+  scratch_.clear();
+  PutBytes(scratch_, pb::Metric::kHistogramFieldNumber, message);
+  Metric(label_parts, scratch_);
+}
+
+}  // namespace torchmon::server
