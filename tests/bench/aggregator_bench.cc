@@ -4,6 +4,7 @@
 // cannot come from work that was skipped.
 #include <malloc.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -24,13 +25,16 @@ constexpr int64_t kWindowMs = 10'000;
 constexpr int64_t kNowMs = 1'700'000'005'000;
 
 // mean, max, min, and the first `quantiles` of p50, p99, p99.9.
-StatSpec MeanMaxMin(int64_t quantiles = 0) {
+// With `quantiles` (0 to 3: p50, p99, p99.9), and a native histogram when
+// `histogram` or quantiles ask for one.
+StatSpec MeanMaxMin(int64_t quantiles = 0, bool histogram = false) {
   StatSpec spec;
   spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
                       AggregationBit(Aggregation::kMin);
   spec.window_ms = kWindowMs;
   constexpr double kQuantiles[] = {0.5, 0.99, 0.999};
   spec.quantiles = std::vector<double>(kQuantiles, kQuantiles + std::min<int64_t>(quantiles, 3));
+  spec.histogram = histogram;
   return spec;
 }
 
@@ -45,12 +49,13 @@ uint64_t TotalAccepted(const Aggregator& agg) {
 }
 
 // AddSamples per sample, one series, every sample inside the open window.
-// Args: samples per call (block size); quantiles estimated (0 to 3).
+// Args: samples per call (block size); quantiles estimated (0 to 3); a
+// native histogram (1; quantiles imply one).
 void BM_AggregatorAddSamples(benchmark::State& state) {
   const size_t block = static_cast<size_t>(state.range(0));
   ManualClock clock(kNowMs);
   Aggregator agg(AggregatorOptions{}, clock);
-  auto id = agg.Define(Key(0), MeanMaxMin(state.range(1)));
+  auto id = agg.Define(Key(0), MeanMaxMin(state.range(1), state.range(2) != 0));
   if (!id.ok()) return state.SkipWithError("Define failed");
   std::vector<double> values(block);
   std::vector<int64_t> timestamps(block);
@@ -72,8 +77,8 @@ void BM_AggregatorAddSamples(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(expected));
 }
 BENCHMARK(BM_AggregatorAddSamples)
-    ->ArgsProduct({{1, 64, 4096}, {0, 3}})
-    ->ArgNames({"block", "quantiles"})
+    ->ArgsProduct({{1, 64, 4096}, {0, 3}, {0, 1}})
+    ->ArgNames({"block", "quantiles", "histogram"})
     ->MinTime(0.2);
 
 // CloseDueWindows with N series each holding one open window that is due.
@@ -182,9 +187,11 @@ BENCHMARK(BM_AggregatorGetWindows)->Arg(100)->Arg(0)->Unit(benchmark::kMicroseco
 // (chunk overhead included) plus its mmapped blocks, where the large tables
 // (the slot array, the key index) live; exact and independent of RSS
 // granularity. One iteration; Args: number of series; quantiles estimated
-// per series (0 to 3: p50, p99, p99.9), whose idle cost is the cleared
-// sketch each series keeps for its next window, and 8 bytes per quantile
-// per history window.
+// per series (0 to 3: p50, p99, p99.9), whose idle cost is the sketch each
+// series keeps of its newest window, and 8 bytes per quantile per history
+// window; histogram buckets filled (0: no histogram; with quantiles the
+// histogram is implied): the first window's samples fill that many buckets
+// of the series' native histogram.
 size_t HeapBytesInUse() {
   const struct mallinfo2 m = mallinfo2();
   return m.uordblks + m.hblkhd;
@@ -203,11 +210,25 @@ void BM_MemoryPerIdleSeries(benchmark::State& state) {
     auto agg = std::make_unique<Aggregator>(options, clock);
     std::vector<SeriesId> ids;
     ids.reserve(n);
+    // The first window's samples fill `buckets` histogram buckets (schema
+    // 5: 100 · 2^(j/32) is bucket 213 + j); later windows add one sample.
+    const int buckets = static_cast<int>(state.range(2));
+    std::vector<double> first_values = {buckets > 0 ? 100.0 : 1.0};
+    for (int j = 1; j < buckets; ++j) first_values.push_back(100 * std::exp2(j / 32.0));
+    bool first = true;
     auto close_one_window_each = [&] {
-      const double v = 1.0;
+      const double v = first_values[0];
       const int64_t ts = (window_start + 1) * 1000;
       clock.Set(window_start + 1);
-      for (SeriesId id : ids) benchmark::DoNotOptimize(agg->AddSamples(id, {&v, 1}, {&ts, 1}));
+      const std::vector<int64_t> stamps(first_values.size(), ts);
+      for (SeriesId id : ids) {
+        if (first) {
+          benchmark::DoNotOptimize(agg->AddSamples(id, first_values, stamps));
+        } else {
+          benchmark::DoNotOptimize(agg->AddSamples(id, {&v, 1}, {&ts, 1}));
+        }
+      }
+      first = false;
       window_start += kWindowMs;
       clock.Set(window_start + options.grace_ms);
       return agg->CloseDueWindows().size();
@@ -222,7 +243,7 @@ void BM_MemoryPerIdleSeries(benchmark::State& state) {
                                        {"job", "llama-pretrain-7b"},
                                        {"local_rank", std::to_string(rank % 8)},
                                        {"rank", std::to_string(rank)}}},
-                            MeanMaxMin(state.range(1)));
+                            MeanMaxMin(state.range(1), state.range(2) > 0));
       if (!id.ok()) return state.SkipWithError("Define failed");
       ids.push_back(*id);
     }
@@ -247,11 +268,16 @@ void BM_MemoryPerIdleSeries(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MemoryPerIdleSeries)
-    ->Args({10'000, 0})
-    ->Args({100'000, 0})
-    ->Args({1'000'000, 0})
-    ->Args({1 << 20, 0})  // a power of two: the key index at its emptiest, the worst case
-    ->Args({100'000, 3})
+    ->Args({10'000, 0, 0})
+    ->Args({100'000, 0, 0})
+    ->Args({1'000'000, 0, 0})
+    ->Args({1 << 20, 0, 0})  // a power of two: the key index at its emptiest, the worst case
+    ->Args({100'000, 3, 1})
+    // A native histogram alone, with 1, 40 and 320 (its bound) buckets filled.
+    ->Args({100'000, 0, 1})
+    ->Args({100'000, 0, 40})
+    ->Args({100'000, 0, 320})
+    ->ArgNames({"series", "quantiles", "histogram_buckets"})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

@@ -22,6 +22,8 @@ target_link_libraries(torchmon_benchmarks PRIVATE
   torchmon::client
   torchmon_test_support
   prometheus-cpp::core
+  torchmon::prometheus_model
+  ZLIB::ZLIB
   benchmark::benchmark
   Threads::Threads)
 torchmon_strict(torchmon_benchmarks)

@@ -1,5 +1,7 @@
 // The cost of one /metrics scrape for 1k, 10k and 100k series:
-//   BM_Exposition   what torchmond does: snapshot + direct text writer;
+//   BM_Exposition   what torchmond does: snapshot + direct writer, in each
+//                   format (text 0.0.4, OpenMetrics, protobuf), plain or
+//                   gzipped, with or without a native histogram per series;
 //   BM_HttpScrape   the same through the real HTTP endpoint over loopback
 //                   (CivetWeb, chunked), read to the end by a client here;
 //   BM_GenericPath  what prometheus-cpp's Exposer would do with the same
@@ -7,13 +9,16 @@
 //                   The path torchmond used before; kept here as the
 //                   side-by-side baseline, not used by the daemon.
 // Every series has a closed window with three aggregations and the identity
-// labels job, rank, local_rank, host (20 stats per rank).
+// labels job, rank, local_rank, host (20 stats per rank); with histograms,
+// also p50 and p99 and a native histogram of 40 buckets (step times from
+// 100 to 237 ms).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -34,6 +39,10 @@
 #include "server/core/clock.h"
 #include "server/core/event_log.h"
 #include "server/core/daemon_stats.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/util/delimited_message_util.h"
+#include "io/prometheus/client/metrics.pb.h"
+#include "server/exposition/gzip_stream.h"
 #include "server/exposition/metrics_exposition.h"
 #include "server/exposition/metrics_http_server.h"
 
@@ -45,7 +54,7 @@ constexpr int64_t kT0 = 1'700'000'000'000;
 
 // N series: 20 stat names × N/20 ranks (8 local ranks per host).
 struct Exposition {
-  explicit Exposition(int n)
+  Exposition(int n, bool histograms)
       : clock(kT0 + 1),
         aggregator(AggregatorOptions{}, clock),
         events(1000, 600'000, clock),
@@ -54,6 +63,14 @@ struct Exposition {
     spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
                         AggregationBit(Aggregation::kMin);
     spec.window_ms = kWindowMs;
+    if (histograms) spec.quantiles = std::vector<double>{0.5, 0.99};
+    std::vector<double> values = {0.25, 1.5, -3.0};
+    if (histograms) {
+      values.clear();
+      for (int j = 0; j < 40; ++j) values.push_back(100 * std::exp2(j / 32.0));
+    }
+    std::vector<int64_t> ts;
+    for (size_t j = 0; j < values.size(); ++j) ts.push_back((kT0 + 1) * 1000 + static_cast<int64_t>(j));
     for (int i = 0; i < n; ++i) {
       const int rank = i / 20;
       SeriesKey key{"train.stat_" + std::to_string(i % 20),
@@ -62,8 +79,7 @@ struct Exposition {
                      {"local_rank", std::to_string(rank % 8)},
                      {"rank", std::to_string(rank)}}};
       auto id = aggregator.Define(key, spec);
-      const double values[] = {0.25 + i, 1.5, -3.0};
-      const int64_t ts[] = {(kT0 + 1) * 1000, (kT0 + 2) * 1000, (kT0 + 3) * 1000};
+      if (!histograms) values[0] = 0.25 + i;
       if (!id.ok() || !aggregator.AddSamples(*id, values, ts).ok()) std::abort();
     }
     clock.Set(kT0 + kWindowMs + AggregatorOptions{}.grace_ms);
@@ -78,10 +94,10 @@ struct Exposition {
 };
 
 // Built once per size and kept for the whole run (repetitions reuse it).
-Exposition& ExpositionOf(int n) {
-  static auto* cache = new std::map<int, std::unique_ptr<Exposition>>;
-  auto& e = (*cache)[n];
-  if (e == nullptr) e = std::make_unique<Exposition>(n);
+Exposition& ExpositionOf(int n, bool histograms = false) {
+  static auto* cache = new std::map<std::pair<int, bool>, std::unique_ptr<Exposition>>;
+  auto& e = (*cache)[{n, histograms}];
+  if (e == nullptr) e = std::make_unique<Exposition>(n, histograms);
   return *e;
 }
 
@@ -108,22 +124,51 @@ void ReportScrape(benchmark::State& state, int n, size_t bytes) {
 // window size, accepted_total and 4 dropped_total reasons.
 constexpr size_t kLinesPerSeries = 12;
 
-// Snapshot + text, into a sink that only counts: the daemon's CPU per scrape.
+// Metrics in a protobuf scrape (every family's), read with the messages
+// compiled from Debian's metrics.proto.
+size_t ProtobufMetrics(const std::string& bytes) {
+  google::protobuf::io::ArrayInputStream input(bytes.data(), static_cast<int>(bytes.size()));
+  size_t metrics = 0;
+  io::prometheus::client::MetricFamily family;
+  while (google::protobuf::util::ParseDelimitedFromZeroCopyStream(&family, &input, nullptr)) {
+    metrics += static_cast<size_t>(family.metric_size());
+  }
+  return metrics;
+}
+
+// Snapshot + writer, into a sink that only counts (through gzip if asked):
+// the daemon's CPU per scrape. Args: series; format (0 text 0.0.4,
+// 1 OpenMetrics, 2 protobuf); gzip; a native histogram per series.
 void BM_Exposition(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
-  Exposition& e = ExpositionOf(n);
+  const auto format = static_cast<ExpositionFormat>(state.range(1));
+  const bool gzip = state.range(2) != 0;
+  const bool histograms = state.range(3) != 0;
+  Exposition& e = ExpositionOf(n, histograms);
   size_t bytes = 0;
   for (auto _ : state) {
-    bytes = e.exposition.Render(ExpositionFormat::kText, [](absl::string_view piece) {
+    size_t sent = 0;
+    auto count = [&sent](absl::string_view piece) {
       benchmark::DoNotOptimize(piece.data());
+      sent += piece.size();
       return true;
-    });
+    };
+    if (gzip) {
+      GzipStream stream(count);
+      e.exposition.Render(format, [&](absl::string_view piece) { return stream.Write(piece); });
+      stream.Finish();
+    } else {
+      e.exposition.Render(format, count);
+    }
+    bytes = sent;
   }
-  const std::string text = e.exposition.RenderToString();
-  if (text.size() != bytes || SampleLines(text) < n * kLinesPerSeries) {
-    state.SkipWithError("exposition is missing samples");
-  }
+  // Outside the timing: every sample is there.
+  const std::string whole = e.exposition.RenderToString(format);
+  const size_t samples =
+      format == ExpositionFormat::kProtobuf ? ProtobufMetrics(whole) : SampleLines(whole);
+  if (samples < n * kLinesPerSeries) state.SkipWithError("exposition is missing samples");
   ReportScrape(state, n, bytes);
+  state.counters["uncompressed_bytes"] = static_cast<double>(whole.size());
 }
 
 // --- the real endpoint -------------------------------------------------------
@@ -310,7 +355,13 @@ void BM_IngestDuringScrape(benchmark::State& state) {
   state.counters["max_us"] = waits_us.back();
 }
 
-BENCHMARK(BM_Exposition)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Exposition)
+    ->Args({1'000, 0, 0, 0})
+    ->Args({10'000, 0, 0, 0})
+    // 100k series, every format, plain and gzipped, without and with histograms.
+    ->ArgsProduct({{100'000}, {0, 1, 2}, {0, 1}, {0, 1}})
+    ->ArgNames({"series", "format", "gzip", "histograms"})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_HttpScrape)
     ->Arg(1'000)
     ->Arg(10'000)
