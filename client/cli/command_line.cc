@@ -632,8 +632,9 @@ std::string UsageText(absl::string_view command) {
         "                         [--label k=v]...\n\n"
         "Compares the ranks of each matching stat in one window: every rank's value,\n"
         "largest (slowest) first, the median, max/median, and the ranks missing that\n"
-        "window. Series are grouped by stat and their labels other than the rank label,\n"
-        "local_rank and host.\n\n",
+        "window; with a quantile (--agg p99), also that quantile of all the ranks'\n"
+        "samples together. Series are grouped by stat and their labels other than the\n"
+        "rank label, local_rank and host.\n\n",
         kLabels,
         "  --agg AGG           the aggregation compared, e.g. max or p99 (default mean)\n"
         "  --rank-label KEY    the label naming a rank (default rank)\n"

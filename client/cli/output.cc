@@ -371,6 +371,9 @@ std::string RenderRanksTable(const v1::CompareRanksResponse& response,
                       "  median ", FormatNumber(c.median()), "  max/median ",
                       FormatNumber(c.max_over_median()), "  min ", FormatNumber(c.min()), "\n");
     }
+    if (c.has_all_ranks()) {
+      absl::StrAppend(&out, "all ranks ", agg, ": ", FormatNumber(c.all_ranks()), "\n");
+    }
     if (!c.missing_ranks().empty()) {
       absl::StrAppend(&out, "missing this window: ranks ", absl::StrJoin(c.missing_ranks(), ", "),
                       "\n");
@@ -405,7 +408,7 @@ std::string RankComparisonJson(const v1::RankComparison& c, const protocol::Name
       "],\"min\":", JsonNumber(c.min()), ",\"max\":", JsonNumber(c.max()),
       ",\"median\":", JsonNumber(c.median()), ",\"slowest_rank\":",
       JsonString(c.slowest_rank()), ",\"max_over_median\":", JsonNumber(c.max_over_median()),
-      "}");
+      ",\"all_ranks\":", c.has_all_ranks() ? JsonNumber(c.all_ranks()) : "null", "}");
 }
 
 }  // namespace
