@@ -400,6 +400,29 @@ TEST_F(CliTest, PushWithQuantilesShowsThemInWindowsSeriesAndRanks) {
   EXPECT_THAT(table.out, HasSubstr("P99"));
 }
 
+TEST_F(CliTest, PushWithHistogramDefinesASeriesWithAHistogram) {
+  Push({"cli.hist", "1", "2", "--agg", "mean", "--histogram"});
+  Push({"cli.plain", "1", "--agg", "mean"});
+  Push({"cli.quantile", "1", "--agg", "p99"});  // a quantile implies one
+  EXPECT_TRUE(OnlySeries("cli.hist").spec().histogram());
+  EXPECT_FALSE(OnlySeries("cli.plain").spec().histogram());
+  EXPECT_TRUE(OnlySeries("cli.quantile").spec().histogram());
+  // series --json shows it.
+  const std::vector<Value> series = Elements(At(CtlJson({"series"}), "series"));
+  ASSERT_EQ(series.size(), 3u);
+  EXPECT_TRUE(Bool(At(series[0], "histogram")));   // cli.hist
+  EXPECT_FALSE(Bool(At(series[1], "histogram")));  // cli.plain
+  EXPECT_TRUE(Bool(At(series[2], "histogram")));   // cli.quantile
+
+  // It is part of the definition: pushing without it is refused.
+  const CommandResult refused = Ctl({"push", "cli.hist", "3", "--agg", "mean"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("histogram"));
+  const CommandResult usage = Ctl({"push", "cli.hist", "3", "--histogram=yes"});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_THAT(usage.err, HasSubstr("flag --histogram takes no value"));
+}
+
 TEST_F(CliTest, AQuantileOutsideTheOpenIntervalIsAUsageErrorThatSendsNothing) {
   for (const char* agg : {"p100", "p0", "mean,p99.99999", "p1e1"}) {
     const CommandResult r = Ctl({"push", "cli.badq", "1", "--agg", agg});
@@ -458,6 +481,7 @@ TEST_F(CliTest, SeriesJsonHasTheDocumentedKeysAndTypes) {
   ExpectInteger(At(s, "window_ms"));
   EXPECT_EQ(Number(At(s, "window_ms")), kWindowMs);
   EXPECT_EQ(Number(At(s, "max_samples")), 10.0);
+  EXPECT_FALSE(Bool(At(s, "histogram")));
   const Value& counters = At(s, "counters");
   EXPECT_EQ(Number(At(counters, "accepted")), 2.0);
   EXPECT_EQ(Number(At(counters, "capped")), 0.0);
