@@ -191,10 +191,9 @@ ClientCore::~ClientCore() { Shutdown(); }
 
 bool ClientCore::InForkedChild() const { return getpid() != owner_pid_; }
 
-std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
-                                                    const std::vector<StatAggregation>& aggregations,
-                                                    std::chrono::milliseconds window_size,
-                                                    const StatOptions& options) {
+std::shared_ptr<StatState> ClientCore::RegisterStat(
+    std::string name, const std::vector<StatAggregation>& aggregations,
+    std::chrono::milliseconds window_size, const StatOptions& options) {
   v1::StatDefinition def;
   def.set_name(name);
   v1::StatSpec* spec = def.mutable_spec();

@@ -355,8 +355,7 @@ TEST_F(CliTest, PushWithQuantilesShowsThemInWindowsSeriesAndRanks) {
   // ranks compares a quantile: only p99 sees rank 1's stalls. Pooled, the
   // 200 samples' p99 is the sample of rank floor(0.99·199) = 197, 100: not
   // the max (1000) nor the median (549.5) of the ranks' p99s.
-  const Value c =
-      Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p99"}), "comparisons")).at(0);
+  const Value c = Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p99"}), "comparisons")).at(0);
   EXPECT_EQ(String(At(c, "aggregation")), "p99");
   EXPECT_EQ(String(At(c, "slowest_rank")), "1");
   EXPECT_NEAR(Number(At(c, "max")), 1000, 10);
@@ -376,8 +375,7 @@ TEST_F(CliTest, PushWithQuantilesShowsThemInWindowsSeriesAndRanks) {
   EXPECT_EQ(At(mean, "all_ranks").kind_case(), Value::kNullValue);
   EXPECT_THAT(Ctl({"ranks", "cli.q"}).out, ::testing::Not(HasSubstr("all ranks")));
   // A quantile the series do not estimate compares nothing.
-  EXPECT_TRUE(
-      Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p90"}), "comparisons")).empty());
+  EXPECT_TRUE(Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p90"}), "comparisons")).empty());
 
   const std::vector<Value> windows = Elements(At(CtlJson({"windows", "cli.q"}), "windows"));
   ASSERT_EQ(windows.size(), 2u);

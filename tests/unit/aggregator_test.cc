@@ -1124,8 +1124,8 @@ class MergedQuantileTest : public AggregatorTest {
  protected:
   MergedQuantileTest() {
     for (int r = 0; r < 3; ++r) {
-      keys_.push_back(std::make_shared<const SeriesKey>(
-          SeriesKey{"m", {{"rank", absl::StrCat(r)}}}));
+      keys_.push_back(
+          std::make_shared<const SeriesKey>(SeriesKey{"m", {{"rank", absl::StrCat(r)}}}));
       auto id = aggregator_->Define(*keys_.back(), StatSpec{kAll, kW, 0, {0.5, 0.99}});
       EXPECT_TRUE(id.ok()) << id.status();
       ids_.push_back(id.value_or(0));

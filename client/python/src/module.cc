@@ -627,8 +627,9 @@ PyObject* StatNew(PyTypeObject* type, PyObject*, PyObject*) {
 }
 
 int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
-  static const char* keywords[] = {"client", "name", "aggregations", "window_us", "max_samples",
-                                   "labels", "on_window", "histogram", nullptr};
+  static const char* keywords[] = {"client",    "name",        "aggregations",
+                                   "window_us", "max_samples", "labels",
+                                   "on_window", "histogram",   nullptr};
   PyObject *client = nullptr, *name = nullptr, *aggregations = nullptr, *labels = Py_None,
            *on_window = Py_None;
   long long window_us = 0, max_samples = 0;
@@ -658,8 +659,7 @@ int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   const ClientPtr& client_ptr = *reinterpret_cast<ClientObject*>(client)->client;
   if (!Guarded([&] {
         obj->stat = new LocalStat(client_ptr, std::move(name_string), std::move(six), quantiles,
-                                  window_us, max_samples, std::move(label_list),
-                                  histogram != 0);
+                                  window_us, max_samples, std::move(label_list), histogram != 0);
       })) {
     return -1;
   }
