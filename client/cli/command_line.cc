@@ -31,6 +31,7 @@ enum class Flag {
   kAgg,
   kWindow,
   kMaxSamples,
+  kHistogram,
   kRankLabel,
   kWindowStart,
   kInterval,
@@ -79,6 +80,7 @@ const std::vector<CommandSpec>& Commands() {
        {{"--agg", Flag::kAgg, true},
         {"--window", Flag::kWindow, true},
         {"--max-samples", Flag::kMaxSamples, true},
+        {"--histogram", Flag::kHistogram, false},
         kLabelFlag}},
       {"event", {kLabelFlag}},
   };
@@ -318,6 +320,8 @@ absl::StatusOr<Command> BuildPush(const SplitCommandLine& line) {
         return UsageError(absl::StrCat("--max-samples: \"", value,
                                        "\" is not a non-negative integer (0 means unlimited)"));
       }
+    } else if (flag == Flag::kHistogram) {
+      command.spec.set_histogram(true);
     } else if (flag == Flag::kLabel) {
       if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
     }
@@ -632,8 +636,9 @@ std::string UsageText(absl::string_view command) {
         "                         [--label k=v]...\n\n"
         "Compares the ranks of each matching stat in one window: every rank's value,\n"
         "largest (slowest) first, the median, max/median, and the ranks missing that\n"
-        "window. Series are grouped by stat and their labels other than the rank label,\n"
-        "local_rank and host.\n\n",
+        "window; with a quantile (--agg p99), also that quantile of all the ranks'\n"
+        "samples together. Series are grouped by stat and their labels other than the\n"
+        "rank label, local_rank and host.\n\n",
         kLabels,
         "  --agg AGG           the aggregation compared, e.g. max or p99 (default mean)\n"
         "  --rank-label KEY    the label naming a rank (default rank)\n"
@@ -644,7 +649,7 @@ std::string UsageText(absl::string_view command) {
   if (command == "push") {
     return absl::StrCat(
         "Usage: torchmonctl push STAT VALUE... [--agg LIST] [--window DURATION]\n"
-        "                        [--max-samples N] [--label k=v]...\n\n"
+        "                        [--max-samples N] [--histogram] [--label k=v]...\n\n"
         "Sends each VALUE as a sample of STAT, stamped now, and waits until the daemon\n"
         "has acknowledged them. VALUE is a decimal number, nan, inf or -inf.\n\n"
         "  --agg LIST          aggregations, comma-separated from value, mean, count, sum,\n"
@@ -652,6 +657,8 @@ std::string UsageText(absl::string_view command) {
         "                      six of torch.monitor\n"
         "  --window DURATION   window length, 10ms to 24h (default 10s)\n"
         "  --max-samples N     samples accepted per window; 0 = unlimited (default 0)\n"
+        "  --histogram         keep a native histogram of the series' samples for\n"
+        "                      Prometheus (implied by a quantile)\n"
         "  --label k=v         a label of the stat, added to the identity labels taken\n"
         "                      from the environment; repeatable\n\n",
         kGlobal);
@@ -683,7 +690,8 @@ std::string UsageText(absl::string_view command) {
       "      compare the ranks in one window: slowest first, spread, missing ranks\n"
       "  top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...\n"
       "      live view: the widest rank spreads and the series dropping samples\n"
-      "  push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--label k=v]...\n"
+      "  push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--histogram]\n"
+      "       [--label k=v]...\n"
       "      send samples of a stat\n"
       "  event NAME [key=value]... [--label k=v]...\n"
       "      log an event\n\n",

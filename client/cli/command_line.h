@@ -98,7 +98,8 @@ struct TopCommand {
   int32_t count = 0;  // refreshes before exiting; 0: until Ctrl-C
 };
 
-// push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--label k=v]...
+// push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--histogram]
+//      [--label k=v]...
 struct PushCommand {
   std::string stat;
   std::vector<double> values;  // at least one

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -100,9 +101,12 @@ int RunPush(const GlobalOptions& global, const PushCommand& command) {
     aggregations.push_back(static_cast<Aggregation>(aggregation));
   }
   for (double q : command.spec.quantiles()) aggregations.push_back(Quantile(q));
+  StatOptions options;
+  options.max_samples = command.spec.max_samples();
+  options.labels = command.labels;
+  options.histogram = command.spec.histogram();
   Stat stat(client, command.stat, aggregations,
-            std::chrono::milliseconds(command.spec.window_size_ms()), command.spec.max_samples(),
-            command.labels);
+            std::chrono::milliseconds(command.spec.window_size_ms()), std::move(options));
   for (double value : command.values) stat.add(value);
   return FlushAndReport(
       global, client,

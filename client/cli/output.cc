@@ -300,11 +300,13 @@ std::vector<std::string> SeriesJsonElements(const v1::ListSeriesResponse& respon
         "{\"stat\":", JsonString(info.series().stat()),
         ",\"labels\":", JsonLabels(info.series().labels()), ",\"aggregations\":[",
         absl::StrJoin(aggregations, ","), "],\"window_ms\":", info.spec().window_size_ms(),
-        ",\"max_samples\":", info.spec().max_samples(), ",\"counters\":{\"accepted\":",
-        counters.accepted(), ",\"capped\":", counters.capped(), ",\"late\":", counters.late(),
-        ",\"skewed\":", counters.skewed(), ",\"client_dropped\":", counters.client_dropped(),
-        "},\"last_update_ms\":", info.last_update_ms(), ",\"last_window\":",
-        info.has_last_window() ? WindowJson(info.last_window()) : "null", "}"));
+        ",\"max_samples\":", info.spec().max_samples(),
+        ",\"histogram\":", info.spec().histogram() ? "true" : "false",
+        ",\"counters\":{\"accepted\":", counters.accepted(), ",\"capped\":", counters.capped(),
+        ",\"late\":", counters.late(), ",\"skewed\":", counters.skewed(), ",\"client_dropped\":",
+        counters.client_dropped(), "},\"last_update_ms\":", info.last_update_ms(),
+        ",\"last_window\":", info.has_last_window() ? WindowJson(info.last_window()) : "null",
+        "}"));
   }
   return elements;
 }
@@ -371,6 +373,9 @@ std::string RenderRanksTable(const v1::CompareRanksResponse& response,
                       "  median ", FormatNumber(c.median()), "  max/median ",
                       FormatNumber(c.max_over_median()), "  min ", FormatNumber(c.min()), "\n");
     }
+    if (c.has_all_ranks()) {
+      absl::StrAppend(&out, "all ranks ", agg, ": ", FormatNumber(c.all_ranks()), "\n");
+    }
     if (!c.missing_ranks().empty()) {
       absl::StrAppend(&out, "missing this window: ranks ", absl::StrJoin(c.missing_ranks(), ", "),
                       "\n");
@@ -403,9 +408,9 @@ std::string RankComparisonJson(const v1::RankComparison& c, const protocol::Name
       ",\"start_ms\":", c.start_ms(), ",\"end_ms\":", c.end_ms(), ",\"ranks\":[",
       absl::StrJoin(ranks, ","), "],\"missing_ranks\":[", absl::StrJoin(missing, ","),
       "],\"min\":", JsonNumber(c.min()), ",\"max\":", JsonNumber(c.max()),
-      ",\"median\":", JsonNumber(c.median()), ",\"slowest_rank\":",
-      JsonString(c.slowest_rank()), ",\"max_over_median\":", JsonNumber(c.max_over_median()),
-      "}");
+      ",\"median\":", JsonNumber(c.median()), ",\"slowest_rank\":", JsonString(c.slowest_rank()),
+      ",\"max_over_median\":", JsonNumber(c.max_over_median()),
+      ",\"all_ranks\":", c.has_all_ranks() ? JsonNumber(c.all_ranks()) : "null", "}");
 }
 
 }  // namespace

@@ -191,10 +191,9 @@ ClientCore::~ClientCore() { Shutdown(); }
 
 bool ClientCore::InForkedChild() const { return getpid() != owner_pid_; }
 
-std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
-                                                    const std::vector<StatAggregation>& aggregations,
-                                                    std::chrono::milliseconds window_size,
-                                                    int64_t max_samples, const Labels& labels) {
+std::shared_ptr<StatState> ClientCore::RegisterStat(
+    std::string name, const std::vector<StatAggregation>& aggregations,
+    std::chrono::milliseconds window_size, const StatOptions& options) {
   v1::StatDefinition def;
   def.set_name(name);
   v1::StatSpec* spec = def.mutable_spec();
@@ -206,12 +205,13 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(std::string name,
     }
   }
   spec->set_window_size_ms(window_size.count());
-  spec->set_max_samples(max_samples);
-  for (const auto& [key, value] : labels) (*def.mutable_labels())[key] = value;
+  spec->set_max_samples(options.max_samples);
+  spec->set_histogram(options.histogram);
+  for (const auto& [key, value] : options.labels) (*def.mutable_labels())[key] = value;
 
   absl::Status status = protocol::ValidateName("stat name", name);
   if (status.ok()) status = protocol::ValidateSpec(*spec);
-  if (status.ok()) status = ValidateStatLabels(labels, labels_);
+  if (status.ok()) status = ValidateStatLabels(options.labels, labels_);
 
   uint32_t id = 0;
   {

@@ -9,15 +9,24 @@ namespace torchmon {
 
 Stat::Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
            std::chrono::milliseconds window_size, int64_t max_samples, Labels labels)
-    : state_(client.core_->RegisterStat(std::move(name), aggregations, window_size, max_samples,
-                                        labels)),
+    : Stat(client, std::move(name), std::move(aggregations), window_size,
+           StatOptions{max_samples, std::move(labels), false}) {}
+
+Stat::Stat(std::string name, std::vector<StatAggregation> aggregations,
+           std::chrono::milliseconds window_size, int64_t max_samples, Labels labels)
+    : Stat(Client::Default(), std::move(name), std::move(aggregations), window_size,
+           StatOptions{max_samples, std::move(labels), false}) {}
+
+Stat::Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
+           std::chrono::milliseconds window_size, StatOptions options)
+    : state_(client.core_->RegisterStat(std::move(name), aggregations, window_size, options)),
       buffers_(state_->valid ? state_->buffers.get() : nullptr),
       id_(state_->id) {}
 
 Stat::Stat(std::string name, std::vector<StatAggregation> aggregations,
-           std::chrono::milliseconds window_size, int64_t max_samples, Labels labels)
-    : Stat(Client::Default(), std::move(name), std::move(aggregations), window_size, max_samples,
-           std::move(labels)) {}
+           std::chrono::milliseconds window_size, StatOptions options)
+    : Stat(Client::Default(), std::move(name), std::move(aggregations), window_size,
+           std::move(options)) {}
 
 Stat::~Stat() {
   state_->closed.store(true, std::memory_order_release);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -398,6 +399,19 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
     out->set_median(c.median);
     out->set_slowest_rank(c.slowest_rank);
     out->set_max_over_median(c.max_over_median);
+    if (options.aggregate.aggregation == Aggregation::kQuantile) {
+      // The quantile of the ranks' samples pooled, which no statistic of
+      // the ranks' own quantiles is; from the sketches the aggregator
+      // still holds, so absent once a rank moved on or released its sketch.
+      std::vector<std::shared_ptr<const SeriesKey>> series;
+      series.reserve(c.ranks.size());
+      for (const RankEntry& r : c.ranks) series.push_back(r.series);
+      if (const std::optional<double> all =
+              aggregator_.MergedQuantile(series, c.start_ms, options.aggregate.quantile);
+          all.has_value()) {
+        out->set_all_ranks(*all);
+      }
+    }
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

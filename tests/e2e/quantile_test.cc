@@ -264,5 +264,71 @@ TEST_F(QuantileTest, CompareRanksComparesAQuantile) {
   EXPECT_THAT(refused.error_message(), HasSubstr("quantile 1"));
 }
 
+// Rank 0 is slow: 90 steps of 30.0 to 38.9 ms and 10 stalls of 1 s to 10 s;
+// ranks 1 to 3 take 10.0 to 29.8 ms. Pooled, the 400 samples have their p50
+// at rank floor(0.5·399) = 199, 23.2 ms, where the ranks' own p50s are 34.9
+// ms and 19.8 ms (the median); and their p99 at rank 395, the sixth stall,
+// 6 s, where the ranks' p99s are 9 s (rank 0, the max) and 29.6 ms (the
+// median). No statistic of the ranks' quantiles is the job's quantile.
+TEST_F(QuantileTest, CompareRanksGivesTheQuantileOfEveryRanksSamplesPooled) {
+  StartDaemon();
+  // A series keeps its newest closed window's sketch until it has been
+  // idle for the grace and three windows: with 2 s windows the queries
+  // below have at least 2 s after the close, however slow the build.
+  constexpr int64_t kPooledWindowMs = 2000;
+  const int64_t start_us = (NowMs() / kPooledWindowMs + 1) * kPooledWindowMs * 1000;
+  std::vector<std::vector<double>> samples(4);
+  for (int i = 0; i < 90; ++i) samples[0].push_back(30.0 + 0.1 * i);
+  for (int k = 1; k <= 10; ++k) samples[0].push_back(1000.0 * k);
+  for (int r = 1; r < 4; ++r) {
+    for (int i = 0; i < 100; ++i) samples[r].push_back(10.0 + 0.2 * i);
+  }
+  std::vector<double> pooled;
+  for (int r = 0; r < 4; ++r) {
+    Client client(Options({{"rank", std::to_string(r)}, {"job", "j"}}));
+    Stat step(client, "q.pooled", {Aggregation::MEAN, Quantile(0.5), Quantile(0.99)},
+              std::chrono::milliseconds(kPooledWindowMs));
+    AddAll(client, step, samples[r], start_us);
+    pooled.insert(pooled.end(), samples[r].begin(), samples[r].end());
+  }
+  ASSERT_EQ(WaitForWindows("q.pooled", 4).size(), 4u);
+  ASSERT_NEAR(Exact(pooled, 0.5), 23.2, 1e-9);
+  ASSERT_EQ(Exact(pooled, 0.99), 6000.0);
+
+  auto stub = daemon_->QueryStub();
+  auto compare = [&](v1::Aggregation aggregation, double q, int64_t window_start_ms) {
+    v1::CompareRanksRequest request;
+    request.mutable_selector()->set_stat("q.pooled");
+    request.set_aggregation(aggregation);
+    request.set_quantile(q);
+    request.set_window_start_ms(window_start_ms);
+    v1::CompareRanksResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->CompareRanks(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.comparisons_size(), 1);
+    return response.comparisons().empty() ? v1::RankComparison() : response.comparisons(0);
+  };
+  for (const double q : {0.5, 0.99}) {
+    SCOPED_TRACE(q);
+    const double exact = Exact(pooled, q);
+    const v1::RankComparison c = compare(v1::QUANTILE, q, 0);
+    ASSERT_EQ(c.ranks_size(), 4);
+    EXPECT_EQ(c.start_ms(), start_us / 1000);
+    ASSERT_TRUE(c.has_all_ranks());
+    EXPECT_NEAR(c.all_ranks(), exact, exact * kRelativeError);
+    // Farther from the median and the max of the ranks' quantiles than
+    // the error of the estimates.
+    EXPECT_GT(std::abs(c.all_ranks() - c.median()), 5 * kRelativeError * exact) << c.median();
+    EXPECT_GT(std::abs(c.all_ranks() - c.max()), 5 * kRelativeError * exact) << c.max();
+    // The same window asked for by its start.
+    const v1::RankComparison by_start = compare(v1::QUANTILE, q, start_us / 1000);
+    ASSERT_TRUE(by_start.has_all_ranks());
+    EXPECT_NEAR(by_start.all_ranks(), exact, exact * kRelativeError);
+  }
+  // Only a quantile has one.
+  EXPECT_FALSE(compare(v1::MEAN, 0, 0).has_all_ranks());
+}
+
 }  // namespace
 }  // namespace torchmon::testing

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -333,19 +335,48 @@ TEST_F(CliTest, TopShowsTheWidestSpreadFirstAndDropsSinceThePreviousRefresh) {
 }
 
 TEST_F(CliTest, PushWithQuantilesShowsThemInWindowsSeriesAndRanks) {
-  AwaitStartOfWindow();
+  // 2 s windows: the ranks' sketches, which all_ranks merges, are kept
+  // until a series has been idle for the grace and three windows, which
+  // leaves seconds for the ranks queries on a slow build.
+  AwaitStartOfWindow(2000);
   // 1..100 on two ranks, except that rank 1's 99 and 100 are 1000 ms
   // stalls. p50 is the sample of rank floor(0.5·99) = 49, p99 of rank 98.
   for (int rank = 0; rank < 2; ++rank) {
     std::vector<std::string> args = {"cli.q"};
     for (int v = 1; v <= 100; ++v) args.push_back(absl::StrCat(rank == 1 && v >= 99 ? 1000 : v));
-    for (const char* a : {"--agg", "mean,P99,p50", "--window", "500ms", "--label"}) {
+    for (const char* a : {"--agg", "mean,P99,p50", "--window", "2s", "--label"}) {
       args.push_back(a);
     }
     args.push_back(absl::StrCat("rank=", rank));
     Push(args);
   }
   ASSERT_EQ(WaitForWindows("cli.q", 2).size(), 2u);
+
+  // ranks compares a quantile: only p99 sees rank 1's stalls. Pooled, the
+  // 200 samples' p99 is the sample of rank floor(0.99·199) = 197, 100: not
+  // the max (1000) nor the median (549.5) of the ranks' p99s.
+  const Value c = Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p99"}), "comparisons")).at(0);
+  EXPECT_EQ(String(At(c, "aggregation")), "p99");
+  EXPECT_EQ(String(At(c, "slowest_rank")), "1");
+  EXPECT_NEAR(Number(At(c, "max")), 1000, 10);
+  EXPECT_NEAR(Number(At(c, "all_ranks")), 100, 1);
+  const CommandResult ranks_table = Ctl({"ranks", "cli.q", "--agg", "p99"});
+  EXPECT_EQ(ranks_table.exit_code, 0) << ranks_table.err;
+  std::string all_ranks_line;
+  for (absl::string_view line : absl::StrSplit(ranks_table.out, '\n')) {
+    if (absl::StartsWith(line, "all ranks p99: ")) all_ranks_line = std::string(line);
+  }
+  double all_ranks = 0;
+  ASSERT_TRUE(absl::SimpleAtod(absl::StripPrefix(all_ranks_line, "all ranks p99: "), &all_ranks))
+      << ranks_table.out;
+  EXPECT_NEAR(all_ranks, 100, 1);
+  // No quantile, no all-ranks value: null in JSON, no line in the table.
+  const Value mean = Elements(At(CtlJson({"ranks", "cli.q"}), "comparisons")).at(0);
+  EXPECT_EQ(At(mean, "all_ranks").kind_case(), Value::kNullValue);
+  EXPECT_THAT(Ctl({"ranks", "cli.q"}).out, ::testing::Not(HasSubstr("all ranks")));
+  // A quantile the series do not estimate compares nothing.
+  EXPECT_TRUE(Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p90"}), "comparisons")).empty());
+
   const std::vector<Value> windows = Elements(At(CtlJson({"windows", "cli.q"}), "windows"));
   ASSERT_EQ(windows.size(), 2u);
   const Value& aggregates = At(windows[0], "aggregates");
@@ -365,16 +396,29 @@ TEST_F(CliTest, PushWithQuantilesShowsThemInWindowsSeriesAndRanks) {
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("P50"));
   EXPECT_THAT(table.out, HasSubstr("P99"));
+}
 
-  // ranks compares a quantile: only p99 sees rank 1's stalls.
-  const Value c =
-      Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p99"}), "comparisons")).at(0);
-  EXPECT_EQ(String(At(c, "aggregation")), "p99");
-  EXPECT_EQ(String(At(c, "slowest_rank")), "1");
-  EXPECT_NEAR(Number(At(c, "max")), 1000, 10);
-  // A quantile the series do not estimate compares nothing.
-  EXPECT_TRUE(
-      Elements(At(CtlJson({"ranks", "cli.q", "--agg", "p90"}), "comparisons")).empty());
+TEST_F(CliTest, PushWithHistogramDefinesASeriesWithAHistogram) {
+  Push({"cli.hist", "1", "2", "--agg", "mean", "--histogram"});
+  Push({"cli.plain", "1", "--agg", "mean"});
+  Push({"cli.quantile", "1", "--agg", "p99"});  // a quantile implies one
+  EXPECT_TRUE(OnlySeries("cli.hist").spec().histogram());
+  EXPECT_FALSE(OnlySeries("cli.plain").spec().histogram());
+  EXPECT_TRUE(OnlySeries("cli.quantile").spec().histogram());
+  // series --json shows it.
+  const std::vector<Value> series = Elements(At(CtlJson({"series"}), "series"));
+  ASSERT_EQ(series.size(), 3u);
+  EXPECT_TRUE(Bool(At(series[0], "histogram")));   // cli.hist
+  EXPECT_FALSE(Bool(At(series[1], "histogram")));  // cli.plain
+  EXPECT_TRUE(Bool(At(series[2], "histogram")));   // cli.quantile
+
+  // It is part of the definition: pushing without it is refused.
+  const CommandResult refused = Ctl({"push", "cli.hist", "3", "--agg", "mean"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("histogram"));
+  const CommandResult usage = Ctl({"push", "cli.hist", "3", "--histogram=yes"});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_THAT(usage.err, HasSubstr("flag --histogram takes no value"));
 }
 
 TEST_F(CliTest, AQuantileOutsideTheOpenIntervalIsAUsageErrorThatSendsNothing) {
@@ -435,6 +479,7 @@ TEST_F(CliTest, SeriesJsonHasTheDocumentedKeysAndTypes) {
   ExpectInteger(At(s, "window_ms"));
   EXPECT_EQ(Number(At(s, "window_ms")), kWindowMs);
   EXPECT_EQ(Number(At(s, "max_samples")), 10.0);
+  EXPECT_FALSE(Bool(At(s, "histogram")));
   const Value& counters = At(s, "counters");
   EXPECT_EQ(Number(At(counters, "accepted")), 2.0);
   EXPECT_EQ(Number(At(counters, "capped")), 0.0);

@@ -110,6 +110,47 @@ TEST_F(DaemonTest, ConflictingDefinitionIsRefusedNamingBothAndTheFirstKeepsWorki
   EXPECT_EQ(OnlySeries("step_time").counters().accepted(), 2u);
 }
 
+TEST_F(DaemonTest, AStatAskingForAHistogramDefinesASeriesWithOne) {
+  StartDaemon();
+  Client client(Options());
+  const auto window = std::chrono::milliseconds(kWindowMs);
+  StatOptions options;
+  options.max_samples = 7;
+  options.labels = {{"phase", "eval"}};
+  options.histogram = true;
+  Stat with(client, "h.with", {Aggregation::MEAN}, window, options);
+  StatOptions alone;
+  alone.histogram = true;
+  Stat only(client, "h.alone", {}, window, alone);
+  Stat without(client, "h.without", {Aggregation::MEAN}, window, 7, {{"phase", "eval"}});
+  Stat quantile(client, "h.quantile", {Quantile(0.99)}, window);  // implies one
+  for (Stat* stat : {&with, &only, &without, &quantile}) stat->add(1.0);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(client.TakeErrors().empty());
+
+  const v1::SeriesInfo h = OnlySeries("h.with");
+  EXPECT_TRUE(h.spec().histogram());
+  EXPECT_EQ(h.spec().max_samples(), 7);
+  EXPECT_EQ(h.series().labels().at("phase"), "eval");
+  EXPECT_EQ(h.counters().accepted(), 1u);
+  const v1::SeriesInfo a = OnlySeries("h.alone");
+  EXPECT_TRUE(a.spec().histogram());
+  EXPECT_TRUE(a.spec().aggregations().empty());
+  const v1::SeriesInfo w = OnlySeries("h.without");
+  EXPECT_FALSE(w.spec().histogram());
+  EXPECT_EQ(w.spec().max_samples(), 7);
+  EXPECT_TRUE(OnlySeries("h.quantile").spec().histogram());
+
+  // The flag is part of the definition: the same stat without it is refused.
+  Client other(Options());
+  Stat again(other, "h.with", {Aggregation::MEAN}, window, 7, {{"phase", "eval"}});
+  again.add(2.0);
+  ASSERT_TRUE(other.Flush(std::chrono::seconds(5)).ok());
+  const std::vector<std::string> errors = other.TakeErrors();
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors[0], HasSubstr("max_samples=7 histogram;"));
+}
+
 TEST_F(DaemonTest, MalformedBatchIsRefusedWithAReasonAndTheStreamCarriesOn) {
   StartDaemon();
   auto stub = v1::Ingest::NewStub(

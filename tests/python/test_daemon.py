@@ -93,6 +93,41 @@ def test_quantiles_named_as_strings_are_estimated_by_the_daemon(daemon):
     assert float(line[len(prefix):]) == w["aggregates"]["p99.9"]
 
 
+def test_histogram_keyword_defines_a_series_with_a_histogram(daemon):
+    client = torchmon.Client(target=daemon.target, labels={"rank": "0"},
+                             labels_from_environment=False)
+    stats = {
+        "h.with": torchmon.Stat("h.with", [torchmon.MEAN], WINDOW, 100, labels={"phase": "eval"},
+                                client=client, histogram=True),
+        "h.alone": torchmon.Stat("h.alone", [], WINDOW, client=client, histogram=True),
+        "h.without": torchmon.Stat("h.without", [torchmon.MEAN], WINDOW, client=client),
+        "h.quantile": torchmon.Stat("h.quantile", ["p99"], WINDOW, client=client),
+    }
+    for stat in stats.values():
+        stat.add(1.0)
+    assert client.flush(5)
+    assert client.errors() == []
+    histograms = {}
+    for name in stats:
+        (series,) = daemon.series(name)
+        assert series["counters"]["accepted"] == 1, series
+        histograms[name] = series["histogram"]
+    # A quantile implies one.
+    assert histograms == {"h.with": True, "h.alone": True, "h.without": False,
+                          "h.quantile": True}
+    (with_histogram,) = daemon.series("h.with")
+    assert with_histogram["max_samples"] == 100
+    assert with_histogram["labels"] == {"phase": "eval", "rank": "0"}
+    assert with_histogram["aggregations"] == ["mean"]
+    # Keyword-only: torch.monitor's positional signature is unchanged.
+    try:
+        torchmon.Stat("h.positional", [torchmon.MEAN], WINDOW, 100, True)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("histogram accepted positionally")
+
+
 def test_an_unknown_aggregation_name_raises_value_error_naming_it(daemon):
     client = torchmon.Client(target=daemon.target, labels_from_environment=False)
     for bad in ("p100", "median", "p99.99999"):

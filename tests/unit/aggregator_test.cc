@@ -1116,6 +1116,130 @@ TEST_F(AggregatorTest, AnIdleQuantileSeriesReleasesItsSketchAfterAFewIdleWindows
   EXPECT_NEAR(closed[0].quantiles[0].value, 7, 0.07);
 }
 
+// --- Quantiles of several series merged (CompareRanks' all_ranks) ---------
+
+// Ranks 0, 1 and 2 of "m", with p50 and p99. Ranks 0 and 2 send 1..100 and
+// rank 1 sends 1001..1100, each stamped `ms`: the three hold 300 samples.
+class MergedQuantileTest : public AggregatorTest {
+ protected:
+  MergedQuantileTest() {
+    for (int r = 0; r < 3; ++r) {
+      keys_.push_back(
+          std::make_shared<const SeriesKey>(SeriesKey{"m", {{"rank", absl::StrCat(r)}}}));
+      auto id = aggregator_->Define(*keys_.back(), StatSpec{kAll, kW, 0, {0.5, 0.99}});
+      EXPECT_TRUE(id.ok()) << id.status();
+      ids_.push_back(id.value_or(0));
+    }
+  }
+
+  void AddRank(int rank, int64_t ms) {
+    std::vector<double> values;
+    std::vector<int64_t> stamps;
+    for (int v = 1; v <= 100; ++v) {
+      values.push_back(rank == 1 ? 1000 + v : v);
+      stamps.push_back(Us(ms));
+    }
+    Add(ids_[rank], values, stamps);
+  }
+
+  std::optional<double> Merged(int64_t start_ms, double q, std::vector<int> ranks = {0, 1, 2}) {
+    std::vector<std::shared_ptr<const SeriesKey>> keys;
+    for (int r : ranks) keys.push_back(keys_[r]);
+    return aggregator_->MergedQuantile(keys, start_ms, q);
+  }
+
+  std::vector<std::shared_ptr<const SeriesKey>> keys_;
+  std::vector<SeriesId> ids_;
+};
+
+TEST_F(MergedQuantileTest, IsTheQuantileOfTheSamplesOfEverySeriesPooled) {
+  for (int r = 0; r < 3; ++r) AddRank(r, kT0 + 10);
+  clock_.Set(kT0 + kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(3));
+  // Sorted, the pool is 1, 1, 2, 2, ..., 100, 100, 1001, ..., 1100. p50 is
+  // the sample of rank floor(0.5·299) = 149: 75, where the ranks' own p50s
+  // are 50, 1050 and 50. p99 is rank floor(0.99·299) = 296: 1097.
+  const std::optional<double> p50 = Merged(kT0, 0.5);
+  ASSERT_TRUE(p50.has_value());
+  EXPECT_NEAR(*p50, 75, 0.75);
+  const std::optional<double> p99 = Merged(kT0, 0.99);
+  ASSERT_TRUE(p99.has_value());
+  EXPECT_NEAR(*p99, 1097, 10.97);
+  // Any quantile of the pool, not only those of the spec.
+  const std::optional<double> p25 = Merged(kT0, 0.25);
+  ASSERT_TRUE(p25.has_value());
+  EXPECT_NEAR(*p25, 38, 0.38);  // rank floor(0.25·299) = 74
+  // Two of the ranks: 1..100 and 1001..1100; rank floor(0.5·199) = 99 is 100.
+  const std::optional<double> two = Merged(kT0, 0.5, {0, 1});
+  ASSERT_TRUE(two.has_value());
+  EXPECT_NEAR(*two, 100, 1);
+}
+
+TEST_F(MergedQuantileTest, IsAbsentUntilTheWindowClosedAndOnceASeriesClosedANewerOne) {
+  for (int r = 0; r < 3; ++r) AddRank(r, kT0 + 10);
+  EXPECT_FALSE(Merged(kT0, 0.5).has_value());  // still open
+  clock_.Set(kT0 + kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(3));
+  ASSERT_TRUE(Merged(kT0, 0.5).has_value());
+  EXPECT_FALSE(Merged(kT0 + kW, 0.5).has_value());  // no series has that window
+  // Ranks 0 and 1 close the next window, rank 2 has no sample in it.
+  AddRank(0, kT0 + kW + 10);
+  AddRank(1, kT0 + kW + 10);
+  clock_.Set(kT0 + 2 * kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(2));
+  // Ranks 0 and 1 keep only their newest window's sketch: the older
+  // window is gone for the group, and rank 2 lacks the newer one.
+  EXPECT_FALSE(Merged(kT0, 0.5).has_value());
+  EXPECT_TRUE(Merged(kT0, 0.5, {2}).has_value());
+  EXPECT_FALSE(Merged(kT0 + kW, 0.5).has_value());
+  const std::optional<double> newer = Merged(kT0 + kW, 0.5, {0, 1});
+  ASSERT_TRUE(newer.has_value());
+  EXPECT_NEAR(*newer, 100, 1);
+}
+
+TEST_F(MergedQuantileTest, IsAbsentOnceAnIdleSeriesReleasedItsSketch) {
+  for (int r = 0; r < 3; ++r) AddRank(r, kT0 + 10);
+  clock_.Set(kT0 + kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(3));
+  // The samples came at kT0: the sketches go after the grace and
+  // kIdleWindowsBeforeSketchRelease windows of idling.
+  const int64_t release = kT0 + kGrace + Aggregator::kIdleWindowsBeforeSketchRelease * kW;
+  clock_.Set(release - 1);
+  aggregator_->ExpireIdleSeries();
+  ASSERT_TRUE(Merged(kT0, 0.5).has_value());
+  clock_.Set(release);
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 0u);  // the series stay, their sketches go
+  EXPECT_FALSE(Merged(kT0, 0.5).has_value());
+  EXPECT_FALSE(Merged(kT0, 0.5, {1}).has_value());
+  // The window's quantiles are still in history: only the merge is gone.
+  EXPECT_THAT(AllWindows(), SizeIs(3));
+}
+
+TEST_F(MergedQuantileTest, IsAbsentWithASeriesWithoutQuantilesOrUnknown) {
+  const auto plain = std::make_shared<const SeriesKey>(SeriesKey{"m", {{"rank", "3"}}});
+  auto plain_id = aggregator_->Define(*plain, StatSpec{kAll, kW, 0, {}});
+  ASSERT_TRUE(plain_id.ok());
+  StatSpec histogram_only{kAll, kW, 0, {}};
+  histogram_only.histogram = true;
+  const auto histogram = std::make_shared<const SeriesKey>(SeriesKey{"m", {{"rank", "4"}}});
+  auto histogram_id = aggregator_->Define(*histogram, histogram_only);
+  ASSERT_TRUE(histogram_id.ok());
+  for (int r = 0; r < 3; ++r) AddRank(r, kT0 + 10);
+  AddAt(*plain_id, 5, kT0 + 10);
+  AddAt(*histogram_id, 5, kT0 + 10);
+  clock_.Set(kT0 + kW + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(5));
+  ASSERT_TRUE(Merged(kT0, 0.5).has_value());
+  for (const auto& without : {plain, histogram}) {
+    std::vector<std::shared_ptr<const SeriesKey>> keys = keys_;
+    keys.push_back(without);
+    EXPECT_FALSE(aggregator_->MergedQuantile(keys, kT0, 0.5).has_value()) << without->ToString();
+  }
+  const auto unknown = std::make_shared<const SeriesKey>(SeriesKey{"m", {{"rank", "9"}}});
+  EXPECT_FALSE(aggregator_->MergedQuantile({unknown}, kT0, 0.5).has_value());
+  EXPECT_FALSE(aggregator_->MergedQuantile({}, kT0, 0.5).has_value());
+}
+
 TEST_F(AggregatorTest, EachWindowEstimatesItsOwnQuantilesAndKeepsThemInHistory) {
   AggregatorOptions options = TestOptions();
   options.history_windows = 3;  // the ring wraps

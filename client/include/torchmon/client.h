@@ -243,6 +243,20 @@ class Client {
 // else clock_gettime. Never blocks or makes a syscall where the TSC is used.
 int64_t WallMicros() noexcept;
 
+// A Stat's definition beyond torch.monitor's name, aggregations and window.
+struct StatOptions {
+  // Samples accepted per window, the rest counted as capped; 0 = unlimited.
+  int64_t max_samples = 0;
+  // The stat's labels, added to the client's identity labels.
+  Labels labels;
+  // Keep a Prometheus native histogram of every sample the series accepts
+  // (torchmon_stat_histogram on /metrics, docs/metrics.md), which PromQL
+  // sums across ranks and nodes into the job's quantiles. Implied by a
+  // Quantile() among the aggregations. With it the aggregations may be
+  // empty: a histogram and nothing per window.
+  bool histogram = false;
+};
+
 // A stat recorded in windows by the daemon (torch.monitor.Stat).
 // Stats with the same name and labels, in any process, feed one series if
 // their definitions agree; the daemon refuses a conflicting definition.
@@ -266,6 +280,16 @@ class Stat {
   // Uses Client::Default().
   Stat(std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
+  // The same, with what torch.monitor has no parameter for, a histogram:
+  //
+  //   StatOptions options;
+  //   options.histogram = true;
+  //   Stat step("train.step_ms", {Aggregation::MEAN}, std::chrono::seconds(10), options);
+  Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
+       std::chrono::milliseconds window_size, StatOptions options);
+  // Uses Client::Default().
+  Stat(std::string name, std::vector<StatAggregation> aggregations,
+       std::chrono::milliseconds window_size, StatOptions options);
   ~Stat();
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;

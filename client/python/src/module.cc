@@ -434,21 +434,19 @@ const char* AggregationLowerName(Aggregation a) {
 // held, which is what serialises the local window bookkeeping.
 class LocalStat {
  public:
-  // `aggregations` are the six mirrored here; `quantiles` only go to the
-  // daemon (a sketch per window in every training process is what torchmon
-  // exists to avoid).
+  // `aggregations` are the six mirrored here; `quantiles` and `histogram`
+  // only go to the daemon (a sketch per window in every training process is
+  // what torchmon exists to avoid).
   LocalStat(ClientPtr client, std::string name, std::vector<Aggregation> aggregations,
             const std::vector<double>& quantiles, int64_t window_us, int64_t max_samples,
-            Labels labels)
+            Labels labels, bool histogram)
       : client_(std::move(client)),
         aggregations_(std::move(aggregations)),
         window_ms_(std::max<int64_t>(1, window_us / 1000)),
         max_samples_(max_samples),
         stat_(*client_, std::move(name), StatAggregations(aggregations_, quantiles),
               std::chrono::milliseconds(window_us / 1000),
-              // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
-              max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples,
-              std::move(labels)) {}
+              Options(max_samples, std::move(labels), histogram)) {}
 
   // Called from training loops between steps, with cold caches: the clock
   // is the client's TSC clock (no vDSO page to fault in) and, while `now`
@@ -503,6 +501,15 @@ class LocalStat {
   // Whether now lies in the window the last add() opened.
   bool InCurrentWindow() const {
     return protocol::WindowIndex(WallMicros(), window_ms_) == window_index_;
+  }
+
+  static StatOptions Options(int64_t max_samples, Labels labels, bool histogram) {
+    StatOptions options;
+    // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
+    options.max_samples = max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples;
+    options.labels = std::move(labels);
+    options.histogram = histogram;
+    return options;
   }
 
   static std::vector<StatAggregation> StatAggregations(const std::vector<Aggregation>& aggregations,
@@ -602,8 +609,9 @@ bool ParseAggregations(PyObject* sequence, std::vector<Aggregation>* six,
 }
 
 // Stat(client, name, aggregations, window_us, max_samples, labels=None,
-//      on_window=None). `on_window(data)` is called with torch.monitor.Stat's
-// event data ({"<name>.<agg>": value}) each time a local window completes.
+//      on_window=None, histogram=False). `on_window(data)` is called with
+// torch.monitor.Stat's event data ({"<name>.<agg>": value}) each time a
+// local window completes.
 // Two steps, as a Python class's are: tp_new makes an empty object and
 // tp_init gives it its stat, so that the package's Stat (and a user's
 // subclass of it) does its work in __init__.
@@ -619,14 +627,16 @@ PyObject* StatNew(PyTypeObject* type, PyObject*, PyObject*) {
 }
 
 int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
-  static const char* keywords[] = {"client", "name", "aggregations", "window_us", "max_samples",
-                                   "labels", "on_window", nullptr};
+  static const char* keywords[] = {"client",    "name",        "aggregations",
+                                   "window_us", "max_samples", "labels",
+                                   "on_window", "histogram",   nullptr};
   PyObject *client = nullptr, *name = nullptr, *aggregations = nullptr, *labels = Py_None,
            *on_window = Py_None;
   long long window_us = 0, max_samples = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!UOLL|OO", const_cast<char**>(keywords),
+  int histogram = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!UOLL|OOp", const_cast<char**>(keywords),
                                    client_type, &client, &name, &aggregations, &window_us,
-                                   &max_samples, &labels, &on_window)) {
+                                   &max_samples, &labels, &on_window, &histogram)) {
     return -1;
   }
   auto* obj = reinterpret_cast<StatObject*>(self);
@@ -649,7 +659,7 @@ int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   const ClientPtr& client_ptr = *reinterpret_cast<ClientObject*>(client)->client;
   if (!Guarded([&] {
         obj->stat = new LocalStat(client_ptr, std::move(name_string), std::move(six), quantiles,
-                                  window_us, max_samples, std::move(label_list));
+                                  window_us, max_samples, std::move(label_list), histogram != 0);
       })) {
     return -1;
   }

@@ -300,6 +300,10 @@ class Stat(_torchmon.Stat):
     to 24 h). ``max_samples`` caps the samples accepted per window; unlike
     torch.monitor the window is not closed early. ``labels`` are added to the
     client's identity labels; ``client`` defaults to ``default_client()``.
+    ``histogram=True`` has the daemon keep a Prometheus native histogram of
+    every sample the series accepts (``torchmon_stat_histogram``), which
+    PromQL sums across ranks and nodes into the job's quantiles; a stat with
+    a quantile always has one. With it ``aggregations`` may be empty.
     """
 
     # One object per stat, the native one: add() and the counters are its
@@ -311,11 +315,12 @@ class Stat(_torchmon.Stat):
     def __init__(self, name: str, aggregations: Sequence[Union[Aggregation, str]],
                  window_size: _dt.timedelta, max_samples: int = sys.maxsize, *,
                  labels: Optional[Mapping[str, str]] = None,
-                 client: Optional[Client] = None) -> None:
+                 client: Optional[Client] = None, histogram: bool = False) -> None:
         client = client if client is not None else default_client()
         super().__init__(
             client._native, name, list(aggregations), _window_us(window_size), max_samples,
-            dict(labels) if labels is not None else None, _stat_window_completed)
+            dict(labels) if labels is not None else None, _stat_window_completed,
+            histogram=histogram)
 
     def get(self) -> Dict[Aggregation, float]:
         """This process's aggregates of the last completed window (zeros before one).

@@ -70,7 +70,7 @@ class ClientCore {
   std::shared_ptr<StatState> RegisterStat(std::string name,
                                           const std::vector<StatAggregation>& aggregations,
                                           std::chrono::milliseconds window_size,
-                                          int64_t max_samples, const Labels& labels);
+                                          const StatOptions& options);
 
   absl::Status Flush(std::chrono::milliseconds timeout) ABSL_LOCKS_EXCLUDED(mu_);
   void LogEvent(const Event& event) ABSL_LOCKS_EXCLUDED(mu_);

@@ -19,8 +19,12 @@ class RealSenderClock final : public SenderClock {
 }  // namespace
 
 const SenderClock& SenderClock::Real() {
-  static const RealSenderClock clock;
-  return clock;
+  // Never destroyed: a client still alive at exit (one a Python traceback
+  // kept, a leaked default client) has a sender thread reading it after
+  // static destructors ran, and a destroyed clock's Now() is a pure virtual
+  // call that aborts the process.
+  static const RealSenderClock* clock = new RealSenderClock();
+  return *clock;
 }
 
 }  // namespace torchmon::detail

@@ -289,6 +289,35 @@ TEST_F(InvalidStatTest, NoAggregationsIsRecordedAsAnError) {
   EXPECT_THAT(OnlyError(client, stat), HasSubstr("aggregations is empty"));
 }
 
+TEST_F(InvalidStatTest, LabelsGivenInStatOptionsAreCheckedAsTheLabelsArgumentIs) {
+  Client client(Options());
+  StatOptions options;
+  options.labels = {{"stat", "x"}};
+  Stat stat(client, "tagged", {Aggregation::MEAN}, std::chrono::seconds(1), options);
+  EXPECT_THAT(OnlyError(client, stat),
+              AllOf(HasSubstr("\"tagged\""), HasSubstr("label key \"stat\" is reserved")));
+}
+
+TEST_F(InvalidStatTest, MaxSamplesGivenInStatOptionsIsCheckedAsTheArgumentIs) {
+  Client client(Options());
+  StatOptions options;
+  options.max_samples = -1;
+  Stat stat(client, "capped", {Aggregation::MEAN}, std::chrono::seconds(1), options);
+  EXPECT_THAT(OnlyError(client, stat), HasSubstr("max_samples"));
+}
+
+// Unlike no aggregations at all (NoAggregationsIsRecordedAsAnError).
+TEST_F(ClientWithoutDaemonTest, AHistogramWithoutAggregationsIsAValidStat) {
+  Client client(Options());
+  StatOptions options;
+  options.histogram = true;
+  Stat stat(client, "distribution", {}, std::chrono::seconds(1), options);
+  stat.add(1.0);
+  EXPECT_EQ(stat.added(), 1u);
+  EXPECT_EQ(stat.dropped(), 0u);
+  EXPECT_THAT(client.TakeErrors(), IsEmpty());
+}
+
 TEST_F(InvalidStatTest, InvalidStatDoesNotHoldUpFlush) {
   Client client(Options());
   Stat stat(client, "", {Aggregation::MEAN}, std::chrono::seconds(1));
