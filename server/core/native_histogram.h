@@ -68,12 +68,19 @@ class NativeHistogram {
   template <typename Fn>
   void ForEachBucket(bool positive, Fn&& fn) const {
     const Buckets& store = positive ? positive_ : negative_;
-    const uint64_t infinities = positive ? positive_inf_ : negative_inf_;
-    const int32_t inf_index = InfiniteIndex(schema_);
+    ForEachBucketIn(store.offset, store.counts.data(), store.counts.size(),
+                    positive ? positive_inf_ : negative_inf_, schema_, fn);
+  }
+  // The same over a copy of one sign's state: dense counts from `offset`,
+  // and its infinities.
+  template <typename Fn>
+  static void ForEachBucketIn(int32_t offset, const uint64_t* counts, size_t size,
+                              uint64_t infinities, int32_t schema, Fn&& fn) {
+    const int32_t inf_index = InfiniteIndex(schema);
     bool inf_written = infinities == 0;
-    for (size_t j = 0; j < store.counts.size(); ++j) {
-      const int32_t index = store.offset + static_cast<int32_t>(j);
-      uint64_t n = store.counts[j];
+    for (size_t j = 0; j < size; ++j) {
+      const int32_t index = offset + static_cast<int32_t>(j);
+      uint64_t n = counts[j];
       if (index == inf_index) {  // the largest finite doubles share the bucket
         n += infinities;
         inf_written = true;

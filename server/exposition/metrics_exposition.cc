@@ -24,14 +24,20 @@ struct TextRange {
 
 // One series as this scrape shows it, copied under the aggregator's lock;
 // the label text is rendered after the walk, outside it.
-// A series' native histogram, copied: its buckets are a range of the
-// snapshot's bucket arena.
+// A series' native histogram, copied: the dense counts of each sign are a
+// range of the snapshot's bucket arena (copied only for the format that
+// shows buckets).
 struct HistogramRow {
   uint64_t count = 0;
   double sum = 0;
   int32_t schema = 0;
   uint64_t zero_count = 0;
-  size_t positive_begin = 0, positive_end = 0, negative_begin = 0, negative_end = 0;
+  struct Sign {
+    int32_t offset = 0;
+    size_t begin = 0, end = 0;
+    uint64_t infinities = 0;
+  };
+  Sign positive, negative;
 };
 
 struct SeriesRow {
@@ -63,7 +69,7 @@ struct Snapshot {
   explicit Snapshot(const ExpositionWriter& writer) : writer(writer) {}
   const ExpositionWriter& writer;
   std::string arena;
-  std::vector<std::pair<int32_t, uint64_t>> buckets;  // the histograms' (index, count)
+  std::vector<uint64_t> buckets;  // the histograms' bucket counts
   std::vector<SeriesRow> series;
   std::vector<EventRow> events;
   size_t series_count = 0;
@@ -78,8 +84,9 @@ struct Snapshot {
     r.end = arena.size();
     return r;
   }
-  absl::Span<const std::pair<int32_t, uint64_t>> Buckets(size_t begin, size_t end) const {
-    return absl::MakeConstSpan(buckets).subspan(begin, end - begin);
+  HistogramSample::Sign Sign(const HistogramRow::Sign& s) const {
+    return HistogramSample::Sign{
+        s.offset, absl::MakeConstSpan(buckets).subspan(s.begin, s.end - s.begin), s.infinities};
   }
 };
 
@@ -147,6 +154,8 @@ size_t MetricsExposition::Render(ExpositionFormat format,
   // The rows are constructed here, outside the lock, so that their pages
   // are faulted in before the walk rather than during it.
   snap.series.resize(aggregator_.series_count() + Aggregator::kWalkChunk);
+  // Only the protobuf format shows a histogram's buckets.
+  const bool copy_buckets = format == ExpositionFormat::kProtobuf;
   size_t rows = 0;
   aggregator_.ForEachSeries([&](const Aggregator::SeriesView& s) {
     SeriesRow& row = rows < snap.series.size() ? snap.series[rows] : snap.series.emplace_back();
@@ -168,15 +177,18 @@ size_t MetricsExposition::Render(ExpositionFormat format,
       hr.sum = h.sum();
       hr.schema = h.schema();
       hr.zero_count = h.zero_count();
-      auto copy = [&](bool positive, size_t& begin, size_t& end) {
-        begin = snap.buckets.size();
-        h.ForEachBucket(positive, [&](int32_t index, uint64_t n) {
-          snap.buckets.emplace_back(index, n);
-        });
-        end = snap.buckets.size();
+      hr.positive.infinities = h.positive_infinities();
+      hr.negative.infinities = h.negative_infinities();
+      auto copy = [&](const NativeHistogram::Buckets& from, HistogramRow::Sign& to) {
+        to.offset = from.offset;
+        to.begin = snap.buckets.size();
+        snap.buckets.insert(snap.buckets.end(), from.counts.begin(), from.counts.end());
+        to.end = snap.buckets.size();
       };
-      copy(true, hr.positive_begin, hr.positive_end);
-      copy(false, hr.negative_begin, hr.negative_end);
+      if (copy_buckets) {
+        copy(h.positive(), hr.positive);
+        copy(h.negative(), hr.negative);
+      }
     }
   });
   snap.series.resize(rows);
@@ -260,8 +272,8 @@ size_t MetricsExposition::Render(ExpositionFormat format,
           sample.schema = h.schema;
           sample.zero_threshold = NativeHistogram::kZeroThreshold;
           sample.zero_count = h.zero_count;
-          sample.positive = snap.Buckets(h.positive_begin, h.positive_end);
-          sample.negative = snap.Buckets(h.negative_begin, h.negative_end);
+          sample.positive = snap.Sign(h.positive);
+          sample.negative = snap.Sign(h.negative);
           out.Histogram("torchmon_stat_distribution", {stat_text(r), label_text(r)}, sample,
                         r.created_s);
         }

@@ -6,6 +6,7 @@
 
 #include "absl/base/internal/endian.h"
 #include "io/prometheus/client/metrics.pb.h"
+#include "server/core/native_histogram.h"
 
 namespace torchmon::server {
 namespace {
@@ -65,52 +66,51 @@ uint64_t ZigZag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
 
+}  // namespace
+
 // The buckets of one sign as spans and count deltas. A gap of up to two
 // empty buckets is carried as zero buckets inside a span (a new span costs
 // more), as Prometheus' client libraries do.
-void PutBuckets(std::string& out, absl::Span<const std::pair<int32_t, uint64_t>> buckets,
-                int span_field, int delta_field) {
-  if (buckets.empty()) return;
-  struct Span {
-    int32_t offset;
-    uint32_t length;
-  };
-  std::vector<Span> spans;
-  std::string deltas;
+void PrometheusProtobufWriter::PutBuckets(std::string& out, const HistogramSample::Sign& sign,
+                                          int32_t schema, int span_field, int delta_field) {
+  spans_.clear();
+  deltas_.clear();
   int64_t previous = 0;
   int32_t previous_index = 0;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    const auto [index, count] = buckets[i];
-    if (i == 0) {
-      spans.push_back({index, 0});
-    } else {
-      const int32_t gap = index - previous_index - 1;
-      if (gap > 2) {
-        spans.push_back({gap, 0});
-      } else {
-        for (int32_t g = 0; g < gap; ++g) {
-          PutVarint(deltas, ZigZag(-previous));
-          previous = 0;
-          ++spans.back().length;
+  NativeHistogram::ForEachBucketIn(
+      sign.offset, sign.counts.data(), sign.counts.size(), sign.infinities, schema,
+      [&](int32_t index, uint64_t count) {
+        if (spans_.empty()) {
+          spans_.push_back({index, 0});
+        } else {
+          const int32_t gap = index - previous_index - 1;
+          if (gap > 2) {
+            spans_.push_back({gap, 0});
+          } else {
+            for (int32_t g = 0; g < gap; ++g) {
+              PutVarint(deltas_, ZigZag(-previous));
+              previous = 0;
+              ++spans_.back().second;
+            }
+          }
         }
-      }
-    }
-    PutVarint(deltas, ZigZag(static_cast<int64_t>(count) - previous));
-    previous = static_cast<int64_t>(count);
-    previous_index = index;
-    ++spans.back().length;
+        PutVarint(deltas_, ZigZag(static_cast<int64_t>(count) - previous));
+        previous = static_cast<int64_t>(count);
+        previous_index = index;
+        ++spans_.back().second;
+      });
+  if (spans_.empty()) return;
+  for (const auto& [offset, length] : spans_) {
+    span_.clear();
+    // sint32: the zigzag of the 32-bit value.
+    PutUint(span_, pb::BucketSpan::kOffsetFieldNumber, ZigZag(offset) & 0xFFFFFFFFu);
+    PutUint(span_, pb::BucketSpan::kLengthFieldNumber, length);
+    PutBytes(out, span_field, span_);
   }
-  std::string span;
-  for (const Span& s : spans) {
-    span.clear();
-    PutUint(span, pb::BucketSpan::kOffsetFieldNumber,
-            ZigZag(s.offset) & 0xFFFFFFFFu);  // sint32: zigzag of the 32-bit value
-    PutUint(span, pb::BucketSpan::kLengthFieldNumber, s.length);
-    PutBytes(out, span_field, span);
-  }
-  PutBytes(out, delta_field, deltas);  // packed
+  PutBytes(out, delta_field, deltas_);  // packed
 }
 
+namespace {
 }  // namespace
 
 PrometheusProtobufWriter::PrometheusProtobufWriter(Sink sink, size_t flush_bytes)
@@ -130,8 +130,12 @@ void PrometheusProtobufWriter::Family(absl::string_view name, absl::string_view 
   kind_ = kind;
   sizing_ = true;
   family_bytes_ = 0;
+  encoded_.clear();
+  encoded_sizes_.clear();
   samples();
   sizing_ = false;
+  next_encoded_ = 0;
+  encoded_read_ = 0;
   if (family_bytes_ == 0) return;  // no samples
   std::string header;
   PutBytes(header, pb::MetricFamily::kNameFieldNumber, name);
@@ -189,19 +193,27 @@ void PrometheusProtobufWriter::Sample(absl::string_view /*name*/,
 void PrometheusProtobufWriter::Histogram(absl::string_view /*name*/,
                                          std::initializer_list<absl::string_view> label_parts,
                                          const HistogramSample& h, double /*created*/) {
-  std::string message;
-  PutUint(message, pb::Histogram::kSampleCountFieldNumber, h.count);
-  PutDouble(message, pb::Histogram::kSampleSumFieldNumber, h.sum);
-  PutUint(message, pb::Histogram::kSchemaFieldNumber, ZigZag(h.schema) & 0xFFFFFFFFu);
-  PutDouble(message, pb::Histogram::kZeroThresholdFieldNumber, h.zero_threshold);
-  PutUint(message, pb::Histogram::kZeroCountFieldNumber, h.zero_count);
-  PutBuckets(message, h.negative, pb::Histogram::kNegativeSpanFieldNumber,
+  if (!sizing_) {
+    // Encoded by the sizing pass, in the same order.
+    const size_t size = encoded_sizes_[next_encoded_++];
+    Metric(label_parts, absl::string_view(encoded_).substr(encoded_read_, size));
+    encoded_read_ += size;
+    return;
+  }
+  message_.clear();
+  PutUint(message_, pb::Histogram::kSampleCountFieldNumber, h.count);
+  PutDouble(message_, pb::Histogram::kSampleSumFieldNumber, h.sum);
+  PutUint(message_, pb::Histogram::kSchemaFieldNumber, ZigZag(h.schema) & 0xFFFFFFFFu);
+  PutDouble(message_, pb::Histogram::kZeroThresholdFieldNumber, h.zero_threshold);
+  PutUint(message_, pb::Histogram::kZeroCountFieldNumber, h.zero_count);
+  PutBuckets(message_, h.negative, h.schema, pb::Histogram::kNegativeSpanFieldNumber,
              pb::Histogram::kNegativeDeltaFieldNumber);
-  PutBuckets(message, h.positive, pb::Histogram::kPositiveSpanFieldNumber,
+  PutBuckets(message_, h.positive, h.schema, pb::Histogram::kPositiveSpanFieldNumber,
              pb::Histogram::kPositiveDeltaFieldNumber);
-  scratch_.clear();
-  PutBytes(scratch_, pb::Metric::kHistogramFieldNumber, message);
-  Metric(label_parts, scratch_);
+  const size_t before = encoded_.size();
+  PutBytes(encoded_, pb::Metric::kHistogramFieldNumber, message_);
+  encoded_sizes_.push_back(encoded_.size() - before);
+  Metric(label_parts, absl::string_view(encoded_).substr(before));
 }
 
 }  // namespace torchmon::server

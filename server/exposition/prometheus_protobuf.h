@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
@@ -40,10 +42,24 @@ class PrometheusProtobufWriter final : public ExpositionWriter {
   // or written depending on the pass.
   void Metric(std::initializer_list<absl::string_view> label_parts, absl::string_view body);
 
+  // Appends one sign's buckets as spans and deltas to `out`.
+  void PutBuckets(std::string& out, const HistogramSample::Sign& sign, int32_t schema,
+                  int span_field, int delta_field);
+
   bool sizing_ = false;
   MetricKind kind_ = MetricKind::kGauge;
   size_t family_bytes_ = 0;  // the Metric fields of the family being sized
   std::string scratch_;      // a Metric's value message
+  // The histograms of the family being written, encoded once by the sizing
+  // pass and copied out by the writing pass (their encoding is most of a
+  // histogram family's cost).
+  std::string encoded_;
+  std::vector<size_t> encoded_sizes_;
+  size_t next_encoded_ = 0;
+  size_t encoded_read_ = 0;
+  // Reused buffers of PutBuckets and Histogram.
+  std::vector<std::pair<int32_t, uint32_t>> spans_;  // (offset, length)
+  std::string deltas_, span_, message_;
 };
 
 }  // namespace torchmon::server

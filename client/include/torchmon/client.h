@@ -250,7 +250,7 @@ struct StatOptions {
   // The stat's labels, added to the client's identity labels.
   Labels labels;
   // Keep a Prometheus native histogram of every sample the series accepts
-  // (torchmon_stat_histogram on /metrics, docs/metrics.md), which PromQL
+  // (torchmon_stat_distribution on /metrics, docs/metrics.md), which PromQL
   // sums across ranks and nodes into the job's quantiles. Implied by a
   // Quantile() among the aggregations. With it the aggregations may be
   // empty: a histogram and nothing per window.

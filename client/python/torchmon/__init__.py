@@ -301,7 +301,7 @@ class Stat(_torchmon.Stat):
     torch.monitor the window is not closed early. ``labels`` are added to the
     client's identity labels; ``client`` defaults to ``default_client()``.
     ``histogram=True`` has the daemon keep a Prometheus native histogram of
-    every sample the series accepts (``torchmon_stat_histogram``), which
+    every sample the series accepts (``torchmon_stat_distribution``), which
     PromQL sums across ranks and nodes into the job's quantiles; a stat with
     a quantile always has one. With it ``aggregations`` may be empty.
     """
