@@ -1,13 +1,20 @@
 """One fake training rank: sends constant, exactly representable values so
 every number Prometheus computes from them is known in advance.
 
-    feed_rank.py TARGET HOST RANK LOCAL_RANK STEP_TIME_MS LOSS SECONDS [--capped] [--nan-eval-loss]
+    feed_rank.py TARGET HOST RANK LOCAL_RANK STEP_TIME_MS LOSS SECONDS
+                 --eval-step-times V,V,... --release-file PATH
+                 [--capped] [--nan-eval-loss]
+
+Also defines eval.step_time_ms (with quantiles, hence a native histogram) at
+start, and sends the given values to it once, as soon as PATH exists.
 
 Runs for SECONDS at most (then flushes and exits), so a test that dies
 leaves nothing behind for long."""
 
 import argparse
 import datetime
+import os
+import sys
 import time
 
 import torchmon
@@ -25,6 +32,10 @@ def main():
     p.add_argument("step_time_ms", type=float)
     p.add_argument("loss", type=float)
     p.add_argument("seconds", type=float)
+    p.add_argument("--eval-step-times", required=True,
+                   type=lambda text: [float(v) for v in text.split(",")],
+                   help="the samples of eval.step_time_ms, sent once PATH exists")
+    p.add_argument("--release-file", required=True, metavar="PATH")
     p.add_argument("--capped", action="store_true",
                    help="also send data.capped with max_samples=1 (drops counted as capped) "
                         "and an epoch_end event")
@@ -37,7 +48,10 @@ def main():
                 "local_rank": args.local_rank})
     M = torchmon.Aggregation
     stats = [
-        (torchmon.Stat("train.step_time_ms", [M.MEAN, M.MAX, M.MIN], WINDOW, client=client),
+        # p50 and p99 give it a native histogram (the dashboard's job-wide
+        # quantile panel reads it).
+        (torchmon.Stat("train.step_time_ms", [M.MEAN, M.MAX, M.MIN, "p50", "p99"], WINDOW,
+                       client=client),
          args.step_time_ms),
         (torchmon.Stat("train.loss", [M.MEAN, M.VALUE], WINDOW, client=client), args.loss),
     ]
@@ -47,6 +61,11 @@ def main():
         stats.append((torchmon.Stat("eval.loss", [M.MEAN, M.MAX], WINDOW, client=client),
                       float("nan")))
 
+    # Defined now, so its empty histogram is scraped before any sample.
+    eval_step = torchmon.Stat("eval.step_time_ms", [M.MEAN, "p50", "p99"], WINDOW,
+                              client=client)
+    eval_sent = False
+
     if args.capped:
         client.log_event(torchmon.Event("epoch_end", datetime.datetime.now(),
                                         {"epoch": 3, "loss": 0.5, "ok": True, "device": "cpu"}))
@@ -55,6 +74,12 @@ def main():
     while time.monotonic() < deadline:
         for stat, value in stats:
             stat.add(value)
+        if not eval_sent and os.path.exists(args.release_file):
+            for value in args.eval_step_times:
+                eval_step.add(value)
+            eval_sent = True
+            if not client.flush(5):  # the tests would wait for them in vain
+                sys.exit("eval.step_time_ms samples not delivered within 5 s")
         time.sleep(PERIOD_S)
     client.flush(5)
 

@@ -1,6 +1,7 @@
 """A small cluster for the Prometheus tests: torchmond "nodes" fed by fake
 ranks (feed_rank.py, one process each) and a real Prometheus scraping them
-with a copy of deploy/prometheus."""
+with a copy of deploy/prometheus, with native histograms enabled; beside it a
+second Prometheus without them scrapes one node (the OpenMetrics path)."""
 
 import json
 import math
@@ -51,6 +52,47 @@ def host(node):
 CAPPED = (0, 0)
 NAN_EVAL_LOSS = (1, 2)
 
+# The stat whose quantiles are checked: every rank defines it (with p50 and
+# p99, so the daemon keeps its native histogram) at start, and sends its
+# samples, once, only when the cluster releases them, after Prometheus has
+# scraped every rank's empty histogram. rate() over a range reaching back to
+# that scrape then covers every sample.
+#
+# rate() extrapolates each series by its own factor, from the times of its
+# first and last samples in the range. A node's series share those (the
+# cluster starts Prometheus only once every rank has defined the stat, so
+# they appear in the same scrape), but nodes are scraped at different
+# moments, so a sum over nodes weighs them differently (by several percent
+# when the range reaches back to the series' first samples, as here).
+# So every node gets the same samples, spread differently over its ranks
+# (local rank r on node n sends slot (n + r) % 4): reweighting identical
+# nodes leaves the job's pooled distribution, and so its quantiles, exactly
+# as they are. Ranks differ: slot j sends 100 + 12 j ms onwards.
+EVAL_STEP = "eval.step_time_ms"
+# Slot 0 (one rank per node) also has a few slow steps: its own p99 is one
+# of them, far from the job's p99, which is why per-rank p99s are not
+# combined into a job's.
+OUTLIERS = (400.25, 475.5, 550.25, 625.75)
+# Samples of each slot besides the outliers: the slots of the local ranks 0
+# that test_per_rank_quantiles checks (0, 1, 2) have an odd count, and a
+# node 807, the job 2421, so that q N is never a whole number at q = 0.5
+# and 0.99 (see test_prometheus.check_quantile).
+SLOT_COUNTS = (201, 201, 201, 200)
+
+
+def eval_slot(node, local_rank):
+    return (node + local_rank) % RANKS_PER_NODE
+
+
+def eval_step_times(node, local_rank):
+    """The eval step times rank (node, local_rank) sends: multiples of 1/4
+    (sums exact in binary) spread over 50 ms above its slot's base."""
+    slot = eval_slot(node, local_rank)
+    values = [100.0 + 12.0 * slot + 0.25 * k for k in range(SLOT_COUNTS[slot])]
+    if slot == 0:
+        values += OUTLIERS
+    return values
+
 
 def prom_quantile(q, values):
     """PromQL's quantile(): linear interpolation between closest ranks."""
@@ -62,6 +104,40 @@ def prom_quantile(q, values):
     return values[lower] * (1 - weight) + values[upper] * weight
 
 
+def nearest_rank_quantile(q, values):
+    """The exact q-quantile by nearest rank: the ceil(q N)-th smallest."""
+    values = sorted(values)
+    return values[max(math.ceil(q * len(values)), 1) - 1]
+
+
+# The shipped recording rules over the native histograms, with the quantile
+# each records. promtool 2.42 cannot feed a rule native histograms, so these
+# are checked here, on the live cluster, instead of in
+# deploy/prometheus/tests (test_every_recording_rule_is_unit_tested).
+QUANTILE_RULES = {
+    "job_stat:torchmon_stat_distribution:p50_rate5m": 0.5,
+    "job_stat:torchmon_stat_distribution:p99_rate5m": 0.99,
+}
+
+# A native histogram of schema 5: bucket i holds (2^((i-1)/32), 2^(i/32)].
+SCHEMA = 5
+BUCKET_FACTOR = 2.0 ** (2.0 ** -SCHEMA)
+
+
+def schema5_index(x):
+    """The index of the schema-5 bucket holding x > 0, upper bound inclusive.
+    log2 is exact at powers of two (the one bound the test data hits, 128);
+    no other sample lies within 1e-3 of a bucket's width of a bound, far
+    beyond log2's rounding."""
+    return math.ceil(math.log2(x) * 2 ** SCHEMA)
+
+
+def schema5_bucket(x):
+    """(lower, upper) of the schema-5 bucket holding x > 0."""
+    index = schema5_index(x)
+    return 2.0 ** ((index - 1) / 2 ** SCHEMA), 2.0 ** (index / 2 ** SCHEMA)
+
+
 def free_loopback_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,7 +147,7 @@ def free_loopback_port():
 class Feeders:
     """One process per fake rank."""
 
-    def __init__(self, daemons, tmpdir):
+    def __init__(self, daemons, tmpdir, release_file):
         env = dict(os.environ)
         env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
         for var in ("TORCHMON_LABELS", "TORCHMON_TARGET", "RANK", "LOCAL_RANK",
@@ -83,7 +159,9 @@ class Feeders:
                 args = [sys.executable, FEED_RANK, daemon.target, host(node),
                         str(global_rank(node, local_rank)), str(local_rank),
                         repr(step_time_ms(node, local_rank)), repr(loss(node, local_rank)),
-                        str(FEED_SECONDS)]
+                        str(FEED_SECONDS), "--eval-step-times",
+                        ",".join(repr(v) for v in eval_step_times(node, local_rank)),
+                        "--release-file", release_file]
                 if (node, local_rank) == CAPPED:
                     args.append("--capped")
                 if (node, local_rank) == NAN_EVAL_LOSS:
@@ -133,10 +211,15 @@ class PrometheusError(Exception):
         self.body = body
 
 
-class Prometheus:
-    """prometheus on a free loopback port with a temporary TSDB."""
+# With it, Prometheus 2.x ingests native histograms and asks for the protobuf
+# format first; without it, it asks for OpenMetrics 1.0 first.
+NATIVE_HISTOGRAMS = "--enable-feature=native-histograms"
 
-    def __init__(self, config_path, tmpdir, start_timeout=30.0):
+
+class Prometheus:
+    """prometheus on a free loopback port with a temporary TSDB in tmpdir."""
+
+    def __init__(self, config_path, tmpdir, flags=(), start_timeout=30.0):
         self.log_path = os.path.join(tmpdir, "prometheus.log")
         self.proc = None
         # A free port can be taken between our probe and Prometheus's bind:
@@ -147,7 +230,7 @@ class Prometheus:
             self.proc = subprocess.Popen(
                 ["prometheus", "--config.file=" + config_path,
                  "--storage.tsdb.path=" + os.path.join(tmpdir, "tsdb"),
-                 "--web.listen-address=" + self.address, "--log.level=warn"],
+                 "--web.listen-address=" + self.address, "--log.level=warn", *flags],
                 stdout=self.log, stderr=subprocess.STDOUT)
             if self._wait_ready(start_timeout):
                 return
@@ -186,6 +269,15 @@ class Prometheus:
         assert data["resultType"] == "vector", (expr, data)
         return [(s["metric"], float(s["value"][1])) for s in data["result"]]
 
+    def query_histograms(self, expr):
+        """Instant vector of native histograms as [(labels, histogram)], the
+        histogram as the HTTP API gives it: {"count", "sum", "buckets":
+        [[boundary rule, lower, upper, count], ...]}, numbers as strings."""
+        data = self.api("query", query=expr)
+        assert data["resultType"] == "vector", (expr, data)
+        assert all("histogram" in s for s in data["result"]), (expr, data)
+        return [(s["metric"], s["histogram"][1]) for s in data["result"]]
+
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
@@ -197,28 +289,63 @@ class Prometheus:
         self.log.close()
 
 
+# The node the second, OpenMetrics-negotiating Prometheus scrapes.
+OPENMETRICS_NODE = 0
+
+
 class Cluster:
-    """NODES daemons with RANKS_PER_NODE feeders each, scraped by Prometheus."""
+    """NODES daemons with RANKS_PER_NODE feeders each, scraped by Prometheus
+    with native histograms enabled (`prometheus`), and node OPENMETRICS_NODE
+    also by one without (`openmetrics_prometheus`). That one starts first:
+    its first target discovery (a few seconds) overlaps the wait for every
+    rank's definitions, which the first must not start before."""
 
     def __init__(self, tmpdir):
-        self.daemons, self.feeders, self.prometheus = [], None, None
+        self.daemons, self.feeders = [], None
+        self.prometheus, self.openmetrics_prometheus = None, None
+        self.release_file = os.path.join(tmpdir, "release-eval-steps")
         try:
             for node in range(NODES):
                 node_dir = os.path.join(tmpdir, f"node{node}")
                 os.mkdir(node_dir)
                 self.daemons.append(Daemon(node_dir))
             self.instances = [d.metrics for d in self.daemons]
-            self.feeders = Feeders(self.daemons, tmpdir)
+            self.feeders = Feeders(self.daemons, tmpdir, self.release_file)
+            om_dir = os.path.join(tmpdir, "openmetrics")
+            os.mkdir(om_dir)
+            self.openmetrics_prometheus = Prometheus(
+                copy_config(om_dir, [self.instances[OPENMETRICS_NODE]]), om_dir)
+            self._wait_for_eval_definitions()
             self.config_path = copy_config(tmpdir, self.instances)
-            self.prometheus = Prometheus(self.config_path, tmpdir)
+            self.prometheus = Prometheus(self.config_path, tmpdir, flags=[NATIVE_HISTOGRAMS])
         except BaseException:
             self.stop()
             raise
 
+    def _wait_for_eval_definitions(self, timeout=30.0):
+        """Until every daemon shows each of its ranks' (empty) EVAL_STEP
+        histogram: Prometheus, started after, then sees a node's histograms
+        first in the same scrape (see EVAL_STEP)."""
+        deadline = time.monotonic() + timeout
+        line = f'torchmon_stat_distribution_count{{stat="{EVAL_STEP}",'
+        while True:
+            shown = [d.scrape().count(line) for d in self.daemons]
+            if shown == [RANKS_PER_NODE] * NODES:
+                return
+            failed = self.feeders.failed()
+            assert not failed, f"feeders failed: {failed}"
+            assert time.monotonic() < deadline, f"{EVAL_STEP} histograms per daemon: {shown}"
+            time.sleep(0.1)
+
+    def release_eval_steps(self):
+        """Lets every feeder send its EVAL_STEP samples (they poll the file)."""
+        with open(self.release_file, "w"):
+            pass
+
     def stop(self):
         # Everything is stopped even if one step fails; the first failure wins.
         errors = []
-        for step in ([self.prometheus.stop] if self.prometheus else []) + \
+        for step in [p.stop for p in (self.prometheus, self.openmetrics_prometheus) if p] + \
                     ([self.feeders.stop] if self.feeders else []) + \
                     [d.stop for d in self.daemons]:
             try:

@@ -90,6 +90,8 @@ def test_dashboard_has_the_common_views():
     exprs_text = "\n".join(e for _, e in exprs(load()))
     for needle in ('stat="$loss_stat"', 'stat="$step_stat"',
                    "torchmon_stat_mean:max_over_median", "torchmon_samples_dropped",
+                   'job_stat:torchmon_stat_distribution:p50_rate5m{job="$job", stat="$step_stat"}',
+                   'job_stat:torchmon_stat_distribution:p99_rate5m{job="$job", stat="$step_stat"}',
                    "torchmon_window_age_seconds", 'up{job=~"(.*/)?torchmond"}'):
         assert needle in exprs_text, needle
 
