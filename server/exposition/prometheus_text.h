@@ -50,9 +50,15 @@ struct HistogramSample {
   int32_t schema = 0;
   double zero_threshold = 0;
   uint64_t zero_count = 0;
-  // The buckets with a count, by index, ascending: (index, count).
-  absl::Span<const std::pair<int32_t, uint64_t>> positive;
-  absl::Span<const std::pair<int32_t, uint64_t>> negative;
+  // The buckets of one sign as NativeHistogram holds them: dense counts
+  // from `offset`, and the sign's infinities (counted in bucket
+  // NativeHistogram::InfiniteIndex(schema)).
+  struct Sign {
+    int32_t offset = 0;
+    absl::Span<const uint64_t> counts;
+    uint64_t infinities = 0;
+  };
+  Sign positive, negative;
 };
 
 // "No _created sample" for ExpositionWriter::Sample and Histogram.

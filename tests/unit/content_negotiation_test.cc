@@ -120,14 +120,22 @@ std::string Gunzip(const std::string& compressed) {
   return out;
 }
 
-TEST(GzipStreamTest, PiecesInAreOneGzipStreamOut) {
+// Threads compressing: 1 (in the writer's thread) or several (blocks in
+// parallel, pigz-style); the output is one gzip stream either way.
+class GzipStreamTest : public ::testing::TestWithParam<size_t> {};
+
+INSTANTIATE_TEST_SUITE_P(Threads, GzipStreamTest, ::testing::Values(1, 2, 3));
+
+TEST_P(GzipStreamTest, PiecesInAreOneGzipStreamOut) {
   std::string compressed;
   int calls = 0;
-  GzipStream gzip([&](absl::string_view piece) {
-    ++calls;
-    compressed.append(piece.data(), piece.size());
-    return true;
-  });
+  GzipStream gzip(
+      [&](absl::string_view piece) {
+        ++calls;
+        compressed.append(piece.data(), piece.size());
+        return true;
+      },
+      GetParam());
   std::string original;
   for (int i = 0; i < 200000; ++i) {
     const std::string line = "torchmon_stat{stat=\"s" + std::to_string(i % 977) + "\"} " +
@@ -141,11 +149,29 @@ TEST(GzipStreamTest, PiecesInAreOneGzipStreamOut) {
   EXPECT_EQ(Gunzip(compressed), original);
 }
 
-TEST(GzipStreamTest, AReaderThatGoesAwayStopsTheStream) {
-  GzipStream gzip([](absl::string_view) { return false; });
+TEST_P(GzipStreamTest, EmptyAndTinyStreamsAreWholeGzipStreams) {
+  for (const std::string& original : {std::string(), std::string("x"), std::string(1000, 'y')}) {
+    std::string compressed;
+    GzipStream gzip(
+        [&](absl::string_view piece) {
+          compressed.append(piece.data(), piece.size());
+          return true;
+        },
+        GetParam());
+    ASSERT_TRUE(gzip.Write(original));
+    ASSERT_TRUE(gzip.Finish());
+    EXPECT_EQ(Gunzip(compressed), original) << original.size() << " bytes";
+  }
+}
+
+TEST_P(GzipStreamTest, AReaderThatGoesAwayStopsTheStream) {
+  GzipStream gzip([](absl::string_view) { return false; }, GetParam());
   std::string big(1 << 20, 'x');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + (i * 7919) % 26);
-  EXPECT_FALSE(gzip.Write(big));  // 1 MiB of poorly compressible text fills the output
+  // 8 MiB of poorly compressible text: output reaches the sink, which refuses.
+  bool refused = false;
+  for (int i = 0; i < 8 && !refused; ++i) refused = !gzip.Write(big);
+  EXPECT_TRUE(refused);
   EXPECT_FALSE(gzip.Write("more"));
   EXPECT_FALSE(gzip.Finish());
 }
