@@ -177,7 +177,7 @@ void BM_Exposition(benchmark::State& state) {
 // zero-length chunk), discarding it as a scraper that parses as it reads
 // would; `keep` (optional) receives the whole response. Returns the bytes
 // received, or 0 on failure.
-size_t HttpScrape(int port, std::string* keep) {
+size_t HttpScrape(int port, std::string* keep, const std::string& headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in sa{};
@@ -188,8 +188,8 @@ size_t HttpScrape(int port, std::string* keep) {
     close(fd);
     return 0;
   }
-  const std::string request =
-      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+                              headers + "\r\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return 0;
@@ -208,8 +208,21 @@ size_t HttpScrape(int port, std::string* keep) {
   return absl::EndsWith(tail, "\r\n0\r\n\r\n") ? total : 0;
 }
 
+// Args: series; the Accept header of format 0 (none: text 0.0.4), 1
+// (OpenMetrics) or 2 (protobuf, as Prometheus with native histograms asks);
+// Accept-Encoding: gzip (as Prometheus always asks).
 void BM_HttpScrape(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
+  const int64_t format = state.range(1);
+  const bool gzip = state.range(2) != 0;
+  std::string headers;
+  if (format == 1) headers += "Accept: application/openmetrics-text;version=1.0.0\r\n";
+  if (format == 2) {
+    headers +=
+        "Accept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+        "encoding=delimited\r\n";
+  }
+  if (gzip) headers += "Accept-Encoding: gzip\r\n";
   Exposition& e = ExpositionOf(n);
   DaemonStats http_stats;
   auto server = MetricsHttpServer::Start("127.0.0.1:0", e.exposition, http_stats);
@@ -221,13 +234,15 @@ void BM_HttpScrape(benchmark::State& state) {
   }
   size_t bytes = 0;
   for (auto _ : state) {
-    bytes = HttpScrape(port, nullptr);
+    bytes = HttpScrape(port, nullptr, headers);
     if (bytes == 0) return state.SkipWithError("scrape failed or was cut short");
   }
   // Outside the timing: one more scrape, kept, must hold every sample line
-  // (chunk framing adds a few bytes per 256 KiB).
+  // (chunk framing adds a few bytes per 256 KiB); BM_Exposition checks the
+  // other formats' content.
   std::string whole;
-  if (HttpScrape(port, &whole) == 0 || SampleLines(whole) < n * kLinesPerSeries) {
+  if (HttpScrape(port, &whole, headers) == 0 ||
+      (format == 0 && !gzip && SampleLines(whole) < n * kLinesPerSeries)) {
     state.SkipWithError("scrape is missing samples");
   }
   ReportScrape(state, n, bytes);
@@ -365,9 +380,10 @@ BENCHMARK(BM_Exposition)
     // Wall time: gzip compresses on GzipStream::DefaultThreads() threads.
     ->UseRealTime();
 BENCHMARK(BM_HttpScrape)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
+    ->Args({1'000, 0, 0})
+    ->Args({10'000, 0, 0})
+    ->ArgsProduct({{100'000}, {0, 1, 2}, {0, 1}})
+    ->ArgNames({"series", "format", "gzip"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_GenericPath)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
