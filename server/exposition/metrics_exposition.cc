@@ -50,8 +50,9 @@ struct SeriesRow {
   WindowRecord window;
   std::vector<double> quantiles;  // window's, in the order of spec.quantiles
   double created_s = 0;           // when the series was created, Unix seconds
-  bool has_histogram = false;
-  HistogramRow histogram;
+  // Its histogram's index in Snapshot::histograms, -1 without: apart, so
+  // that the rows every family walks stay small.
+  int64_t histogram = -1;
 };
 
 struct EventRow {
@@ -69,6 +70,7 @@ struct Snapshot {
   explicit Snapshot(const ExpositionWriter& writer) : writer(writer) {}
   const ExpositionWriter& writer;
   std::string arena;
+  std::vector<HistogramRow> histograms;
   std::vector<uint64_t> buckets;  // the histograms' bucket counts
   std::vector<SeriesRow> series;
   std::vector<EventRow> events;
@@ -134,30 +136,24 @@ std::string MetricsExposition::RenderToString(ExpositionFormat format) const {
   return out;
 }
 
-namespace {
-std::unique_ptr<ExpositionWriter> MakeExpositionWriter(ExpositionFormat format,
-                                                       ExpositionWriter::Sink sink) {
-  if (format == ExpositionFormat::kProtobuf) {
-    return std::make_unique<PrometheusProtobufWriter>(std::move(sink));
-  }
-  return std::make_unique<PrometheusTextWriter>(std::move(sink), format);
-}
-}  // namespace
 
-size_t MetricsExposition::Render(ExpositionFormat format,
-                                 const ExpositionWriter::Sink& sink) const {
-  const std::unique_ptr<ExpositionWriter> writer = MakeExpositionWriter(format, sink);
-  ExpositionWriter& out = *writer;
+namespace {
+
+// One scrape into `out`, a PrometheusTextWriter or PrometheusProtobufWriter.
+template <typename Writer>
+size_t RenderScrape(const Aggregator& aggregator, const EventLog& events,
+                    const DaemonStats& stats, const std::string& version,
+                    ExpositionFormat format, Writer& out) {
   Snapshot snap(out);
   // Under the aggregator's lock: copies and a reference count, nothing else
   // (ingestion may wait for the whole walk; see Aggregator::ForEachSeries).
   // The rows are constructed here, outside the lock, so that their pages
   // are faulted in before the walk rather than during it.
-  snap.series.resize(aggregator_.series_count() + Aggregator::kWalkChunk);
+  snap.series.resize(aggregator.series_count() + Aggregator::kWalkChunk);
   // Only the protobuf format shows a histogram's buckets.
   const bool copy_buckets = format == ExpositionFormat::kProtobuf;
   size_t rows = 0;
-  aggregator_.ForEachSeries([&](const Aggregator::SeriesView& s) {
+  aggregator.ForEachSeries([&](const Aggregator::SeriesView& s) {
     SeriesRow& row = rows < snap.series.size() ? snap.series[rows] : snap.series.emplace_back();
     ++rows;
     row.key = s.key;
@@ -169,10 +165,11 @@ size_t MetricsExposition::Render(ExpositionFormat format,
       row.window = *s.last_window;
       row.quantiles.assign(s.last_quantiles.begin(), s.last_quantiles.end());
     }
-    row.has_histogram = s.histogram != nullptr;
+    row.histogram = -1;
     if (s.histogram != nullptr) {
       const NativeHistogram& h = *s.histogram;
-      HistogramRow& hr = row.histogram;
+      row.histogram = static_cast<int64_t>(snap.histograms.size());
+      HistogramRow& hr = snap.histograms.emplace_back();
       hr.count = h.count();
       hr.sum = h.sum();
       hr.schema = h.schema();
@@ -203,7 +200,7 @@ size_t MetricsExposition::Render(ExpositionFormat format,
   }
   {
     LabelTextCache labels(snap);
-    events_.ForEachTotals([&](const SeriesKey& key, const EventLog::Totals& totals) {
+    events.ForEachTotals([&](const SeriesKey& key, const EventLog::Totals& totals) {
       EventRow& row = snap.events.emplace_back();
       row.event = snap.Label("event", key.stat, /*leading_comma=*/false);
       row.labels = labels.Get(key.labels);
@@ -214,7 +211,7 @@ size_t MetricsExposition::Render(ExpositionFormat format,
       }
     });
   }
-  snap.events_retained = events_.size();
+  snap.events_retained = events.size();
 
   // The agg label of each aggregation, and of each quantile met.
   std::string aggregation_parts[8];
@@ -264,8 +261,8 @@ size_t MetricsExposition::Render(ExpositionFormat format,
       "(exponential buckets; the text formats show only its count and sum).",
       MetricKind::kHistogram, [&] {
         for (const SeriesRow& r : snap.series) {
-          if (!r.has_histogram) continue;
-          const HistogramRow& h = r.histogram;
+          if (r.histogram < 0) continue;
+          const HistogramRow& h = snap.histograms[static_cast<size_t>(r.histogram)];
           HistogramSample sample;
           sample.count = h.count;
           sample.sum = h.sum;
@@ -349,9 +346,9 @@ size_t MetricsExposition::Render(ExpositionFormat format,
                }
              });
 
-  const SelfMetricInputs inputs{stats_, snap.series_count, snap.events_retained, version_};
+  const SelfMetricInputs inputs{stats, snap.series_count, snap.events_retained, version};
   const double started_s =
-      static_cast<double>(stats_.start_time_ms.load(std::memory_order_relaxed)) / 1000.0;
+      static_cast<double>(stats.start_time_ms.load(std::memory_order_relaxed)) / 1000.0;
   for (const SelfMetric& m : SelfMetrics()) {
     const bool counter = std::strcmp(m.type, "counter") == 0;
     out.Family(m.name, m.help, counter ? MetricKind::kCounter : MetricKind::kGauge, [&] {
@@ -364,6 +361,19 @@ size_t MetricsExposition::Render(ExpositionFormat format,
   }
   out.Finish();
   return out.bytes_written();
+}
+
+}  // namespace
+
+size_t MetricsExposition::Render(ExpositionFormat format,
+                                 const ExpositionWriter::Sink& sink) const {
+  // Each writer by its own (final) type: the calls per sample are direct.
+  if (format == ExpositionFormat::kProtobuf) {
+    PrometheusProtobufWriter out(sink);
+    return RenderScrape(aggregator_, events_, stats_, version_, format, out);
+  }
+  PrometheusTextWriter out(sink, format);
+  return RenderScrape(aggregator_, events_, stats_, version_, format, out);
 }
 
 }  // namespace torchmon::server

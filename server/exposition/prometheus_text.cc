@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/strip.h"
 
 namespace torchmon::server {
@@ -138,9 +139,11 @@ void PrometheusTextWriter::WriteHeader() {
   header_.clear();
 }
 
-void PrometheusTextWriter::Line(absl::string_view name, absl::string_view suffix,
-                                std::initializer_list<absl::string_view> label_parts,
-                                absl::string_view extra, double value) {
+// Inlined: one call per sample line instead of three (a 100k-series scrape
+// writes 1.2 million lines).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void PrometheusTextWriter::Line(
+    absl::string_view name, absl::string_view suffix,
+    std::initializer_list<absl::string_view> label_parts, absl::string_view extra, double value) {
   size_t labels = extra.size();
   for (absl::string_view part : label_parts) labels += part.size();
   // name, suffix, braces, labels, space, value, newline.
@@ -169,7 +172,7 @@ void PrometheusTextWriter::Line(absl::string_view name, absl::string_view suffix
 void PrometheusTextWriter::Sample(absl::string_view name,
                                   std::initializer_list<absl::string_view> label_parts,
                                   double value, double created) {
-  WriteHeader();
+  if (!header_.empty()) WriteHeader();
   Line(name, "", label_parts, "", value);
   if (openmetrics_ && !std::isnan(created)) Line(family_, "_created", label_parts, "", created);
   MaybeFlush();
