@@ -313,10 +313,13 @@ size_t RenderScrape(const Aggregator& aggregator, const EventLog& events,
              MetricKind::kCounter, false, [&](const SeriesRow& r) {
                const uint64_t counts[] = {r.counters.capped, r.counters.late, r.counters.skewed,
                                           r.counters.client_dropped};
+               // No _created: they start with the series, which its
+               // accepted counter's _created tells once (Prometheus 2.x
+               // stores every _created as a series of its own).
                for (size_t i = 0; i < 4; ++i) {
                  out.Sample("torchmon_samples_dropped_total",
                             {stat_text(r), label_text(r), reason_parts[i]},
-                            static_cast<double>(counts[i]), r.created_s);
+                            static_cast<double>(counts[i]));
                }
              });
 

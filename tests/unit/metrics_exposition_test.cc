@@ -562,6 +562,8 @@ TEST_F(MetricsExpositionTest, OpenMetricsNamesCountersWithoutTotalAndEndsWithEof
                               "torchmon_samples_accepted_created{stat=\"loss\",rank=\"0\"} " +
                               std::to_string(kT0 / 1000) + "\n"));
   EXPECT_THAT(text, HasSubstr("torchmon_stat_distribution_sum{stat=\"loss\",rank=\"0\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE torchmon_samples_dropped counter\n"));
+  EXPECT_THAT(text, Not(HasSubstr("torchmon_samples_dropped_created")));
   // A negative sum has no place in OpenMetrics: the +Inf bucket alone.
   EXPECT_THAT(text, HasSubstr("torchmon_stat_distribution_bucket{stat=\"delta\",rank=\"0\","
                               "le=\"+Inf\"} 2\n"));
