@@ -130,6 +130,27 @@ def test_promtool_check_metrics_on_a_live_scrape_is_clean(cluster):
     assert out.stdout.strip() == "" and out.stderr.strip() == "", out.stdout + out.stderr
 
 
+def test_a_live_openmetrics_scrape_passes_a_strict_openmetrics_parser(cluster):
+    # promtool 2.42 reads text 0.0.4 only; prometheus_client's OpenMetrics
+    # parser (Debian's python3-prometheus-client) enforces the 1.0 rules:
+    # counter naming, _created, histogram groups, no NaN or negative _sum,
+    # "# EOF" last.
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    content_type, scrape = fetch_metrics(cluster.daemons[NAN_EVAL_LOSS[0]],
+                                         "application/openmetrics-text;version=1.0.0")
+    assert content_type == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    families = {f.name: f for f in text_string_to_metric_families(scrape)}
+    assert families["torchmon_samples_accepted"].type == "counter"
+    assert families["torchmon_stat_distribution"].type == "histogram"
+    assert families["torchmon_daemon_scrapes"].type == "counter"
+    names = {s.name for s in families["torchmon_samples_accepted"].samples}
+    assert names == {"torchmon_samples_accepted_total", "torchmon_samples_accepted_created"}
+    # The NaN eval loss is a gauge's NaN, which OpenMetrics allows.
+    nan = [s for s in families["torchmon_stat"].samples
+           if s.labels["stat"] == "eval.loss" and s.labels["agg"] == "mean" and s.value != s.value]
+    assert nan, "the NaN eval.loss window is not in the scrape"
+
+
 # ---- Prometheus's view -----------------------------------------------------
 
 def test_every_node_is_up_and_is_the_instance_label(cluster):
