@@ -1,8 +1,6 @@
 // /metrics over real HTTP from a real daemon: the format each Accept header
 // gets, gzip, and what HEAD says; the protobuf answer read back with the
 // messages compiled from Debian's metrics.proto.
-#include <zlib.h>
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "io/prometheus/client/metrics.pb.h"
 #include "tests/support/daemon_fixture.h"
+#include "tests/support/gunzip.h"
 #include "torchmon/client.h"
 
 namespace torchmon::testing {
@@ -49,24 +48,6 @@ std::vector<pb::MetricFamily> ParseDelimited(const std::string& bytes) {
   return out;
 }
 
-std::string Gunzip(const std::string& compressed) {
-  z_stream z{};
-  EXPECT_EQ(inflateInit2(&z, 15 + 16), Z_OK);
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
-  z.avail_in = static_cast<uInt>(compressed.size());
-  std::string out;
-  char buf[16384];
-  int rc;
-  do {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof buf;
-    rc = inflate(&z, Z_NO_FLUSH);
-    out.append(buf, sizeof buf - z.avail_out);
-  } while (rc == Z_OK);
-  EXPECT_EQ(rc, Z_STREAM_END) << "not one whole gzip stream";
-  inflateEnd(&z);
-  return out;
-}
 
 TEST_F(MetricsHttpTest, EachAcceptHeaderGetsItsFormatNamedExactly) {
   StartDaemon();

@@ -2,16 +2,17 @@
 // stream, on the headers real scrapers send.
 #include "server/exposition/content_negotiation.h"
 
-#include <zlib.h>
-
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "server/exposition/gzip_stream.h"
+#include "tests/support/gunzip.h"
 
 namespace torchmon::server {
 namespace {
+
+using ::torchmon::testing::Gunzip;
 
 constexpr ExpositionFormat kText = ExpositionFormat::kText;
 constexpr ExpositionFormat kOpenMetrics = ExpositionFormat::kOpenMetrics;
@@ -101,24 +102,6 @@ TEST(AcceptsGzipTest, GzipWhenNamedOrCoveredByAStar) {
   EXPECT_FALSE(AcceptsGzip("gzip;q=x"));  // malformed: as if absent
 }
 
-std::string Gunzip(const std::string& compressed) {
-  z_stream z{};
-  EXPECT_EQ(inflateInit2(&z, 15 + 16), Z_OK);  // gzip only
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
-  z.avail_in = static_cast<uInt>(compressed.size());
-  std::string out;
-  char buf[4096];
-  int rc;
-  do {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof buf;
-    rc = inflate(&z, Z_NO_FLUSH);
-    out.append(buf, sizeof buf - z.avail_out);
-  } while (rc == Z_OK);
-  EXPECT_EQ(rc, Z_STREAM_END);
-  inflateEnd(&z);
-  return out;
-}
 
 // Threads compressing: 1 (in the writer's thread) or several (blocks in
 // parallel, pigz-style); the output is one gzip stream either way.
