@@ -3,26 +3,68 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace torchmon::server {
 namespace {
 
+// The top mantissa bits that pick a slice of [0.5, 1): narrower than the
+// gap between two bounds at schema 8, so a slice holds at most one bound.
+constexpr int kSliceBits = 10;
+
 // For schema s in 1..8: the 2^s fractions 2^(j/2^s - 1), j = 0 .. 2^s - 1,
 // the bucket bounds within one power of two as std::frexp scales it to
-// [0.5, 1).
-const std::vector<double>& Fractions(int32_t schema) {
-  static const std::array<std::vector<double>, 9> kFractions = [] {
-    std::array<std::vector<double>, 9> table;
+// [0.5, 1); and for each slice of [0.5, 1) by the top kSliceBits of the
+// mantissa, the first bound at or above the slice's start.
+struct SchemaTable {
+  std::vector<double> fractions;
+  std::array<uint16_t, 1 << kSliceBits> first_bound;
+};
+
+const std::array<SchemaTable, 9>* BuildTables() {
+  auto* tables_ptr = new std::array<SchemaTable, 9>;  // never destroyed
+  std::array<SchemaTable, 9>& tables = *tables_ptr;
+  {
     for (int32_t s = 1; s <= 8; ++s) {
+      SchemaTable& t = tables[static_cast<size_t>(s)];
       const int32_t n = 1 << s;
-      for (int32_t j = 0; j < n; ++j) {
-        table[static_cast<size_t>(s)].push_back(std::exp2(static_cast<double>(j) / n - 1));
+      for (int32_t j = 0; j < n; ++j) t.fractions.push_back(std::exp2(static_cast<double>(j) / n - 1));
+      for (size_t slice = 0; slice < t.first_bound.size(); ++slice) {
+        const double start = 0.5 + static_cast<double>(slice) / (2 << kSliceBits);
+        t.first_bound[slice] = static_cast<uint16_t>(
+            std::lower_bound(t.fractions.begin(), t.fractions.end(), start) - t.fractions.begin());
       }
     }
-    return table;
-  }();
-  return kFractions[static_cast<size_t>(schema)];
+  }
+  return tables_ptr;
 }
+
+// Built when the program starts: a lookup per sample without the guard of
+// a function-local static.
+const std::array<SchemaTable, 9>* const kTables = BuildTables();
+
+inline const SchemaTable& Table(int32_t schema) { return (*kTables)[static_cast<size_t>(schema)]; }
+
+// Index() for schema > 0 and a normal double m: m = frac · 2^exp with frac
+// in [0.5, 1) sharing m's mantissa, read from the bits (std::frexp and a
+// binary search were most of a sample's histogram time).
+inline int32_t NormalIndex(double m, int32_t schema) {
+  uint64_t bits;
+  std::memcpy(&bits, &m, sizeof bits);
+  const int exp = static_cast<int>((bits >> 52) & 0x7FF) - 1022;
+  const uint64_t fraction_bits = (bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{0x3FE} << 52);
+  double frac;
+  std::memcpy(&frac, &fraction_bits, sizeof frac);
+  const SchemaTable& t = Table(schema);
+  // The first bound ≥ frac (bounds are inclusive): the slice's first
+  // bound, or the one after it if frac is past it.
+  size_t j = t.first_bound[static_cast<size_t>(bits >> (52 - kSliceBits)) & ((1 << kSliceBits) - 1)];
+  if (j < t.fractions.size() && t.fractions[j] < frac) ++j;
+  return static_cast<int32_t>(j) + (exp - 1) * (1 << schema);
+}
+
+const std::vector<double>& Fractions(int32_t schema) { return Table(schema).fractions; }
 
 // Bucket i at schema s lies within bucket floor((i + 1) / 2) at s - 1.
 int32_t CoarserIndex(int32_t index) {
@@ -33,6 +75,7 @@ int32_t CoarserIndex(int32_t index) {
 }  // namespace
 
 int32_t NativeHistogram::Index(double m, int32_t schema) {
+  if (schema > 0 && m >= std::numeric_limits<double>::min()) return NormalIndex(m, schema);
   int exp = 0;
   const double frac = std::frexp(m, &exp);  // m = frac · 2^exp, frac in [0.5, 1)
   if (schema > 0) {
@@ -79,7 +122,16 @@ void NativeHistogram::Add(double x) {
     ++zero_count_;
     return;
   }
-  AddToBucket(x > 0 ? positive_ : negative_, Index(m, schema_));
+  // Above the zero threshold m is a normal double.
+  const int32_t index = schema_ > 0 ? NormalIndex(m, schema_) : Index(m, schema_);
+  Buckets& store = x > 0 ? positive_ : negative_;
+  // Almost always a bucket the store already spans.
+  const uint64_t offset = static_cast<uint64_t>(static_cast<int64_t>(index) - store.offset);
+  if (offset < store.counts.size()) {
+    ++store.counts[offset];
+    return;
+  }
+  AddToBucket(store, index);
 }
 
 void NativeHistogram::AddToBucket(Buckets& store, int32_t index) {

@@ -63,6 +63,19 @@ TEST(NativeHistogramTest, BoundsAreInclusiveAndMatchPrometheusIndices) {
   EXPECT_DOUBLE_EQ(NativeHistogram::UpperBound(-5, 5), std::exp2(-5.0 / 32));
 }
 
+TEST(NativeHistogramTest, EveryBoundIsInItsOwnBucketAndTheNextDoubleInTheNext) {
+  for (int32_t schema = 1; schema <= 8; ++schema) {
+    // Bounds from 2^-120 to 2^120, every bucket of some powers of two.
+    const int32_t per_power = 1 << schema;
+    for (int32_t index = -120 * per_power; index <= 120 * per_power; index += 1 + per_power / 3) {
+      const double bound = NativeHistogram::UpperBound(index, schema);
+      ASSERT_EQ(NativeHistogram::Index(bound, schema), index) << "schema " << schema;
+      const double above = std::nextafter(bound, 2 * bound);
+      ASSERT_EQ(NativeHistogram::Index(above, schema), index + 1) << "schema " << schema;
+    }
+  }
+}
+
 TEST(NativeHistogramTest, TheBucketMidpointIsWithinTheStatedRelativeError) {
   // Schema 5: base 2^(1/32); (base - 1) / (base + 1) = 1.0836 %.
   const double base = std::exp2(1.0 / 32);
