@@ -328,7 +328,9 @@ class Aggregator {
   int64_t DeadlineMs(const Series& s, int64_t index) const {
     return protocol::WindowStartMs(index + 1, s.spec.window_ms) + options_.grace_ms;
   }
-  Series* FindLocked(SeriesId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lookup: the shared lock is enough to find a series; changing it takes
+  // the exclusive one.
+  Series* FindLocked(SeriesId id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // What AddSamples does for `run`, under the lock, the clock read as `now`.
   absl::StatusOr<AddResult> AddRunLocked(const SampleRun& run, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
