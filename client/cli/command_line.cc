@@ -655,7 +655,7 @@ std::string UsageText(absl::string_view command) {
         "  --agg LIST          aggregations, comma-separated from value, mean, count, sum,\n"
         "                      max, min and quantiles pNN (p50, p99, p99.9); default: the\n"
         "                      six of torch.monitor\n"
-        "  --window DURATION   window length, 10ms to 24h (default 10s)\n"
+        "  --window DURATION   window length, 10ms to 744h (31 days; default 10s)\n"
         "  --max-samples N     samples accepted per window; 0 = unlimited (default 0)\n"
         "  --histogram         keep a native histogram of the series' samples for\n"
         "                      Prometheus (implied by a quantile)\n"

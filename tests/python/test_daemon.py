@@ -128,6 +128,30 @@ def test_histogram_keyword_defines_a_series_with_a_histogram(daemon):
         raise AssertionError("histogram accepted positionally")
 
 
+def test_a_window_torch_monitor_takes_reaches_the_daemon_or_is_refused_up_front(daemon):
+    client = torchmon.Client(target=daemon.target, labels={"rank": "0"},
+                             labels_from_environment=False)
+    # torch.monitor's 100-hour window, and the longest the daemon holds.
+    long = torchmon.Stat("w.100h", [torchmon.MEAN], datetime.timedelta(hours=100), client=client)
+    month = torchmon.Stat("w.31d", [torchmon.MEAN], datetime.timedelta(days=31), client=client)
+    long.add(1.0)
+    month.add(2.0)
+    assert client.flush(5)
+    assert client.errors() == []
+    assert [s["window_ms"] for s in daemon.series("w.100h")] == [360_000_000]
+    assert [s["counters"]["accepted"] for s in daemon.series("w.31d")] == [1]
+    # Longer or shorter: refused when the Stat is made, before any add().
+    for window in (datetime.timedelta(days=31, milliseconds=1), datetime.timedelta(days=365),
+                   datetime.timedelta(milliseconds=9)):
+        try:
+            torchmon.Stat("w.refused", [torchmon.MEAN], window, client=client)
+        except ValueError as e:
+            assert "window_size" in str(e) and "31 days" in str(e), e
+        else:
+            raise AssertionError(f"a window of {window} was accepted")
+    assert daemon.series("w.refused") == []
+
+
 def test_an_unknown_aggregation_name_raises_value_error_naming_it(daemon):
     client = torchmon.Client(target=daemon.target, labels_from_environment=False)
     for bad in ("p100", "median", "p99.99999"):

@@ -9,6 +9,7 @@ import weakref
 import pytest
 import torch.monitor
 import torchmon
+from conftest import run_python
 
 
 def documented_usage(monitor, client_kwargs):
@@ -32,10 +33,103 @@ def documented_usage(monitor, client_kwargs):
 
 def test_every_torch_monitor_name_exists_in_torchmon():
     public = {n for n in dir(torch.monitor) if not n.startswith("_")}
-    # Not mirrored: TensorboardEventHandler (torchmon's daemon has sinks) and
-    # TYPE_CHECKING (an import artefact).
-    missing = public - set(dir(torchmon)) - {"TensorboardEventHandler", "TYPE_CHECKING"}
+    # TYPE_CHECKING is an import artefact of torch.monitor, not its API.
+    missing = public - set(dir(torchmon)) - {"TYPE_CHECKING"}
     assert missing == set()
+    # torch 2.4 and later also export _WaitCounter (Debian's 1.13 does not).
+    assert "_WaitCounter" in dir(torchmon)
+    from torchmon import TensorboardEventHandler, _WaitCounter  # noqa: F401
+
+
+def test_dir_shows_the_public_api_and_nothing_it_imports():
+    names = set(dir(torchmon))
+    assert names == set(torchmon.__all__) | {"_WaitCounter"}
+    for leaked in ("os", "sys", "enum", "threading", "atexit", "Callable", "Dict", "Optional",
+                   "Union", "annotations", "_torchmon", "_dt"):
+        assert leaked not in names
+    # Everything __all__ names is there.
+    for name in torchmon.__all__:
+        assert hasattr(torchmon, name), name
+
+
+class RecordingWriter:
+    """Records SummaryWriter.add_scalar calls. A stand-in for TensorBoard's
+    SummaryWriter, which this machine does not have (no tensorboard package
+    in Debian); both handlers below are given the same one."""
+
+    def __init__(self):
+        self.scalars = []
+
+    def add_scalar(self, tag, value, walltime=None):
+        self.scalars.append((tag, value, walltime))
+
+
+def test_tensorboard_event_handler_writes_what_torch_monitors_does():
+    stamp = datetime.datetime(2026, 11, 26, 1, 2, 3, 456000)
+    events = [
+        ("torch.monitor.Stat", {"train.loss.mean": 0.5, "train.loss.count": 3}),
+        ("epoch_end", {"epoch": 1}),  # not a Stat event: ignored by both
+    ]
+    written = []
+    for module in (torch.monitor, torchmon):
+        writer = RecordingWriter()
+        handler = module.TensorboardEventHandler(writer)
+        for name, data in events:
+            handler(module.Event(name, stamp, data))
+        written.append(writer.scalars)
+    # torch.monitor's event data is a C++ hash map: its order is not ours.
+    assert sorted(written[0]) == sorted(written[1])
+    assert sorted(written[1]) == [("train.loss.count", 3, stamp.timestamp()),
+                                  ("train.loss.mean", 0.5, stamp.timestamp())]
+
+
+def test_tensorboard_event_handler_receives_this_processes_stat_windows(daemon):
+    client = torchmon.Client(target=daemon.target, labels_from_environment=False)
+    writer = RecordingWriter()
+    handle = torchmon.register_event_handler(torchmon.TensorboardEventHandler(writer))
+    try:
+        stat = torchmon.Stat("tb.loss", [torchmon.MEAN], datetime.timedelta(milliseconds=100),
+                             client=client)
+        stat.add(2.0)
+        deadline = time.monotonic() + 5
+        while not writer.scalars and time.monotonic() < deadline:
+            time.sleep(0.12)
+            stat.add(2.0)  # a sample in a later window completes the first
+    finally:
+        torchmon.unregister_event_handler(handle)
+    assert writer.scalars and writer.scalars[0][0] == "tb.loss.mean"
+    assert writer.scalars[0][1] == 2.0
+
+
+def test_wait_counter_guards_become_daemon_series(daemon, default_client_for):
+    counter = torchmon._WaitCounter("test.loader")
+    with counter.guard():
+        time.sleep(0.05)
+        with torchmon._WaitCounter("test.loader").guard():  # the same key, nested
+            time.sleep(0.02)
+    assert default_client_for.flush(5)
+    (wait,) = daemon.series("test.loader.wait_s")
+    assert wait["counters"]["accepted"] == 2
+    assert wait["aggregations"] == ["count", "sum", "max"]
+    (active,) = daemon.series("test.loader.active")
+    assert active["counters"]["accepted"] == 4  # 1, 2 on entering; 1, 0 on leaving
+    windows = daemon.wait_windows("test.loader.wait_s", 1, timeout=30)
+    total = sum(w["aggregates"]["sum"] for w in windows)
+    longest = max(w["aggregates"]["max"] for w in windows)
+    assert 0.07 <= total < 5 and 0.05 <= longest < 5
+
+
+def test_wait_counters_are_off_with_torch_disable_wait_counters(daemon, python_env):
+    env = dict(python_env, TORCH_DISABLE_WAIT_COUNTERS="1")
+    out = run_python(
+        "import torchmon\n"
+        "with torchmon._WaitCounter('test.off').guard():\n"
+        "    pass\n"
+        "assert torchmon.flush(5)\n",
+        env)
+    assert out.returncode == 0, out.stderr
+    assert daemon.series("test.off.wait_s") == []
+    assert daemon.series("test.off.active") == []
 
 
 def test_aggregation_members_match_torch_monitor():

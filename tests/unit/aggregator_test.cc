@@ -1,6 +1,7 @@
 // The window rules of the aggregation core, driven by a ManualClock. Every
 // expected number is worked out by hand in the test from the rule it checks.
 #include "server/core/aggregator.h"
+#include "torchmon/protocol/protocol.h"
 
 #include <atomic>
 #include <cmath>
@@ -108,6 +109,27 @@ TEST_F(AggregatorTest, WindowsAreAlignedToTheEpochNotToTheFirstSample) {
   ASSERT_THAT(closed, SizeIs(1));
   EXPECT_EQ(closed[0].start_ms, 1'700'000'000'100);
   EXPECT_EQ(closed[0].end_ms, 1'700'000'000'400);
+}
+
+// The longest window the protocol allows (31 days) opens, keeps its series
+// through the idle TTL and closes at its end plus the grace like any other.
+TEST_F(AggregatorTest, AThirtyOneDayWindowClosesAtItsEnd) {
+  constexpr int64_t kMonth = protocol::kMaxWindowMs;
+  const SeriesId id = Define("monthly", {}, kMonth);
+  const int64_t start = kT0 / kMonth * kMonth;
+  AddAt(id, 2, kT0);
+  clock_.Set(kT0 + 24 * 3600 * 1000);  // a day on: past the series TTL, window still open
+  EXPECT_EQ(aggregator_->ExpireIdleSeries(), 0u);
+  AddAt(id, 4, clock_.NowMs());
+  clock_.Set(start + kMonth + kGrace - 1);
+  EXPECT_THAT(aggregator_->CloseDueWindows(), SizeIs(0));
+  clock_.Set(start + kMonth + kGrace);
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(1));
+  EXPECT_EQ(closed[0].start_ms, start);
+  EXPECT_EQ(closed[0].end_ms, start + kMonth);
+  EXPECT_EQ(closed[0].stats.accepted, 2u);
+  EXPECT_EQ(closed[0].stats.Get(Aggregation::kMean), 3);
 }
 
 TEST_F(AggregatorTest, WindowCoversItsStartUpToButExcludingItsEnd) {

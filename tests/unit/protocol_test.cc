@@ -318,11 +318,13 @@ v1::StatSpec Spec(int64_t window_ms, int64_t max_samples = 0) {
 
 TEST(ValidateSpecTest, AcceptsWindowSizesWithinBounds) {
   EXPECT_TRUE(ValidateSpec(Spec(10)).ok());
-  EXPECT_TRUE(ValidateSpec(Spec(86'400'000)).ok());
+  EXPECT_TRUE(ValidateSpec(Spec(86'400'000)).ok());       // a day
+  EXPECT_TRUE(ValidateSpec(Spec(360'000'000)).ok());      // torch.monitor's 100 hours
+  EXPECT_TRUE(ValidateSpec(Spec(2'678'400'000)).ok());    // 31 days
 }
 
 TEST(ValidateSpecTest, RefusesWindowSizesOutsideBoundsNamingTheField) {
-  for (int64_t w : {int64_t{0}, int64_t{9}, int64_t{86'400'001}, int64_t{-1000}}) {
+  for (int64_t w : {int64_t{0}, int64_t{9}, int64_t{2'678'400'001}, int64_t{-1000}}) {
     absl::Status s = ValidateSpec(Spec(w));
     ASSERT_FALSE(s.ok()) << w;
     EXPECT_THAT(std::string(s.message()), HasSubstr("window_size_ms")) << w;

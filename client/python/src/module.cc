@@ -843,7 +843,11 @@ PyMODINIT_FUNC PyInit__torchmon() {
   // PyModule_AddObjectRef (3.10) leaves our reference to the type alone.
   if (PyModule_AddObjectRef(module.get(), "Client", reinterpret_cast<PyObject*>(client_type)) < 0 ||
       PyModule_AddObjectRef(module.get(), "Stat", reinterpret_cast<PyObject*>(stat_type)) < 0 ||
-      PyModule_AddStringConstant(module.get(), "__version__", TORCHMON_VERSION) < 0) {
+      PyModule_AddStringConstant(module.get(), "__version__", TORCHMON_VERSION) < 0 ||
+      PyModule_AddIntConstant(module.get(), "MIN_WINDOW_MS",
+                              static_cast<long>(torchmon::protocol::kMinWindowMs)) < 0 ||
+      PyModule_AddIntConstant(module.get(), "MAX_WINDOW_MS",
+                              static_cast<long>(torchmon::protocol::kMaxWindowMs)) < 0) {
     return nullptr;
   }
   return module.release();

@@ -19,6 +19,7 @@ import enum
 import os
 import sys
 import threading
+import time as _time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _torchmon
@@ -30,8 +31,15 @@ __all__ = [
     "__version__", "Aggregation", "VALUE", "MEAN", "COUNT", "SUM", "MAX", "MIN", "STAT_EVENT",
     "Client", "Stat", "Event", "EventHandlerHandle", "data_value_t",
     "log_event", "register_event_handler", "unregister_event_handler",
-    "default_client", "set_default_client", "flush",
+    "TensorboardEventHandler", "default_client", "set_default_client", "flush",
 ]
+
+
+def __dir__() -> List[str]:
+    # dir(torchmon) is the public API (and torch.monitor's private
+    # _WaitCounter, which it exports), not the modules and typing names
+    # this file imports.
+    return sorted(__all__ + ["_WaitCounter"])
 
 class Aggregation(enum.IntEnum):
     """Aggregations computed over each window (torch.monitor.Aggregation)."""
@@ -79,6 +87,13 @@ def _seconds(timeout: Union[float, _dt.timedelta]) -> float:
 def _window_us(window_size: _dt.timedelta) -> int:
     if not isinstance(window_size, _dt.timedelta):
         raise TypeError(f"window_size must be a datetime.timedelta, not {type(window_size).__name__}")
+    # torch.monitor takes any window; the daemon holds 10 ms to 31 days. A
+    # stat it would refuse is refused here, before a sample is counted.
+    low = _dt.timedelta(milliseconds=_torchmon.MIN_WINDOW_MS)
+    high = _dt.timedelta(milliseconds=_torchmon.MAX_WINDOW_MS)
+    if not low <= window_size <= high:
+        raise ValueError(f"window_size {window_size} is outside [{low}, {high}]: torchmond "
+                         f"aggregates windows of 10 ms to 31 days")
     return window_size // _dt.timedelta(microseconds=1)
 
 
@@ -148,6 +163,95 @@ def _call_handlers(event: Event) -> None:
 def _stat_window_completed(data: Dict[str, float]) -> None:
     if _handlers:
         _call_handlers(Event(STAT_EVENT, _dt.datetime.now(), data))
+
+
+class TensorboardEventHandler:
+    """Writes ``torch.monitor.Stat`` events to a TensorBoard ``SummaryWriter``
+    (torch.monitor.TensorboardEventHandler): each key of the event's data,
+    e.g. ``"train.loss.mean"``, becomes one scalar, stamped with the event's
+    time. Other events are ignored. Register it in this process::
+
+        register_event_handler(TensorboardEventHandler(SummaryWriter()))
+
+    (The daemon can also write every window itself: torchmond
+    --tensorboard-dir, docs/sinks.md.)
+    """
+
+    def __init__(self, writer: object) -> None:
+        self._writer = writer
+
+    def __call__(self, event: Event) -> None:
+        if event.name != STAT_EVENT:
+            return
+        walltime = event.timestamp.timestamp()
+        for key, value in event.data.items():
+            self._writer.add_scalar(key, value, walltime=walltime)  # type: ignore[attr-defined]
+
+
+class _WaitCounter:
+    """Time spent waiting, by key (torch.monitor._WaitCounter, torch ≥ 2.4)::
+
+        with torchmon._WaitCounter("data.loader").guard():
+            batch = next(it)
+
+    Each key is two stats in the daemon, in windows of 10 s:
+    ``<key>.wait_s`` (COUNT: calls, SUM: total and MAX: longest wait, in
+    seconds) and ``<key>.active`` (VALUE and MAX of the guards open at
+    once). A key is named as a stat is, with the same limits and errors
+    (``Client.errors()``). With ``TORCH_DISABLE_WAIT_COUNTERS=1`` in the
+    environment when it is made, as with torch, it records nothing.
+    """
+
+    _WINDOW = _dt.timedelta(seconds=10)
+    _keys_lock = threading.Lock()
+    _keys: Dict[str, "_WaitCounter._Key"] = {}
+
+    class _Key:
+        def __init__(self, key: str) -> None:
+            self.lock = threading.Lock()
+            self.active = 0
+            self.wait = Stat(f"{key}.wait_s", [COUNT, SUM, MAX], _WaitCounter._WINDOW)
+            self.open = Stat(f"{key}.active", [VALUE, MAX], _WaitCounter._WINDOW)
+
+    class _Guard:
+        __slots__ = ("_key", "_start")
+
+        def __init__(self, key: Optional["_WaitCounter._Key"]) -> None:
+            self._key = key
+            self._start = 0
+
+        def __enter__(self) -> "_WaitCounter._Guard":
+            key = self._key
+            if key is not None:
+                with key.lock:
+                    key.active += 1
+                    key.open.add(key.active)
+                self._start = _time.monotonic_ns()
+            return self
+
+        def __exit__(self, *exc_info: object) -> None:
+            key = self._key
+            if key is None:
+                return
+            key.wait.add((_time.monotonic_ns() - self._start) / 1e9)
+            with key.lock:
+                key.active -= 1
+                key.open.add(key.active)
+
+    def __init__(self, key: str) -> None:
+        self._key: Optional[_WaitCounter._Key] = None
+        if os.environ.get("TORCH_DISABLE_WAIT_COUNTERS") == "1":
+            return
+        # One set of stats per key, shared by every counter of that key.
+        with _WaitCounter._keys_lock:
+            found = _WaitCounter._keys.get(key)
+            if found is None:
+                found = _WaitCounter._keys[key] = _WaitCounter._Key(key)
+        self._key = found
+
+    def guard(self) -> "_WaitCounter._Guard":
+        """A context manager timing one wait."""
+        return _WaitCounter._Guard(self._key)
 
 
 class Client:
@@ -297,7 +401,7 @@ class Stat(_torchmon.Stat):
     Query API. A name that is not an aggregation raises ``ValueError``.
 
     ``window_size`` is a ``datetime.timedelta`` (millisecond precision, 10 ms
-    to 24 h). ``max_samples`` caps the samples accepted per window; unlike
+    to 31 days; outside that ``ValueError``, torch.monitor takes any). ``max_samples`` caps the samples accepted per window; unlike
     torch.monitor the window is not closed early. ``labels`` are added to the
     client's identity labels; ``client`` defaults to ``default_client()``.
     ``histogram=True`` has the daemon keep a Prometheus native histogram of

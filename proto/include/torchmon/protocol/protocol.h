@@ -22,7 +22,9 @@ namespace torchmon::protocol {
 
 // Window sizes outside [kMinWindowMs, kMaxWindowMs] are refused.
 inline constexpr int64_t kMinWindowMs = 10;
-inline constexpr int64_t kMaxWindowMs = 24 * 3600 * 1000;
+// 31 days: a month-long window of a long run; torch.monitor accepts any
+// window, so torchmon's Python client refuses longer ones at Stat creation.
+inline constexpr int64_t kMaxWindowMs = int64_t{31} * 24 * 3600 * 1000;
 
 // Label keys a user cannot set: the exposition uses them itself.
 inline constexpr absl::string_view kReservedLabelKeys[] = {
