@@ -380,40 +380,37 @@ PyType_Spec client_spec = {"torchmon._torchmon.Client", sizeof(ClientObject), 0,
 // ---------------------------------------------------------------------------
 // Stat
 
-// The aggregates of one window, kept in process only so that Stat.count and
-// Stat.get() answer as torch.monitor's do. The daemon's aggregation is the
-// one that counts; this mirrors it for the calling process alone.
+// The aggregates of one window, kept in process only so that Stat.count,
+// Stat.get() and the window events of this process are torch.monitor's
+// exactly (its Stat<double>, torch/csrc/monitor/counters.h): zeros to start
+// with, MAX and MIN by its comparisons (a NaN never replaces them), VALUE the
+// last sample. The daemon's aggregation is the one that counts across
+// processes (docs/semantics.md has both views).
 struct LocalWindow {
-  uint64_t count = 0;
+  int64_t count = 0;
+  double value = 0;
   double sum = 0;
-  double min = std::numeric_limits<double>::infinity();
-  double max = -std::numeric_limits<double>::infinity();
-  double last = 0;
-  bool saw_nan = false;
+  double min = 0;
+  double max = 0;
 
   void Add(double v) {
-    ++count;
+    value = v;
     sum += v;
-    last = v;
-    if (std::isnan(v)) {
-      saw_nan = true;
-    } else {
-      min = std::min(min, v);
-      max = std::max(max, v);
-    }
+    if (max < v || count == 0) max = v;
+    if (min > v || count == 0) min = v;
+    ++count;
   }
   double Get(Aggregation a) const {
-    const double nan = std::numeric_limits<double>::quiet_NaN();
     switch (a) {
-      case Aggregation::VALUE: return last;
+      case Aggregation::VALUE: return value;
       case Aggregation::MEAN: return count == 0 ? 0.0 : sum / static_cast<double>(count);
       case Aggregation::COUNT: return static_cast<double>(count);
       case Aggregation::SUM: return sum;
-      case Aggregation::MAX: return count == 0 ? 0.0 : (saw_nan ? nan : max);
-      case Aggregation::MIN: return count == 0 ? 0.0 : (saw_nan ? nan : min);
+      case Aggregation::MAX: return max;
+      case Aggregation::MIN: return min;
       case Aggregation::QUANTILE: break;  // the daemon's alone: never mirrored here
     }
-    return nan;
+    return std::numeric_limits<double>::quiet_NaN();
   }
 };
 
@@ -448,59 +445,71 @@ class LocalStat {
               std::chrono::milliseconds(window_us / 1000),
               Options(max_samples, std::move(labels), histogram)) {}
 
-  // Called from training loops between steps, with cold caches: the clock
-  // is the client's TSC clock (no vDSO page to fault in) and, while `now`
-  // stays inside the current local window, no division is made. Returns
-  // true if a local window completed (last_closed() holds it).
-  bool Add(double v) {
-    const int64_t now_us = WallMicros();
-    bool completed = false;
-    if (now_us < window_start_us_ || now_us >= window_end_us_) {
-      // Outside the current window's bounds: another window.
-      if (current_.count > 0) {
-        last_closed_ = current_;
-        completed = true;
-      }
-      current_ = LocalWindow();
-      window_index_ = protocol::WindowIndex(now_us, window_ms_);
-      window_start_us_ = protocol::WindowStartUs(window_index_, window_ms_);
-      window_end_us_ = protocol::WindowStartUs(window_index_ + 1, window_ms_);
-    }
-    if (max_samples_ <= 0 || max_samples_ == std::numeric_limits<int64_t>::max() ||
-        current_.count < static_cast<uint64_t>(max_samples_)) {
+  // torch.monitor's Stat::add: a window (of the steady clock, as its) that
+  // ended is logged first; past max_samples in a window the sample is not
+  // counted here (it still goes to the daemon, which caps by its own
+  // windows); reaching max_samples logs the window at once. Returns how many
+  // windows were logged with samples, 0 to 2, in logged(0..n).
+  int Add(double v) {
+    logged_count_ = 0;
+    const uint64_t window = CurrentWindowId();
+    int logged = MaybeLog(window);
+    if (last_logged_ != window) {
       current_.Add(v);
+      logged += MaybeLog(window);
     }
-    stat_.add(v, now_us);
-    return completed;
+    stat_.add(v, WallMicros());
+    return logged;
   }
 
-  // Samples in the current window (torch.monitor.Stat.count).
-  int64_t Count() const {
-    return InCurrentWindow() ? static_cast<int64_t>(current_.count) : 0;
-  }
+  // Samples in the window being filled (torch.monitor.Stat.count).
+  int64_t Count() const { return current_.count; }
 
-  // The last completed window (torch.monitor.Stat.get()).
-  const LocalWindow& LastCompleted() const {
-    return InCurrentWindow() ? last_closed_ : current_;
-  }
+  // The last logged window (torch.monitor.Stat.get()).
+  const LocalWindow& LastLogged() const { return prev_; }
 
-  // Closes the window still open, as torch.monitor does when a Stat is
-  // destroyed. Returns true if it held samples (last_closed() holds them).
+  // Logs the window being filled, as torch.monitor does when a Stat is
+  // destroyed. Returns true if it held samples (logged(0) holds them).
   bool CloseOpenWindow() {
-    if (current_.count == 0) return false;
-    last_closed_ = current_;
-    current_ = LocalWindow();
-    return true;
+    logged_count_ = 0;
+    return Log();
   }
 
-  const LocalWindow& last_closed() const { return last_closed_; }
+  // The windows the last Add or CloseOpenWindow logged, oldest first.
+  const LocalWindow& logged(int i) const { return logged_[i]; }
   const std::vector<Aggregation>& aggregations() const { return aggregations_; }
   const Stat& stat() const { return stat_; }
 
  private:
-  // Whether now lies in the window the last add() opened.
-  bool InCurrentWindow() const {
-    return protocol::WindowIndex(WallMicros(), window_ms_) == window_index_;
+  // torch.monitor's window id: steady-clock milliseconds over the window
+  // size, plus one.
+  uint64_t CurrentWindowId() const {
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+    return static_cast<uint64_t>(now_ms / window_ms_) + 1;
+  }
+
+  // torch.monitor's maybeLogLocked. Returns 1 if it logged a window with
+  // samples.
+  int MaybeLog(uint64_t window) {
+    const bool should = window_id_ != window || current_.count >= max_samples_;
+    if (!should || last_logged_ == window) return 0;
+    const bool logged = Log();
+    last_logged_ = window_id_;
+    window_id_ = window;
+    return logged ? 1 : 0;
+  }
+
+  // torch.monitor's logLocked: the window being filled becomes the last
+  // logged one, even when empty (get() then answers zeros); true if it
+  // held samples, an event's worth.
+  bool Log() {
+    prev_ = current_;
+    current_ = LocalWindow();
+    if (prev_.count == 0) return false;
+    logged_[logged_count_++ % 2] = prev_;
+    return true;
   }
 
   static StatOptions Options(int64_t max_samples, Labels labels, bool histogram) {
@@ -524,12 +533,12 @@ class LocalStat {
   int64_t window_ms_;
   int64_t max_samples_;
   Stat stat_;
-  int64_t window_index_ = std::numeric_limits<int64_t>::min();
-  // [start, end) of window_index_ in microseconds; empty until the first add.
-  int64_t window_start_us_ = 0;
-  int64_t window_end_us_ = 0;
   LocalWindow current_;
-  LocalWindow last_closed_;
+  LocalWindow prev_;
+  uint64_t window_id_ = 0;
+  uint64_t last_logged_ = 0;
+  LocalWindow logged_[2];
+  int logged_count_ = 0;
 };
 
 struct StatObject {
@@ -690,9 +699,10 @@ void StatDealloc(PyObject* self) {
   FreeObject(self);
 }
 
-// Hands the last completed window to the handler. A failing handler must
-// not make add() raise: its exception is reported as unraisable.
-void ReportWindow(PyObject* self) {
+// Hands a logged window to the handler (a torch.monitor.Stat event). A
+// failing handler must not make add() raise: its exception is reported as
+// unraisable.
+void ReportWindow(PyObject* self, const LocalWindow& window) {
   auto* obj = reinterpret_cast<StatObject*>(self);
   if (obj->on_window == Py_None) return;
   const LocalStat& stat = *obj->stat;
@@ -701,7 +711,7 @@ void ReportWindow(PyObject* self) {
   for (Aggregation a : stat.aggregations()) {
     if (!ok) break;
     const std::string key = stat.stat().name() + "." + AggregationLowerName(a);
-    ok = SetItem(data.get(), key.c_str(), PyFloat_FromDouble(stat.last_closed().Get(a)));
+    ok = SetItem(data.get(), key.c_str(), PyFloat_FromDouble(window.Get(a)));
   }
   if (ok) {
     Ref result(PyObject_CallFunctionObjArgs(obj->on_window, data.get(), nullptr));
@@ -716,7 +726,12 @@ PyObject* StatAdd(PyObject* self, PyObject* arg) {
   const double v = PyFloat_AsDouble(arg);
   if (v == -1.0 && PyErr_Occurred()) return nullptr;
   if (!Initialized(self)) return nullptr;
-  if (StatOf(self).Add(v)) ReportWindow(self);
+  LocalStat& stat = StatOf(self);
+  const int logged = stat.Add(v);
+  if (logged == 0) Py_RETURN_NONE;
+  // Copies: a handler may add to this stat again.
+  const LocalWindow windows[2] = {stat.logged(0), stat.logged(1)};
+  for (int i = 0; i < logged; ++i) ReportWindow(self, windows[i]);
   Py_RETURN_NONE;
 }
 
@@ -724,7 +739,7 @@ PyObject* StatReportOpenWindow(PyObject* self, PyObject*) {
   // The package's __del__ calls this, also on an object whose __init__
   // failed or never ran (no LocalStat then): nothing to report.
   if (reinterpret_cast<StatObject*>(self)->stat == nullptr) Py_RETURN_NONE;
-  if (StatOf(self).CloseOpenWindow()) ReportWindow(self);
+  if (StatOf(self).CloseOpenWindow()) ReportWindow(self, StatOf(self).logged(0));
   Py_RETURN_NONE;
 }
 
@@ -738,7 +753,7 @@ PyObject* ReportOpenWindows(PyObject*, PyObject*) {
     Py_INCREF(stats.back());
   }
   for (PyObject* stat : stats) {
-    if (StatOf(stat).CloseOpenWindow()) ReportWindow(stat);
+    if (StatOf(stat).CloseOpenWindow()) ReportWindow(stat, StatOf(stat).logged(0));
   }
   for (PyObject* stat : stats) Py_DECREF(stat);
   Py_RETURN_NONE;
@@ -748,7 +763,7 @@ PyObject* ReportOpenWindows(PyObject*, PyObject*) {
 PyObject* StatGet(PyObject* self, PyObject*) {
   if (!Initialized(self)) return nullptr;
   const LocalStat& stat = StatOf(self);
-  const LocalWindow& window = stat.LastCompleted();
+  const LocalWindow& window = stat.LastLogged();
   Ref d(PyDict_New());
   if (!d) return nullptr;
   for (Aggregation a : stat.aggregations()) {

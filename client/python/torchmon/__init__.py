@@ -401,9 +401,16 @@ class Stat(_torchmon.Stat):
     Query API. A name that is not an aggregation raises ``ValueError``.
 
     ``window_size`` is a ``datetime.timedelta`` (millisecond precision, 10 ms
-    to 31 days; outside that ``ValueError``, torch.monitor takes any). ``max_samples`` caps the samples accepted per window; unlike
-    torch.monitor the window is not closed early. ``labels`` are added to the
-    client's identity labels; ``client`` defaults to ``default_client()``.
+    to 31 days; outside that ``ValueError``, torch.monitor takes any).
+
+    In this process ``count``, ``get()`` and the window events are
+    torch.monitor's exactly: steady-clock windows, ``max_samples`` closing
+    a window early, the open window logged when the Stat is destroyed (and
+    VALUE reported, as torch 2.x does and 1.13 does not). Every sample also
+    goes to the daemon, which aggregates epoch-aligned windows across
+    processes and caps each at ``max_samples`` without closing it early
+    (docs/semantics.md). ``labels`` are added to the client's identity
+    labels; ``client`` defaults to ``default_client()``.
     ``histogram=True`` has the daemon keep a Prometheus native histogram of
     every sample the series accepts (``torchmon_stat_distribution``), which
     PromQL sums across ranks and nodes into the job's quantiles; a stat with
