@@ -105,7 +105,7 @@ double NativeHistogram::UpperBound(int32_t index, int32_t schema) {
     const int32_t power = index >= 0 ? index >> schema : -((-index + mask) >> schema);
     return std::ldexp(frac, power + 1);
   }
-  const int64_t power = static_cast<int64_t>(index) << -schema;
+  const int64_t power = static_cast<int64_t>(index) * (int64_t{1} << -schema);  // no shift of a negative
   return std::ldexp(1.0, static_cast<int>(std::clamp<int64_t>(power, -2000, 2000)));
 }
 
