@@ -1,0 +1,233 @@
+// torch::monitor's C++ API over torchmon (torch/csrc/monitor/counters.h and
+// events.h): a program written against torch's C++ torch::monitor builds
+// against torchmon's client with one namespace alias,
+//
+//   #include <torchmon/monitor.h>
+//   namespace monitor = torchmon::monitor;   // was: torch::monitor
+//
+// and behaves the same in its process: a Stat's count(), get(), the
+// "torch.monitor.Stat" events its handlers receive, max_samples closing a
+// window early and the event its destructor logs are torch::monitor's
+// (windows of the steady clock, its comparisons for MAX and MIN; VALUE
+// reported, as torch 2.x does). Every sample also goes to torchmond through
+// the default client (Client::Default()), which aggregates the series with
+// its own semantics (docs/semantics.md), and logEvent sends the event there
+// too.
+#ifndef TORCHMON_MONITOR_H_
+#define TORCHMON_MONITOR_H_
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "torchmon/client.h"
+
+namespace torchmon::monitor {
+
+// torch::monitor::Aggregation, with its numbering.
+enum class Aggregation { NONE = 0, VALUE = 1, MEAN = 2, COUNT = 3, SUM = 4, MAX = 5, MIN = 6 };
+
+struct AggregationHash {
+  template <typename T>
+  std::size_t operator()(T t) const {
+    return static_cast<std::size_t>(t);
+  }
+};
+
+// "value", "mean", ...
+const char* aggregationName(Aggregation agg);
+
+using data_value_t = std::variant<std::string, double, int64_t, bool>;
+
+struct Event {
+  std::string name;
+  std::chrono::system_clock::time_point timestamp;
+  std::unordered_map<std::string, data_value_t> data;
+};
+bool operator==(const Event& lhs, const Event& rhs);
+
+// Receives every event logged in this process (logEvent and the Stats'
+// window events).
+class EventHandler {
+ public:
+  virtual ~EventHandler() = default;
+  virtual void handle(const Event& e) = 0;
+};
+
+// Calls every registered handler, then sends the event to torchmond.
+void logEvent(const Event& e);
+void registerEventHandler(std::shared_ptr<EventHandler> p);
+void unregisterEventHandler(const std::shared_ptr<EventHandler>& p);
+
+namespace detail {
+// Calls the handlers only: a Stat's window events stay in the process (the
+// daemon aggregates the samples themselves).
+void callHandlers(const Event& e);
+}  // namespace detail
+
+// torch::monitor::Stat<T>, T double or int64_t. Thread-safe.
+template <typename T>
+class Stat {
+ public:
+  Stat(std::string name, std::initializer_list<Aggregation> aggregations,
+       std::chrono::milliseconds windowSize,
+       int64_t maxSamples = std::numeric_limits<int64_t>::max())
+      : Stat(std::move(name), std::vector<Aggregation>(aggregations), windowSize, maxSamples) {}
+
+  Stat(std::string name, std::vector<Aggregation> aggregations,
+       std::chrono::milliseconds windowSize,
+       int64_t maxSamples = std::numeric_limits<int64_t>::max())
+      : name_(name),
+        aggregations_(std::move(aggregations)),
+        windowSize_(windowSize),
+        maxSamples_(maxSamples),
+        daemon_(std::move(name), DaemonAggregations(aggregations_), windowSize,
+                maxSamples == std::numeric_limits<int64_t>::max() ? 0 : maxSamples) {}
+
+  Stat(const Stat&) = delete;
+  Stat& operator=(const Stat&) = delete;
+
+  virtual ~Stat() {
+    Values logged;
+    bool any = false;
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      any = logLocked(logged);
+    }
+    if (any) log(logged);  // what remains, as torch::monitor does
+  }
+
+  void add(T v) {
+    Values logged[2];
+    int n = 0;
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      const uint64_t window = currentWindowId();
+      n += maybeLogLocked(window, logged[n]);
+      if (lastLoggedWindowId_ != window) {
+        current_.add(v);
+        n += maybeLogLocked(window, logged[n]);
+      }
+    }
+    daemon_.add(static_cast<double>(v));
+    // Handlers run outside the lock: one may add to this stat.
+    for (int i = 0; i < n; ++i) log(logged[i]);
+  }
+
+  const std::string& name() const noexcept { return name_; }
+
+  // Samples in the window being filled.
+  int64_t count() noexcept {
+    std::lock_guard<std::mutex> guard(mu_);
+    return current_.count;
+  }
+
+  // The last logged window's aggregations.
+  std::unordered_map<Aggregation, T, AggregationHash> get() noexcept {
+    std::lock_guard<std::mutex> guard(mu_);
+    return aggregates(prev_);
+  }
+
+  // The stat as torchmond receives it (added(), dropped(), ...).
+  const torchmon::Stat& daemon_stat() const { return daemon_; }
+
+ private:
+  struct Values {
+    T value{0};
+    T sum{0};
+    T min{0};
+    T max{0};
+    int64_t count{0};
+
+    void add(T v) {
+      value = v;
+      sum += v;
+      if (max < v || count == 0) max = v;
+      if (min > v || count == 0) min = v;
+      count += 1;
+    }
+  };
+
+  static std::vector<StatAggregation> DaemonAggregations(const std::vector<Aggregation>& list) {
+    std::vector<StatAggregation> out;
+    for (Aggregation a : list) {
+      if (a != Aggregation::NONE) out.emplace_back(static_cast<torchmon::Aggregation>(a));
+    }
+    return out;
+  }
+
+  uint64_t currentWindowId() const {
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now().time_since_epoch());
+    return static_cast<uint64_t>(now / windowSize_) + 1;
+  }
+
+  // Returns 1 (and the window in `logged`) if a window with samples was
+  // logged.
+  int maybeLogLocked(uint64_t window, Values& logged) {
+    const bool shouldLog = windowId_ != window || current_.count >= maxSamples_;
+    if (!shouldLog || lastLoggedWindowId_ == window) return 0;
+    const int n = logLocked(logged) ? 1 : 0;
+    lastLoggedWindowId_ = windowId_;
+    windowId_ = window;
+    return n;
+  }
+
+  bool logLocked(Values& logged) {
+    prev_ = current_;
+    current_ = Values();
+    if (prev_.count == 0) return false;
+    logged = prev_;
+    return true;
+  }
+
+  std::unordered_map<Aggregation, T, AggregationHash> aggregates(const Values& v) const {
+    std::unordered_map<Aggregation, T, AggregationHash> out;
+    for (Aggregation a : aggregations_) {
+      switch (a) {
+        case Aggregation::VALUE: out.emplace(a, v.value); break;
+        case Aggregation::MEAN: out.emplace(a, v.count == 0 ? T{0} : static_cast<T>(v.sum / v.count)); break;
+        case Aggregation::COUNT: out.emplace(a, static_cast<T>(v.count)); break;
+        case Aggregation::SUM: out.emplace(a, v.sum); break;
+        case Aggregation::MAX: out.emplace(a, v.max); break;
+        case Aggregation::MIN: out.emplace(a, v.min); break;
+        case Aggregation::NONE: break;
+      }
+    }
+    return out;
+  }
+
+  void log(const Values& v) const {
+    Event e;
+    e.name = "torch.monitor.Stat";
+    e.timestamp = std::chrono::system_clock::now();
+    for (const auto& [a, value] : aggregates(v)) {
+      e.data[name_ + "." + aggregationName(a)] = data_value_t(value);
+    }
+    detail::callHandlers(e);
+  }
+
+  const std::string name_;
+  const std::vector<Aggregation> aggregations_;
+  const std::chrono::milliseconds windowSize_;
+  const int64_t maxSamples_;
+  torchmon::Stat daemon_;
+
+  std::mutex mu_;
+  Values current_;
+  Values prev_;
+  uint64_t windowId_ = 0;
+  uint64_t lastLoggedWindowId_ = 0;
+};
+
+}  // namespace torchmon::monitor
+
+#endif  // TORCHMON_MONITOR_H_
