@@ -241,3 +241,27 @@ def test_an_empty_window_after_a_capped_one_resets_get_as_torch_monitor_does(pai
     p.add(4.0)
     p.observe()
     assert p.seen[torchmon] == p.seen[torch.monitor]
+
+
+@pytest.mark.parametrize("monitor", MODULES)
+def test_a_raising_handler_reaches_log_events_caller_and_stays_registered(monitor, daemon,
+                                                                          default_client_for):
+    calls = []
+
+    def broken(event):
+        calls.append(event.name)
+        raise RuntimeError("handler failed")
+
+    handle = monitor.register_event_handler(broken)
+    try:
+        for name in ("mirror.first", "mirror.second"):
+            with pytest.raises(RuntimeError, match="handler failed"):
+                monitor.log_event(monitor.Event(name, datetime.datetime.now(), {"n": 1}))
+    finally:
+        monitor.unregister_event_handler(handle)
+    assert calls == ["mirror.first", "mirror.second"]
+    if monitor is torchmon:
+        # The sender is not the handler's casualty: both events reached the daemon.
+        assert default_client_for.flush(5)
+        names = [e["name"] for e in daemon.ctl("events")["events"]]
+        assert names == ["mirror.first", "mirror.second"]

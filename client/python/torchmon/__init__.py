@@ -445,6 +445,12 @@ class Stat(_torchmon.Stat):
 
 
 def log_event(event: Event) -> None:
-    """Calls the registered handlers, then sends ``event`` to the daemon."""
-    _call_handlers(event)
-    default_client().log_event(event)
+    """Calls the registered handlers, then sends ``event`` to the daemon.
+
+    A handler that raises stops the others and the exception reaches the
+    caller, as with torch.monitor (the handler stays registered); the event
+    reaches the daemon all the same."""
+    try:
+        _call_handlers(event)
+    finally:
+        default_client().log_event(event)
