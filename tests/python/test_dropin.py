@@ -43,7 +43,7 @@ def test_every_torch_monitor_name_exists_in_torchmon():
 
 def test_dir_shows_the_public_api_and_nothing_it_imports():
     names = set(dir(torchmon))
-    assert names == set(torchmon.__all__) | {"_WaitCounter"}
+    assert names == set(torchmon.__all__) | {"_WaitCounter", "_WaitCounterTracker"}
     for leaked in ("os", "sys", "enum", "threading", "atexit", "Callable", "Dict", "Optional",
                    "Union", "annotations", "_torchmon", "_dt"):
         assert leaked not in names
@@ -117,6 +117,20 @@ def test_wait_counter_guards_become_daemon_series(daemon, default_client_for):
     total = sum(w["aggregates"]["sum"] for w in windows)
     longest = max(w["aggregates"]["max"] for w in windows)
     assert 0.07 <= total < 5 and 0.05 <= longest < 5
+
+
+def test_a_wait_counter_key_is_named_as_a_stat_is(daemon, default_client_for):
+    # A key a stat name may not be: the same refusal, reported the same way,
+    # and the guard still never raises.
+    key = "k" * 1100  # a stat name is at most 1024 bytes
+    with torchmon._WaitCounter(key).guard():
+        pass
+    assert isinstance(torchmon._WaitCounter("ok.key").guard(), torchmon._WaitCounterTracker)
+    errors = default_client_for.errors()
+    assert any("INVALID_ARGUMENT" in e and "is 1107 bytes long (at most 1024)" in e
+               for e in errors), errors
+    assert default_client_for.flush(5)
+    assert daemon.series("kkk*") == []
 
 
 def test_wait_counters_are_off_with_torch_disable_wait_counters(daemon, python_env):

@@ -39,7 +39,7 @@ def __dir__() -> List[str]:
     # dir(torchmon) is the public API (and torch.monitor's private
     # _WaitCounter, which it exports), not the modules and typing names
     # this file imports.
-    return sorted(__all__ + ["_WaitCounter"])
+    return sorted(__all__ + ["_WaitCounter", "_WaitCounterTracker"])
 
 class Aggregation(enum.IntEnum):
     """Aggregations computed over each window (torch.monitor.Aggregation)."""
@@ -252,6 +252,10 @@ class _WaitCounter:
     def guard(self) -> "_WaitCounter._Guard":
         """A context manager timing one wait."""
         return _WaitCounter._Guard(self._key)
+
+
+# torch.monitor's name for what guard() returns.
+_WaitCounterTracker = _WaitCounter._Guard
 
 
 class Client:
