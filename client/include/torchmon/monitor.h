@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "torchmon/client.h"
+#include "torchmon/monitor_windows.h"
 
 namespace torchmon::monitor {
 
@@ -87,22 +88,21 @@ class Stat {
        int64_t maxSamples = std::numeric_limits<int64_t>::max())
       : name_(name),
         aggregations_(std::move(aggregations)),
-        windowSize_(windowSize),
-        maxSamples_(maxSamples),
         daemon_(std::move(name), DaemonAggregations(aggregations_), windowSize,
-                maxSamples == std::numeric_limits<int64_t>::max() ? 0 : maxSamples) {}
+                maxSamples == std::numeric_limits<int64_t>::max() ? 0 : maxSamples),
+        windows_(windowSize, maxSamples) {}
 
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;
 
   virtual ~Stat() {
     Values logged;
-    bool any = false;
     {
       std::lock_guard<std::mutex> guard(mu_);
-      any = logLocked(logged);
+      if (windows_.Close() == 0) return;
+      logged = windows_.logged(0);
     }
-    if (any) log(logged);  // what remains, as torch::monitor does
+    log(logged);  // what remains, as torch::monitor does
   }
 
   void add(T v) {
@@ -110,12 +110,8 @@ class Stat {
     int n = 0;
     {
       std::lock_guard<std::mutex> guard(mu_);
-      const uint64_t window = currentWindowId();
-      n += maybeLogLocked(window, logged[n]);
-      if (lastLoggedWindowId_ != window) {
-        current_.add(v);
-        n += maybeLogLocked(window, logged[n]);
-      }
+      n = windows_.Add(v);
+      for (int i = 0; i < n; ++i) logged[i] = windows_.logged(i);
     }
     daemon_.add(static_cast<double>(v));
     // Handlers run outside the lock: one may add to this stat.
@@ -127,34 +123,20 @@ class Stat {
   // Samples in the window being filled.
   int64_t count() noexcept {
     std::lock_guard<std::mutex> guard(mu_);
-    return current_.count;
+    return windows_.count();
   }
 
   // The last logged window's aggregations.
   std::unordered_map<Aggregation, T, AggregationHash> get() noexcept {
     std::lock_guard<std::mutex> guard(mu_);
-    return aggregates(prev_);
+    return aggregates(windows_.last_logged());
   }
 
   // The stat as torchmond receives it (added(), dropped(), ...).
   const torchmon::Stat& daemon_stat() const { return daemon_; }
 
  private:
-  struct Values {
-    T value{0};
-    T sum{0};
-    T min{0};
-    T max{0};
-    int64_t count{0};
-
-    void add(T v) {
-      value = v;
-      sum += v;
-      if (max < v || count == 0) max = v;
-      if (min > v || count == 0) min = v;
-      count += 1;
-    }
-  };
+  using Values = typename StatWindows<T>::Values;
 
   static std::vector<StatAggregation> DaemonAggregations(const std::vector<Aggregation>& list) {
     std::vector<StatAggregation> out;
@@ -162,31 +144,6 @@ class Stat {
       if (a != Aggregation::NONE) out.emplace_back(static_cast<torchmon::Aggregation>(a));
     }
     return out;
-  }
-
-  uint64_t currentWindowId() const {
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now().time_since_epoch());
-    return static_cast<uint64_t>(now / windowSize_) + 1;
-  }
-
-  // Returns 1 (and the window in `logged`) if a window with samples was
-  // logged.
-  int maybeLogLocked(uint64_t window, Values& logged) {
-    const bool shouldLog = windowId_ != window || current_.count >= maxSamples_;
-    if (!shouldLog || lastLoggedWindowId_ == window) return 0;
-    const int n = logLocked(logged) ? 1 : 0;
-    lastLoggedWindowId_ = windowId_;
-    windowId_ = window;
-    return n;
-  }
-
-  bool logLocked(Values& logged) {
-    prev_ = current_;
-    current_ = Values();
-    if (prev_.count == 0) return false;
-    logged = prev_;
-    return true;
   }
 
   std::unordered_map<Aggregation, T, AggregationHash> aggregates(const Values& v) const {
@@ -217,15 +174,10 @@ class Stat {
 
   const std::string name_;
   const std::vector<Aggregation> aggregations_;
-  const std::chrono::milliseconds windowSize_;
-  const int64_t maxSamples_;
   torchmon::Stat daemon_;
 
   std::mutex mu_;
-  Values current_;
-  Values prev_;
-  uint64_t windowId_ = 0;
-  uint64_t lastLoggedWindowId_ = 0;
+  StatWindows<T> windows_;
 };
 
 }  // namespace torchmon::monitor

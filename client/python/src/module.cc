@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "torchmon/client.h"
+#include "torchmon/monitor_windows.h"
 #include "torchmon/protocol/protocol.h"
 #include "torchmon/protocol/windows.h"
 
@@ -380,39 +381,23 @@ PyType_Spec client_spec = {"torchmon._torchmon.Client", sizeof(ClientObject), 0,
 // ---------------------------------------------------------------------------
 // Stat
 
-// The aggregates of one window, kept in process only so that Stat.count,
-// Stat.get() and the window events of this process are torch.monitor's
-// exactly (its Stat<double>, torch/csrc/monitor/counters.h): zeros to start
-// with, MAX and MIN by its comparisons (a NaN never replaces them), VALUE the
-// last sample. The daemon's aggregation is the one that counts across
-// processes (docs/semantics.md has both views).
-struct LocalWindow {
-  int64_t count = 0;
-  double value = 0;
-  double sum = 0;
-  double min = 0;
-  double max = 0;
+// One window's aggregates as this process keeps them, torch.monitor's
+// (torchmon/monitor_windows.h). The daemon's aggregation is the one that
+// counts across processes (docs/semantics.md has both views).
+using LocalWindow = monitor::StatWindows<double>::Values;
 
-  void Add(double v) {
-    value = v;
-    sum += v;
-    if (max < v || count == 0) max = v;
-    if (min > v || count == 0) min = v;
-    ++count;
+double Get(const LocalWindow& w, Aggregation a) {
+  switch (a) {
+    case Aggregation::VALUE: return w.value;
+    case Aggregation::MEAN: return w.count == 0 ? 0.0 : w.sum / static_cast<double>(w.count);
+    case Aggregation::COUNT: return static_cast<double>(w.count);
+    case Aggregation::SUM: return w.sum;
+    case Aggregation::MAX: return w.max;
+    case Aggregation::MIN: return w.min;
+    case Aggregation::QUANTILE: break;  // the daemon's alone: never mirrored here
   }
-  double Get(Aggregation a) const {
-    switch (a) {
-      case Aggregation::VALUE: return value;
-      case Aggregation::MEAN: return count == 0 ? 0.0 : sum / static_cast<double>(count);
-      case Aggregation::COUNT: return static_cast<double>(count);
-      case Aggregation::SUM: return sum;
-      case Aggregation::MAX: return max;
-      case Aggregation::MIN: return min;
-      case Aggregation::QUANTILE: break;  // the daemon's alone: never mirrored here
-    }
-    return std::numeric_limits<double>::quiet_NaN();
-  }
-};
+  return std::numeric_limits<double>::quiet_NaN();
+}
 
 const char* AggregationLowerName(Aggregation a) {
   switch (a) {
@@ -439,79 +424,36 @@ class LocalStat {
             Labels labels, bool histogram)
       : client_(std::move(client)),
         aggregations_(std::move(aggregations)),
-        window_ms_(std::max<int64_t>(1, window_us / 1000)),
-        max_samples_(max_samples),
         stat_(*client_, std::move(name), StatAggregations(aggregations_, quantiles),
               std::chrono::milliseconds(window_us / 1000),
-              Options(max_samples, std::move(labels), histogram)) {}
+              Options(max_samples, std::move(labels), histogram)),
+        windows_(std::chrono::milliseconds(window_us / 1000), max_samples) {}
 
-  // torch.monitor's Stat::add: a window (of the steady clock, as its) that
-  // ended is logged first; past max_samples in a window the sample is not
-  // counted here (it still goes to the daemon, which caps by its own
-  // windows); reaching max_samples logs the window at once. Returns how many
-  // windows were logged with samples, 0 to 2, in logged(0..n).
+  // torch.monitor's Stat::add (monitor_windows.h); every sample also goes
+  // to the daemon, which caps by its own windows. Returns how many windows
+  // were logged with samples, 0 to 2, in logged(0..n).
   int Add(double v) {
-    logged_count_ = 0;
-    const uint64_t window = CurrentWindowId();
-    int logged = MaybeLog(window);
-    if (last_logged_ != window) {
-      current_.Add(v);
-      logged += MaybeLog(window);
-    }
+    const int logged = windows_.Add(v);
     stat_.add(v, WallMicros());
     return logged;
   }
 
   // Samples in the window being filled (torch.monitor.Stat.count).
-  int64_t Count() const { return current_.count; }
+  int64_t Count() const { return windows_.count(); }
 
   // The last logged window (torch.monitor.Stat.get()).
-  const LocalWindow& LastLogged() const { return prev_; }
+  const LocalWindow& LastLogged() const { return windows_.last_logged(); }
 
   // Logs the window being filled, as torch.monitor does when a Stat is
   // destroyed. Returns true if it held samples (logged(0) holds them).
-  bool CloseOpenWindow() {
-    logged_count_ = 0;
-    return Log();
-  }
+  bool CloseOpenWindow() { return windows_.Close() > 0; }
 
   // The windows the last Add or CloseOpenWindow logged, oldest first.
-  const LocalWindow& logged(int i) const { return logged_[i]; }
+  const LocalWindow& logged(int i) const { return windows_.logged(i); }
   const std::vector<Aggregation>& aggregations() const { return aggregations_; }
   const Stat& stat() const { return stat_; }
 
  private:
-  // torch.monitor's window id: steady-clock milliseconds over the window
-  // size, plus one.
-  uint64_t CurrentWindowId() const {
-    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
-    return static_cast<uint64_t>(now_ms / window_ms_) + 1;
-  }
-
-  // torch.monitor's maybeLogLocked. Returns 1 if it logged a window with
-  // samples.
-  int MaybeLog(uint64_t window) {
-    const bool should = window_id_ != window || current_.count >= max_samples_;
-    if (!should || last_logged_ == window) return 0;
-    const bool logged = Log();
-    last_logged_ = window_id_;
-    window_id_ = window;
-    return logged ? 1 : 0;
-  }
-
-  // torch.monitor's logLocked: the window being filled becomes the last
-  // logged one, even when empty (get() then answers zeros); true if it
-  // held samples, an event's worth.
-  bool Log() {
-    prev_ = current_;
-    current_ = LocalWindow();
-    if (prev_.count == 0) return false;
-    logged_[logged_count_++ % 2] = prev_;
-    return true;
-  }
-
   static StatOptions Options(int64_t max_samples, Labels labels, bool histogram) {
     StatOptions options;
     // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
@@ -530,15 +472,8 @@ class LocalStat {
 
   ClientPtr client_;  // keeps the connection alive while the Stat is
   std::vector<Aggregation> aggregations_;
-  int64_t window_ms_;
-  int64_t max_samples_;
   Stat stat_;
-  LocalWindow current_;
-  LocalWindow prev_;
-  uint64_t window_id_ = 0;
-  uint64_t last_logged_ = 0;
-  LocalWindow logged_[2];
-  int logged_count_ = 0;
+  monitor::StatWindows<double> windows_;
 };
 
 struct StatObject {
@@ -711,7 +646,7 @@ void ReportWindow(PyObject* self, const LocalWindow& window) {
   for (Aggregation a : stat.aggregations()) {
     if (!ok) break;
     const std::string key = stat.stat().name() + "." + AggregationLowerName(a);
-    ok = SetItem(data.get(), key.c_str(), PyFloat_FromDouble(window.Get(a)));
+    ok = SetItem(data.get(), key.c_str(), PyFloat_FromDouble(Get(window, a)));
   }
   if (ok) {
     Ref result(PyObject_CallFunctionObjArgs(obj->on_window, data.get(), nullptr));
@@ -768,7 +703,7 @@ PyObject* StatGet(PyObject* self, PyObject*) {
   if (!d) return nullptr;
   for (Aggregation a : stat.aggregations()) {
     Ref key(PyLong_FromLong(static_cast<long>(a)));
-    Ref value(PyFloat_FromDouble(window.Get(a)));
+    Ref value(PyFloat_FromDouble(Get(window, a)));
     if (!key || !value || PyDict_SetItem(d.get(), key.get(), value.get()) != 0) return nullptr;
   }
   return d.release();

@@ -1,0 +1,109 @@
+// torch::monitor's windows of one Stat, as torch's counters.h keeps them:
+// the state behind count(), get() and the "torch.monitor.Stat" events, for
+// the two Stats that behave as torch.monitor's in process (the C++
+// torchmon::monitor::Stat<T> in torchmon/monitor.h and the Python client's
+// Stat).
+//
+// Windows are multiples of the window length on the steady clock (id =
+// now / window + 1). add() first logs a window that ended; a sample that
+// arrives after its window was logged early (max_samples reached) is not
+// counted; a sample that reaches max_samples logs its window at once.
+// Logging makes the window being filled the last logged one, even when it
+// is empty (get() then answers zeros); only a window with samples makes an
+// event. MAX and MIN use torch's comparisons (a NaN never replaces them).
+//
+// Not thread-safe: the C++ Stat holds a mutex, the Python one the GIL.
+#ifndef TORCHMON_MONITOR_WINDOWS_H_
+#define TORCHMON_MONITOR_WINDOWS_H_
+
+#include <chrono>
+#include <cstdint>
+
+namespace torchmon::monitor {
+
+template <typename T>
+class StatWindows {
+ public:
+  // One window's running aggregates, zeros to start with.
+  struct Values {
+    T value{0};
+    T sum{0};
+    T min{0};
+    T max{0};
+    int64_t count{0};
+
+    void Add(T v) {
+      value = v;
+      sum += v;
+      if (max < v || count == 0) max = v;
+      if (min > v || count == 0) min = v;
+      count += 1;
+    }
+  };
+
+  StatWindows(std::chrono::milliseconds window, int64_t max_samples)
+      : window_ms_(window.count() > 0 ? window.count() : 1), max_samples_(max_samples) {}
+
+  // Adds `v` at the steady clock's now. Returns how many windows with
+  // samples were logged (0 to 2), oldest first in logged(0..n).
+  int Add(T v) {
+    logged_count_ = 0;
+    const uint64_t window = CurrentWindowId();
+    MaybeLog(window);
+    if (last_logged_ != window) {
+      current_.Add(v);
+      MaybeLog(window);
+    }
+    return logged_count_;
+  }
+
+  // Logs the window being filled, as a Stat's destructor does. Returns 1 if
+  // it held samples (logged(0)), else 0.
+  int Close() {
+    logged_count_ = 0;
+    Log();
+    return logged_count_;
+  }
+
+  // Samples in the window being filled (count()).
+  int64_t count() const { return current_.count; }
+  // The last logged window (get()).
+  const Values& last_logged() const { return prev_; }
+  // The windows the last Add or Close logged with samples.
+  const Values& logged(int i) const { return logged_[i]; }
+
+ private:
+  uint64_t CurrentWindowId() const {
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+    return static_cast<uint64_t>(now_ms / window_ms_) + 1;
+  }
+
+  void MaybeLog(uint64_t window) {
+    const bool should = window_id_ != window || current_.count >= max_samples_;
+    if (!should || last_logged_ == window) return;
+    Log();
+    last_logged_ = window_id_;
+    window_id_ = window;
+  }
+
+  void Log() {
+    prev_ = current_;
+    current_ = Values();
+    if (prev_.count > 0) logged_[logged_count_++] = prev_;
+  }
+
+  int64_t window_ms_;
+  int64_t max_samples_;
+  Values current_;
+  Values prev_;
+  uint64_t window_id_ = 0;
+  uint64_t last_logged_ = 0;
+  Values logged_[2];
+  int logged_count_ = 0;
+};
+
+}  // namespace torchmon::monitor
+
+#endif  // TORCHMON_MONITOR_WINDOWS_H_
