@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "torchmon/client.h"
+#include "torchmon/monitor.h"
 #include "torchmon/monitor_windows.h"
 #include "torchmon/protocol/protocol.h"
 #include "torchmon/protocol/windows.h"
@@ -400,16 +401,10 @@ double Get(const LocalWindow& w, Aggregation a) {
 }
 
 const char* AggregationLowerName(Aggregation a) {
-  switch (a) {
-    case Aggregation::VALUE: return "value";
-    case Aggregation::MEAN: return "mean";
-    case Aggregation::COUNT: return "count";
-    case Aggregation::SUM: return "sum";
-    case Aggregation::MAX: return "max";
-    case Aggregation::MIN: return "min";
-    case Aggregation::QUANTILE: return "quantile";
-  }
-  return "unknown";
+  // The six are numbered as torch::monitor's (torchmon/monitor.h).
+  return a == Aggregation::QUANTILE
+             ? "quantile"
+             : monitor::aggregationName(static_cast<monitor::Aggregation>(static_cast<int>(a)));
 }
 
 // torch.monitor.Stat's shape over torchmon::Stat. Methods run with the GIL
