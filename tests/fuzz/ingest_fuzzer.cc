@@ -15,6 +15,7 @@
 //     within max_samples, and adding up to the series' counters;
 //   - the scrape parses (exposition_parser.h) and shows every series with
 //     its exact labels and counters; queries come back sorted and bounded.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -189,6 +190,12 @@ class IngestHarness {
 
     uint64_t values = 0;
     for (const v1::SampleBlock& block : batch.samples()) values += block.values_size();
+    if (batch.has_columns()) {
+      // Every entry of the columns is a sample received, whichever array is
+      // short (IngestSession::QueueColumns).
+      values += static_cast<uint64_t>(
+          std::max(batch.columns().values_size(), batch.columns().stat_ids_size()));
+    }
     uint64_t refused_in_ack = 0;
     for (const v1::IngestError& e : ack.errors()) {
       FUZZ_CHECK(e.sequence() == batch.sequence(), "error names batch ", e.sequence(),
