@@ -58,7 +58,9 @@ absl::StatusOr<StatSpec> SpecFromProto(const v1::StatSpec& spec) {
   out.quantiles = std::move(quantiles);
   out.window_ms = spec.window_size_ms();
   out.max_samples = spec.max_samples();
-  out.histogram = spec.histogram() || !out.quantiles.empty();
+  // A series with quantiles has a histogram whatever this says: the
+  // aggregator makes it so (Aggregator::Define), for every caller.
+  out.histogram = spec.histogram();
   return out;
 }
 
