@@ -198,6 +198,10 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
   s.counters.capped += result.capped;
   s.counters.late += result.late;
   s.counters.skewed += result.skewed;
+  totals_.accepted += result.accepted;
+  totals_.capped += result.capped;
+  totals_.late += result.late;
+  totals_.skewed += result.skewed;
   s.last_update_ms = now;
   return result;
 }
@@ -210,7 +214,10 @@ absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   // Saturates: a client's counts are not to be trusted, and a counter that
   // wrapped around would go back, which Prometheus reads as a reset.
   const uint64_t room = std::numeric_limits<uint64_t>::max() - s->counters.client_dropped;
-  s->counters.client_dropped += std::min(dropped, room);
+  const uint64_t added = std::min(dropped, room);
+  s->counters.client_dropped += added;
+  totals_.client_dropped +=
+      std::min(added, std::numeric_limits<uint64_t>::max() - totals_.client_dropped);
   s->last_update_ms = now;
   return absl::OkStatus();
 }
@@ -553,7 +560,8 @@ std::vector<ClosedWindow> Aggregator::GetWindows(const Selector& selector, int64
 }
 
 std::vector<SeriesSnapshot> Aggregator::TopSeries(const Selector& selector, size_t limit,
-                                                  SeriesOrder order, size_t* matched) const {
+                                                  SeriesOrder order, size_t* matched,
+                                                  size_t* with_drops) const {
   // (drops or 0, last update, the series): larger first; ties by key.
   struct Candidate {
     uint64_t drops;
@@ -568,7 +576,7 @@ std::vector<SeriesSnapshot> Aggregator::TopSeries(const Selector& selector, size
   // A heap whose top is the worst kept.
   std::vector<Candidate> best;
   best.reserve(limit + 1);
-  size_t count = 0;
+  size_t count = 0, dropping = 0;
   for (size_t begin = 0; limit > 0; begin += kWalkChunk) {
     if (begin > 0) YieldToWriters();
     absl::ReaderMutexLock lock(&mu_);
@@ -579,10 +587,9 @@ std::vector<SeriesSnapshot> Aggregator::TopSeries(const Selector& selector, size
       if (s == nullptr || !selector.Matches(s->key)) continue;
       ++count;
       const SeriesCounters& c = s->counters;
-      Candidate candidate{
-          order == SeriesOrder::kMostDropsFirst ? c.capped + c.late + c.skewed + c.client_dropped
-                                                : 0,
-          s->last_update_ms, s};
+      const uint64_t drops = c.capped + c.late + c.skewed + c.client_dropped;
+      if (drops != 0) ++dropping;
+      Candidate candidate{order == SeriesOrder::kMostDropsFirst ? drops : 0, s->last_update_ms, s};
       if (best.size() == limit && !better(candidate, best.front())) continue;
       best.push_back(std::move(candidate));
       std::push_heap(best.begin(), best.end(), better);
@@ -593,6 +600,7 @@ std::vector<SeriesSnapshot> Aggregator::TopSeries(const Selector& selector, size
     }
   }
   if (matched != nullptr) *matched = count;
+  if (with_drops != nullptr) *with_drops = dropping;
   std::sort_heap(best.begin(), best.end(), better);
   std::vector<SeriesSnapshot> out;
   out.reserve(best.size());
@@ -635,6 +643,11 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
 size_t Aggregator::series_count() const {
   absl::ReaderMutexLock lock(&mu_);
   return series_count_;
+}
+
+SeriesCounters Aggregator::totals() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return totals_;
 }
 
 size_t Aggregator::label_set_count() const {

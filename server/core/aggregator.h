@@ -180,8 +180,10 @@ class Aggregator {
     kMostDropsFirst,  // samples not aggregated (capped, late, skewed, client), then recent
     kMostRecentFirst,  // last sample or drop report
   };
+  // `*with_drops` (if given): how many of them have dropped samples.
   std::vector<SeriesSnapshot> TopSeries(const Selector& selector, size_t limit, SeriesOrder order,
-                                        size_t* matched) const ABSL_LOCKS_EXCLUDED(mu_);
+                                        size_t* matched, size_t* with_drops = nullptr) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Listings in pages. Series are ordered by key (stat name, then labels),
   // and a listing resumes after a key: the key, not a position, so series
@@ -259,6 +261,9 @@ class Aggregator {
   size_t label_set_count() const ABSL_LOCKS_EXCLUDED(mu_);
 
   size_t series_count() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every series' counters summed, those of expired series included: the
+  // daemon's accounting since it started.
+  SeriesCounters totals() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct OpenWindow {
@@ -361,6 +366,7 @@ class Aggregator {
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   size_t series_count_ ABSL_GUARDED_BY(mu_) = 0;
+  SeriesCounters totals_ ABSL_GUARDED_BY(mu_);
   // Keyed by the series' own key object (no second copy of every key),
   // looked up by value.
   // Ordered, so that listings walk in key order and resume after a key

@@ -106,4 +106,27 @@ std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& seri
   return out;
 }
 
+std::vector<RankComparison> CompareRanks(const Aggregator& aggregator, const Selector& selector,
+                                         const RankComparisonOptions& options) {
+  // Only the windows that can be compared: each series' newest (the newest
+  // window of a group is one of them, and a rank without it lacks it), or
+  // those from the asked start on; not every series' whole history.
+  std::vector<RankComparison> comparisons = CompareRanks(
+      aggregator.ListSeries(selector),
+      aggregator.GetWindows(selector, options.window_start_ms, 0,
+                            options.window_start_ms == 0 ? 1 : 0),
+      options);
+  if (options.aggregate.aggregation != Aggregation::kQuantile) return comparisons;
+  for (RankComparison& c : comparisons) {
+    // The quantile of the ranks' samples pooled, which no statistic of the
+    // ranks' own quantiles is; from the sketches the aggregator still
+    // holds, so absent once a rank moved on or released its sketch.
+    std::vector<std::shared_ptr<const SeriesKey>> series;
+    series.reserve(c.ranks.size());
+    for (const RankEntry& r : c.ranks) series.push_back(r.series);
+    c.all_ranks = aggregator.MergedQuantile(series, c.start_ms, options.aggregate.quantile);
+  }
+  return comparisons;
+}
+
 }  // namespace torchmon::server

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "server/core/aggregator.h"
+#include "server/core/selector.h"
 #include "server/core/types.h"
 
 namespace torchmon::server {
@@ -37,6 +39,10 @@ struct RankComparison {
   double min = 0, max = 0, median = 0;  // over non-NaN values (NaN if none)
   std::string slowest_rank;           // the rank of `max`
   double max_over_median = 0;         // NaN if median is 0 or NaN
+  // For a quantile: that quantile of every listed rank's samples pooled
+  // (Aggregator::MergedQuantile); nullopt otherwise or once a rank's
+  // sketch of the window is gone.
+  std::optional<double> all_ranks;
 };
 
 // Groups `series` by stat and shared labels, keeping those with the rank
@@ -45,6 +51,13 @@ struct RankComparison {
 // stat, then labels.
 std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& series,
                                          const std::vector<ClosedWindow>& windows,
+                                         const RankComparisonOptions& options);
+
+// The same over what `aggregator` holds now: the series matching
+// `selector`, compared in their newest window (or options.window_start_ms),
+// with all_ranks filled in for a quantile. Query.CompareRanks and the live
+// page's /api/ranks both answer with this.
+std::vector<RankComparison> CompareRanks(const Aggregator& aggregator, const Selector& selector,
                                          const RankComparisonOptions& options);
 
 }  // namespace torchmon::server

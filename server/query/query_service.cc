@@ -371,15 +371,8 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
     return reactor;
   }
   options.window_start_ms = request->window_start_ms();
-  const Selector selector = SelectorFromProto(request->selector());
-  // Only the windows that can be compared: each series' newest (the newest
-  // window of a group is one of them, and a rank without it lacks it), or
-  // those from the asked start on; not every series' whole history.
   const std::vector<RankComparison> comparisons = torchmon::server::CompareRanks(
-      aggregator_.ListSeries(selector),
-      aggregator_.GetWindows(selector, options.window_start_ms, 0,
-                             options.window_start_ms == 0 ? 1 : 0),
-      options);
+      aggregator_, SelectorFromProto(request->selector()), options);
   for (const RankComparison& c : comparisons) {
     v1::RankComparison* out = response->add_comparisons();
     out->set_stat(c.stat);
@@ -399,19 +392,7 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
     out->set_median(c.median);
     out->set_slowest_rank(c.slowest_rank);
     out->set_max_over_median(c.max_over_median);
-    if (options.aggregate.aggregation == Aggregation::kQuantile) {
-      // The quantile of the ranks' samples pooled, which no statistic of
-      // the ranks' own quantiles is; from the sketches the aggregator
-      // still holds, so absent once a rank moved on or released its sketch.
-      std::vector<std::shared_ptr<const SeriesKey>> series;
-      series.reserve(c.ranks.size());
-      for (const RankEntry& r : c.ranks) series.push_back(r.series);
-      if (const std::optional<double> all =
-              aggregator_.MergedQuantile(series, c.start_ms, options.aggregate.quantile);
-          all.has_value()) {
-        out->set_all_ranks(*all);
-      }
-    }
+    if (c.all_ranks.has_value()) out->set_all_ranks(*c.all_ranks);
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -585,6 +585,32 @@ TEST_F(AggregatorTest, SeriesIdleForTheTtlIsRemoved) {
   EXPECT_THAT(AllWindows(), IsEmpty());
 }
 
+// The daemon's totals (the live page's accounting) sum every series' counters
+// and keep those of a series after it expired.
+TEST_F(AggregatorTest, TotalsSumEverySeriesAndOutliveExpiredOnes) {
+  const SeriesId capped = Define("capped", {}, kW, /*max_samples=*/1);
+  const SeriesId other = Define("other");
+  AddAt(capped, 1, kT0);
+  AddAt(capped, 2, kT0);                       // capped
+  AddAt(other, 3, kT0);
+  AddAt(other, 4, kT0 + 120'000);              // skewed (past the 60 s default)
+  ASSERT_TRUE(aggregator_->AddClientDrops(other, 5).ok());
+  clock_.Set(kT0 + kW + kGrace);
+  aggregator_->CloseDueWindows();
+  AddAt(other, 6, kT0);                        // late: its window closed
+  SeriesCounters t = aggregator_->totals();
+  EXPECT_EQ(t.accepted, 2u);
+  EXPECT_EQ(t.capped, 1u);
+  EXPECT_EQ(t.skewed, 1u);
+  EXPECT_EQ(t.late, 1u);
+  EXPECT_EQ(t.client_dropped, 5u);
+  clock_.Set(kT0 + 60'000);
+  aggregator_->CloseDueWindows();
+  ASSERT_EQ(aggregator_->ExpireIdleSeries(), 2u);
+  t = aggregator_->totals();
+  EXPECT_EQ(t.accepted + t.capped + t.late + t.skewed + t.client_dropped, 10u);
+}
+
 TEST_F(AggregatorTest, SeriesWithAnOpenWindowIsNotExpired) {
   AggregatorOptions options = TestOptions();
   options.series_ttl_ms = 1000;
