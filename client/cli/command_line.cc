@@ -32,6 +32,7 @@ enum class Flag {
   kWindow,
   kMaxSamples,
   kHistogram,
+  kAt,
   kRankLabel,
   kWindowStart,
   kInterval,
@@ -81,6 +82,7 @@ const std::vector<CommandSpec>& Commands() {
         {"--window", Flag::kWindow, true},
         {"--max-samples", Flag::kMaxSamples, true},
         {"--histogram", Flag::kHistogram, false},
+        {"--at", Flag::kAt, true},
         kLabelFlag}},
       {"event", {kLabelFlag}},
   };
@@ -322,6 +324,13 @@ absl::StatusOr<Command> BuildPush(const SplitCommandLine& line) {
       }
     } else if (flag == Flag::kHistogram) {
       command.spec.set_histogram(true);
+    } else if (flag == Flag::kAt) {
+      int64_t at_ms = 0;
+      if (!absl::SimpleAtoi(value, &at_ms) || at_ms <= 0) {
+        return UsageError(absl::StrCat("--at: \"", value,
+                                       "\" is not a positive number of Unix milliseconds"));
+      }
+      command.at_ms = at_ms;
     } else if (flag == Flag::kLabel) {
       if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;
     }
@@ -649,7 +658,7 @@ std::string UsageText(absl::string_view command) {
   if (command == "push") {
     return absl::StrCat(
         "Usage: torchmonctl push STAT VALUE... [--agg LIST] [--window DURATION]\n"
-        "                        [--max-samples N] [--histogram] [--label k=v]...\n\n"
+        "                        [--max-samples N] [--histogram] [--at MS] [--label k=v]...\n\n"
         "Sends each VALUE as a sample of STAT, stamped now, and waits until the daemon\n"
         "has acknowledged them. VALUE is a decimal number, nan, inf or -inf.\n\n"
         "  --agg LIST          aggregations, comma-separated from value, mean, count, sum,\n"
@@ -659,6 +668,9 @@ std::string UsageText(absl::string_view command) {
         "  --max-samples N     samples accepted per window; 0 = unlimited (default 0)\n"
         "  --histogram         keep a native histogram of the series' samples for\n"
         "                      Prometheus (implied by a quantile)\n"
+        "  --at MS             stamp the samples MS, Unix milliseconds, instead of now\n"
+        "                      (the daemon counts a stamp past its window's grace as\n"
+        "                      late, one too far ahead as skewed)\n"
         "  --label k=v         a label of the stat, added to the identity labels taken\n"
         "                      from the environment; repeatable\n\n",
         kGlobal);
@@ -691,7 +703,7 @@ std::string UsageText(absl::string_view command) {
       "  top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...\n"
       "      live view: the widest rank spreads and the series dropping samples\n"
       "  push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--histogram]\n"
-      "       [--label k=v]...\n"
+      "       [--at MS] [--label k=v]...\n"
       "      send samples of a stat\n"
       "  event NAME [key=value]... [--label k=v]...\n"
       "      log an event\n\n",

@@ -105,6 +105,7 @@ struct PushCommand {
   std::vector<double> values;  // at least one
   v1::StatSpec spec;           // validated with protocol::ValidateSpec
   protocol::LabelList labels;  // the stat's labels, not identity labels
+  std::optional<int64_t> at_ms;  // --at: the samples' stamp (Unix ms); now if unset
 };
 
 // event NAME [key=value]... [--label k=v]...

@@ -107,7 +107,13 @@ int RunPush(const GlobalOptions& global, const PushCommand& command) {
   options.histogram = command.spec.histogram();
   Stat stat(client, command.stat, aggregations,
             std::chrono::milliseconds(command.spec.window_size_ms()), std::move(options));
-  for (double value : command.values) stat.add(value);
+  for (double value : command.values) {
+    if (command.at_ms.has_value()) {
+      stat.add(value, *command.at_ms * 1000);
+    } else {
+      stat.add(value);
+    }
+  }
   return FlushAndReport(
       global, client,
       absl::StrCat(command.values.size(), command.values.size() == 1 ? " sample" : " samples"));

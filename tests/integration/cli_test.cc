@@ -421,6 +421,22 @@ TEST_F(CliTest, PushWithHistogramDefinesASeriesWithAHistogram) {
   EXPECT_THAT(usage.err, HasSubstr("flag --histogram takes no value"));
 }
 
+TEST_F(CliTest, PushAtStampsTheSamplesSoOldOnesAreLateAndFutureOnesSkewed) {
+  const int64_t now = NowMs();
+  Push({"cli.at", "1", "--window", "500ms", "--at", absl::StrCat(now - 60'000)});  // long closed
+  Push({"cli.at", "2", "3", "--window", "500ms", "--at", absl::StrCat(now + 3'600'000)});
+  Push({"cli.at", "4", "--window", "500ms", "--at", absl::StrCat(NowMs())});
+  const auto counters = OnlySeries("cli.at").counters();
+  EXPECT_EQ(counters.late(), 1u);
+  EXPECT_EQ(counters.skewed(), 2u);
+  EXPECT_EQ(counters.accepted(), 1u);
+  for (const char* bad : {"soon", "0", "-5", "12.5"}) {
+    const CommandResult usage = Ctl({"push", "cli.at", "1", "--at", bad});
+    EXPECT_EQ(usage.exit_code, 2) << bad;
+    EXPECT_THAT(usage.err, HasSubstr("--at")) << bad;
+  }
+}
+
 TEST_F(CliTest, AQuantileOutsideTheOpenIntervalIsAUsageErrorThatSendsNothing) {
   for (const char* agg : {"p100", "p0", "mean,p99.99999", "p1e1"}) {
     const CommandResult r = Ctl({"push", "cli.badq", "1", "--agg", agg});
