@@ -10,7 +10,8 @@ set -euo pipefail
 #             openssl, which makes the security tests' certificates at test time; clang with
 #             its sanitizer and libFuzzer runtimes, llvm-symbolizer for their reports;
 #             systemd-analyze and PyYAML, which check the files under deploy/ in tests/deploy
-#             and tests/prometheus; chromium, the headless browser of tests/live_page;
+#             and tests/prometheus; chromium, the headless browser of tests/live_page, and
+#             node with npm, which install playwright-core to drive it;
 #             lintian, which checks the Debian packages in tests/install. tests/wheel also
 #             uses pyenv's CPythons 3.9-3.13, which this script does not install)
 #   --daemon  only what building torchmond and torchmonctl needs (the container image's
@@ -35,6 +36,13 @@ case "${1:-}" in
   --daemon) packages=("${daemon_packages[@]}") ;;
   *) echo "install-deps.sh: unknown option \"$1\" (expected --test or --daemon)" >&2; exit 2 ;;
 esac
+
+# node and npm, which install playwright-core (the driver of tests/live_page's
+# Chromium): Debian's, unless a node with npm is already on PATH (NodeSource's
+# nodejs package carries its own npm and conflicts with Debian's).
+if [ "${1:-}" = --test ] && ! { command -v node && command -v npm; } >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

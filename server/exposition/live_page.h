@@ -7,10 +7,18 @@
 //       the N (≤ 1000, default 100) matching series that matter most:
 //       most samples dropped first, or most recently updated first; with
 //       how many matched in all
-//   /api/windows?stat=S&last=N&series=M
+//   /api/windows?stat=S&label=k=v&last=N&series=M
 //       the N most recent closed windows of at most M (≤ 64, default 16)
 //       series of stat S
 //   /api/events?last=N           the N (≤ 1000) most recent events
+//   /api/ranks?stat=S[&stat=S2...]&agg=A&rank_label=K&label=k=v
+//       Query.CompareRanks over the HTTP port: per stat group, the ranks'
+//       values of aggregation A in their newest window and the spread
+//       (at most 100 groups)
+//   /api/accounting?stat=GLOB&label=k=v&limit=N
+//       the daemon's totals (accepted, capped, late, skewed, client), and
+//       the N (≤ 1000, default 20) matching series with the most samples
+//       not aggregated, with how many matching series have any
 //
 // Windows and events are the objects of the JSON-lines sink
 // (server/core/json_lines.h). Thread-safe: reads copies from the aggregator and
@@ -24,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
+#include "server/core/rank_comparison.h"
 #include "server/core/selector.h"
 
 namespace torchmon::server {
@@ -42,11 +51,26 @@ class LivePage {
   std::string SeriesJson(const Selector& selector, size_t limit,
                          Aggregator::SeriesOrder order) const;
   // {"windows":[<window>...]}: the `last` most recent windows of the first
-  // `max_series` series of `stat` (by labels), series by series, oldest
-  // first.
-  std::string WindowsJson(const std::string& stat, size_t last, size_t max_series) const;
+  // `max_series` series (by labels) of the stat named exactly
+  // `selector.name` that match its labels, series by series, oldest first.
+  std::string WindowsJson(const Selector& selector, size_t last, size_t max_series) const;
   // {"events":[<event>...]}, oldest first.
   std::string EventsJson(size_t last) const;
+  static constexpr size_t kMaxComparisons = 100;
+  // {"comparisons":[{"stat","labels","aggregation","start_ms","end_ms",
+  //  "ranks":[{"rank","labels","value","accepted"}] (largest first),
+  //  "missing","min","max","median","slowest_rank","max_over_median",
+  //  "all_ranks" (quantiles only, when known)}],"matched":M}: the first
+  // kMaxComparisons of the M comparisons over the series each selector
+  // matches, in the order of `selectors`.
+  std::string RanksJson(const std::vector<Selector>& selectors,
+                        const RankComparisonOptions& options) const;
+  // {"totals":{"accepted","capped","late","skewed","client"},
+  //  "series":[{"stat","labels","counters","last_update_ms"}...],
+  //  "with_drops":D,"matched":M}: the daemon's
+  // accounting since it started, and of the M series matching `selector`,
+  // the D that have dropped samples, the `limit` with the most first.
+  std::string AccountingJson(const Selector& selector, size_t limit) const;
 
  private:
   const Aggregator& aggregator_;

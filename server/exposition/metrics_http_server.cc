@@ -11,8 +11,10 @@
 
 #include "CivetServer.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/rank_comparison.h"
 #include "server/exposition/content_negotiation.h"
 #include "server/exposition/gzip_stream.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
@@ -185,31 +187,54 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
       SendText(conn, 200, "text/html; charset=utf-8", LivePage::Html());
     } else if (uri == "/api/series") {
       Selector selector;
-      selector.name = Query(request, "stat");
-      // label=k=v: that label equals v.
-      const std::string label = Query(request, "label");
-      if (const size_t eq = label.find('='); eq != std::string::npos) {
-        selector.labels.push_back(
-            LabelMatcher{label.substr(0, eq), label.substr(eq + 1), LabelMatcher::Op::kEqual});
-      } else if (!label.empty()) {
-        SendText(conn, 400, "text/plain; charset=utf-8",
-                 "torchmond: /api/series?label= needs key=value\n");
-        return true;
-      }
+      if (!ParseSelector(conn, request, &selector)) return true;
       const Aggregator::SeriesOrder order = Query(request, "sort") == "recent"
                                                 ? Aggregator::SeriesOrder::kMostRecentFirst
                                                 : Aggregator::SeriesOrder::kMostDropsFirst;
       SendText(conn, 200, kJson,
                page_.SeriesJson(selector, Number(request, "limit", 100, LivePage::kMaxSeries),
                                 order));
+    } else if (uri == "/api/accounting") {
+      Selector selector;
+      if (!ParseSelector(conn, request, &selector)) return true;
+      SendText(conn, 200, kJson,
+               page_.AccountingJson(selector, Number(request, "limit", 20, LivePage::kMaxSeries)));
+    } else if (uri == "/api/ranks") {
+      Selector shared;
+      if (!ParseSelector(conn, request, &shared)) return true;
+      // stat= may repeat: the page asks for the stats it charts at once.
+      std::vector<Selector> selectors;
+      for (int i = 0; i < kMaxRankStats; ++i) {
+        std::string stat = Query(request, "stat", i);
+        if (stat.empty()) break;
+        selectors.push_back(shared);
+        selectors.back().name = std::move(stat);
+      }
+      if (selectors.empty()) selectors.push_back(shared);
+      RankComparisonOptions options;
+      if (const std::string agg = Query(request, "agg"); !agg.empty()) {
+        absl::StatusOr<protocol::NamedAggregation> parsed = protocol::ParseAggregation(agg);
+        if (!parsed.ok()) {
+          SendText(conn, 400, "text/plain; charset=utf-8",
+                   absl::StrCat("torchmond: /api/ranks?agg=: ", parsed.status().message(), "\n"));
+          return true;
+        }
+        options.aggregate = AggregateRef{static_cast<Aggregation>(parsed->aggregation),
+                                         parsed->quantile};
+      }
+      if (std::string key = Query(request, "rank_label"); !key.empty()) {
+        options.rank_label = std::move(key);
+      }
+      SendText(conn, 200, kJson, page_.RanksJson(selectors, options));
     } else if (uri == "/api/windows") {
-      const std::string stat = Query(request, "stat");
-      if (stat.empty()) {
+      Selector selector;
+      if (!ParseSelector(conn, request, &selector)) return true;
+      if (selector.name.empty()) {
         SendText(conn, 400, "text/plain; charset=utf-8",
                  "torchmond: /api/windows needs ?stat=NAME\n");
       } else {
         SendText(conn, 200, kJson,
-                 page_.WindowsJson(stat, Number(request, "last", 60, 1000),
+                 page_.WindowsJson(selector, Number(request, "last", 60, 1000),
                                    Number(request, "series", 16, LivePage::kMaxChartSeries)));
       }
     } else if (uri == "/api/events") {
@@ -223,14 +248,40 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
  private:
   static constexpr const char* kJson = "application/json";
 
-  static std::string Query(const mg_request_info* request, const char* name) {
+  // At most this many stat= in one /api/ranks.
+  static constexpr int kMaxRankStats = 32;
+  // At most this many label= in one request.
+  static constexpr int kMaxLabelMatchers = 8;
+
+  // The `occurrence`th ?name= (from 0), decoded; "" when absent.
+  static std::string Query(const mg_request_info* request, const char* name,
+                           int occurrence = 0) {
     if (request->query_string == nullptr) return "";
     std::string value(4096, '\0');
-    const int n = mg_get_var(request->query_string, std::strlen(request->query_string), name,
-                             value.data(), value.size());
+    const int n = mg_get_var2(request->query_string, std::strlen(request->query_string), name,
+                              value.data(), value.size(), occurrence);
     if (n < 0) return "";
     value.resize(static_cast<size_t>(n));
     return value;
+  }
+  // ?stat=GLOB&label=k=v&label=... (every label equal) into `selector`;
+  // false after answering 400 for a label without "=".
+  static bool ParseSelector(mg_connection* conn, const mg_request_info* request,
+                            Selector* selector) {
+    selector->name = Query(request, "stat");
+    for (int i = 0; i < kMaxLabelMatchers; ++i) {
+      const std::string label = Query(request, "label", i);
+      if (label.empty()) break;
+      const size_t eq = label.find('=');
+      if (eq == std::string::npos) {
+        SendText(conn, 400, "text/plain; charset=utf-8",
+                 absl::StrCat("torchmond: ", request->local_uri, "?label= needs key=value\n"));
+        return false;
+      }
+      selector->labels.push_back(
+          LabelMatcher{label.substr(0, eq), label.substr(eq + 1), LabelMatcher::Op::kEqual});
+    }
+    return true;
   }
   // ?name=N, 1 to `max`; `fallback` when absent or not a number.
   static size_t Number(const mg_request_info* request, const char* name, size_t fallback,

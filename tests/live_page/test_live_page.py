@@ -108,6 +108,51 @@ def test_windows_endpoint_is_bounded_in_series(fed):
     assert {w["labels"]["rank"] for w in windows} == {"0"}  # the first series by labels
 
 
+def test_windows_endpoint_takes_the_label_filter(fed):
+    windows = json.loads(http(fed, "/api/windows?stat=train.loss&label=rank=1")[2])["windows"]
+    assert windows and {w["labels"]["rank"] for w in windows} == {"1"}
+    assert json.loads(http(fed, "/api/windows?stat=train.loss&label=rank=7")[2])["windows"] == []
+    assert http(fed, "/api/windows?stat=train.loss&label=rank")[0] == 400
+
+
+def test_ranks_endpoint_is_compare_ranks_over_http(fed):
+    """/api/ranks answers what Query.CompareRanks (torchmonctl ranks) does."""
+    status, content_type, body = http(fed, "/api/ranks?stat=train.step_ms&agg=max")
+    assert status == 200 and content_type == "application/json"
+    (c,) = json.loads(body)["comparisons"]
+    assert c["stat"] == "train.step_ms" and c["aggregation"] == "max"
+    assert [r["rank"] for r in c["ranks"]] == ["1", "0"]  # largest first
+    assert [r["value"] for r in c["ranks"]] == [110, 100]
+    assert c["ranks"][0]["labels"]["rank"] == "1"
+    assert (c["min"], c["median"], c["max"]) == (100, 105, 110)
+    assert c["slowest_rank"] == "1" and c["missing"] == []
+    assert c["max_over_median"] == pytest.approx(110 / 105)
+    assert "all_ranks" not in c
+    grpc = fed.ctl("ranks", "train.step_ms", "--agg", "max")["comparisons"][0]
+    assert grpc["start_ms"] == c["start_ms"] and grpc["slowest_rank"] == c["slowest_rank"]
+    # A quantile also gives the quantile of both ranks' samples pooled.
+    (q,) = json.loads(http(fed, "/api/ranks?stat=train.step_ms&agg=p99")[2])["comparisons"]
+    grpc = fed.ctl("ranks", "train.step_ms", "--agg", "p99")["comparisons"][0]
+    assert q["aggregation"] == "p99" and q["all_ranks"] == grpc["all_ranks"]
+    assert 100 * 0.99 <= q["all_ranks"] <= 110 * 1.01
+    # Several stats at once, a label filter, and a bad aggregation.
+    both = json.loads(http(fed, "/api/ranks?stat=train.loss&stat=train.step_ms&agg=max")[2])
+    assert [c["stat"] for c in both["comparisons"]] == ["train.loss", "train.step_ms"]
+    assert both["matched"] == 2
+    one = json.loads(http(fed, "/api/ranks?stat=train.*&agg=max&label=rank=0")[2])["comparisons"]
+    assert [len(c["ranks"]) for c in one] == [1, 1]
+    status, _, body = http(fed, "/api/ranks?stat=train.loss&agg=median")
+    assert status == 400 and "median" in body
+    # A stat that does not compute the aggregation has nothing to compare.
+    assert json.loads(http(fed, "/api/ranks?stat=train.loss&agg=p99")[2])["comparisons"] == []
+
+
+def test_accounting_endpoint_without_drops(fed):
+    answer = json.loads(http(fed, "/api/accounting")[2])
+    assert answer["totals"] == {"accepted": 18, "capped": 0, "late": 0, "skewed": 0, "client": 0}
+    assert answer["series"] == [] and answer["with_drops"] == 0 and answer["matched"] == 4
+
+
 def test_series_endpoint_is_bounded_filtered_and_shows_drops_first(tmp_path):
     """Thousands of series: the page gets the ones that matter, never all."""
     import datetime
@@ -147,6 +192,16 @@ def test_series_endpoint_is_bounded_filtered_and_shows_drops_first(tmp_path):
         assert http(daemon, "/api/series?label=rank")[0] == 400
         capped = json.loads(http(daemon, "/api/series?limit=100000")[2])
         assert len(capped["series"]) == 1000  # the most one answer holds
+        # The accounting: the daemon's totals, and the series with drops, most first.
+        accounting = json.loads(http(daemon, "/api/accounting?limit=2")[2])
+        assert accounting["totals"]["capped"] == 5 + 3 + 1
+        assert accounting["totals"]["accepted"] == 3000
+        assert accounting["with_drops"] == 3 and accounting["matched"] == 3000
+        assert [s["stat"] for s in accounting["series"]] == ["many.s0042", "many.s1234"]
+        assert accounting["series"][1]["counters"]["capped"] == 3
+        narrowed = json.loads(http(daemon, "/api/accounting?stat=many.s2*")[2])
+        assert [s["stat"] for s in narrowed["series"]] == ["many.s2999"]
+        assert narrowed["totals"]["capped"] == 9  # the daemon's, whatever the filter
     finally:
         daemon.stop()
 
@@ -202,7 +257,7 @@ def chromium(*args, timeout=90):
 def test_the_page_shows_what_was_pushed_in_headless_chromium(fed):
     dom = chromium("--dump-dom", f"http://{fed.metrics}/").stdout
     for stat in ("train.loss", "train.step_ms"):
-        assert dom.count(f'data-stat="{stat}"') == 2, stat  # one row per rank
+        assert dom.count(f'data-stat="{stat}" data-labels=') == 2, stat  # a table row per rank
         assert f'data-chart="{stat}"' in dom
     # A line per rank and stat, and a dashed one per rank and quantile of train.step_ms.
     assert dom.count("<polyline") == 4 + 4

@@ -1,0 +1,336 @@
+"""The live page as a person uses it, in Debian's Chromium driven by
+playwright-core (browser.py), against a real daemon fed live by four ranks
+of a training job through the Python client: rank 2 stalls (its steps take
+three times as long), rank 3 stops reporting, rank 1's loss goes NaN once,
+and data.batch_bytes drops samples (capped by max_samples; late and skewed
+ones pushed with `torchmonctl push --at`). Everything the page shows is
+checked against what the daemon's API says; the screenshots it takes are
+the ones docs/live-page.md shows (TORCHMON_SCREENSHOT_DIR keeps them)."""
+
+import datetime
+import json
+import math
+import os
+import threading
+import time
+import urllib.request
+import zoneinfo
+
+import pytest
+
+from browser import Browser
+from torchmon_testing import Daemon
+
+WINDOW = datetime.timedelta(milliseconds=500)
+STEP_MS = {0: 100.0, 1: 104.0, 2: 310.0, 3: 98.0}  # rank 2 is the straggler
+TZ = "Asia/Kolkata"  # UTC+05:30: local ticks differ from UTC ones in hours and minutes
+NAN_AT_STEP = 60  # rank 1's loss goes NaN at this step, for one window
+RANK_3_STOPS_AT_STEP = 100
+
+
+def api(daemon, path):
+    with urllib.request.urlopen(f"http://{daemon.metrics}{path}", timeout=10) as r:
+        return json.loads(r.read())
+
+
+class Job:
+    """Four ranks stepping every 50 ms (scaled), as a training loop would."""
+
+    def __init__(self, daemon):
+        import torchmon
+        self.daemon = daemon
+        self.running = threading.Event()
+        self.running.set()
+        self.stepping = threading.Lock()  # held through each step
+        self.stop = threading.Event()
+        self.steps = 0
+        self.clients, self.stats = {}, {}
+        for rank in range(4):
+            # host= from the environment, as torchmonctl's: one series for both.
+            client = torchmon.Client(target=daemon.target, labels={"rank": str(rank)})
+            self.clients[rank] = client
+            self.stats[rank] = {
+                "step": torchmon.Stat("train.step_ms",
+                                      [torchmon.MEAN, torchmon.MAX, torchmon.MIN, "p50", "p99"],
+                                      WINDOW, client=client),
+                "loss": torchmon.Stat("train.loss", [torchmon.MEAN, torchmon.MIN, torchmon.MAX],
+                                      WINDOW, client=client),
+            }
+        # Rank 0's loader sends more than max_samples a window: capped.
+        self.batch = torchmon.Stat("data.batch_bytes", [torchmon.SUM, torchmon.COUNT], WINDOW,
+                                   max_samples=2, client=self.clients[0])
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        deadline = time.monotonic() + 600  # bounded, whatever the test does
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            if not self.running.wait(0.05):
+                continue
+            with self.stepping:
+                if self.running.is_set():
+                    self._step(self.steps)
+                    self.steps += 1
+            time.sleep(0.05)
+
+    def _step(self, step):
+        for rank, stats in self.stats.items():
+            if rank == 3 and step >= RANK_3_STOPS_AT_STEP:
+                continue  # rank 3 stopped reporting
+            stats["step"].add(STEP_MS[rank] * (1 + 0.04 * math.sin(step / 6 + rank)))
+            loss = 2.0 * math.exp(-step / 150) + 0.3 + rank / 50 + 0.05 * math.sin(step / 3)
+            if rank == 1 and step == NAN_AT_STEP:
+                loss = float("nan")
+            stats["loss"].add(loss)
+        self.batch.add((3.0 + math.sin(step / 8)) * 2**20)
+
+    def pause(self):
+        """Stops stepping and waits until every sample sent reached the daemon."""
+        self.running.clear()
+        with self.stepping:  # no step under way
+            pass
+        for client in self.clients.values():
+            assert client.flush(10)
+
+    def resume(self):
+        self.running.set()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+        for client in self.clients.values():
+            client.close(5)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    daemon = Daemon(str(tmp_path_factory.mktemp("browser")), "--grace", "100ms")
+    j = Job(daemon)
+    # Enough windows for lines, the NaN, and rank 3's last window behind.
+    deadline = time.monotonic() + 60
+    while len(daemon.windows("train.step_ms", "rank=0")) < 20 or j.steps < RANK_3_STOPS_AT_STEP + 20:
+        assert time.monotonic() < deadline, "windows did not close"
+        time.sleep(0.1)
+    daemon.ctl("event", "epoch_end", "epoch=1")
+    yield j
+    j.close()
+    daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def page(job):
+    with Browser() as b:
+        status = b.open(f"http://{job.daemon.metrics}/", timezone=TZ)
+        assert status == 200
+        b.wait("document.querySelectorAll('#charts .chart').length === 3 && "
+               "document.querySelectorAll('#straggler-rows tr[data-stat]').length >= 1")
+        yield b
+        assert b.errors() == []  # no uncaught error or console error all along
+
+
+def wait_refresh(b):
+    """Waits for the page's next refresh to finish."""
+    before = b.eval("document.getElementById('status').textContent")
+    b.wait(f"document.getElementById('status').textContent !== {json.dumps(before)}", timeout=10)
+
+
+def shot(b, name, tmp_path):
+    where = os.environ.get("TORCHMON_SCREENSHOT_DIR") or str(tmp_path)
+    path = os.path.join(where, name)
+    b.screenshot(path)
+    assert os.path.getsize(path) > 20_000, "a blank page?"
+    return path
+
+
+def test_the_time_axis_ticks_are_local_time_and_the_y_axis_has_units(page):
+    ticks = page.eval("""[...document.querySelectorAll('[data-chart="train.step_ms"] .xtick')]
+                         .map(t => [Number(t.dataset.t), t.textContent])""")
+    assert len(ticks) >= 2
+    zone = zoneinfo.ZoneInfo(TZ)
+    for t, text in ticks:
+        local = datetime.datetime.fromtimestamp(t / 1000, zone)
+        assert text == local.strftime("%H:%M:%S"), (t, text)
+        assert t % 1000 == 0  # round seconds
+    steps = {b[0] - a[0] for a, b in zip(ticks, ticks[1:])}
+    assert len(steps) == 1 and steps.pop() in (1000, 2000, 5000, 10000)
+    y = page.eval("""[...document.querySelectorAll('[data-chart="train.step_ms"] .ytick')]
+                     .map(t => [Number(t.dataset.v), t.textContent])""")
+    assert len(y) >= 3
+    assert all(text.endswith(" ms") for _, text in y), y
+    values = [v for v, _ in y]
+    gaps = {round(b - a, 9) for a, b in zip(values, values[1:])}
+    assert len(gaps) == 1, values  # evenly spaced
+    gap = gaps.pop()
+    assert gap / 10 ** math.floor(math.log10(gap)) in (1, 2, 2.5, 5), gap  # a round step
+    # The range covers every rank's step time: 98 ms - 4 % to 310 ms + 4 %.
+    assert values[0] <= 94 and values[-1] >= 322
+    # A stat without a unit has none; data.batch_bytes is in binary bytes.
+    loss = page.eval("""[...document.querySelectorAll('[data-chart="train.loss"] .ytick')].map(t => t.textContent)""")
+    assert loss and all(not t.endswith("s") and "B" not in t for t in loss), loss
+    batch = page.eval("""[...document.querySelectorAll('[data-chart="data.batch_bytes"] .ytick')].map(t => t.textContent)""")
+    assert any(t.endswith(" MiB") for t in batch), batch
+
+
+def test_hovering_a_point_shows_every_aggregate_of_that_window(job, page):
+    # The point of rank 2's line at its newest window.
+    where = page.eval("""(() => {
+        const chart = document.querySelector('[data-chart="train.step_ms"]');
+        const line = chart.querySelector('g[data-series="rank=2"] polyline:not([data-quantile])');
+        const pts = line.getAttribute('points').trim().split(' ');
+        const [x, y] = pts[pts.length - 1].split(',').map(Number);
+        const svg = chart.querySelector('svg'), r = svg.getBoundingClientRect();
+        const vb = svg.viewBox.baseVal;
+        return [r.left + x * r.width / vb.width, r.top + y * r.height / vb.height];
+    })()""")
+    page.mouse(where[0], where[1])
+    tip = page.eval("""(() => {
+        const t = document.querySelector('[data-chart="train.step_ms"] .tooltip');
+        return {shown: getComputedStyle(t).display !== 'none', head: t.querySelector('.tt-head').textContent,
+                start: Number(t.querySelector('.tt-window').dataset.start),
+                window: t.querySelector('.tt-window').textContent,
+                rows: Object.fromEntries([...t.querySelectorAll('tr')].map(r => [r.dataset.agg, [r.dataset.value, r.cells[1].textContent]]))};
+    })()""")
+    assert tip["shown"]
+    assert tip["head"].startswith("rank=2")
+    windows = api(job.daemon, "/api/windows?stat=train.step_ms&label=rank=2&last=60")["windows"]
+    (w,) = [w for w in windows if w["start_ms"] == tip["start"]]
+    assert list(tip["rows"]) == ["mean", "max", "min", "p50", "p99", "accepted", "capped"]
+    for agg, value in w["aggregates"].items():
+        shown, text = tip["rows"][agg]
+        assert float(shown) == value, agg
+        assert text.endswith(" ms"), text
+    assert int(tip["rows"]["accepted"][0]) == w["accepted"]
+    assert 290 <= w["aggregates"]["mean"] <= 330
+    # The window in local time.
+    start = datetime.datetime.fromtimestamp(w["start_ms"] / 1000, zoneinfo.ZoneInfo(TZ))
+    assert tip["window"].startswith("window " + start.strftime("%H:%M:%S.") + "%03d" % (start.microsecond // 1000))
+    # A refresh redraws the chart; the tooltip under the resting pointer stays.
+    wait_refresh(page)
+    assert page.eval("""(() => { const t = document.querySelector('[data-chart="train.step_ms"] .tooltip');
+        return [t.style.display, t.querySelector('.tt-head').textContent.slice(0, 6)]; })()""") == ["block", "rank=2"]
+
+
+def test_legends_show_only_the_differing_label_and_each_rank_keeps_its_colour(page):
+    legends = page.eval("""Object.fromEntries([...document.querySelectorAll('.chart')].map(c =>
+        [c.dataset.chart, [...c.querySelectorAll('[data-legend]')].map(s => [s.dataset.legend, s.querySelector('i').style.background])]))""")
+    assert [name for name, _ in legends["train.step_ms"]] == ["rank=0", "rank=1", "rank=2", "rank=3"]
+    assert [name for name, _ in legends["train.loss"]] == ["rank=0", "rank=1", "rank=2", "rank=3"]
+    assert [name for name, _ in legends["data.batch_bytes"]] == ["rank=0"]
+    colours = {}
+    for chart in legends.values():
+        for name, colour in chart:
+            colours.setdefault(name, set()).add(colour)
+    assert all(len(c) == 1 for c in colours.values()), colours  # the same on every chart
+    assert len({c.pop() for c in colours.values()}) == 4  # and one per rank
+
+
+def test_the_nan_loss_window_is_marked(job, page):
+    marks = page.eval("""[...document.querySelectorAll('[data-chart="train.loss"] g.nonfinite')]
+                         .map(g => [g.dataset.series, g.dataset.value, Number(g.dataset.start)])""")
+    nan_windows = [w for w in api(job.daemon, "/api/windows?stat=train.loss&label=rank=1&last=60")["windows"]
+                   if w["aggregates"]["mean"] == "NaN"]
+    assert len(nan_windows) == 1
+    assert marks == [["rank=1", "NaN", nan_windows[0]["start_ms"]]]
+    chart = page.eval("""(() => { const c = document.querySelector('[data-chart="train.loss"]');
+        return [c.classList.contains('alert'), c.querySelector('[data-nonfinite-badge]').textContent]; })()""")
+    assert chart == [True, "NaN in rank=1"]
+    # The other charts are not alarmed.
+    assert page.eval("document.querySelectorAll('.chart.alert').length") == 1
+
+
+def test_the_straggler_is_highlighted_in_its_chart_and_the_panel(job, page):
+    answer = api(job.daemon, "/api/ranks?stat=train.step_ms&agg=mean")
+    (c,) = answer["comparisons"]
+    assert c["slowest_rank"] == "2" and c["max_over_median"] > 2.5
+    assert "3" in c["missing"]  # rank 3 stopped: no newest window
+    row = page.eval("""(() => { const r = document.querySelector('#straggler-rows tr[data-stat="train.step_ms"]');
+        return {slowest: r.dataset.slowest, missing: r.querySelector('[data-missing]')?.dataset.missing,
+                text: r.textContent, cls: r.className}; })()""")
+    assert row["slowest"] == "2" and row["cls"] == "straggler"
+    assert row["missing"] == "3"
+    assert "rank 2" in row["text"]
+    chart = page.eval("""(() => { const c = document.querySelector('[data-chart="train.step_ms"]');
+        return {badge: c.querySelector('[data-slowest-badge]').dataset.slowestBadge,
+                text: c.querySelector('[data-slowest-badge]').textContent,
+                highlighted: [...c.querySelectorAll('g.slowest')].map(g => g.dataset.series),
+                width: c.querySelector('g.slowest polyline:not([data-quantile])').getAttribute('stroke-width'),
+                legend: [...c.querySelectorAll('.legend .slowest')].map(s => s.dataset.legend)}; })()""")
+    assert chart["badge"] == "2" and chart["text"].startswith("slowest: rank=2")
+    assert chart["highlighted"] == ["rank=2"] and chart["legend"] == ["rank=2"]
+    assert float(chart["width"]) > 3
+    # The loss chart has no time unit: its top rank is "highest", not slowest.
+    assert page.eval("""document.querySelector('[data-chart="train.loss"] [data-slowest-badge]')?.textContent.startsWith('highest') ?? true""")
+
+
+def test_the_accounting_panel_counts_drops_since_the_page_opened(job, page):
+    job.pause()
+    try:
+        now = int(time.time() * 1000)
+        common = ["--agg", "sum,count", "--window", "500ms", "--max-samples", "2", "--label", "rank=0"]
+        job.daemon.ctl("push", "data.batch_bytes", "1", "2", "3", "--at", str(now - 60_000), *common)  # late
+        job.daemon.ctl("push", "data.batch_bytes", "4", "5", "--at", str(now + 3_600_000), *common)  # skewed
+        wait_refresh(page)
+        wait_refresh(page)
+        (series,) = job.daemon.series("data.batch_bytes")
+        counters = series["counters"]
+        row = page.eval("""(() => { const r = document.querySelector('#drop-rows tr[data-stat="data.batch_bytes"]');
+            return Object.fromEntries([...r.querySelectorAll('[data-counter]')].map(td =>
+                [td.dataset.counter, [Number(td.dataset.total), Number(td.dataset.since)]])); })()""")
+        assert row["late"] == [counters["late"], 3]
+        assert row["skewed"] == [counters["skewed"], 2]
+        assert row["capped"][0] == counters["capped"] > 0
+        assert 0 < row["capped"][1] <= counters["capped"]  # capped while the page was open too
+        assert row["client"] == [0, 0]
+        totals = page.eval("""Object.fromEntries([...document.querySelectorAll('#totals [data-total]')].map(d =>
+            [d.dataset.total, [Number(d.dataset.all), Number(d.dataset.since)]]))""")
+        assert totals["late"] == [3, 3] and totals["skewed"] == [2, 2]
+        assert totals["capped"][0] == counters["capped"]
+        # The series table agrees: data.batch_bytes first, its drops in red.
+        first = page.eval("""(() => { const r = document.querySelector('#series tr');
+            return [r.dataset.stat, r.cells[4].textContent, r.cells[4].className]; })()""")
+        assert first == ["data.batch_bytes", str(counters["capped"] + 5), "num bad"]
+    finally:
+        job.resume()
+
+
+def test_screenshots(job, page, tmp_path):
+    """The views docs/live-page.md shows, at 1400x1000."""
+    page.mouse(5, 995)  # off the charts: no tooltip
+    wait_refresh(page)
+    assert page.eval("[...document.querySelectorAll('.tooltip')].every(t => t.style.display !== 'block')")
+    assert page.eval("[innerWidth, innerHeight]") == [1400, 1000]
+    shot(page, "live-page.png", tmp_path)
+    where = page.eval("""(() => {
+        const svg = document.querySelector('[data-chart="train.step_ms"] svg'), r = svg.getBoundingClientRect();
+        const line = svg.querySelector('g[data-series="rank=2"] polyline:not([data-quantile])');
+        const pts = line.getAttribute('points').trim().split(' ');
+        const [x, y] = pts[Math.max(0, pts.length - 4)].split(',').map(Number);
+        return [r.left + x * r.width / svg.viewBox.baseVal.width, r.top + y * r.height / svg.viewBox.baseVal.height];
+    })()""")
+    page.mouse(where[0], where[1])
+    page.wait("getComputedStyle(document.querySelector('[data-chart=\"train.step_ms\"] .tooltip')).display === 'block'")
+    shot(page, "live-page-hover.png", tmp_path)
+
+
+def test_the_filter_narrows_everything_and_is_kept_in_the_url(job, page, tmp_path):
+    page.type("#filter", "train.*")
+    page.type("#label-filter", "rank=2")
+    page.wait("""location.search === '?stat=train.*&label=rank%3D2' &&
+                 [...document.querySelectorAll('#charts .chart')].map(c => c.dataset.chart).join() === 'train.loss,train.step_ms' &&
+                 [...document.querySelectorAll('#charts [data-legend]')].every(s => s.dataset.legend === 'rank=2')""")
+    rows = page.eval("[...document.querySelectorAll('#series tr')].map(r => r.dataset.stat + ' ' + r.dataset.labels)")
+    host = job.daemon.series("train.loss")[0]["labels"]["host"]
+    assert sorted(rows) == [f"train.loss host={host},rank=2", f"train.step_ms host={host},rank=2"]
+    assert page.eval("document.getElementById('shown').textContent") == "(2)"
+    # A bookmark opens the same view.
+    url = page.eval("location.href")
+    page.goto(url)
+    page.wait("document.querySelectorAll('#charts .chart').length === 2")
+    assert page.eval("[document.getElementById('filter').value, document.getElementById('label-filter').value]") == \
+        ["train.*", "rank=2"]
+    assert sorted(page.eval("[...document.querySelectorAll('#series tr')].map(r => r.dataset.stat)")) == \
+        ["train.loss", "train.step_ms"]
+    # Clearing it brings every series back.
+    page.type("#filter", "")
+    page.type("#label-filter", "")
+    page.wait("document.querySelectorAll('#charts .chart').length === 3 && location.search === ''")
