@@ -25,6 +25,7 @@ WINDOW = datetime.timedelta(milliseconds=500)
 STEP_MS = {0: 100.0, 1: 104.0, 2: 310.0, 3: 98.0}  # rank 2 is the straggler
 TZ = "Asia/Kolkata"  # UTC+05:30: local ticks differ from UTC ones in hours and minutes
 NAN_AT_STEP = 60  # rank 1's loss goes NaN at this step, for one window
+INF_AT_STEP = 80  # rank 0's gradient norm overflows at this step
 RANK_3_STOPS_AT_STEP = 100
 
 
@@ -47,7 +48,8 @@ class Job:
         self.clients, self.stats = {}, {}
         for rank in range(4):
             # host= from the environment, as torchmonctl's: one series for both.
-            client = torchmon.Client(target=daemon.target, labels={"rank": str(rank)})
+            client = torchmon.Client(target=daemon.target, labels={
+                "rank": str(rank), "local_rank": str(rank), "job": "llm"})
             self.clients[rank] = client
             self.stats[rank] = {
                 "step": torchmon.Stat("train.step_ms",
@@ -55,6 +57,7 @@ class Job:
                                       WINDOW, client=client),
                 "loss": torchmon.Stat("train.loss", [torchmon.MEAN, torchmon.MIN, torchmon.MAX],
                                       WINDOW, client=client),
+                "grad": torchmon.Stat("train.grad_norm", [torchmon.MEAN], WINDOW, client=client),
             }
         # Rank 0's loader sends more than max_samples a window: capped.
         self.batch = torchmon.Stat("data.batch_bytes", [torchmon.SUM, torchmon.COUNT], WINDOW,
@@ -82,6 +85,8 @@ class Job:
             if rank == 1 and step == NAN_AT_STEP:
                 loss = float("nan")
             stats["loss"].add(loss)
+            grad = 1.0 + 0.05 * math.sin(step / 25 + rank)
+            stats["grad"].add(math.inf if rank == 0 and step == INF_AT_STEP else grad)
         self.batch.add((3.0 + math.sin(step / 8)) * 2**20)
 
     def pause(self):
@@ -122,7 +127,7 @@ def page(job):
     with Browser() as b:
         status = b.open(f"http://{job.daemon.metrics}/", timezone=TZ)
         assert status == 200
-        b.wait("document.querySelectorAll('#charts .chart').length === 3 && "
+        b.wait("document.querySelectorAll('#charts .chart').length === 4 && "
                "document.querySelectorAll('#straggler-rows tr[data-stat]').length >= 1")
         yield b
         assert b.errors() == []  # no uncaught error or console error all along
@@ -210,12 +215,17 @@ def test_hovering_a_point_shows_every_aggregate_of_that_window(job, page):
         return [t.style.display, t.querySelector('.tt-head').textContent.slice(0, 6)]; })()""") == ["block", "rank=2"]
 
 
-def test_legends_show_only_the_differing_label_and_each_rank_keeps_its_colour(page):
+def test_legends_show_only_the_differing_label_and_each_rank_keeps_its_colour(job, page):
     legends = page.eval("""Object.fromEntries([...document.querySelectorAll('.chart')].map(c =>
         [c.dataset.chart, [...c.querySelectorAll('[data-legend]')].map(s => [s.dataset.legend, s.querySelector('i').style.background])]))""")
     assert [name for name, _ in legends["train.step_ms"]] == ["rank=0", "rank=1", "rank=2", "rank=3"]
     assert [name for name, _ in legends["train.loss"]] == ["rank=0", "rank=1", "rank=2", "rank=3"]
+    assert [name for name, _ in legends["train.grad_norm"]] == ["rank=0", "rank=1", "rank=2", "rank=3"]
     assert [name for name, _ in legends["data.batch_bytes"]] == ["rank=0"]
+    # local_rank repeats rank and is left out; what every line shares is written once.
+    host = job.daemon.series("train.loss")[0]["labels"]["host"]
+    common = page.eval("""[...document.querySelectorAll('.chart .common')].map(c => c.textContent)""")
+    assert set(common) == {f"host={host} · job=llm", f"host={host} · job=llm · local_rank=0 · rank=0"}
     colours = {}
     for chart in legends.values():
         for name, colour in chart:
@@ -234,8 +244,16 @@ def test_the_nan_loss_window_is_marked(job, page):
     chart = page.eval("""(() => { const c = document.querySelector('[data-chart="train.loss"]');
         return [c.classList.contains('alert'), c.querySelector('[data-nonfinite-badge]').textContent]; })()""")
     assert chart == [True, "NaN in rank=1"]
+    # An infinity is marked the same way.
+    inf = [w for w in api(job.daemon, "/api/windows?stat=train.grad_norm&label=rank=0&last=60")["windows"]
+           if w["aggregates"]["mean"] == "+Inf"]
+    assert len(inf) == 1
+    assert page.eval("""[...document.querySelectorAll('[data-chart="train.grad_norm"] g.nonfinite')]
+                        .map(g => [g.dataset.series, g.dataset.value, Number(g.dataset.start)])""") == \
+        [["rank=0", "+Inf", inf[0]["start_ms"]]]
     # The other charts are not alarmed.
-    assert page.eval("document.querySelectorAll('.chart.alert').length") == 1
+    assert sorted(page.eval("[...document.querySelectorAll('.chart.alert')].map(c => c.dataset.chart)")) == \
+        ["train.grad_norm", "train.loss"]
 
 
 def test_the_straggler_is_highlighted_in_its_chart_and_the_panel(job, page):
@@ -266,7 +284,8 @@ def test_the_accounting_panel_counts_drops_since_the_page_opened(job, page):
     job.pause()
     try:
         now = int(time.time() * 1000)
-        common = ["--agg", "sum,count", "--window", "500ms", "--max-samples", "2", "--label", "rank=0"]
+        common = ["--agg", "sum,count", "--window", "500ms", "--max-samples", "2", "--label", "rank=0",
+                  "--label", "local_rank=0", "--label", "job=llm"]
         job.daemon.ctl("push", "data.batch_bytes", "1", "2", "3", "--at", str(now - 60_000), *common)  # late
         job.daemon.ctl("push", "data.batch_bytes", "4", "5", "--at", str(now + 3_600_000), *common)  # skewed
         wait_refresh(page)
@@ -316,21 +335,22 @@ def test_the_filter_narrows_everything_and_is_kept_in_the_url(job, page, tmp_pat
     page.type("#filter", "train.*")
     page.type("#label-filter", "rank=2")
     page.wait("""location.search === '?stat=train.*&label=rank%3D2' &&
-                 [...document.querySelectorAll('#charts .chart')].map(c => c.dataset.chart).join() === 'train.loss,train.step_ms' &&
+                 [...document.querySelectorAll('#charts .chart')].map(c => c.dataset.chart).join() === 'train.grad_norm,train.loss,train.step_ms' &&
                  [...document.querySelectorAll('#charts [data-legend]')].every(s => s.dataset.legend === 'rank=2')""")
     rows = page.eval("[...document.querySelectorAll('#series tr')].map(r => r.dataset.stat + ' ' + r.dataset.labels)")
     host = job.daemon.series("train.loss")[0]["labels"]["host"]
-    assert sorted(rows) == [f"train.loss host={host},rank=2", f"train.step_ms host={host},rank=2"]
-    assert page.eval("document.getElementById('shown').textContent") == "(2)"
+    labels = f"host={host},job=llm,local_rank=2,rank=2"
+    assert sorted(rows) == [f"train.grad_norm {labels}", f"train.loss {labels}", f"train.step_ms {labels}"]
+    assert page.eval("document.getElementById('shown').textContent") == "(3)"
     # A bookmark opens the same view.
     url = page.eval("location.href")
     page.goto(url)
-    page.wait("document.querySelectorAll('#charts .chart').length === 2")
+    page.wait("document.querySelectorAll('#charts .chart').length === 3")
     assert page.eval("[document.getElementById('filter').value, document.getElementById('label-filter').value]") == \
         ["train.*", "rank=2"]
     assert sorted(page.eval("[...document.querySelectorAll('#series tr')].map(r => r.dataset.stat)")) == \
-        ["train.loss", "train.step_ms"]
+        ["train.grad_norm", "train.loss", "train.step_ms"]
     # Clearing it brings every series back.
     page.type("#filter", "")
     page.type("#label-filter", "")
-    page.wait("document.querySelectorAll('#charts .chart').length === 3 && location.search === ''")
+    page.wait("document.querySelectorAll('#charts .chart').length === 4 && location.search === ''")
