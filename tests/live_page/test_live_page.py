@@ -295,7 +295,9 @@ def test_the_page_asks_for_the_metrics_password_and_can_be_turned_off(tmp_path):
     daemon = Daemon(str(tmp_path / "a"), "--metrics-auth-file", str(auth))
     try:
         assert http(daemon, "/")[0] == 401
-        assert http(daemon, "/api/series")[0] == 401
+        for path in ("/api/series", "/api/windows?stat=x", "/api/ranks", "/api/accounting",
+                     "/api/events"):
+            assert http(daemon, path)[0] == 401, path
         assert http(daemon, "/api/series", auth="prom:s3cret-pass")[0] == 200
     finally:
         daemon.stop()
@@ -303,7 +305,8 @@ def test_the_page_asks_for_the_metrics_password_and_can_be_turned_off(tmp_path):
     off = Daemon(str(tmp_path / "b"), "--live-page", "off")
     try:
         assert http(off, "/")[0] == 404
-        assert http(off, "/api/series")[0] == 404
+        for path in ("/api/series", "/api/ranks", "/api/accounting"):
+            assert http(off, path)[0] == 404, path
         assert http(off, "/metrics")[0] == 200
     finally:
         off.stop()
