@@ -11,9 +11,10 @@
 //       the N most recent closed windows of at most M (≤ 64, default 16)
 //       series of stat S
 //   /api/events?last=N           the N (≤ 1000) most recent events
-//   /api/ranks?stat=S[&stat=S2...]&agg=A&rank_label=K&label=k=v
+//   /api/ranks?stat=S[&stat=S2...]&agg=A&rank_label=K&label=k=v&window_start=MS
 //       Query.CompareRanks over the HTTP port: per stat group, the ranks'
-//       values of aggregation A in their newest window and the spread
+//       values of aggregation A in their newest window (or the one starting
+//       at MS) and the spread
 //       (at most 100 groups)
 //   /api/accounting?stat=GLOB&label=k=v&limit=N
 //       the daemon's totals (accepted, capped, late, skewed, client), and

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "CivetServer.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/rank_comparison.h"
 #include "server/exposition/content_negotiation.h"
@@ -224,6 +225,14 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
       }
       if (std::string key = Query(request, "rank_label"); !key.empty()) {
         options.rank_label = std::move(key);
+      }
+      if (const std::string start = Query(request, "window_start"); !start.empty()) {
+        if (!absl::SimpleAtoi(start, &options.window_start_ms) || options.window_start_ms <= 0) {
+          SendText(conn, 400, "text/plain; charset=utf-8",
+                   absl::StrCat("torchmond: /api/ranks?window_start=", start,
+                                " is not a positive number of Unix milliseconds\n"));
+          return true;
+        }
       }
       SendText(conn, 200, kJson, page_.RanksJson(selectors, options));
     } else if (uri == "/api/windows") {

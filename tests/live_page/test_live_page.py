@@ -38,7 +38,7 @@ def fed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("live")
     daemon = Daemon(str(tmp), "--grace", "100ms")
     for step in range(3):
-        # Each step in a window of its own: every series gets three windows.
+        # Each step in a window of its own: every train.loss series gets three.
         start = int(time.time() * 1000) // 200
         while int(time.time() * 1000) // 200 == start:
             time.sleep(0.005)
@@ -46,8 +46,10 @@ def fed(tmp_path_factory):
             base = 4 - step + rank / 10
             daemon.ctl("push", "train.loss", str(base), str(base + 1), "--agg", "mean,min,max",
                        "--window", "200ms", "--label", f"rank={rank}")
+            # Longer windows: both ranks' samples share one (a sanitizer build
+            # is slow enough for two pushes to straddle 200 ms windows).
             daemon.ctl("push", "train.step_ms", str(100 + 10 * rank), "--agg", "value,max,p50,p99",
-                       "--window", "200ms", "--label", f"rank={rank}")
+                       "--window", "2s", "--label", f"rank={rank}")
     daemon.ctl("event", "epoch_end", "epoch=1", "note=warm <b>")
     # Every sample in a closed window (12 of train.loss, 6 of train.step_ms).
     deadline = time.monotonic() + 10
@@ -115,9 +117,18 @@ def test_windows_endpoint_takes_the_label_filter(fed):
     assert http(fed, "/api/windows?stat=train.loss&label=rank")[0] == 400
 
 
+def window_of_both_ranks(daemon, stat):
+    """The newest window start both ranks of `stat` have."""
+    windows = json.loads(http(daemon, f"/api/windows?stat={stat}")[2])["windows"]
+    starts = [{w["start_ms"] for w in windows if w["labels"]["rank"] == r} for r in ("0", "1")]
+    assert starts[0] & starts[1], f"no window of {stat} holds both ranks: {starts}"
+    return max(starts[0] & starts[1])
+
+
 def test_ranks_endpoint_is_compare_ranks_over_http(fed):
     """/api/ranks answers what Query.CompareRanks (torchmonctl ranks) does."""
-    status, content_type, body = http(fed, "/api/ranks?stat=train.step_ms&agg=max")
+    start = window_of_both_ranks(fed, "train.step_ms")
+    status, content_type, body = http(fed, f"/api/ranks?stat=train.step_ms&agg=max&window_start={start}")
     assert status == 200 and content_type == "application/json"
     (c,) = json.loads(body)["comparisons"]
     assert c["stat"] == "train.step_ms" and c["aggregation"] == "max"
@@ -128,13 +139,21 @@ def test_ranks_endpoint_is_compare_ranks_over_http(fed):
     assert c["slowest_rank"] == "1" and c["missing"] == []
     assert c["max_over_median"] == pytest.approx(110 / 105)
     assert "all_ranks" not in c
-    grpc = fed.ctl("ranks", "train.step_ms", "--agg", "max")["comparisons"][0]
+    assert c["start_ms"] == start
+    grpc = fed.ctl("ranks", "train.step_ms", "--agg", "max",
+                   "--window-start", str(start))["comparisons"][0]
     assert grpc["start_ms"] == c["start_ms"] and grpc["slowest_rank"] == c["slowest_rank"]
-    # A quantile also gives the quantile of both ranks' samples pooled.
+    assert [r["value"] for r in grpc["ranks"]] == [r["value"] for r in c["ranks"]]
+    # Without window_start: each group's newest window, as Query.CompareRanks.
+    newest = json.loads(http(fed, "/api/ranks?stat=train.step_ms&agg=max")[2])["comparisons"][0]
+    assert newest["start_ms"] == fed.ctl("ranks", "train.step_ms", "--agg", "max")["comparisons"][0]["start_ms"]
+    # A quantile also gives the quantile of both ranks' samples pooled, from
+    # the sketches of each series' newest window.
     (q,) = json.loads(http(fed, "/api/ranks?stat=train.step_ms&agg=p99")[2])["comparisons"]
     grpc = fed.ctl("ranks", "train.step_ms", "--agg", "p99")["comparisons"][0]
-    assert q["aggregation"] == "p99" and q["all_ranks"] == grpc["all_ranks"]
-    assert 100 * 0.99 <= q["all_ranks"] <= 110 * 1.01
+    assert q["aggregation"] == "p99" and q.get("all_ranks") == grpc.get("all_ranks")
+    if len(q["ranks"]) == 2:
+        assert 100 * 0.99 <= q["all_ranks"] <= 110 * 1.01
     # Several stats at once, a label filter, and a bad aggregation.
     both = json.loads(http(fed, "/api/ranks?stat=train.loss&stat=train.step_ms&agg=max")[2])
     assert [c["stat"] for c in both["comparisons"]] == ["train.loss", "train.step_ms"]
@@ -143,6 +162,8 @@ def test_ranks_endpoint_is_compare_ranks_over_http(fed):
     assert [len(c["ranks"]) for c in one] == [1, 1]
     status, _, body = http(fed, "/api/ranks?stat=train.loss&agg=median")
     assert status == 400 and "median" in body
+    status, _, body = http(fed, "/api/ranks?stat=train.loss&window_start=soon")
+    assert status == 400 and "window_start" in body
     # A stat that does not compute the aggregation has nothing to compare.
     assert json.loads(http(fed, "/api/ranks?stat=train.loss&agg=p99")[2])["comparisons"] == []
 
