@@ -109,7 +109,7 @@ class Job:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    daemon = Daemon(str(tmp_path_factory.mktemp("browser")), "--grace", "100ms")
+    daemon = Daemon(str(tmp_path_factory.mktemp("browser")), "--grace", "1s")
     j = Job(daemon)
     # Enough windows for lines, the NaN, and rank 3's last window behind.
     deadline = time.monotonic() + 60
@@ -280,9 +280,26 @@ def test_the_straggler_is_highlighted_in_its_chart_and_the_panel(job, page):
     assert page.eval("""document.querySelector('[data-chart="train.loss"] [data-slowest-badge]')?.textContent.startsWith('highest') ?? true""")
 
 
+def read_accounting(page):
+    """The accounting panel: {counter: [total, since the page opened]} for the
+    daemon and for data.batch_bytes' row."""
+    return page.eval("""(() => {
+        const pairs = (nodes, key) => Object.fromEntries([...nodes].map(n =>
+            [n.dataset[key], [Number(n.dataset.all ?? n.dataset.total), Number(n.dataset.since)]]));
+        const row = document.querySelector('#drop-rows tr[data-stat="data.batch_bytes"]');
+        return {totals: pairs(document.querySelectorAll('#totals [data-total]'), 'total'),
+                row: row ? pairs(row.querySelectorAll('[data-counter]'), 'counter') : null};
+    })()""")
+
+
 def test_the_accounting_panel_counts_drops_since_the_page_opened(job, page):
     job.pause()
     try:
+        wait_refresh(page)
+        wait_refresh(page)  # one that began after the pause
+        before = read_accounting(page)
+        # Capped while the page was open (rank 0's loader never stops going over).
+        assert before["row"]["capped"][1] > 0
         now = int(time.time() * 1000)
         common = ["--agg", "sum,count", "--window", "500ms", "--max-samples", "2", "--label", "rank=0",
                   "--label", "local_rank=0", "--label", "job=llm"]
@@ -290,24 +307,25 @@ def test_the_accounting_panel_counts_drops_since_the_page_opened(job, page):
         job.daemon.ctl("push", "data.batch_bytes", "4", "5", "--at", str(now + 3_600_000), *common)  # skewed
         wait_refresh(page)
         wait_refresh(page)
+        after = read_accounting(page)
         (series,) = job.daemon.series("data.batch_bytes")
-        counters = series["counters"]
-        row = page.eval("""(() => { const r = document.querySelector('#drop-rows tr[data-stat="data.batch_bytes"]');
-            return Object.fromEntries([...r.querySelectorAll('[data-counter]')].map(td =>
-                [td.dataset.counter, [Number(td.dataset.total), Number(td.dataset.since)]])); })()""")
-        assert row["late"] == [counters["late"], 3]
-        assert row["skewed"] == [counters["skewed"], 2]
-        assert row["capped"][0] == counters["capped"] > 0
-        assert 0 < row["capped"][1] <= counters["capped"]  # capped while the page was open too
-        assert row["client"] == [0, 0]
-        totals = page.eval("""Object.fromEntries([...document.querySelectorAll('#totals [data-total]')].map(d =>
-            [d.dataset.total, [Number(d.dataset.all), Number(d.dataset.since)]]))""")
-        assert totals["late"] == [3, 3] and totals["skewed"] == [2, 2]
-        assert totals["capped"][0] == counters["capped"]
+        counters = dict(series["counters"], client=series["counters"]["client_dropped"])
+        # The row: the series' own counters, and 3 more late and 2 more skewed
+        # since the page opened than before the pushes; nothing else moved.
+        for counter, pushed in (("late", 3), ("skewed", 2), ("capped", 0), ("client", 0)):
+            assert after["row"][counter][0] == counters[counter], counter
+            assert after["row"][counter][1] - before["row"][counter][1] == pushed, counter
+            assert after["row"][counter][0] - before["row"][counter][0] == pushed, counter
+        # The totals: every series' counters summed, the same 3 and 2 more.
+        everything = job.daemon.ctl("series")["series"]
+        for counter, pushed in (("late", 3), ("skewed", 2), ("capped", 0)):
+            assert after["totals"][counter][0] == sum(s["counters"][counter] for s in everything), counter
+            assert after["totals"][counter][1] - before["totals"][counter][1] == pushed, counter
         # The series table agrees: data.batch_bytes first, its drops in red.
         first = page.eval("""(() => { const r = document.querySelector('#series tr');
             return [r.dataset.stat, r.cells[4].textContent, r.cells[4].className]; })()""")
-        assert first == ["data.batch_bytes", str(counters["capped"] + 5), "num bad"]
+        dropped = sum(counters[c] for c in ("capped", "late", "skewed", "client"))
+        assert first == ["data.batch_bytes", str(dropped), "num bad"]
     finally:
         job.resume()
 
