@@ -55,10 +55,10 @@ std::string LivePage::SeriesJson(const Selector& selector, size_t limit,
                       "}\n");
 }
 
-std::string LivePage::WindowsJson(const Selector& selector, size_t last,
-                                  size_t max_series) const {
+std::string LivePage::WindowsJson(const Selector& selector, size_t last, size_t max_series,
+                                  int64_t start_ms) const {
   const std::string& stat = selector.name;
-  const Aggregator::WindowFilter filter{0, 0, std::clamp<size_t>(last, 1, 1000)};
+  const Aggregator::WindowFilter filter{start_ms, 0, std::clamp<size_t>(last, 1, 1000)};
   max_series = std::clamp<size_t>(max_series, 1, kMaxChartSeries);
   std::vector<std::string> elements;
   size_t series = 0;

@@ -7,9 +7,9 @@
 //       the N (≤ 1000, default 100) matching series that matter most:
 //       most samples dropped first, or most recently updated first; with
 //       how many matched in all
-//   /api/windows?stat=S&label=k=v&last=N&series=M
-//       the N most recent closed windows of at most M (≤ 64, default 16)
-//       series of stat S
+//   /api/windows?stat=S&label=k=v&last=N&series=M&start=MS
+//       the N most recent closed windows (starting at MS or later) of at
+//       most M (≤ 64, default 16) series of stat S
 //   /api/events?last=N           the N (≤ 1000) most recent events
 //   /api/ranks?stat=S[&stat=S2...]&agg=A&rank_label=K&label=k=v&window_start=MS
 //       Query.CompareRanks over the HTTP port: per stat group, the ranks'
@@ -28,6 +28,7 @@
 #define TORCHMON_SERVER_EXPOSITION_LIVE_PAGE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -54,7 +55,9 @@ class LivePage {
   // {"windows":[<window>...]}: the `last` most recent windows of the first
   // `max_series` series (by labels) of the stat named exactly
   // `selector.name` that match its labels, series by series, oldest first.
-  std::string WindowsJson(const Selector& selector, size_t last, size_t max_series) const;
+  // Only windows starting at or after `start_ms` if it is not 0.
+  std::string WindowsJson(const Selector& selector, size_t last, size_t max_series,
+                          int64_t start_ms = 0) const;
   // {"events":[<event>...]}, oldest first.
   std::string EventsJson(size_t last) const;
   static constexpr size_t kMaxComparisons = 100;

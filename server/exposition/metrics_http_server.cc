@@ -226,14 +226,7 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
       if (std::string key = Query(request, "rank_label"); !key.empty()) {
         options.rank_label = std::move(key);
       }
-      if (const std::string start = Query(request, "window_start"); !start.empty()) {
-        if (!absl::SimpleAtoi(start, &options.window_start_ms) || options.window_start_ms <= 0) {
-          SendText(conn, 400, "text/plain; charset=utf-8",
-                   absl::StrCat("torchmond: /api/ranks?window_start=", start,
-                                " is not a positive number of Unix milliseconds\n"));
-          return true;
-        }
-      }
+      if (!UnixMs(conn, request, "window_start", &options.window_start_ms)) return true;
       SendText(conn, 200, kJson, page_.RanksJson(selectors, options));
     } else if (uri == "/api/windows") {
       Selector selector;
@@ -242,9 +235,12 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
         SendText(conn, 400, "text/plain; charset=utf-8",
                  "torchmond: /api/windows needs ?stat=NAME\n");
       } else {
+        int64_t start_ms = 0;
+        if (!UnixMs(conn, request, "start", &start_ms)) return true;
         SendText(conn, 200, kJson,
                  page_.WindowsJson(selector, Number(request, "last", 60, 1000),
-                                   Number(request, "series", 16, LivePage::kMaxChartSeries)));
+                                   Number(request, "series", 16, LivePage::kMaxChartSeries),
+                                   start_ms));
       }
     } else if (uri == "/api/events") {
       SendText(conn, 200, kJson, page_.EventsJson(Number(request, "last", 50, 1000)));
@@ -272,6 +268,20 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
     if (n < 0) return "";
     value.resize(static_cast<size_t>(n));
     return value;
+  }
+  // ?name=MS, Unix milliseconds, into *ms when given; false after answering
+  // 400 for one that is not a positive integer.
+  static bool UnixMs(mg_connection* conn, const mg_request_info* request, const char* name,
+                     int64_t* ms) {
+    const std::string text = Query(request, name);
+    if (text.empty()) return true;
+    if (!absl::SimpleAtoi(text, ms) || *ms <= 0) {
+      SendText(conn, 400, "text/plain; charset=utf-8",
+               absl::StrCat("torchmond: ", request->local_uri, "?", name, "=", text,
+                            " is not a positive number of Unix milliseconds\n"));
+      return false;
+    }
+    return true;
   }
   // ?stat=GLOB&label=k=v&label=... (every label equal) into `selector`;
   // false after answering 400 for a label without "=".

@@ -115,6 +115,14 @@ def test_windows_endpoint_takes_the_label_filter(fed):
     assert windows and {w["labels"]["rank"] for w in windows} == {"1"}
     assert json.loads(http(fed, "/api/windows?stat=train.loss&label=rank=7")[2])["windows"] == []
     assert http(fed, "/api/windows?stat=train.loss&label=rank")[0] == 400
+    # start=: only the windows starting then or later (the page's refreshes).
+    everything = json.loads(http(fed, "/api/windows?stat=train.loss")[2])["windows"]
+    newest = max(w["start_ms"] for w in everything)
+    since = json.loads(http(fed, f"/api/windows?stat=train.loss&start={newest}")[2])["windows"]
+    assert since and {w["start_ms"] for w in since} == {newest}
+    assert len(since) == sum(1 for w in everything if w["start_ms"] == newest)
+    status, _, body = http(fed, "/api/windows?stat=train.loss&start=-1")
+    assert status == 400 and "start" in body
 
 
 def window_of_both_ranks(daemon, stat):

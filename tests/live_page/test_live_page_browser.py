@@ -321,6 +321,18 @@ def test_the_accounting_panel_counts_drops_since_the_page_opened(job, page):
         for counter, pushed in (("late", 3), ("skewed", 2), ("capped", 0)):
             assert after["totals"][counter][0] == sum(s["counters"][counter] for s in everything), counter
             assert after["totals"][counter][1] - before["totals"][counter][1] == pushed, counter
+        # Each chart's line holds what a full answer holds, though refreshes
+        # ask only for the windows that closed since the previous one.
+        asked = page.eval("""performance.getEntriesByType('resource').map(e => e.name)
+                             .filter(n => n.includes('/api/windows?stat=train.step_ms'))""")
+        assert any("&start=" in a for a in asked)
+        drawn = page.eval("""Object.fromEntries([...document.querySelectorAll('[data-chart="train.step_ms"] g[data-series]')]
+            .map(g => [g.dataset.series, [Number(g.dataset.windows), Number(g.dataset.newest)]]))""")
+        full = api(job.daemon, "/api/windows?stat=train.step_ms&last=60")["windows"]
+        expected = {}
+        for w in full:
+            expected.setdefault("rank=" + w["labels"]["rank"], []).append(w["start_ms"])
+        assert drawn == {name: [len(starts), max(starts)] for name, starts in expected.items()}
         # The series table agrees: data.batch_bytes first, its drops in red.
         first = page.eval("""(() => { const r = document.querySelector('#series tr');
             return [r.dataset.stat, r.cells[4].textContent, r.cells[4].className]; })()""")
