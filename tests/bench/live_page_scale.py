@@ -6,7 +6,9 @@ runs, some of them capped), its page loaded in Debian's headless Chromium
 build tree on first use) at 1400x1000. Prints, medians where repeated:
 
 - the time to the first full render (charts, stragglers, accounting drawn);
-- each /api/* answer's bytes and the daemon's time to answer it;
+- each /api/* answer of the first refresh: its bytes and the daemon's time
+  to answer it; the bytes of each later refresh (the charts ask only for
+  the windows that closed since);
 - the tab after --refreshes refreshes: JS heap, DOM nodes, the longest
   main-thread task (PerformanceObserver "longtask"), and per refresh the
   time from the first request to the last answer and the time drawing
@@ -59,6 +61,9 @@ def main():
     ap.add_argument("--stats", type=int, default=25000)
     ap.add_argument("--rate", type=int, default=200000)
     ap.add_argument("--refreshes", type=int, default=5)
+    ap.add_argument("--settle", type=float, default=130,
+                    help="seconds the loadgen runs before the page opens, so that each series "
+                         "has the 60 windows a chart shows (2 s windows)")
     args = ap.parse_args()
     series = args.ranks * args.stats
     with tempfile.TemporaryDirectory(prefix="torchmon-livepage.") as tmp, Browser() as browser:
@@ -89,6 +94,7 @@ def main():
                     break
                 if time.time() - started > 300:
                     raise RuntimeError("the daemon never reached %d series" % series)
+            time.sleep(max(0.0, args.settle - (time.time() - started)))
             base = "http://%s" % metrics
             t0 = time.perf_counter()
             browser.open(base + "/")
@@ -97,6 +103,7 @@ def main():
             # The requests of one refresh, as the page made them.
             requests = browser.eval("""performance.getEntriesByType('resource')
                 .filter(e => new URL(e.name).pathname.startsWith('/api/')).map(e => e.name)""")
+            first_requests = len(browser.eval("performance.getEntriesByType('resource')"))
             browser.eval("""(() => { window.__long = [];
                 new PerformanceObserver(l => { for (const e of l.getEntries()) window.__long.push(e.duration); })
                   .observe({type: 'longtask', buffered: true});
@@ -105,6 +112,10 @@ def main():
                 before = browser.eval("document.getElementById('status').textContent")
                 browser.wait("document.getElementById('status').textContent !== %s" % json.dumps(before),
                              timeout=30)
+            # What the refreshes after the first asked for, as the page made them.
+            later = browser.eval("""performance.getEntriesByType('resource').slice(%d)
+                .filter(e => new URL(e.name).pathname.startsWith('/api/'))
+                .map(e => [new URL(e.name).pathname, e.encodedBodySize])""" % first_requests)
             tab = browser.eval("""({heap: performance.memory.usedJSHeapSize,
                 draw: performance.getEntriesByName('torchmon-draw', 'measure').map(m => m.duration),
                 wait: performance.getEntriesByName('torchmon-requests', 'measure').map(m => m.duration),
@@ -163,12 +174,18 @@ def main():
           % (hover["median"], hover["max"], hover["n"], "" if hover["shown"] else " NOT SHOWN"))
     for ms, pattern in filters:
         print("filter %-16r Enter to the table narrowed: %.0f ms" % (pattern, ms))
-    print("the page's requests (median of 5 each, while the loadgen runs):")
+    print("the first refresh's requests, again (median of 5 each, while the loadgen runs):")
     once = [e for e in endpoints if e[0].startswith("/api/accounting?limit=1000")]
     for path, ms, size in endpoints:
         print("  %-90s %7.1f ms %8.1f KB%s" % (path[:90], ms, size / 1e3,
                                               " (once: the baseline)" if (path, ms, size) in once else ""))
-    print("per refresh: %.1f KB" % (sum(e[2] for e in endpoints if e not in once) / 1e3))
+    print("the first refresh: %.1f KB, the baseline aside" % (sum(e[2] for e in endpoints if e not in once) / 1e3))
+    by_path = {}
+    for path, size in later:
+        by_path[path] = by_path.get(path, 0) + size
+    print("each later refresh (%d refreshes, averaged): %.1f KB: %s" % (
+        args.refreshes, sum(by_path.values()) / args.refreshes / 1e3,
+        ", ".join("%s %.1f KB" % (p, b / args.refreshes / 1e3) for p, b in sorted(by_path.items()))))
     if errors:
         print("page errors: %s" % errors)
         return 1
