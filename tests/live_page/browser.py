@@ -13,6 +13,7 @@ import os
 import select
 import shutil
 import subprocess
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,9 +52,11 @@ class Browser:
         assert os.path.exists(CHROMIUM), "chromium is missing: deploy/dev/install-deps.sh --test"
         env = dict(os.environ, PLAYWRIGHT_DIR=playwright_dir(build_dir), CHROMIUM=CHROMIUM)
         self.timeout = timeout
+        # stderr to a file: a pipe nobody reads could fill and stall node.
+        self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(["node", os.path.join(HERE, "browser.mjs")], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+                                     stderr=self.stderr, text=True, bufsize=1)
 
     def call(self, op, timeout=None, **args):
         self.proc.stdin.write(json.dumps(dict(op=op, **args)) + "\n")
@@ -68,7 +71,8 @@ class Browser:
                 break
         line = self.proc.stdout.readline()
         if not line:
-            raise BrowserError(f"{op}: the browser exited: {self.proc.stderr.read()[-3000:]}")
+            self.stderr.seek(0)
+            raise BrowserError(f"{op}: the browser exited: {self.stderr.read()[-3000:]}")
         answer = json.loads(line)
         if "error" in answer:
             raise BrowserError(f"{op}: {answer['error']}")
@@ -107,6 +111,7 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.stderr.close()
 
     def __enter__(self):
         return self
