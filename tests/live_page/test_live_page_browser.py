@@ -384,3 +384,41 @@ def test_the_filter_narrows_everything_and_is_kept_in_the_url(job, page, tmp_pat
     page.type("#filter", "")
     page.type("#label-filter", "")
     page.wait("document.querySelectorAll('#charts .chart').length === 4 && location.search === ''")
+
+
+def charted(page):
+    return page.eval("[...document.querySelectorAll('#charts .chart')].map(c => c.dataset.chart)")
+
+
+def test_charted_stats_stay_while_the_table_order_changes(job, page):
+    """Up to 12 charts: once charted, a stat keeps its chart while the filter
+    is unchanged, whatever comes to the top of the table. (Last: it adds
+    stats the other tests do not expect.)"""
+    page.goto(f"http://{job.daemon.metrics}/")
+    page.wait("document.querySelectorAll('#charts .chart').length === 4")
+    before = charted(page)
+
+    def push_dropping(stat, values):
+        # max_samples 1: all but one of the values are capped, so the stat
+        # goes to the top of the table (most drops first).
+        job.daemon.ctl("push", stat, *map(str, values), "--agg", "sum", "--window", "60s",
+                       "--max-samples", "1", "--label", "rank=0")
+
+    for i in range(10):
+        push_dropping("zz.early%02d" % i, range(3))
+    wait_refresh(page)
+    wait_refresh(page)
+    now = charted(page)
+    assert len(now) == 12 and set(before) <= set(now)  # the 4 kept, 8 of the 10 added
+    # Two stats with more drops come before those in the table; the charts stay.
+    for i in range(2):
+        push_dropping("zz.late%02d" % i, range(6))
+    wait_refresh(page)
+    wait_refresh(page)
+    table = page.eval("[...document.querySelectorAll('#series tr')].map(r => r.dataset.stat)")
+    zz = [t for t in table if t.startswith("zz.")]
+    assert sorted(zz[:2]) == ["zz.late00", "zz.late01"] and len(zz) == 12
+    assert charted(page) == now
+    # A new filter charts what it selects.
+    page.type("#filter", "zz.late*")
+    page.wait("[...document.querySelectorAll('#charts .chart')].map(c => c.dataset.chart).join() === 'zz.late00,zz.late01'")
