@@ -422,3 +422,9 @@ def test_charted_stats_stay_while_the_table_order_changes(job, page):
     # A new filter charts what it selects.
     page.type("#filter", "zz.late*")
     page.wait("[...document.querySelectorAll('#charts .chart')].map(c => c.dataset.chart).join() === 'zz.late00,zz.late01'")
+    # A dropping series' row in the accounting panel is a click away from its chart.
+    page.type("#filter", "")
+    page.wait("document.querySelector('#drop-rows tr[data-stat=\"zz.early05\"]') !== null")
+    page.eval("document.querySelector('#drop-rows tr[data-stat=\"zz.early05\"]').click()")
+    page.wait("location.search === '?stat=zz.early05' && "
+              "[...document.querySelectorAll('#charts .chart')].map(c => c.dataset.chart).join() === 'zz.early05'")
