@@ -51,8 +51,13 @@ class SendPacer {
     }
     Duration gap = std::min<Duration>(max_gap_, 2 * last_gap_);
     if (peak_fill_rate_ > 0) {
-      gap = std::min(gap, std::chrono::duration_cast<Duration>(
-                              std::chrono::duration<double>(kTargetFill / peak_fill_rate_)));
+      // Compared as seconds first: a peak decayed through minutes of quiet
+      // (a rank that stopped) gives a time past what Duration holds (or
+      // +inf), and converting that is undefined.
+      const double fill_seconds = kTargetFill / peak_fill_rate_;
+      if (fill_seconds < std::chrono::duration<double>(gap).count()) {
+        gap = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(fill_seconds));
+      }
     }
     last_gap_ = gap;
     return gap;

@@ -71,6 +71,22 @@ TEST(SendPacerTest, BusyPaceRelaxesToTheMaximumAfterSecondsOfQuiet) {
   EXPECT_EQ(gap, kMaxGap);
 }
 
+// A client that was busy once and then quiet for minutes (a rank that
+// stopped) decays its peak rate towards 0: the time to fill a ring at that
+// rate is past what a Duration holds, then infinite. The gap stays the
+// maximum, with no overflow on the way (UBSan's float-cast-overflow check
+// found one in the live page's test, in a client of a stopped rank).
+TEST(SendPacerTest, MinutesOfQuietAfterABusyPatchKeepTheMaximumGap) {
+  SendPacer pacer(kMaxGap);
+  pacer.NextGap(milliseconds(10), 0.5);  // 50 per second
+  for (int i = 0; i < 2000; ++i) {       // 2000 x 100 ms of nothing: exp(-100) and on to 0
+    EXPECT_LE(pacer.NextGap(kMaxGap, 0), kMaxGap);
+  }
+  EXPECT_EQ(pacer.NextGap(std::chrono::hours(1), 0), kMaxGap);  // one long look: exp(-1800) = 0
+  // And a burst after it is paced again.
+  EXPECT_NEAR(Ms(pacer.NextGap(milliseconds(10), 0.5)), 5.0, 0.01);
+}
+
 TEST(SendPacerTest, GapNeverExceedsTheMaximumEvenWithNothingLearned) {
   SendPacer pacer(milliseconds(3));
   for (int i = 0; i < 10; ++i) EXPECT_LE(pacer.NextGap(milliseconds(50), 0), milliseconds(3));
