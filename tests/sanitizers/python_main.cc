@@ -9,6 +9,11 @@
 // the build and hands everything else to libpython3.11, the same
 // interpreter and packages (torch, pytest) as /usr/bin/python3.
 #include <Python.h>
+#include <fcntl.h>
+
+#include <cstdint>
+
+#include <sanitizer/common_interface_defs.h>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -19,4 +24,13 @@ extern "C" __attribute__((visibility("default"), used)) int __lsan_is_turned_off
 #endif
 #endif
 
-int main(int argc, char** argv) { return Py_BytesMain(argc, argv); }
+int main(int argc, char** argv) {
+  // Reports to this process's stderr as it is now. pytest captures fd 2
+  // during each test (it dup2()s a file onto it) and prints that file only
+  // for a test that fails: a report that ended the process in the middle of
+  // a test was lost, and the run ended with status 1 and no word of why.
+  if (const int report_fd = fcntl(2, F_DUPFD_CLOEXEC, 3); report_fd >= 0) {
+    __sanitizer_set_report_fd(reinterpret_cast<void*>(static_cast<uintptr_t>(report_fd)));
+  }
+  return Py_BytesMain(argc, argv);
+}
