@@ -586,8 +586,7 @@ std::vector<SeriesSnapshot> Aggregator::TopSeries(const Selector& selector, size
       const std::shared_ptr<Series>& s = slots_[i].series;
       if (s == nullptr || !selector.Matches(s->key)) continue;
       ++count;
-      const SeriesCounters& c = s->counters;
-      const uint64_t drops = c.capped + c.late + c.skewed + c.client_dropped;
+      const uint64_t drops = s->counters.not_aggregated();
       if (drops != 0) ++dropping;
       Candidate candidate{order == SeriesOrder::kMostDropsFirst ? drops : 0, s->last_update_ms, s};
       if (best.size() == limit && !better(candidate, best.front())) continue;

@@ -261,6 +261,9 @@ struct SeriesCounters {
   uint64_t late = 0;
   uint64_t skewed = 0;
   uint64_t client_dropped = 0;
+
+  // Samples sent but not aggregated: capped, late, skewed or client-dropped.
+  uint64_t not_aggregated() const { return capped + late + skewed + client_dropped; }
 };
 
 }  // namespace torchmon::server

@@ -24,10 +24,6 @@ std::string CountersJson(const SeriesCounters& c) {
                       ",\"client\":", c.client_dropped, "}");
 }
 
-uint64_t Dropped(const SeriesCounters& c) {
-  return c.capped + c.late + c.skewed + c.client_dropped;
-}
-
 std::string SeriesElementJson(const SeriesSnapshot& s) {
   std::vector<std::string> aggregations;
   for (const std::string& name : s.spec.AggregationNames()) {
@@ -133,7 +129,7 @@ std::string LivePage::AccountingJson(const Selector& selector, size_t limit) con
                             Aggregator::SeriesOrder::kMostDropsFirst, &matched, &with_drops);
   std::vector<std::string> elements;
   for (const SeriesSnapshot& s : top) {
-    if (Dropped(s.counters) == 0) break;
+    if (s.counters.not_aggregated() == 0) break;
     elements.push_back(absl::StrCat("{\"stat\":", JsonString(s.key->stat),
                                     ",\"labels\":", LabelsJson(s.key->labels.get()),
                                     ",\"counters\":", CountersJson(s.counters),
