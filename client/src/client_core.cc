@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 #include <optional>
 #include <random>
@@ -645,12 +646,25 @@ size_t ClientCore::TakeSamples(SampleLog& log, uint64_t max, const StreamState& 
   // hold of drain_mu, so that a reader of a stat's count finds each sample
   // in exactly one place.
   absl::MutexLock drain(&buffers_->drain_mu);
-  taken_.clear();
-  const size_t n = log.Drain(buffers_->pool, max, [&](double value, int64_t t, uint32_t id) {
-    taken_.push_back({id, value, t});
+  // Two passes over the log's cells (SampleGroups): count each stat's
+  // samples, make room for them in `out`, then put each straight into its
+  // place as it is drained. Copying them out first and grouping the copy
+  // cost a third of the sender's time at 20 M samples/s: a full batch's
+  // copy (1.5 MiB) does not stay in a 1 MiB L2 for its two further passes.
+  groups_.Begin();
+  const uint64_t n = log.Peek(buffers_->pool, max, [&](double, int64_t t, uint32_t id) {
+    groups_.Count(id, t);
   });
   if (n == 0) return 0;
-  out.AddSamples(taken_, groups_);
+  out.PlaceSamples(groups_);
+  const size_t drained = log.Drain(buffers_->pool, n, [&](double value, int64_t t, uint32_t id) {
+    groups_.Put(id, value, t);
+  });
+  // Drain takes exactly what Peek showed (SampleLog::Peek); anything else
+  // would leave counted room unwritten.
+  assert(drained == n);
+  static_cast<void>(drained);
+  out.FinishSamples(groups_);
   const SenderTable& sent = buffers_->sent;
   for (const SampleGroups::Group& group : groups_.groups) {
     SenderSlot& slot = sent.At(group.stat_id);
@@ -687,7 +701,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   }
   TakeReadyStats();
 
-  OutgoingBatch out;
+  OutgoingBatch out(batch_memory_);
   auto write = [&]() { return out.empty() || WriteBatch(state, out); };
   auto fail = [&]() {
     // The stream is broken; the next one opens with every definition.
@@ -746,6 +760,12 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
       log.Release(buffers_->pool);
     }
   }
+  // Batch memory too, once no samples have flowed for a while.
+  if (buffered_total != 0) {
+    samples_seen_at_ = now;
+  } else if (now - samples_seen_at_ >= kIdleRelease) {
+    batch_memory_->Trim();
+  }
   result->max_fill = std::max(
       result->max_fill, static_cast<double>(buffered_total * sizeof(SampleCell)) /
                             static_cast<double>(buffers_->pool.budget_bytes()));
@@ -796,7 +816,7 @@ bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
   const uint64_t sequence = ++last_sequence_;
   out.batch->set_sequence(sequence);
   auto kept = std::make_shared<OutgoingBatch>(std::move(out));
-  out = OutgoingBatch{};
+  out = OutgoingBatch(batch_memory_);
   {
     // Kept before the write: the ack can arrive before Write returns, and a
     // failed write is re-sent on the next stream like an unacknowledged one.

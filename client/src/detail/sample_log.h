@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "detail/asymmetric_fence.h"
 #include "detail/chunk_pool.h"
@@ -262,31 +263,40 @@ class SampleLog {
   }
 
   // Consumer side, read-only: calls fn(value, timestamp_us, stat_id) for
-  // every sample pushed and not yet drained, in order, stopping at a cell
-  // claimed but not yet written (its add has not returned). Needs the
-  // consumer's exclusion (no Drain or Release meanwhile); producers may go
-  // on pushing.
+  // up to `max` samples pushed and not yet drained, in order, stopping at a
+  // cell claimed but not yet written (its add has not returned), and
+  // returns how many. Needs the consumer's exclusion (no Drain or Release
+  // meanwhile); producers may go on pushing. A Drain(pool, n) that follows
+  // with the exclusion still held takes exactly the n samples this showed:
+  // a published cell stays published until the consumer gives its chunk
+  // back, and both stop at the same claimed position or later.
   template <typename Fn>
-  void Peek(const ChunkPool& pool, Fn&& fn) const noexcept {
-    uint64_t read = popped_.load(std::memory_order_relaxed);
+  uint64_t Peek(const ChunkPool& pool, uint64_t max, Fn&& fn) const noexcept {
+    const uint64_t start = popped_.load(std::memory_order_relaxed);
+    uint64_t read = start;
     const uint64_t claimed = ClaimPos(claim_.load(std::memory_order_acquire));
+    const uint64_t stop = claimed - start > max ? start + max : claimed;
     for (uint32_t gen = read_gen_;; ++gen) {
       const uint64_t entry = dir_[gen % kSlots].load(std::memory_order_acquire);
       const uint32_t chunk = EntryChunk(entry);
-      if (chunk == 0 || EntryGen(entry) != gen) return;
+      if (chunk == 0 || EntryGen(entry) != gen) return read - start;
       const ChunkHeader& h = pool.header(chunk);
       const uint64_t base = h.base.load(std::memory_order_relaxed);
       const uint64_t end = base + h.cells.load(std::memory_order_relaxed);
       const uint32_t epoch = h.epoch.load(std::memory_order_relaxed);
       const SampleCell* cells = pool.cells(chunk);
       for (; read < end; ++read) {
-        if (read >= claimed) return;
+        if (read >= stop) return read - start;
         const SampleCell& cell = cells[read - base];
         const uint64_t stamp = cell.stamp.load(std::memory_order_acquire);
-        if (StampEpoch(stamp) != epoch) return;
+        if (StampEpoch(stamp) != epoch) return read - start;
         Call(fn, cell, StampStatId(stamp));
       }
     }
+  }
+  template <typename Fn>
+  uint64_t Peek(const ChunkPool& pool, Fn&& fn) const noexcept {
+    return Peek(pool, UINT64_MAX, std::forward<Fn>(fn));
   }
 
   // Consumer. If every accepted sample has been drained, gives the log's

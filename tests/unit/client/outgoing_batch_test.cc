@@ -126,6 +126,45 @@ TEST(OutgoingBatchTest, AnEmptyBatchTakesAnyItemAFullOneRefuses) {
   EXPECT_FALSE(out.Fits(11));
 }
 
+TEST(BatchMemoryTest, AGivenBlockIsTakenAgainUpToKeepAndTrimFreesThem) {
+  BatchMemory memory;
+  std::unique_ptr<char[]> block = memory.Take();
+  char* const first = block.get();
+  memory.Give(std::move(block));
+  EXPECT_EQ(memory.kept(), 1u);
+  EXPECT_EQ(memory.Take().get(), first);  // the block written last, still in cache
+  std::vector<std::unique_ptr<char[]>> taken;
+  for (size_t i = 0; i < BatchMemory::kKeep + 2; ++i) taken.push_back(memory.Take());
+  for (auto& b : taken) memory.Give(std::move(b));
+  EXPECT_EQ(memory.kept(), BatchMemory::kKeep);
+  memory.Trim();
+  EXPECT_EQ(memory.kept(), 0u);
+}
+
+TEST(BatchMemoryTest, AFullBatchOfSamplesFitsInOneBlockWhichComesBackWithTheBatch) {
+  auto memory = std::make_shared<BatchMemory>();
+  {
+    OutgoingBatch out(memory);
+    // As many samples as a batch takes, spread over 50 stats (a block each)
+    // and a few stats with a sample or two (the columns).
+    std::vector<LogSample> taken;
+    const uint64_t room = out.SampleRoom();
+    for (uint64_t i = 0; taken.size() < room; ++i) {
+      const uint32_t id = i % 64 < 50 ? static_cast<uint32_t>(i % 50) + 1
+                                      : static_cast<uint32_t>(1000 + i);
+      taken.push_back({id, static_cast<double>(i), static_cast<int64_t>(1000 + i)});
+    }
+    SampleGroups groups;
+    out.AddSamples(taken, groups);
+    EXPECT_EQ(out.samples, room);
+    // Nothing beyond the block was allocated: the arena's whole space is
+    // the block.
+    EXPECT_EQ(out.arena->get()->SpaceAllocated(), BatchMemory::kBlockBytes);
+    EXPECT_EQ(memory->kept(), 0u);
+  }
+  EXPECT_EQ(memory->kept(), 1u);
+}
+
 TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccountedAsParts) {
   Fixture f;
   OutgoingBatch out;

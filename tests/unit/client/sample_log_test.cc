@@ -146,6 +146,27 @@ TEST(SampleLogTest, DrainTakesAtMostMaxAndLeavesTheRestInOrder) {
   EXPECT_EQ(rest.back().value, 19);
 }
 
+TEST(SampleLogTest, PeekShowsAtMostMaxAcrossChunksAndDrainThenTakesExactlyThose) {
+  // The sender's two passes (ClientCore::TakeSamples): Peek counts, Drain
+  // of that many puts; both must see the same samples, chunk changes
+  // included (the first chunk holds 8 cells).
+  ChunkPool pool(size_t{4} << 20);
+  SampleLog buffer;
+  for (int i = 0; i < 40; ++i) buffer.TryPush(pool, i, 1000 + i, static_cast<uint32_t>(i % 3));
+  std::vector<double> peeked;
+  const uint64_t n = buffer.Peek(pool, 30, [&](double v, int64_t, uint32_t) { peeked.push_back(v); });
+  ASSERT_EQ(n, 30u);
+  ASSERT_EQ(peeked.size(), 30u);
+  EXPECT_EQ(buffer.popped(), 0u);  // Peek takes nothing
+  const auto drained = DrainAll(buffer, pool, n);
+  ASSERT_EQ(drained.size(), 30u);
+  for (size_t i = 0; i < drained.size(); ++i) EXPECT_EQ(drained[i].value, peeked[i]) << i;
+  // The rest, and no more than there is.
+  EXPECT_EQ(buffer.Peek(pool, 100, [](double, int64_t, uint32_t) {}), 10u);
+  EXPECT_EQ(DrainAll(buffer, pool).size(), 10u);
+  EXPECT_EQ(buffer.Peek(pool, 100, [](double, int64_t, uint32_t) {}), 0u);
+}
+
 TEST(SampleLogTest, ReleaseGivesTheChunkBackOnlyOnceDrained) {
   ChunkPool pool(size_t{4} << 20);
   SampleLog buffer;
