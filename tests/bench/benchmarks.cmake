@@ -21,6 +21,7 @@ target_link_libraries(torchmon_benchmarks PRIVATE
   torchmon::server
   torchmon::client
   torchmon_test_support
+  torchmon_bench_machine
   prometheus-cpp::core
   torchmon::prometheus_model
   ZLIB::ZLIB

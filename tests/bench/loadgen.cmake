@@ -13,7 +13,7 @@ add_executable(torchmon-loadgen
 # Headers are included as "loadgen/<name>.h".
 target_include_directories(torchmon-loadgen PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(torchmon-loadgen PRIVATE
-  torchmon::client torchmon::proto gRPC::grpc++
+  torchmon::client torchmon::proto gRPC::grpc++ torchmon_bench_machine
   absl::status absl::statusor absl::strings absl::str_format
   Threads::Threads)
 torchmon_strict(torchmon-loadgen)

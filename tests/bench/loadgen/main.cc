@@ -20,6 +20,7 @@
 #include "loadgen/process_metrics.h"
 #include "loadgen/rank_worker.h"
 #include "loadgen/report.h"
+#include "machine/machine.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::loadgen {
@@ -100,6 +101,9 @@ int Run(int argc, char** argv) {
   std::unique_ptr<SpawnedDaemon> daemon;
   Measurements measurements;
   measurements.target = options.target;
+  const bench::Machine machine = bench::DescribeMachine();
+  measurements.machine_line = bench::MachineLine(machine);
+  measurements.machine_json = bench::MachineJson(machine);
   measurements.daemon_pid = options.daemon_pid;
   if (!options.spawn_daemon.empty()) {
     absl::StatusOr<std::unique_ptr<SpawnedDaemon>> started =

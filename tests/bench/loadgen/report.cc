@@ -164,6 +164,7 @@ std::string FormatText(const LoadgenOptions& options, const Report& r) {
                            CpuPerMillion(seconds, r.sent), seconds, r.total_seconds,
                            r.total_seconds > 0 ? seconds / r.total_seconds : 0.0, note);
   };
+  absl::StrAppend(&out, "  machine      ", m.machine_line, "\n");
   absl::StrAppend(&out, cpu_line("client CPU   ", m.client_cpu_seconds, ""));
   absl::StrAppend(&out, cpu_line("daemon CPU   ", m.daemon_cpu_seconds,
                                  m.daemon_pid > 0 ? absl::StrCat("  pid ", m.daemon_pid)
@@ -208,7 +209,7 @@ std::string FormatJson(const LoadgenOptions& options, const Report& r) {
       ",\"rate\":", JsonNumber(options.rate), ",\"duration_ms\":", options.duration_ms,
       ",\"window_ms\":", options.window_ms, ",\"aggs\":", JsonString(AggregationNames(options)),
       ",\"max_samples\":", options.max_samples, ",\"buffer_bytes\":", options.buffer_bytes,
-      "}");
+      "},\"machine\":", m.machine_json);
   absl::StrAppend(&out, ",\"sent\":", r.sent, ",\"accepted\":", r.accepted,
                   ",\"capped\":", r.capped, ",\"late\":", r.late, ",\"skewed\":", r.skewed,
                   ",\"client_dropped\":", r.daemon_client_dropped,

@@ -18,6 +18,9 @@ namespace torchmon::loadgen {
 // to the last rank's final flush). Negative / zero: not known.
 struct Measurements {
   std::string target;
+  // The machine the figures came from (tests/bench/machine).
+  std::string machine_line;
+  std::string machine_json;
   int daemon_pid = 0;
   double client_cpu_seconds = -1;
   double daemon_cpu_seconds = -1;
