@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Runs the headline benchmarks of two builds alternately and prints ratios.
+
+tests/bench/compare.sh builds the two trees and calls this; see its header.
+Each round runs every measurement once on each build, the order of the two
+builds swapped from one round to the next, so that the machine's drift and
+its neighbours' noise fall on both alike. The table shows each side's
+median over the rounds and new / base (below 1: the new build is faster or
+cheaper). A measurement a build cannot make (a benchmark it does not have)
+is shown as n/a, never guessed.
+
+Measurements (DESIGN.md's targets in brackets):
+  Stat::add          BM_StatAdd_SeparateStats, 1 thread, real time  [<= 25 ns]
+  ingest             BM_IngestApply, the daemon's apply of a parsed batch, per sample
+  scrape 100k        BM_HttpScrape of 100,000 series, text, no gzip  [<= 250 ms]
+  20 M/s             torchmon-loadgen, 2 ranks x 50 stats at 20 M samples/s
+                     (client and daemon CPU per million samples, and the
+                     share of samples sent that the daemon did not accept:
+                     dropped by the clients, capped, late or skewed)  [0]
+  many stats         torchmon-loadgen, 4 ranks x 25,000 stats at 1 M samples/s
+                     [<= 0.150 s/M each side]
+  Python add         tests/bench/python_add_bench.py: torchmon's Stat.add in ns
+                     and its ratio to torch.monitor's  [<= 0.5x]
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Build:
+    def __init__(self, name, path):
+        self.name = name
+        self.path = path
+        self.bench = os.path.join(path, "tests", "bench", "torchmon_benchmarks")
+        self.loadgen = os.path.join(path, "tests", "bench", "torchmon-loadgen")
+        self.daemon = os.path.join(path, "server", "torchmond")
+
+
+def run(cmd, env=None, timeout=600):
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def google_benchmark(build, pattern, repetitions, value):
+    """Median over `repetitions` of the one benchmark whose name matches
+    `pattern`; `value` picks the figure from its JSON entry. None if the
+    build has no such benchmark."""
+    code, listing, _ = run([build.bench, "--benchmark_list_tests"])
+    names = [n for n in listing.split() if re.fullmatch(pattern, n)] if code == 0 else []
+    if len(names) != 1:
+        return None
+    code, out, err = run([build.bench, "--benchmark_filter=^" + re.escape(names[0]) + "$",
+                          f"--benchmark_repetitions={repetitions}",
+                          "--benchmark_format=json"])
+    if code != 0:
+        sys.stderr.write(f"{build.name}: {names[0]} failed: {err[-400:]}\n")
+        return None
+    runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") == "iteration"]
+    if not runs or any("error_message" in b for b in runs):
+        return None
+    return statistics.median(value(b) for b in runs)
+
+
+def loadgen(build, args):
+    code, out, err = run([build.loadgen, "--spawn-daemon", build.daemon, "--json"] + args)
+    if code not in (0, 1) or not out.strip():
+        sys.stderr.write(f"{build.name}: torchmon-loadgen {' '.join(args)} failed: {err[-400:]}\n")
+        return None
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def python_add(build, rounds):
+    env = dict(os.environ, TORCHMON_BUILD_DIR=build.path)
+    code, out, err = run(["/usr/bin/python3", os.path.join(HERE, "python_add_bench.py"),
+                          "--rounds", str(rounds)], env=env)
+    if code != 0:
+        sys.stderr.write(f"{build.name}: python_add_bench.py failed: {err[-400:]}\n")
+        return None
+    ours = re.search(r"^\s*torchmon\s+([0-9.]+)", out, re.M)
+    ratio = re.search(r"ratio torchmon / torch\.monitor: ([0-9.]+)x", out)
+    if not ours or not ratio:
+        return None
+    return {"ns": float(ours.group(1)), "ratio": float(ratio.group(1))}
+
+
+def measure(build, quick):
+    """One round of every measurement on one build: {metric: value or None}."""
+    reps = 3 if quick else 9
+    duration = "3s" if quick else "10s"
+    m = {}
+    m["Stat::add, 1 thread (ns)"] = google_benchmark(
+        build, r"BM_StatAdd_SeparateStats/iterations:\d+/real_time/threads:1", reps,
+        lambda b: b["real_time"])
+    m["daemon ingest (ns/sample)"] = google_benchmark(
+        build, r"BM_IngestApply(/min_time:[0-9.]+)?", reps,
+        lambda b: 1e9 / b["items_per_second"])
+    m["scrape 100k series (ms)"] = google_benchmark(
+        build, r"BM_HttpScrape/(series:)?100000(/format:0/gzip:0)?/real_time",
+        2 if quick else 5, lambda b: b["real_time"])
+    fast = loadgen(build, ["--ranks", "2", "--stats", "50", "--rate", "20000000",
+                           "--duration", duration])
+    if fast is not None:
+        sent = max(fast["sent"], 1)
+        m["20 M/s: client CPU (s/M)"] = fast.get("client_cpu_seconds_per_million")
+        m["20 M/s: daemon CPU (s/M)"] = fast.get("daemon_cpu_seconds_per_million")
+        m["20 M/s: not accepted (%)"] = 100.0 * (sent - fast["accepted"]) / sent
+    many = loadgen(build, ["--ranks", "4", "--stats", "25000", "--rate", "1000000",
+                           "--duration", duration])
+    if many is not None:
+        m["many stats: client CPU (s/M)"] = many.get("client_cpu_seconds_per_million")
+        m["many stats: daemon CPU (s/M)"] = many.get("daemon_cpu_seconds_per_million")
+    py = python_add(build, 11 if quick else 31)
+    m["Python add (ns)"] = py["ns"] if py else None
+    m["Python add / torch.monitor"] = py["ratio"] if py else None
+    return m
+
+
+def fmt(v):
+    if v is None:
+        return "n/a"
+    return f"{v:.4g}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", required=True, help="the base build directory")
+    parser.add_argument("--new", required=True, help="the new build directory")
+    parser.add_argument("--base-name", default="base")
+    parser.add_argument("--new-name", default="new")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repetitions and 3 s load runs: a check that it works")
+    parser.add_argument("--json", help="also write every round's figures here")
+    args = parser.parse_args()
+
+    builds = [Build(args.base_name, args.base), Build(args.new_name, args.new)]
+    machine = run([os.path.join(args.new, "tests", "bench", "torchmon-machine")])[1].strip()
+    print(f"machine: {machine or 'unknown'}")
+    print(f"base: {args.base_name}   new: {args.new_name}   "
+          f"{args.rounds} rounds, alternating{' (quick)' if args.quick else ''}")
+    sys.stdout.flush()
+
+    rounds = {b.name: [] for b in builds}
+    for r in range(args.rounds):
+        order = builds if r % 2 == 0 else builds[::-1]
+        for b in order:
+            rounds[b.name].append(measure(b, args.quick))
+            print(f"  round {r + 1}: {b.name} done", file=sys.stderr)
+
+    metrics = list(rounds[args.new_name][0].keys())
+    width = max(len(k) for k in metrics) + 2
+    print(f"{'':{width}}{'base':>10}{'new':>10}{'new/base':>10}   per round (base | new)")
+    for k in metrics:
+        per = {n: [rd.get(k) for rd in rounds[n]] for n in rounds}
+        med = {n: (statistics.median(v for v in vals if v is not None)
+                   if any(v is not None for v in vals) else None) for n, vals in per.items()}
+        base, new = med[args.base_name], med[args.new_name]
+        ratio = f"{new / base:.2f}" if base and new is not None else "n/a"
+        raw = " ".join(fmt(v) for v in per[args.base_name]) + " | " + \
+            " ".join(fmt(v) for v in per[args.new_name])
+        print(f"{k:{width}}{fmt(base):>10}{fmt(new):>10}{ratio:>10}   {raw}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "rounds": rounds}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
