@@ -12,6 +12,7 @@ add_executable(torchmon_benchmarks
   ${CMAKE_CURRENT_SOURCE_DIR}/exposition_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/ingest_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/quantile_bench.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/memory_latency_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/bench_main.cc)
 # client/src for detail/stat_state.h and detail/sample_log.h, measured directly.
 target_include_directories(torchmon_benchmarks PRIVATE ${PROJECT_SOURCE_DIR}/client/src)

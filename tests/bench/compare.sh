@@ -42,17 +42,18 @@ fi
 
 build() {  # build SRC DIR: the targets the comparison runs
   local src=$1 dir=$2 t have=()
-  local start=$SECONDS
-  cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$dir.log" 2>&1 ||
-    { echo "compare.sh: configuring $src failed; see $dir.log" >&2; exit 1; }
+  local start=$SECONDS log=$dir/compare-build.log
+  mkdir -p "$dir"
+  cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 ||
+    { echo "compare.sh: configuring $src failed; see $log" >&2; exit 1; }
   # Whichever of them (and torchmon-machine, which a base may predate) the tree has.
   local listed
   listed=$(cmake --build "$dir" --target help)
   for t in "${targets[@]}" torchmon-machine; do
     grep -qx "\.\.\. $t" <<<"$listed" && have+=(--target "$t")
   done
-  cmake --build "$dir" -j"$(nproc)" "${have[@]}" >>"$dir.log" 2>&1 ||
-    { echo "compare.sh: building $src failed; see $dir.log" >&2; exit 1; }
+  cmake --build "$dir" -j"$(nproc)" "${have[@]}" >>"$log" 2>&1 ||
+    { echo "compare.sh: building $src failed; see $log" >&2; exit 1; }
   echo "built $src in $dir ($((SECONDS - start)) s)" >&2
 }
 mkdir -p "$cache"
