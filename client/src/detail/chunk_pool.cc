@@ -69,6 +69,10 @@ uint32_t ChunkPool::Carve(uint32_t size_class) noexcept {
   do {
     if (offset + bytes > budget_) return 0;
   } while (!carved_.compare_exchange_weak(offset, offset + bytes, std::memory_order_relaxed));
+  size_t largest = largest_carved_.load(std::memory_order_relaxed);
+  while (largest < bytes &&
+         !largest_carved_.compare_exchange_weak(largest, bytes, std::memory_order_relaxed)) {
+  }
   return static_cast<uint32_t>(offset / kUnitBytes + 1);
 }
 
@@ -148,10 +152,11 @@ void ChunkPool::PopulateAhead() noexcept {
   // Nothing before the first chunk: a client that adds nothing stays small.
   if (carved == 0) return;
   // Top up once less than half the lead is left.
-  if (done >= budget_ || (done > carved && done - carved >= kPopulateAheadBytes / 2)) return;
+  const size_t lead = PopulateLead();
+  if (done >= budget_ || (done > carved && done - carved >= lead / 2)) return;
   // From where it stopped: chunks carved meanwhile may not be written yet.
   const size_t from = done;
-  const size_t to = std::min(budget_, (carved + kPopulateAheadBytes + page - 1) / page * page);
+  const size_t to = std::min(budget_, (carved + lead + page - 1) / page * page);
   if (to <= from) return;
 #ifdef MADV_POPULATE_WRITE
   if (madvise(arena_ + from, to - from, MADV_POPULATE_WRITE) != 0) {

@@ -4,6 +4,7 @@
 #ifndef TORCHMON_CLIENT_DETAIL_CHUNK_POOL_H_
 #define TORCHMON_CLIENT_DETAIL_CHUNK_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -105,7 +106,7 @@ class ChunkPool {
   // Returns a chunk taken from this pool.
   void Give(uint32_t chunk) noexcept;
 
-  // Makes the memory of the next kPopulateAheadBytes past what has been
+  // Makes the memory of the next PopulateLead() bytes past what has been
   // carved resident (madvise MADV_POPULATE_WRITE: contents untouched, so it
   // is safe while chunks are carved and written), so that add() does not
   // take the page faults of fresh memory. For a thread other than add()'s
@@ -113,8 +114,19 @@ class ChunkPool {
   // nears the populated mark, a few loads otherwise. A kernel without
   // MADV_POPULATE_WRITE (before Linux 5.14) makes it a no-op.
   void PopulateAhead() noexcept;
-  // Two of the largest chunks: a log that grows takes one at a time.
+  // The most made resident ahead: two of the largest chunks.
   static constexpr size_t kPopulateAheadBytes = 2 * (kUnitBytes << kMaxClass);
+  // How far ahead PopulateAhead makes memory resident: kPopulateAheadBytes,
+  // or less while no chunk larger than a quarter of it has been carved:
+  // kPopulateGrowth times the largest chunk carved so far, room for the
+  // next chunk of a log that grows (four times its last, SampleLog). A
+  // client whose logs stay small (many stats, a sample each now and then)
+  // then holds 1 MiB ahead, not 4.
+  static constexpr size_t kPopulateGrowth = 4;
+  size_t PopulateLead() const noexcept {
+    return std::min(kPopulateAheadBytes,
+                    kPopulateGrowth * largest_carved_.load(std::memory_order_relaxed));
+  }
   // Bytes made resident by PopulateAhead so far.
   size_t bytes_populated() const noexcept { return populated_.load(std::memory_order_relaxed); }
 
@@ -145,6 +157,8 @@ class ChunkPool {
   char* arena_ = nullptr;
   alignas(64) std::atomic<size_t> carved_{0};
   alignas(64) std::atomic<size_t> in_use_{0};
+  // The largest chunk carved so far (bytes): PopulateLead.
+  std::atomic<size_t> largest_carved_{0};
   // PopulateAhead's: how far it has populated, and whether the kernel can.
   std::atomic<size_t> populated_{0};
   std::atomic<bool> populate_works_{true};
