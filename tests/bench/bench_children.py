@@ -1,6 +1,6 @@
-"""What the Python benchmarks that measure a fresh child process share: a
-real torchmond started from the build tree, and a child run with its result
-read back as the JSON object on its last line of output."""
+"""What the Python benchmarks share: a real torchmond started from the
+build tree, a child run with its result read back as the JSON object on its
+last line of output, and the machine line every report starts with."""
 
 import contextlib
 import json
@@ -14,6 +14,18 @@ BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "bui
 # Where the child imports torchmon from: the build tree, or (as in
 # python_add_bench.py) the site-packages of a venv or another build.
 PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "client", "python"))
+
+
+def machine_line():
+    """The machine the figures come from, as torchmon-machine prints it (CPU
+    model, CPUs, L2, L3, clocksource, VM): a figure without its CPU cannot be
+    compared with another (docs/performance.md, "The machine")."""
+    tool = os.path.join(BUILD, "tests", "bench", "torchmon-machine")
+    try:
+        return subprocess.run([tool], capture_output=True, text=True, check=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (%s missing: build it)" % tool
 
 
 @contextlib.contextmanager

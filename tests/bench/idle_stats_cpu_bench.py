@@ -14,7 +14,7 @@ share of one core each took, over --repeats children (medians). Target
 import argparse
 import statistics
 
-from bench_children import PYTHON_DIR, run_child, torchmond
+from bench_children import PYTHON_DIR, machine_line, run_child, torchmond
 
 CHILD = r"""
 import datetime, json, os, sys, time
@@ -64,6 +64,7 @@ def main():
             result = run_child(code, "idle stats", timeout=args.seconds * 4 + 300)
             for k in shares:
                 shares[k].append(result[k])
+    print(f"machine: {machine_line()}")
     print(f"{args.stats} defined stats adding nothing, {args.seconds:g} s x {args.repeats} "
           f"children, CPU share of one core (medians; 10 ms tick resolution):")
     for k, v in shares.items():

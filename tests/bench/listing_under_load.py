@@ -30,6 +30,8 @@ import tempfile
 import threading
 import time
 
+from bench_children import machine_line
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
 TORCHMOND = os.path.join(BUILD, "server", "torchmond")
@@ -148,6 +150,7 @@ def main():
                 daemon.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 daemon.kill()
+    print("machine: %s" % machine_line())
     print("series: %d (%d ranks x %d), filled in %.0f s, loadgen at %d samples/s throughout"
           % (series, args.ranks, args.stats, fill_s, args.rate))
     print("listing: `torchmonctl series --json | wc -l` = %d lines (rc %d) in %.1f s, %.0f MB"

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from bench_children import machine_line
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -161,6 +163,7 @@ def main():
                 loadgen.wait(timeout=60)
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=120)
+    print("machine: %s" % machine_line())
     print("series: %d, loadgen at %d samples/s throughout" % (series, args.rate))
     print("first full render: %.0f ms" % first_render_ms)
     print("after %d refreshes: JS heap %.1f MB, %d DOM elements, %d long tasks, the longest %.0f ms"

@@ -41,6 +41,7 @@ sys.path.insert(0, os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "cl
 import torch  # noqa: E402
 import torch.monitor  # noqa: E402
 import torchmon  # noqa: E402
+from bench_children import machine_line  # noqa: E402
 
 
 def time_calls(fn, calls):
@@ -84,6 +85,7 @@ def main():
             daemon.wait(timeout=10)
 
     med = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"machine: {machine_line()}")
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, "
           f"{args.rounds} rounds x {args.calls} calls, medians (ns per call):")
     for name in ("torch.monitor", "torchmon", "empty loop"):

@@ -18,7 +18,7 @@ in python_add_bench.py).
 import argparse
 import statistics
 
-from bench_children import PYTHON_DIR, run_child, torchmond
+from bench_children import PYTHON_DIR, machine_line, run_child, torchmond
 
 CHILD = r"""
 import datetime, json, sys
@@ -73,6 +73,7 @@ def main():
 
     mib = 1 << 20
     med = {k: statistics.median(v) for k, v in growth.items()}
+    print(f"machine: {machine_line()}")
     print(f"{args.stats} stats, one add each, {args.repeats} alternating rounds, "
           f"RSS growth (medians):")
     for which in ("torch.monitor", "torchmon"):

@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from bench_children import machine_line
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
 TORCHMOND = os.path.join(BUILD, "server", "torchmond")
@@ -149,9 +151,7 @@ def main():
     for path in (TORCHMOND, LOADGEN):
         if not os.access(path, os.X_OK):
             sys.exit("%s missing: build first (cmake --build build)" % path)
-    print("machine: %d cores, %s; load %s" % (
-        os.cpu_count(), open("/proc/cpuinfo").read().split("model name")[1].split(":")[1]
-        .split("\n")[0].strip(), open("/proc/loadavg").read().split()[:3]))
+    print("machine: %s; load %s" % (machine_line(), open("/proc/loadavg").read().split()[:3]))
     print("runs: %d s each, window %d s, grace %d s, aggs mean,max,min, --history 1; "
           "medians of %d" % (args.duration, WINDOW_S, GRACE_S, args.repeats))
     if args.axis in ("series", "both"):

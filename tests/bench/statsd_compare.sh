@@ -73,7 +73,8 @@ fi
   exit 2
 }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+machine=$("$build/tests/bench/torchmon-machine" 2>/dev/null) || machine="unknown (build tests/bench/torchmon-machine)"
+echo "machine: $machine, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "node $(node --version), statsd $(node -p "require('$statsd_dir/node_modules/statsd/package.json').version")" >&2
 
 "$python" "$here/statsd/compare.py" --statsd-dir "$statsd_dir" \

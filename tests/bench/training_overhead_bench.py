@@ -52,6 +52,7 @@ import torch.monitor  # noqa: E402
 from torch import nn  # noqa: E402
 
 import torchmon  # noqa: E402
+from bench_children import machine_line  # noqa: E402
 
 STATS_PER_STEP = 20
 def thread_cpu_seconds(pid, exclude_tid=None):
@@ -194,6 +195,7 @@ def main():
     steps_recorded = args.rounds * args.steps
     step = statistics.median(wall["none"])
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (1 thread)"
+    print(f"machine: {machine_line()}")
     print(f"device {name}, torch {torch.__version__}; {args.rounds} rounds x {args.steps} steps, "
           f"batch {args.batch_size}, hidden {args.hidden}, {STATS_PER_STEP} stats/step; "
           + (f"training thread on CPU {pinned[0]}, the rest on CPU {pinned[1]}" if pinned
