@@ -24,28 +24,69 @@ asan_build=${TORCHMON_ASAN_BUILD_DIR:-$root/build-asan-ubsan}
 tsan_build=${TORCHMON_TSAN_BUILD_DIR:-$root/build-tsan}
 jobs=$(nproc)
 
-"$root/deploy/dev/install-deps.sh" --test
-cmake -S "$root" -B "$release_build" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_BUILD_TESTS=OFF \
-  -DTORCHMON_WERROR=ON
-cmake --build "$release_build" -j"$jobs"
+# Each stage prints how long it took, and the end a table of them, because
+# CI has 90 minutes and machines of one type differ (an AMD EPYC one took
+# 56 minutes from a fresh clone): the stage that grows is then plain to see.
+# Each ctest's summary is kept, and the run ends with their sum as one
+# plain line, "tests: N passed, N failed".
+stage_times=()
+summaries=()
+started=$SECONDS
+stage() {  # stage NAME COMMAND...
+  local name=$1 t=$SECONDS
+  shift
+  "$@"
+  stage_times+=("$(printf '%-40s %5d s' "$name" $((SECONDS - t)))")
+  echo "test.sh: $name: $((SECONDS - t)) s (total $((SECONDS - started)) s)"
+}
+run_ctest() {  # run_ctest DIR CTEST-ARGS...: ctest, its summary kept
+  local dir=$1 out
+  shift
+  out=$(mktemp)
+  ctest --test-dir "$dir" "$@" | tee "$out"
+  summaries+=("$(basename "$dir"): $(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$out" || echo 'no summary')")
+  rm -f "$out"
+}
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHMON_WERROR=ON
-cmake --build "$build" -j"$jobs"
+stage "install dependencies" "$root/deploy/dev/install-deps.sh" --test
+stage "configure build-release" cmake -S "$root" -B "$release_build" -DCMAKE_BUILD_TYPE=Release \
+  -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON
+stage "build build-release" cmake --build "$release_build" -j"$jobs"
+
+stage "configure build" cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHMON_WERROR=ON
+stage "build build" cmake --build "$build" -j"$jobs"
 # tests/install installs (cmake --install, cpack) from the Release build: a
 # product build that never built a test target.
 TORCHMON_INSTALL_BUILD_DIR="$release_build" \
-  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 300
+  stage "test build (the whole suite)" run_ctest "$build" --output-on-failure -j"$jobs" --timeout 300
 
 # Only what the fuzzers and the thread-safety check need: the fuzz targets
 # (with the server, client and CLI libraries under them) and torchmond.
-cmake -S "$root" -B "$fuzz_build" --preset fuzz -DTORCHMON_WERROR=ON ${TORCHMON_FUZZ_SECONDS:+-DTORCHMON_FUZZ_SECONDS=$TORCHMON_FUZZ_SECONDS}
-cmake --build "$fuzz_build" -j"$jobs" --target ingest_fuzzer selector_fuzzer make_seed_corpus torchmond
-ctest --test-dir "$fuzz_build" --output-on-failure -j"$jobs"
+stage "configure build-fuzz" cmake -S "$root" -B "$fuzz_build" --preset fuzz -DTORCHMON_WERROR=ON \
+  ${TORCHMON_FUZZ_SECONDS:+-DTORCHMON_FUZZ_SECONDS=$TORCHMON_FUZZ_SECONDS}
+stage "build build-fuzz" cmake --build "$fuzz_build" -j"$jobs" \
+  --target ingest_fuzzer selector_fuzzer make_seed_corpus torchmond
+stage "test build-fuzz" run_ctest "$fuzz_build" --output-on-failure -j"$jobs"
 
 # The whole suite again, under ASan + UBSan, then under TSan.
-cmake -S "$root" -B "$asan_build" --preset asan-ubsan -DTORCHMON_WERROR=ON
-cmake --build "$asan_build" -j"$jobs"
-ctest --test-dir "$asan_build" --output-on-failure -j"$jobs" --timeout 600
-cmake -S "$root" -B "$tsan_build" --preset tsan -DTORCHMON_WERROR=ON
-cmake --build "$tsan_build" -j"$jobs"
-ctest --test-dir "$tsan_build" --output-on-failure -j"$jobs" --timeout 600
+stage "configure build-asan-ubsan" cmake -S "$root" -B "$asan_build" --preset asan-ubsan -DTORCHMON_WERROR=ON
+stage "build build-asan-ubsan" cmake --build "$asan_build" -j"$jobs"
+stage "test build-asan-ubsan" run_ctest "$asan_build" --output-on-failure -j"$jobs" --timeout 600
+stage "configure build-tsan" cmake -S "$root" -B "$tsan_build" --preset tsan -DTORCHMON_WERROR=ON
+stage "build build-tsan" cmake --build "$tsan_build" -j"$jobs"
+stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$jobs" --timeout 600
+
+echo
+echo "test.sh: stages ($(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')):"
+printf '  %s\n' "${stage_times[@]}"
+echo "  total $((SECONDS - started)) s"
+passed=0
+failed=0
+for s in "${summaries[@]}"; do
+  echo "  $s"
+  if [[ $s =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    failed=$((failed + BASH_REMATCH[1]))
+    passed=$((passed + BASH_REMATCH[2] - BASH_REMATCH[1]))
+  fi
+done
+echo "tests: $passed passed, $failed failed"
