@@ -14,7 +14,7 @@
 # packages' tests), and check the thread-safety annotations of all the code
 # with -Wthread-safety. On the 2-core development machine, shared with other
 # builds, 25½ minutes in all, 12 of them for the two sanitizer builds and
-# their suites; about 26 from a fresh clone on an AMD EPYC one, 2026-11-27
+# their suites; 26 from a fresh clone on an AMD EPYC one, 2026-11-27
 # (docs/testing.md). Each stage prints its time; the run ends with a table
 # of them and one line summing every ctest run.
 set -euo pipefail
