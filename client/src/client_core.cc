@@ -723,6 +723,8 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
   // flush it serves) going. Pacing looks at samples buffered (all logs'
   // against the budget, the fullest log's against what one log may hold).
   uint64_t buffered_total = 0;
+  // When any thread last added (each log's active_at, below).
+  Clock::time_point last_added{};
   for (ClientBuffers::Log& l : buffers_->logs) {
     SampleLog& log = l.log;
     const uint64_t target = log.pushed();
@@ -734,6 +736,7 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
       l.pushed_seen = target;
       l.active_at = now;
     }
+    last_added = std::max(last_added, l.active_at);
     while (log.popped() < target) {
       const uint64_t room = out.SampleRoom();
       if (room == 0) {
@@ -760,12 +763,8 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
       log.Release(buffers_->pool);
     }
   }
-  // Batch memory too, once no samples have flowed for a while.
-  if (buffered_total != 0) {
-    samples_seen_at_ = now;
-  } else if (now - samples_seen_at_ >= kIdleRelease) {
-    batch_memory_->Trim();
-  }
+  // Batch memory too, once no thread has added for as long.
+  if (now - last_added >= kIdleRelease) batch_memory_->Trim();
   result->max_fill = std::max(
       result->max_fill, static_cast<double>(buffered_total * sizeof(SampleCell)) /
                             static_cast<double>(buffers_->pool.budget_bytes()));

@@ -190,11 +190,9 @@ class ClientCore {
   std::vector<StatState*> listed_;
   // Scratch for TakeSamples.
   SampleGroups groups_;
-  // The memory of batches' arenas, recycled, and when the sender last
-  // found samples buffered (it frees that memory when none have come for
-  // a while).
+  // The memory of batches' arenas, recycled; freed once no thread has
+  // added for kIdleRelease (as idle logs give their chunks back).
   const std::shared_ptr<BatchMemory> batch_memory_ = std::make_shared<BatchMemory>();
-  std::chrono::steady_clock::time_point samples_seen_at_{};
   // Send cycles that took everything buffered at their start.
   uint64_t cycles_completed_ = 0;
   // ClientBuffers::closed_stats when RetireClosedStats last ran, whether
