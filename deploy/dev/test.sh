@@ -79,7 +79,8 @@ stage "build build-tsan" cmake --build "$tsan_build" -j"$jobs"
 stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$jobs" --timeout 600
 
 echo
-echo "test.sh: stages ($(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')):"
+# The machine as every benchmark describes it (tests/bench/machine).
+echo "test.sh: stages on $("$build/tests/bench/torchmon-machine"):"
 printf '  %s\n' "${stage_times[@]}"
 echo "  total $((SECONDS - started)) s"
 passed=0
