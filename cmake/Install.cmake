@@ -92,11 +92,18 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md
 # (<prefix>/etc, <prefix>/lib/systemd/system), but for GNUInstallDirs' other
 # SYSCONFDIR rules (/etc/opt/<name> for the prefix /opt/<name>; an absolute
 # CMAKE_INSTALL_SYSCONFDIR as given).
-install(CODE "
+# The unit, its configuration and the system user are torchmond's. The unit
+# goes to TORCHMON_SYSTEMD_UNIT_DIR if set (the portable build's packages:
+# /usr/lib/systemd/system, which RHEL and Debian alike search).
+set(TORCHMON_SYSTEMD_UNIT_DIR "" CACHE PATH "Where the systemd unit installs (default: by the prefix)")
+if(TORCHMON_BUILD_SERVER)
+  install(CODE "
   set(TORCHMON_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
   set(TORCHMON_BINARY_DIR \"${PROJECT_BINARY_DIR}\")
   set(TORCHMON_INSTALL_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
   set(TORCHMON_INSTALL_SYSCONFDIR \"${CMAKE_INSTALL_SYSCONFDIR}\")
   set(TORCHMON_INSTALL_DATAROOTDIR \"${CMAKE_INSTALL_DATAROOTDIR}\")
+  set(TORCHMON_SYSTEMD_UNIT_DIR \"${TORCHMON_SYSTEMD_UNIT_DIR}\")
 " COMPONENT daemon)
-install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/InstallDaemonFiles.cmake COMPONENT daemon)
+  install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/InstallDaemonFiles.cmake COMPONENT daemon)
+endif()

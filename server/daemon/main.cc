@@ -3,6 +3,8 @@
 #include <iostream>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/str_cat.h"
+#include "server/daemon/build_info.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/options.h"
 
@@ -21,7 +23,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (options->version) {
-    std::cout << "torchmond " << TORCHMON_VERSION << "\n";
+    std::cout << (options->verbose ? torchmon::server::VerboseVersion()
+                                   : absl::StrCat("torchmond ", TORCHMON_VERSION, "\n"));
     return 0;
   }
   if (options->check_config) {

@@ -292,6 +292,10 @@ const DaemonFlag kDaemonFlags[] = {
      [](const DaemonOptions&) { return std::string("none (docs/sinks.md)"); }, true,
      SetText<TensorBoardDir>, false, nullptr},
     {"--version", nullptr, "Print the version and exit.", nullptr, false, nullptr, true, nullptr},
+    {"--verbose", nullptr,
+     "With --version: also the compiler, the C++ runtime, the\n"
+     "libraries torchmond runs with and their versions.",
+     nullptr, false, nullptr, true, nullptr},
     {"--help", nullptr, "Print this help and exit.", nullptr, false, nullptr, true, nullptr},
     {"--socket-group", "GROUP",
      "Group of the Unix sockets, whose mode then defaults to\n"
@@ -472,6 +476,10 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
     }
     if (arg == "--version") {
       options.version = true;
+      continue;
+    }
+    if (arg == "--verbose") {
+      options.verbose = true;
       continue;
     }
     const int at = i;

@@ -47,6 +47,7 @@ struct DaemonOptions {
   bool check_config = false;
   bool help = false;
   bool version = false;
+  bool verbose = false;  // --version --verbose: server/daemon/build_info.h
 };
 
 // Parses argv, after the configuration file that --config or --check-config

@@ -1,11 +1,16 @@
 // torchmond's command line.
 #include "server/daemon/options.h"
 
+#include <zlib.h>
+
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "civetweb.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "server/daemon/build_info.h"
 #include "gtest/gtest.h"
 #include "torchmon/protocol/protocol.h"
 #include "tests/unit/parse_daemon_flags.h"
@@ -115,6 +120,31 @@ TEST(DaemonOptionsTest, ParsesEveryFlag) {
   EXPECT_EQ(o->drain_timeout_ms, 3'000);
   EXPECT_TRUE(o->version);
   EXPECT_TRUE(o->help);
+}
+
+TEST(DaemonOptionsTest, VerboseIsOffUnlessGiven) {
+  auto plain = Parse({"--version"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->verbose);
+  auto verbose = Parse({"--version", "--verbose"});
+  ASSERT_TRUE(verbose.ok()) << verbose.status();
+  EXPECT_TRUE(verbose->version);
+  EXPECT_TRUE(verbose->verbose);
+}
+
+// What `torchmond --version --verbose` prints is what the linked libraries
+// report of themselves, not a list written at build time.
+TEST(VerboseVersionTest, NamesEachLinkedLibraryWithTheVersionItReports) {
+  const std::string text = VerboseVersion();
+  EXPECT_THAT(text, ::testing::StartsWith(absl::StrCat("torchmond ", TORCHMON_VERSION, "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("\ngRPC: ", grpc::Version(), "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("\nzlib: ", zlibVersion(), "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("\ncivetweb: ", mg_version(), "\n")));
+  EXPECT_THAT(text, HasSubstr("\nprotobuf: 3."));
+  EXPECT_THAT(text, HasSubstr("\nC++ runtime: "));
+  // The test build links the system's libraries; the portable build lists
+  // the Debian source packages it bundles instead (tests/release).
+  EXPECT_THAT(text, HasSubstr("\nlinked: the system's shared libraries\n"));
 }
 
 TEST(DaemonOptionsTest, LongHelpSetsHelp) {
