@@ -506,7 +506,14 @@ bool ClientCore::WaitForChannel(milliseconds budget) {
     const Clock::time_point now = clock_.Now();
     const auto slice = std::clamp<Clock::duration>(deadline - now, Clock::duration::zero(),
                                                   kPollInterval);
-    if (channel_->WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
+    // In system_clock's own duration: gRPC converts only
+    // system_clock::time_point, whose period is libc++'s microseconds where
+    // libstdc++'s is nanoseconds (the portable build uses libc++).
+    if (channel_->WaitForConnected(
+            std::chrono::system_clock::now() +
+            std::chrono::ceil<std::chrono::system_clock::duration>(slice))) {
+      return true;
+    }
     if (clock_.Now() >= deadline) return false;
   }
 }
