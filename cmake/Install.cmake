@@ -93,8 +93,9 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md
 # SYSCONFDIR rules (/etc/opt/<name> for the prefix /opt/<name>; an absolute
 # CMAKE_INSTALL_SYSCONFDIR as given).
 # The unit, its configuration and the system user are torchmond's. The unit
-# goes to TORCHMON_SYSTEMD_UNIT_DIR if set (the portable build's packages:
-# /usr/lib/systemd/system, which RHEL and Debian alike search).
+# goes to TORCHMON_SYSTEMD_UNIT_DIR if set and the prefix is /usr (the
+# portable build's packages: /usr/lib/systemd/system, which RHEL and Debian
+# alike search; its tarball, another prefix, keeps <prefix>/lib/systemd).
 set(TORCHMON_SYSTEMD_UNIT_DIR "" CACHE PATH "Where the systemd unit installs (default: by the prefix)")
 if(TORCHMON_BUILD_SERVER)
   install(CODE "

@@ -67,4 +67,36 @@ set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_EXTRA
   ${debian_control_dir}/conffiles)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
+# The portable build (deploy/release/build.sh, TORCHMON_PORTABLE): only
+# torchmond, which links everything but glibc, so the .deb depends on libc6
+# and on passwd (the postinst's groupadd and useradd) and installs on every
+# Debian and Ubuntu release from glibc 2.28 on; an RPM of the same files for
+# the RHEL family. libtorchmon-dev stays the Debian-linked build's.
+if(TORCHMON_PORTABLE)
+  set(CPACK_COMPONENTS_ALL daemon)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
+  set(CPACK_DEBIAN_DAEMON_PACKAGE_DEPENDS "libc6 (>= ${TORCHMON_GLIBC_FLOOR}), passwd")
+
+  set(CPACK_RPM_COMPONENT_INSTALL ON)
+  set(CPACK_RPM_FILE_NAME RPM-DEFAULT)
+  set(CPACK_RPM_PACKAGE_RELEASE 1)
+  set(CPACK_RPM_PACKAGE_RELOCATABLE OFF)
+  set(CPACK_RPM_PACKAGE_LICENSE "BSD-3-Clause")
+  set(CPACK_RPM_PACKAGE_URL "https://github.com/torchmon/torchmon")
+  set(CPACK_RPM_DAEMON_PACKAGE_NAME torchmond)
+  set(CPACK_RPM_DAEMON_PACKAGE_GROUP "System Environment/Daemons")
+  set(CPACK_RPM_DAEMON_PACKAGE_SUMMARY "torch.monitor stats out of process: the torchmond daemon")
+  # Requires as written, nothing found by rpmbuild's scan (which would add
+  # the build machine's glibc version) and no Provides of bundled libraries.
+  set(CPACK_RPM_PACKAGE_AUTOREQPROV OFF)
+  set(CPACK_RPM_DAEMON_PACKAGE_REQUIRES "glibc >= ${TORCHMON_GLIBC_FLOOR}, systemd")
+  set(CPACK_RPM_DAEMON_POST_INSTALL_SCRIPT_FILE ${PROJECT_SOURCE_DIR}/deploy/rpm/torchmond.post)
+  set(CPACK_RPM_DAEMON_PRE_UNINSTALL_SCRIPT_FILE ${PROJECT_SOURCE_DIR}/deploy/rpm/torchmond.preun)
+  set(CPACK_RPM_DAEMON_POST_UNINSTALL_SCRIPT_FILE ${PROJECT_SOURCE_DIR}/deploy/rpm/torchmond.postun)
+  set(CPACK_RPM_DAEMON_USER_FILELIST "%config(noreplace) /etc/torchmon/torchmond.conf")
+  # Directories the system's own packages own (filesystem, systemd).
+  set(CPACK_RPM_EXCLUDE_FROM_AUTO_FILELIST_ADDITION
+    /usr/lib/systemd /usr/lib/systemd/system /usr/lib/sysusers.d /usr/lib/tmpfiles.d)
+endif()
+
 include(CPack)

@@ -3,7 +3,7 @@
 # Idempotent: skips apt when every package is already present.
 set -euo pipefail
 
-# Usage: install-deps.sh [--test | --daemon]
+# Usage: install-deps.sh [--test | --daemon | --release]
 #   --test    also install what the test suite uses (prometheus and promtool from Debian's
 #             prometheus package, for tests/prometheus; pytest;
 #             grpcio and protobuf for Python, the generic gRPC client of tests/grpc_tooling;
@@ -16,6 +16,9 @@ set -euo pipefail
 #             uses pyenv's CPythons 3.9-3.13, which this script does not install)
 #   --daemon  only what building torchmond and torchmonctl needs (the container image's
 #             build stage, deploy/container/Dockerfile): no Python, torch or test libraries
+#   --release also what the portable build (deploy/release/build.sh) and its tests in
+#             Debian roots need: npm (the pinned zig), unicode-data (re2's tables), rpm
+#             (rpmbuild, rpm2cpio), cpio, debootstrap. --test includes these
 daemon_packages=(
   build-essential cmake
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -28,19 +31,22 @@ packages=(
   # the wheel (deploy/dev/build-wheels.sh) and the Debian packages (cpack -G DEB)
   python3-setuptools python3-wheel python3-pip python3-venv patchelf file dpkg-dev
 )
+release_packages=(unicode-data rpm cpio debootstrap binutils)
 case "${1:-}" in
   "") ;;
-  --test) packages+=(prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml chromium
+  --release) packages+=("${release_packages[@]}") ;;
+  --test) packages+=("${release_packages[@]}" prometheus python3-pytest python3-grpcio python3-protobuf python3-yaml chromium
                      python3-prometheus-client
                      systemd openssl clang libclang-rt-14-dev llvm lintian) ;;
   --daemon) packages=("${daemon_packages[@]}") ;;
-  *) echo "install-deps.sh: unknown option \"$1\" (expected --test or --daemon)" >&2; exit 2 ;;
+  *) echo "install-deps.sh: unknown option \"$1\" (expected --test, --daemon or --release)" >&2; exit 2 ;;
 esac
 
 # node and npm, which install playwright-core (the driver of tests/live_page's
 # Chromium): Debian's, unless a node with npm is already on PATH (NodeSource's
 # nodejs package carries its own npm and conflicts with Debian's).
-if [ "${1:-}" = --test ] && ! { command -v node && command -v npm; } >/dev/null 2>&1; then
+# The portable build fetches its zig with npm too.
+if [[ ${1:-} == --test || ${1:-} == --release ]] && ! { command -v node && command -v npm; } >/dev/null 2>&1; then
   packages+=(nodejs npm)
 fi
 

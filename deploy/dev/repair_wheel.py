@@ -213,7 +213,27 @@ def write_wheel(root: str, dist_info: str, path: str) -> None:
         z.writestr(info, record.getvalue())
 
 
-def repair(wheel: str, out_dir: str) -> str:
+def add_bundled_versions(root: str, dist_info: str, bundled: List[str]) -> None:
+    """Names the libraries linked into the extension in the wheel's METADATA
+    (its description, which `pip show -v` and PyPI show) and in
+    torchmon/BUNDLED_VERSIONS, which `torchmon.bundled_versions()` reads."""
+    text = "".join(f"{entry}\n" for entry in bundled)
+    with open(os.path.join(root, "torchmon", "BUNDLED_VERSIONS"), "w", encoding="utf-8") as f:
+        f.write(text)
+    metadata = os.path.join(root, dist_info, "METADATA")
+    with open(metadata, encoding="utf-8") as f:
+        content = f.read()
+    if "\n\n" not in content:
+        content += "\n"
+    content = content.rstrip("\n") + (
+        "\n\n## Bundled libraries\n\nLinked statically into the extension, built from "
+        "Debian's source packages:\n\n" + "".join(f"- {entry}\n" for entry in bundled))
+    with open(metadata, "w", encoding="utf-8") as f:
+        f.write(content)
+
+
+def repair(wheel: str, out_dir: str, min_glibc: Tuple[int, ...] = (0, 0),
+           bundled: List[str] | None = None) -> str:
     name = os.path.basename(wheel)
     match = re.fullmatch(r"(?P<dist>[^-]+)-(?P<version>[^-]+)-(?P<python>[^-]+)-(?P<abi>[^-]+)"
                          r"-(?P<platform>linux_(?P<arch>[^-]+))\.whl", name)
@@ -247,9 +267,15 @@ def repair(wheel: str, out_dir: str) -> str:
 
         elf_files = elf_files_of(root, extensions, libs_dir, renamed)
         glibc = max(v for f in elf_files for v in symbol_versions(f, "GLIBC_"))
+        # The portable build targets a glibc (deps.lock) whose tag it wants
+        # even where no symbol needs one that new: the floor it was built and
+        # audited for, not a lower one it was never checked against.
+        glibc = max(glibc, min_glibc)
         glibcxx = max((v for f in elf_files for v in symbol_versions(f, "GLIBCXX_")), default=None)
         platform = f"manylinux_{glibc[0]}_{glibc[1]}_{match['arch']}"
         rewrite_wheel_metadata(root, dist_info, platform)
+        if bundled:
+            add_bundled_versions(root, dist_info, bundled)
 
         os.makedirs(out_dir, exist_ok=True)
         out_name = f"{match['dist']}-{match['version']}-{match['python']}-{match['abi']}-{platform}.whl"
@@ -267,11 +293,16 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("wheel")
     parser.add_argument("-w", "--wheel-dir", required=True, help="where the repaired wheel goes")
+    parser.add_argument("--min-glibc", default="0.0",
+                        help="tag the wheel for at least this glibc (the portable build's 2.28)")
+    parser.add_argument("--bundled", default="",
+                        help="comma-separated \"package version\" of the libraries linked in")
     args = parser.parse_args(argv)
     for tool in ("patchelf", "readelf", "ldd", "strip"):
         if shutil.which(tool) is None:
             raise SystemExit(f"repair_wheel: {tool} is needed (deploy/dev/install-deps.sh installs it)")
-    repair(args.wheel, args.wheel_dir)
+    repair(args.wheel, args.wheel_dir, tuple(int(p) for p in args.min_glibc.split(".")),
+           [entry for entry in args.bundled.split(",") if entry])
     return 0
 
 

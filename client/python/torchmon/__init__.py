@@ -27,6 +27,19 @@ from . import _torchmon
 #: The torchmon version (the project's, as in the wheel's metadata).
 __version__: str = _torchmon.__version__
 
+
+def bundled_versions() -> List[str]:
+    """The libraries linked into the extension, as ``"package version"`` of
+    the Debian source packages they were built from (the portable wheel,
+    deploy/release/deps.lock); empty for a build linked against the system's
+    shared libraries."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "BUNDLED_VERSIONS")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip() for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
 __all__ = [
     "__version__", "Aggregation", "VALUE", "MEAN", "COUNT", "SUM", "MAX", "MIN", "STAT_EVENT",
     "Client", "Stat", "Event", "EventHandlerHandle", "data_value_t",

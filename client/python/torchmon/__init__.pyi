@@ -4,6 +4,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 __version__: str
 
+def bundled_versions() -> List[str]: ...
+
 class Aggregation(enum.IntEnum):
     VALUE = 1
     MEAN = 2

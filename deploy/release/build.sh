@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Builds torchmon's portable artefacts into OUT_DIR, from a clean tree:
+#
+#   deploy/release/build.sh OUT_DIR
+#
+#   torchmond_<v>-1_amd64.deb            Debian 11-13, Ubuntu 20.04-24.04
+#   torchmond-<v>-1.x86_64.rpm           RHEL/Rocky/Alma 8 and 9
+#   torchmon-<v>-linux-x86_64.tar.gz     any x86_64 Linux with glibc >= 2.28
+#   torchmon-<v>-cp310-abi3-manylinux_2_28_x86_64.whl
+#
+# torchmond, torchmonctl and the Python extension are built by zig's clang
+# for glibc 2.28 (toolchain.sh) and link everything but glibc statically:
+# gRPC, protobuf, abseil, OpenSSL, c-ares, re2, zlib and civetweb as
+# deps.sh builds them from Debian's source packages, and libc++. Only
+# protoc and grpc_cpp_plugin (build tools, Debian's of the same versions),
+# Boost's headers (Asio, header-only) and Python's headers (the limited API)
+# come from the build machine, which is Debian bookworm with
+# deploy/dev/install-deps.sh --release. tests/release/audit_elf.py checks
+# every ELF file of every artefact; docs/install.md says what runs where.
+#
+# TORCHMON_PORTABLE_BUILD_DIR: the CMake build (default build-portable/).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+if (($# != 1)); then
+  echo "usage: deploy/release/build.sh OUT_DIR" >&2
+  exit 2
+fi
+out=$(realpath -m "$1")
+build=$(realpath -m "${TORCHMON_PORTABLE_BUILD_DIR:-$root/build-portable}")
+jobs=${TORCHMON_RELEASE_JOBS:-$(nproc)}
+started=$SECONDS
+log() { echo "build.sh: $*" >&2; }
+
+toolchain=$("$here/toolchain.sh")
+prefix=$("$here/deps.sh")
+glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
+bundled=$(paste -sd, "$prefix/versions")
+log "toolchain $toolchain, libraries $prefix ($((SECONDS - started)) s)"
+
+# The build machine's headers that the build uses, each alone in a directory
+# of its own: zig's clang must not see /usr/include (bookworm's glibc 2.36
+# headers) beside its glibc 2.28 ones.
+host=$build/host-headers
+rm -rf "$host"
+mkdir -p "$host/boost" "$host/python"
+ln -s /usr/include/boost "$host/boost/boost"
+python_include=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+cp -r "$python_include"/. "$host/python/"
+multiarch_pyconfig=/usr/include/x86_64-linux-gnu/$(basename "$python_include")/pyconfig.h
+[[ ! -f $multiarch_pyconfig ]] || cp "$multiarch_pyconfig" "$host/python/pyconfig.h"
+
+cmake -S "$root" -B "$build" -G "Unix Makefiles" \
+  -DCMAKE_TOOLCHAIN_FILE="$toolchain/toolchain.cmake" -DCMAKE_BUILD_TYPE=Release \
+  -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON -DTORCHMON_PORTABLE=ON \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON \
+  -DCMAKE_IGNORE_PREFIX_PATH="/usr;/usr/local" \
+  -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DZLIB_ROOT="$prefix" -DZLIB_USE_STATIC_LIBS=ON \
+  -DBoost_INCLUDE_DIR="$host/boost" -DBoost_NO_BOOST_CMAKE=ON -DBoost_NO_SYSTEM_PATHS=ON \
+  -DPython3_EXECUTABLE=/usr/bin/python3 -DPython3_INCLUDE_DIR="$host/python" \
+  -DTORCHMON_PROTOC=/usr/bin/protoc -DTORCHMON_GRPC_CPP_PLUGIN=/usr/bin/grpc_cpp_plugin \
+  -DTORCHMON_PROMETHEUS_CLIENT_MODEL_DIR=/usr/share/gocode/src/github.com/prometheus/client_model \
+  -DTORCHMON_GLIBC_FLOOR="$glibc" -DTORCHMON_BUNDLED_SOURCES="$bundled" \
+  -DCMAKE_INSTALL_PREFIX=/usr -DTORCHMON_SYSTEMD_UNIT_DIR=/usr/lib/systemd/system >&2
+cmake --build "$build" -j"$jobs" --target torchmond torchmonctl _torchmon >&2
+log "built ($((SECONDS - started)) s)"
+
+version=$(sed -n 's/^project(torchmon VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
+mkdir -p "$out"
+rm -f "$out"/torchmond_*.deb "$out"/torchmond-*.rpm "$out"/torchmon-*.tar.gz "$out"/torchmon-*.whl
+
+# The packages: cpack's DEB and RPM generators over the daemon component.
+(cd "$build" && cpack -G "DEB;RPM" -B "$build/packages" >&2)
+cp "$build"/packages/torchmond_"$version"-1_amd64.deb "$build"/packages/torchmond-"$version"-1.x86_64.rpm "$out/"
+
+# The tarball: the daemon component under one directory, relocatable.
+name=torchmon-$version-linux-x86_64
+stage=$build/tarball
+rm -rf "$stage"
+cmake --install "$build" --component daemon --prefix "$stage/$name" >&2
+strip --strip-all "$stage/$name/bin/torchmond" "$stage/$name/bin/torchmonctl"
+# The unit is a template for wherever the tarball is unpacked; it names
+# /opt/torchmon (docs/install.md).
+sed -i "s|$stage/$name|/opt/torchmon|g" "$stage/$name/lib/systemd/system/torchmond.service"
+# The unit and the sysusers.d / tmpfiles.d entries are for an administrator
+# to install; share/torchmon holds them, lib/ nothing.
+mkdir -p "$stage/$name/share/torchmon"
+mv "$stage/$name/lib/systemd/system/torchmond.service" "$stage/$name/share/torchmon/"
+mv "$stage/$name/lib/sysusers.d/torchmon.conf" "$stage/$name/share/torchmon/torchmon.sysusers"
+mv "$stage/$name/lib/tmpfiles.d/torchmon.conf" "$stage/$name/share/torchmon/torchmon.tmpfiles"
+rm -r "$stage/$name/lib"
+cp "$root/LICENSE" "$stage/$name/"
+printf '%s\n' "$bundled" | tr , '\n' >"$stage/$name/share/torchmon/bundled-versions"
+tar -C "$stage" --owner=0 --group=0 --sort=name -czf "$out/$name.tar.gz" "$name"
+
+# The wheel: pip over this build's extension, tagged for glibc 2.28. The
+# extension links every library of deps.lock but civetweb (the daemon's).
+TORCHMON_WHEEL_BUILD_DIR=$build TORCHMON_WHEEL_MIN_GLIBC=$glibc \
+  TORCHMON_BUNDLED_SOURCES=$(tr , '\n' <<<"$bundled" | grep -v '^civetweb ' | paste -sd,) \
+  "$root/deploy/dev/build-wheels.sh" "$out" >&2
+
+log "done in $((SECONDS - started)) s:"
+ls -l "$out" >&2

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Builds the libraries torchmon's portable artefacts link statically, from
+# Debian bookworm's source packages at the versions deps.lock pins, with the
+# toolchain of toolchain.sh (glibc 2.28, zig's libc++), and prints the
+# install prefix:
+#
+#   deploy/release/deps.sh      ->  $cache/deps-<key>/prefix
+#
+# zlib, OpenSSL, c-ares, re2, abseil, protobuf, gRPC (grpc++ and what it
+# needs, nothing more) and civetweb: static, position-independent, hidden
+# visibility, no tests, no tools. The key is a hash of deps.lock, this
+# script and the toolchain's key, so a changed pin or recipe rebuilds and
+# an unchanged one costs nothing. Sources come from `apt-get source` with a
+# private apt state (the archive's signed Sources index checks them; the
+# system's apt configuration is not touched) and Debian's patches applied.
+# A log per library is kept in $cache/deps-<key>/logs.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
+jobs=${TORCHMON_RELEASE_JOBS:-$(nproc)}
+toolchain=$("$here/toolchain.sh")
+key=$( (cat "$here/deps.lock" "$here/deps.sh" "$here/grpc-config.cmake.in"; basename "$toolchain") |
+  sha256sum | cut -c1-12)
+# TORCHMON_DEPS_KEY names the directory instead, for working on a recipe: a
+# step that finished there (stamps/) is not run again.
+key=${TORCHMON_DEPS_KEY:-$key}
+dir=$cache/deps-$key
+if [[ -f $dir/ready ]]; then
+  echo "$dir/prefix"
+  exit 0
+fi
+
+[[ -n ${TORCHMON_DEPS_KEY:-} ]] || rm -rf "$dir"
+mkdir -p "$dir"/{src,build,logs,stamps,prefix/lib,prefix/include}
+prefix=$dir/prefix
+started=$SECONDS
+log() { echo "deps.sh: $*" >&2; }
+
+# --- sources -----------------------------------------------------------------
+apt_dir=$cache/apt
+mkdir -p "$apt_dir"/lists/partial "$apt_dir"/archives/partial
+cat >"$apt_dir/sources.list" <<LIST
+deb-src http://deb.debian.org/debian bookworm main
+deb-src http://deb.debian.org/debian bookworm-updates main
+deb-src http://deb.debian.org/debian-security bookworm-security main
+LIST
+apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir" -o APT::Sandbox::User=root
+          -o Debug::NoLocking=1)
+log "fetching the source packages of deps.lock"
+apt-get "${apt_opts[@]}" -qq update >&2
+declare -A srcdir
+while read -r _ name version; do
+  srcdir[$name]=$dir/src/$name
+  [[ ! -d ${srcdir[$name]} ]] || continue
+  (cd "$dir/src" && apt-get "${apt_opts[@]}" -qq --download-only source "$name=$version" >&2)
+  dsc=$(ls "$dir"/src/"${name}"_"${version#*:}".dsc)
+  # Debian's patches applied; the signature is the archive's Release file's.
+  (cd "$dir/src" && dpkg-source --no-check -x "$dsc" "$name" >"$dir/logs/$name-source.log" 2>&1)
+done < <(grep '^source ' "$here/deps.lock")
+
+# --- common flags -------------------------------------------------------------
+# -fvisibility=hidden: nothing of these libraries is exported from a shared
+# object that links them (the Python extension exports its init function only).
+export CC=$toolchain/bin/cc CXX=$toolchain/bin/c++ AR=$toolchain/bin/ar RANLIB=$toolchain/bin/ranlib
+common="-O2 -fPIC -ffunction-sections -fdata-sections -fvisibility=hidden"
+export CFLAGS="$common" CXXFLAGS="$common -fvisibility-inlines-hidden"
+cmake_common=(-G "Unix Makefiles" -DCMAKE_TOOLCHAIN_FILE="$toolchain/toolchain.cmake"
+              -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-DNDEBUG -DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG
+              -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib -DCMAKE_PREFIX_PATH="$prefix"
+              -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON -DBUILD_SHARED_LIBS=OFF
+              -DCMAKE_CXX_STANDARD=17 -DCMAKE_POSITION_INDEPENDENT_CODE=ON)
+step() {  # step NAME COMMAND...: runs COMMAND with its output in logs/NAME.log
+  local name=$1 t=$SECONDS
+  shift
+  [[ ! -f $dir/stamps/$name ]] || return 0
+  log "building $name"
+  if ! "$@" >"$dir/logs/$name.log" 2>&1; then
+    tail -40 "$dir/logs/$name.log" >&2
+    log "building $name failed: the whole log is $dir/logs/$name.log"
+    exit 1
+  fi
+  log "$name: $((SECONDS - t)) s"
+  touch "$dir/stamps/$name"
+}
+cmake_lib() {  # cmake_lib NAME CMAKE-ARGS...: configure, build, install
+  local name=$1
+  shift
+  cmake -S "${srcdir[$name]}" -B "$dir/build/$name" "${cmake_common[@]}" "$@" &&
+    cmake --build "$dir/build/$name" -j"$jobs" &&
+    cmake --install "$dir/build/$name"
+}
+
+# --- the libraries, in link order ---------------------------------------------
+build_zlib() {
+  cd "${srcdir[zlib]}" && ./configure --static --prefix="$prefix" && make -j"$jobs" libz.a && make install
+}
+step zlib build_zlib
+
+build_openssl() {
+  # No shared libraries, engines, modules or dlopen: one libcrypto.a and
+  # libssl.a. OPENSSLDIR /etc/ssl is where Debian, Ubuntu and SUSE keep
+  # openssl.cnf and the CA certificates.
+  cd "${srcdir[openssl]}" &&
+    ./Configure linux-x86_64 no-shared no-module no-engine no-dso no-afalgeng no-tests \
+      no-ui-console --prefix="$prefix" --libdir=lib --openssldir=/etc/ssl $common &&
+    make -j"$jobs" build_libs && make install_dev
+}
+step openssl build_openssl
+
+step c-ares cmake_lib c-ares -DCARES_STATIC=ON -DCARES_SHARED=OFF -DCARES_BUILD_TOOLS=OFF \
+  -DCARES_BUILD_TESTS=OFF -DCARES_STATIC_PIC=ON
+build_re2() {
+  # Debian's re2 is repacked without its generated Unicode tables; they are
+  # made again from Debian's unicode-data, as debian/rules does.
+  (cd "${srcdir[re2]}" && perl re2/make_perl_groups.pl >re2/perl_groups.cc &&
+    python3 re2/make_unicode_casefold.py >re2/unicode_casefold.cc &&
+    python3 re2/make_unicode_groups.py >re2/unicode_groups.cc) &&
+    cmake_lib re2 -DRE2_BUILD_TESTING=OFF
+}
+step re2 build_re2
+build_abseil() {
+  # Debian's latomic.diff links GCC's libatomic into every abseil target
+  # (-Wl,--push-state,--as-needed -latomic), for its 32-bit ports; clang's
+  # compiler-rt has the atomics on x86_64 and zig's linker has no
+  # --push-state, so that one patch is taken back out.
+  (cd "${srcdir[abseil]}" && patch -R -p1 <debian/patches/latomic.diff) &&
+    cmake_lib abseil -DABSL_PROPAGATE_CXX_STD=ON -DBUILD_TESTING=OFF -DABSL_BUILD_TESTING=OFF
+}
+step abseil build_abseil
+# protoc and grpc_cpp_plugin are build tools, not linked into anything: the
+# build machine's Debian packages of these same versions run them.
+step protobuf cmake_lib protobuf -Dprotobuf_BUILD_TESTS=OFF -Dprotobuf_BUILD_PROTOC_BINARIES=OFF \
+  -Dprotobuf_BUILD_LIBPROTOC=OFF -Dprotobuf_WITH_ZLIB=ON -Dprotobuf_BUILD_SHARED_LIBS=OFF
+
+build_grpc() {
+  # Only grpc++ and what it links (grpc, gpr, address_sorting, upb): gRPC's
+  # install rules want every library (the _unsecure copies of the whole core
+  # among them), so the libraries and headers are copied and a CMake package
+  # written from grpc-config.cmake.in. gRPC 1.51 writes
+  # `Traits::template CallSeqFactory(...)`, which clang 19 refuses by
+  # default (P1787); the code means what it says.
+  local b=$dir/build/grpc
+  cmake -S "${srcdir[grpc]}" -B "$b" "${cmake_common[@]}" \
+    -DCMAKE_CXX_FLAGS="$CXXFLAGS -Wno-missing-template-arg-list-after-template-kw" -DgRPC_INSTALL=OFF \
+    -DgRPC_BUILD_TESTS=OFF -DgRPC_BUILD_CODEGEN=OFF -DgRPC_BUILD_CSHARP_EXT=OFF \
+    -DgRPC_ABSL_PROVIDER=package -DgRPC_CARES_PROVIDER=package -DgRPC_PROTOBUF_PROVIDER=package \
+    -DgRPC_RE2_PROVIDER=package -DgRPC_SSL_PROVIDER=package -DgRPC_ZLIB_PROVIDER=package \
+    -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DZLIB_ROOT="$prefix" -DZLIB_USE_STATIC_LIBS=ON \
+    -DgRPC_BUILD_GRPC_CPP_PLUGIN=OFF -DgRPC_BUILD_GRPC_CSHARP_PLUGIN=OFF -DgRPC_BUILD_GRPC_NODE_PLUGIN=OFF \
+    -DgRPC_BUILD_GRPC_OBJECTIVE_C_PLUGIN=OFF -DgRPC_BUILD_GRPC_PHP_PLUGIN=OFF \
+    -DgRPC_BUILD_GRPC_PYTHON_PLUGIN=OFF -DgRPC_BUILD_GRPC_RUBY_PLUGIN=OFF &&
+    cmake --build "$b" -j"$jobs" --target grpc++ &&
+    cp "$b"/libgrpc++.a "$b"/libgrpc.a "$b"/libgpr.a "$b"/libaddress_sorting.a "$b"/libupb.a "$prefix/lib/" &&
+    cp -r "${srcdir[grpc]}"/include/grpc "${srcdir[grpc]}"/include/grpcpp "${srcdir[grpc]}"/include/grpc++ \
+      "$prefix/include/" &&
+    mkdir -p "$prefix/lib/cmake/grpc" &&
+    sed "s|@VERSION@|$(grep '^source grpc ' "$here/deps.lock" | cut -d' ' -f3)|" \
+      "$here/grpc-config.cmake.in" >"$prefix/lib/cmake/grpc/gRPCConfig.cmake"
+}
+step grpc build_grpc
+
+build_grpc_reflection() {
+  # grpc++_reflection (torchmond serves reflection): gRPC builds it only with
+  # its code generators, which need libprotoc; here its two sources and the
+  # generated reflection.proto code, generated by the build machine's
+  # protoc and grpc_cpp_plugin of the same versions.
+  local src=${srcdir[grpc]} b=$dir/build/grpc-reflection
+  mkdir -p "$b/project" "$b/gen"
+  protoc --proto_path="$src" --cpp_out="$b/gen" --grpc_out="$b/gen" \
+    --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
+    "$src/src/proto/grpc/reflection/v1alpha/reflection.proto" &&
+    cat >"$b/project/CMakeLists.txt" <<PROJECT &&
+cmake_minimum_required(VERSION 3.16)
+project(grpc_reflection CXX)
+find_package(gRPC CONFIG REQUIRED)
+add_library(grpc++_reflection STATIC
+  $b/gen/src/proto/grpc/reflection/v1alpha/reflection.pb.cc
+  $b/gen/src/proto/grpc/reflection/v1alpha/reflection.grpc.pb.cc
+  $src/src/cpp/ext/proto_server_reflection.cc
+  $src/src/cpp/ext/proto_server_reflection_plugin.cc)
+target_include_directories(grpc++_reflection PRIVATE $b/gen $src)
+target_link_libraries(grpc++_reflection PUBLIC gRPC::grpc++)
+PROJECT
+    cmake -S "$b/project" -B "$b/build" "${cmake_common[@]}" -DOPENSSL_ROOT_DIR="$prefix" \
+      -DOPENSSL_USE_STATIC_LIBS=ON -DZLIB_ROOT="$prefix" -DZLIB_USE_STATIC_LIBS=ON &&
+    cmake --build "$b/build" -j"$jobs" &&
+    cp "$b/build/libgrpc++_reflection.a" "$prefix/lib/"
+}
+step grpc-reflection build_grpc_reflection
+
+# civetweb with its C++ wrapper, as Debian builds it; TLS from the OpenSSL
+# above (its 1.1 API, which OpenSSL 3 keeps), linked rather than loaded at
+# run time. zig's clang makes __DATE__ an error (-Werror=date-time, for
+# reproducible builds); civetweb's build-date string is informational.
+step civetweb cmake_lib civetweb -DCIVETWEB_BUILD_TESTING=OFF -DCIVETWEB_ENABLE_CXX=ON \
+  -DCIVETWEB_ENABLE_WEBSOCKETS=ON -DCIVETWEB_ENABLE_SERVER_EXECUTABLE=OFF \
+  -DCIVETWEB_ENABLE_SSL=ON -DCIVETWEB_ENABLE_SSL_DYNAMIC_LOADING=OFF -DCIVETWEB_SSL_OPENSSL_API_1_1=ON \
+  -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DCIVETWEB_ALLOW_WARNINGS=ON \
+  -DCMAKE_C_FLAGS="$CFLAGS -Wno-error=date-time" -DCMAKE_CXX_FLAGS="$CXXFLAGS -Wno-error=date-time"
+
+# What was built, for `torchmond --version --verbose` and the wheel's metadata.
+grep '^source ' "$here/deps.lock" | cut -d' ' -f2,3 >"$prefix/versions"
+rm -rf "$dir/src" "$dir/build"
+touch "$dir/ready"
+log "all built in $((SECONDS - started)) s"
+echo "$prefix"
