@@ -50,6 +50,18 @@ run_ctest() {  # run_ctest DIR CTEST-ARGS...: ctest, its summary kept
   rm -f "$out"
 }
 
+run_pytest() {  # run_pytest DIR: pytest, its summary kept as ctest's is
+  local dir=$1 out passed failed
+  out=$(mktemp)
+  /usr/bin/python3 -m pytest "$dir" -v -p no:cacheprovider | tee "$out" || true
+  passed=$(grep -oE '[0-9]+ passed' "$out" | tail -1 | grep -oE '[0-9]+' || echo 0)
+  # pytest's last line: "N passed, M skipped, K failed, E errors in S s".
+  failed=$(tail -1 "$out" | grep -oE '[0-9]+ (failed|errors?)' | awk '{ n += $1 } END { print n + 0 }')
+  summaries+=("$(basename "$dir") (pytest): $failed tests failed out of $((passed + failed))")
+  rm -f "$out"
+  ((failed == 0 && passed > 0))
+}
+
 stage "install dependencies" "$root/deploy/dev/install-deps.sh" --test
 stage "configure build-release" cmake -S "$root" -B "$release_build" -DCMAKE_BUILD_TYPE=Release \
   -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON
@@ -61,6 +73,15 @@ stage "build build" cmake --build "$build" -j"$jobs"
 # product build that never built a test target.
 TORCHMON_INSTALL_BUILD_DIR="$release_build" \
   stage "test build (the whole suite)" run_ctest "$build" --output-on-failure -j"$jobs" --timeout 300
+
+# The portable artefacts (deploy/release/build.sh: zig's clang for glibc
+# 2.28, the libraries built once from Debian's sources and cached under
+# ~/.cache/torchmon-release) and their proofs: the ELF audit and the Debian
+# roots (tests/release, pytest).
+release_dir=$root/build-portable/artefacts
+stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
+TORCHMON_RELEASE_DIR="$release_dir" TORCHMON_BUILD_DIR="$build" \
+  stage "test portable artefacts" run_pytest "$root/tests/release"
 
 # Only what the fuzzers and the thread-safety check need: the fuzz targets
 # (with the server, client and CLI libraries under them) and torchmond.

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Audits every ELF file of torchmon's portable artefacts (issue 32).
+
+    tests/release/audit_elf.py OUT_DIR [--glibc 2.28]
+    tests/release/audit_elf.py FILE...  (ELF files or artefacts)
+
+Each artefact (.deb, .rpm, .tar.gz, .whl) is unpacked and each ELF file in
+it must:
+  - NEED nothing but glibc: libc, libm, libpthread, libdl, librt and the
+    dynamic loader;
+  - ask for no symbol version above GLIBC_<glibc>, and for no GLIBCXX_,
+    CXXABI_ or GCC_ version (the C++ runtime and libgcc are linked in);
+  - if it is a shared object (the Python extension), export nothing but its
+    PyInit_ function.
+Prints one line per ELF file and every violation; exits 1 if any.
+Needs readelf (binutils), dpkg-deb and rpm2cpio/cpio for the packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from typing import Iterator, List, Tuple
+
+ALLOWED_NEEDED = frozenset({
+    "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+    "ld-linux-x86-64.so.2",
+})
+FORBIDDEN_VERSION_PREFIXES = ("GLIBCXX_", "CXXABI_", "GCC_")
+
+
+def readelf(*args: str) -> str:
+    return subprocess.run(["readelf", "-W", *args], check=True, capture_output=True,
+                          text=True, timeout=120).stdout
+
+
+def is_elf(path: str) -> bool:
+    if not os.path.isfile(path) or os.path.islink(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
+
+
+def elf_type(path: str) -> str:
+    match = re.search(r"^\s*Type:\s+(\S+)", readelf("-h", path), re.M)
+    return match.group(1) if match else "?"
+
+
+def needed(path: str) -> List[str]:
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", readelf("-d", path))
+
+
+def version_references(path: str) -> List[str]:
+    """Every version the file asks of its libraries (.gnu.version_r)."""
+    return sorted(set(re.findall(r"Name: (\S+)\s+Flags:", readelf("-V", path))))
+
+
+def exported_symbols(path: str) -> List[str]:
+    """Defined, global or weak, default-visibility dynamic symbols."""
+    names = []
+    for line in readelf("--dyn-syms", path).splitlines():
+        fields = line.split()
+        # Num: Value Size Type Bind Vis Ndx Name
+        if len(fields) < 8 or not fields[0].rstrip(":").isdigit():
+            continue
+        bind, vis, ndx, name = fields[4], fields[5], fields[6], fields[7]
+        if ndx == "UND" or bind not in ("GLOBAL", "WEAK") or vis != "DEFAULT":
+            continue
+        names.append(name.split("@")[0])
+    return sorted(set(names))
+
+
+def glibc_version(name: str) -> Tuple[int, ...] | None:
+    match = re.fullmatch(r"GLIBC_(\d+(?:\.\d+)*)", name)
+    return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
+def audit_file(path: str, floor: Tuple[int, ...]) -> List[str]:
+    problems = []
+    for lib in needed(path):
+        if lib not in ALLOWED_NEEDED:
+            problems.append(f"NEEDED {lib}: not part of glibc")
+    for version in version_references(path):
+        if version.startswith(FORBIDDEN_VERSION_PREFIXES):
+            problems.append(f"asks for {version}: the C++ runtime must be linked in")
+        v = glibc_version(version)
+        if v is not None and v > floor:
+            problems.append(f"asks for {version}: above GLIBC_{'.'.join(map(str, floor))}")
+    # A shared object: ELF type DYN without a program interpreter (a PIE
+    # executable is DYN too, but names ld-linux as its interpreter).
+    if elf_type(path) == "DYN" and not re.search(r"^\s*INTERP\s", readelf("-l", path), re.M):
+        exports = exported_symbols(path)
+        extra = [s for s in exports if not s.startswith("PyInit_")]
+        if extra:
+            shown = ", ".join(extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+            problems.append(f"exports {len(extra)} symbols besides PyInit_*: {shown}")
+        if not any(s.startswith("PyInit_") for s in exports):
+            problems.append("a shared object that exports no PyInit_ function")
+    return problems
+
+
+def unpack(artefact: str, into: str) -> None:
+    name = os.path.basename(artefact)
+    if name.endswith(".deb"):
+        subprocess.run(["dpkg-deb", "-x", artefact, into], check=True, timeout=300)
+    elif name.endswith(".rpm"):
+        rpm2cpio = subprocess.Popen(["rpm2cpio", artefact], stdout=subprocess.PIPE)
+        subprocess.run(["cpio", "-idm", "--quiet"], stdin=rpm2cpio.stdout, cwd=into, check=True,
+                       timeout=300)
+        if rpm2cpio.wait(timeout=300) != 0:
+            raise RuntimeError(f"rpm2cpio {artefact} failed")
+    elif name.endswith((".tar.gz", ".tgz")):
+        with tarfile.open(artefact) as tar:
+            tar.extractall(into, filter="tar") if hasattr(tarfile, "data_filter") else tar.extractall(into)
+    elif name.endswith(".whl"):
+        with zipfile.ZipFile(artefact) as whl:
+            whl.extractall(into)
+    else:
+        raise ValueError(f"{artefact}: not an artefact this audit knows (.deb, .rpm, .tar.gz, .whl)")
+
+
+def elf_files(root: str) -> Iterator[str]:
+    for dirpath, _, files in os.walk(root):
+        for f in sorted(files):
+            path = os.path.join(dirpath, f)
+            if is_elf(path):
+                yield path
+
+
+def audit(paths: List[str], floor: Tuple[int, ...]) -> int:
+    artefacts: List[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            artefacts += sorted(os.path.join(p, f) for f in os.listdir(p)
+                                if f.endswith((".deb", ".rpm", ".tar.gz", ".whl")))
+        else:
+            artefacts.append(p)
+    if not artefacts:
+        print("audit_elf: no artefacts to audit", file=sys.stderr)
+        return 1
+    failures = 0
+    checked = 0
+    for artefact in artefacts:
+        if is_elf(artefact):
+            targets = [(artefact, artefact)]
+            tmp = None
+        else:
+            tmp = tempfile.mkdtemp(prefix="audit-elf-")
+            unpack(artefact, tmp)
+            targets = [(f, os.path.relpath(f, tmp)) for f in elf_files(tmp)]
+            if not targets:
+                print(f"{os.path.basename(artefact)}: holds no ELF file")
+                failures += 1
+        try:
+            for path, shown in targets:
+                checked += 1
+                problems = audit_file(path, floor)
+                label = f"{os.path.basename(artefact)}: {shown}" if tmp else shown
+                print(f"{label}: {'ok' if not problems else 'FAILED'} "
+                      f"(NEEDED {', '.join(needed(path)) or 'nothing'})")
+                for problem in problems:
+                    print(f"  {problem}")
+                failures += bool(problems)
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+    print(f"audit_elf: {checked} ELF files in {len(artefacts)} artefacts, {failures} failed "
+          f"(glibc floor {'.'.join(map(str, floor))})")
+    return 1 if failures else 0
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("paths", nargs="+", help="artefacts, ELF files or a directory of artefacts")
+    parser.add_argument("--glibc", default="2.28", help="newest GLIBC_ version allowed")
+    args = parser.parse_args(argv)
+    return audit(args.paths, tuple(int(p) for p in args.glibc.split(".")))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Makes (or reuses) a cached minimal Debian root for the release tests and
+# prints its path on stdout; progress goes to stderr.
+#
+#   tests/release/roots.sh bullseye   # minbase: apt, passwd, glibc 2.31
+#   tests/release/roots.sh trixie     # minbase + python3, python3-venv
+#
+# Cache: ${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}/roots/
+#   <suite>-<hash>/root    the root (printed)
+#   <suite>-<hash>/ready   written last, before the atomic rename
+# <hash> is of this script's content, so changing the recipe makes new roots.
+# A root is built in <suite>-<hash>.tmp.<pid> and renamed into place, under
+# a lock, so a half-built root is never used. Never modify a cached root:
+# the tests work on throwaway overlays of it.
+#
+# Needs root, debootstrap and Debian's archive (http://deb.debian.org/debian).
+set -euo pipefail
+
+MIRROR=http://deb.debian.org/debian
+DEBOOTSTRAP=${DEBOOTSTRAP:-/usr/sbin/debootstrap}
+
+usage() { echo "usage: $0 bullseye|trixie" >&2; exit 2; }
+[[ $# -eq 1 ]] || usage
+suite=$1
+case "$suite" in
+  bullseye) include="" ;;
+  trixie)   include="python3,python3-venv" ;;
+  *) usage ;;
+esac
+
+log() { echo "roots.sh[$suite]: $*" >&2; }
+
+[[ $(id -u) -eq 0 ]] || { log "must run as root (debootstrap, chroot)"; exit 1; }
+[[ -x $DEBOOTSTRAP ]] || { log "debootstrap not found at $DEBOOTSTRAP"; exit 1; }
+
+cache=${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}
+hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+entry="$cache/roots/$suite-$hash"
+mkdir -p "$cache/roots"
+
+if [[ -f $entry/ready ]]; then
+  log "cached: $entry/root"
+  echo "$entry/root"
+  exit 0
+fi
+
+# One builder per root; a second caller waits, then finds it ready.
+exec 9>"$entry.lock"
+flock 9
+if [[ -f $entry/ready ]]; then
+  log "cached (built meanwhile): $entry/root"
+  echo "$entry/root"
+  exit 0
+fi
+
+# Deletes a build folder: first unmounts what debootstrap may have left
+# mounted in it (it mounts proc and sys in the target), deepest first, then
+# removes it without crossing into another filesystem.
+remove_build() {
+  local m
+  awk -v p="$1/" 'index($2, p) == 1 { print $2 }' /proc/mounts | sort -r |
+    while read -r m; do umount -l "$m" || true; done
+  rm -rf --one-file-system "$1"
+}
+
+tmp="$entry.tmp.$$"
+trap '[[ -d $tmp ]] && remove_build "$tmp"' EXIT
+# Leftovers of builders that died (their pid is gone).
+for old in "$entry".tmp.*; do
+  [[ -e $old ]] || continue
+  if ! kill -0 "${old##*.tmp.}" 2>/dev/null; then
+    log "removing stale $old"
+    remove_build "$old"
+  fi
+done
+
+mkdir -p "$tmp"
+start=$SECONDS
+args=(--variant=minbase)
+[[ -n $include ]] && args+=("--include=$include")
+log "debootstrap ${args[*]} $suite $tmp/root $MIRROR"
+"$DEBOOTSTRAP" "${args[@]}" "$suite" "$tmp/root" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 || {
+  log "debootstrap failed; last lines of its log:"
+  tail -n 30 "$tmp/debootstrap.log" >&2
+  exit 1
+}
+# Downloaded .debs are not needed; the package lists were never fetched, so
+# apt inside the root can only install local files (that is what we want:
+# a missing dependency fails instead of being downloaded).
+rm -f "$tmp/root/var/cache/apt/archives/"*.deb
+
+# Sanity: what the tests rely on.
+chroot "$tmp/root" /usr/bin/apt-get --version >/dev/null
+chroot "$tmp/root" /usr/bin/getent passwd root >/dev/null
+if [[ $suite == trixie ]]; then
+  chroot "$tmp/root" /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null
+fi
+
+{
+  echo "suite=$suite"
+  echo "recipe=$hash"
+  echo "mirror=$MIRROR"
+  echo "include=$include"
+  echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "seconds=$((SECONDS - start))"
+} >"$tmp/ready"
+mv -T "$tmp" "$entry"
+trap - EXIT
+log "built in $((SECONDS - start)) s, $(du -sh --one-file-system "$entry/root" | cut -f1): $entry/root"
+echo "$entry/root"

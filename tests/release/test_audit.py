@@ -1,0 +1,110 @@
+"""The ELF audit of the portable artefacts (issue 32), and the audit's own
+ability to fail.
+
+    TORCHMON_RELEASE_DIR=OUT /usr/bin/python3 -m pytest tests/release -v
+
+OUT is what deploy/release/build.sh made. Without TORCHMON_RELEASE_DIR the
+artefact tests skip; the audit's negative tests run anyway (they compile two
+small programs with the build machine's gcc, whose glibc and libstdc++ are
+newer than the floor).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+AUDIT = os.path.join(HERE, "audit_elf.py")
+RELEASE_DIR = os.environ.get("TORCHMON_RELEASE_DIR")
+needs_artefacts = pytest.mark.skipif(not RELEASE_DIR, reason="TORCHMON_RELEASE_DIR is not set "
+                                     "(deploy/release/build.sh OUT makes the artefacts)")
+
+
+def audit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, AUDIT, *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def artefact(pattern: str) -> str:
+    found = glob.glob(os.path.join(RELEASE_DIR, pattern))
+    assert len(found) == 1, f"{pattern} in {RELEASE_DIR}: {found}"
+    return found[0]
+
+
+@needs_artefacts
+def test_every_artefact_is_there_under_its_name():
+    version = "0.1.0"
+    for name in (f"torchmond_{version}-1_amd64.deb", f"torchmond-{version}-1.x86_64.rpm",
+                 f"torchmon-{version}-linux-x86_64.tar.gz",
+                 f"torchmon-{version}-cp310-abi3-manylinux_2_28_x86_64.whl"):
+        assert os.path.isfile(os.path.join(RELEASE_DIR, name)), name
+
+
+@needs_artefacts
+def test_every_elf_file_of_every_artefact_passes_the_audit():
+    result = audit(RELEASE_DIR, "--glibc", "2.28")
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # torchmond and torchmonctl in each of .deb, .rpm and .tar.gz, and the
+    # extension in the wheel: seven ELF files, none missed.
+    assert "audit_elf: 7 ELF files in 4 artefacts, 0 failed" in result.stdout
+
+
+@needs_artefacts
+def test_the_wheel_names_what_it_bundles():
+    with zipfile.ZipFile(artefact("torchmon-*-manylinux_2_28_x86_64.whl")) as whl:
+        metadata = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        text = whl.read(metadata).decode()
+        bundled = whl.read("torchmon/BUNDLED_VERSIONS").decode().split("\n")
+    for package in ("grpc", "protobuf", "abseil", "openssl", "c-ares", "re2", "zlib"):
+        assert any(line.startswith(package + " ") for line in bundled), (package, bundled)
+        assert f"- {package} " in text, package
+
+
+@pytest.fixture(scope="module")
+def host_programs(tmp_path_factory):
+    """A C and a C++ program built by the build machine's own gcc: newer
+    glibc symbol versions than 2.28, and a dynamic libstdc++."""
+    tmp = tmp_path_factory.mktemp("audit")
+    c_src = tmp / "c.c"
+    c_src.write_text("#include <stdio.h>\nint main(void) { puts(\"c\"); return 0; }\n")
+    cxx_src = tmp / "cxx.cc"
+    cxx_src.write_text("#include <iostream>\n#include <string>\n"
+                       "int main(int argc, char**) { std::string s(argc, 'x'); "
+                       "std::cout << s << std::endl; return 0; }\n")
+    so_src = tmp / "so.c"
+    so_src.write_text("int PyInit_x(void) { return 0; }\nint leaked(void) { return 1; }\n")
+    subprocess.run(["gcc", "-O1", str(c_src), "-o", str(tmp / "c")], check=True, timeout=120)
+    subprocess.run(["g++", "-O1", str(cxx_src), "-o", str(tmp / "cxx")], check=True, timeout=120)
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", str(so_src), "-o", str(tmp / "x.so")],
+                   check=True, timeout=120)
+    return tmp
+
+
+def test_the_audit_refuses_a_glibc_newer_than_the_floor(host_programs):
+    result = audit(str(host_programs / "c"), "--glibc", "2.28")
+    assert result.returncode == 1
+    # bookworm's gcc links __libc_start_main@GLIBC_2.34.
+    assert "asks for GLIBC_2.34: above GLIBC_2.28" in result.stdout
+    # At the build machine's own floor the same file passes: the audit reads
+    # the versions, it does not refuse everything.
+    assert audit(str(host_programs / "c"), "--glibc", "2.36").returncode == 0
+
+
+def test_the_audit_refuses_a_dynamic_cxx_runtime(host_programs):
+    result = audit(str(host_programs / "cxx"), "--glibc", "2.99")
+    assert result.returncode == 1
+    assert "NEEDED libstdc++.so.6: not part of glibc" in result.stdout
+    assert "asks for GLIBCXX_" in result.stdout
+
+
+def test_the_audit_refuses_an_extension_that_exports_more_than_its_init(host_programs):
+    result = audit(str(host_programs / "x.so"), "--glibc", "2.99")
+    assert result.returncode == 1
+    assert "exports 1 symbols besides PyInit_*: leaked" in result.stdout

@@ -1,0 +1,515 @@
+"""The portable release artefacts, used in real Debian roots that are not the
+build host: bullseye (glibc 2.31, the oldest Debian still on
+deb.debian.org; the artefacts ask for glibc 2.28) and trixie (the newest,
+with its own CPython 3.13).
+
+    TORCHMON_RELEASE_DIR=OUT /usr/bin/python3 -m pytest tests/release -v
+
+OUT is the folder `deploy/release/build.sh OUT` filled. Needs root (chroot,
+mount), debootstrap and, the first time only, Debian's archive: the roots
+come from tests/release/roots.sh, which caches them under
+${TORCHMON_RELEASE_CACHE:-~/.cache/torchmon-release}. Without
+TORCHMON_RELEASE_DIR every test is skipped.
+
+What it proves, each test in a throwaway copy of a cached root (an overlay
+mount, or `cp -a` where overlayfs is not available), with nothing from the
+build host inside it but the artefact under test:
+
+- the .deb installs with apt in bullseye and in trixie offline (every
+  dependency is in a minimal system), `torchmond --check-config` accepts the
+  shipped configuration, postinst made the torchmon user, purge works;
+- the tarball's torchmond serves gRPC (TCP and a Unix socket) and /metrics in
+  bullseye, its torchmonctl pushes and reads back, SIGTERM ends it with 0;
+- the wheel installs with pip --no-index into a venv of trixie's python3, and
+  1..1000 recorded through the Python API come back from the tarball's daemon
+  exactly (count, sum, max; p99 within the sketch's documented 1 %), with an
+  event and its data;
+- the .rpm requires exactly glibc >= 2.28 and systemd, and its torchmond
+  (extracted with rpm2cpio) runs in bullseye and accepts its configuration
+  once the package's own %post has made the torchmon user.
+
+Also: every artefact carries the version of CMakeLists.txt, and the tarball
+has one top directory with the documented layout.
+"""
+
+import contextlib
+import glob
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+RELEASE_DIR = os.environ.get("TORCHMON_RELEASE_DIR")
+
+if not RELEASE_DIR:
+    pytest.skip("TORCHMON_RELEASE_DIR is not set: point it at the folder "
+                "deploy/release/build.sh filled (the .deb, .rpm, tarball and wheel)",
+                allow_module_level=True)
+
+# The environment of every command run in a root: nothing of this host's
+# (no XDG_RUNTIME_DIR, no TORCHMON_*), apt without questions.
+CHROOT_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PIP_NO_INPUT": "1",
+}
+
+
+def project_version():
+    """The version in the top-level CMakeLists.txt: what every artefact carries."""
+    with open(os.path.join(REPO, "CMakeLists.txt")) as f:
+        return re.search(r"project\(\s*torchmon\s+VERSION\s+([0-9.]+)", f.read()).group(1)
+
+
+VERSION = project_version()
+
+
+def artefact(pattern):
+    """The one file of RELEASE_DIR matching `pattern`."""
+    found = glob.glob(os.path.join(RELEASE_DIR, pattern))
+    assert len(found) == 1, f"want exactly one {pattern} in {RELEASE_DIR}, found {found}"
+    return found[0]
+
+
+def show(proc):
+    """A finished process, for an assertion message."""
+    return (f"{proc.args} exited {proc.returncode}\n--- stdout\n{proc.stdout}"
+            f"\n--- stderr\n{proc.stderr}")
+
+
+def run(argv, timeout=120, check=True, **kwargs):
+    """Runs argv on the host, bounded; with check, asserts exit status 0."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check:
+        assert proc.returncode == 0, show(proc)
+    return proc
+
+
+def chroot(root, *argv, timeout=120, check=True, input=None):
+    """Runs argv inside `root`, as root, with CHROOT_ENV."""
+    return run(["chroot", root, *argv], timeout=timeout, check=check, input=input,
+               env=CHROOT_ENV)
+
+
+# --- Roots ------------------------------------------------------------------
+
+_cached_roots = {}
+
+
+def cached_root(suite):
+    """The cached root of `suite` (roots.sh builds it the first time, a few
+    minutes; its progress goes to this test's stderr). Never written to."""
+    if suite not in _cached_roots:
+        assert os.geteuid() == 0, "the release tests need root (debootstrap, chroot, mount)"
+        proc = subprocess.run([os.path.join(HERE, "roots.sh"), suite], stdout=subprocess.PIPE,
+                              text=True, timeout=1800)
+        assert proc.returncode == 0, f"roots.sh {suite} failed (its stderr is above)"
+        _cached_roots[suite] = proc.stdout.strip()
+    return _cached_roots[suite]
+
+
+def mounts_under(path):
+    """Mount points at or below `path`, deepest first."""
+    prefix = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        points = [line.split()[1] for line in f]
+    return sorted((p for p in points if p == prefix or p.startswith(prefix + "/")),
+                  key=len, reverse=True)
+
+
+def unmount(point):
+    if subprocess.run(["umount", point], capture_output=True, timeout=30).returncode != 0:
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def throwaway_root(suite):
+    """A writable copy of the cached root of `suite`, with /proc and a
+    private /dev/pts (apt's log wants a pty) mounted:
+    an overlay (the cached root as the lower layer, changes in a temp upper
+    layer) where the kernel allows it, else `cp -a`. Everything is unmounted
+    and deleted afterwards; the cached root is never modified."""
+    lower = cached_root(suite)
+    tmp = tempfile.mkdtemp(prefix=f"torchmon-release-{suite}.")
+    root = os.path.join(tmp, "root")
+    try:
+        for d in ("upper", "work", "root"):
+            os.mkdir(os.path.join(tmp, d))
+        overlay = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o",
+             f"lowerdir={lower},upperdir={tmp}/upper,workdir={tmp}/work", root],
+            capture_output=True, text=True, timeout=30)
+        if overlay.returncode != 0:
+            print(f"overlayfs refused ({overlay.stderr.strip()}): copying {lower}")
+            run(["cp", "-a", lower + "/.", root], timeout=600)
+        run(["mount", "-t", "proc", "proc", os.path.join(root, "proc")], timeout=30)
+        run(["mount", "-t", "devpts", "-o", "newinstance,ptmxmode=0666", "devpts",
+             os.path.join(root, "dev", "pts")], timeout=30)
+        yield root
+    finally:
+        for point in mounts_under(tmp):
+            unmount(point)
+        left = mounts_under(tmp)
+        # Deleting through a mount (/proc, or the lower layer) would be a
+        # disaster: leave the folder rather than risk it.
+        assert not left, f"still mounted, {tmp} left in place: {left}"
+        shutil.rmtree(tmp)
+
+
+def put(root, host_file, directory="/tmp"):
+    """Copies a host file into the root; returns its path inside the root."""
+    inside = os.path.join(directory, os.path.basename(host_file))
+    shutil.copy(host_file, root + inside)
+    return inside
+
+
+def unpack_tarball(root):
+    """Unpacks the tarball under /opt of the root with the root's own tar;
+    returns its top directory inside the root (/opt/torchmon-<v>-linux-x86_64)."""
+    tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
+    top = os.path.basename(tarball)[:-len(".tar.gz")]
+    chroot(root, "tar", "-xzf", put(root, tarball), "-C", "/opt", timeout=120)
+    for tool in ("torchmond", "torchmonctl"):
+        assert os.access(f"{root}/opt/{top}/bin/{tool}", os.X_OK), f"no bin/{tool} in {top}/"
+    return f"/opt/{top}"
+
+
+# --- A daemon inside a root ---------------------------------------------------
+
+def read_line(stream, timeout):
+    """One line of a binary pipe, waiting at most `timeout` seconds; what
+    came before EOF or the deadline if no full line did."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                break
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                break
+            data += chunk
+    return data.decode(errors="replace")
+
+
+class ChrootDaemon:
+    """The tarball's torchmond in `root`, on a Unix socket in a temp folder of
+    the root, a loopback TCP port and a loopback metrics port (port 0: the
+    daemon binds free ports and names them in its ready line, as
+    tests/python/torchmon_testing.py reads it). Short grace, so that a 1 s
+    window closes 1.1 s after its end."""
+
+    def __init__(self, root, prefix):
+        self.root, self.prefix = root, prefix
+        self.run_dir = tempfile.mkdtemp(prefix="torchmond.", dir=root + "/tmp")
+        self.socket = self.run_dir[len(root):] + "/torchmond.sock"  # path inside the root
+        self.stderr = open(os.path.join(self.run_dir, "stderr"), "w+")
+        # chroot(8) execs torchmond: the child's pid is the daemon's.
+        self.proc = subprocess.Popen(
+            ["chroot", root, f"{prefix}/bin/torchmond", "--listen", f"unix://{self.socket}",
+             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--grace", "100ms"],
+            stdout=subprocess.PIPE, stderr=self.stderr, env=CHROOT_ENV)
+        try:
+            # "torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>"
+            line = read_line(self.proc.stdout, 30)
+            if not line.startswith("torchmond ready "):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=2)  # at EOF it has exited, or is about to
+            status = self.proc.poll()
+            assert line.startswith("torchmond ready "), (
+                f"no ready line within 30 s ("
+                f"{'still running' if status is None else f'exited {status}'}): {line!r}; "
+                f"stderr:\n{self.read_stderr()}")
+            fields = dict(part.split("=", 1) for part in line.split()[2:])
+            grpc = fields["grpc"].split(",")
+            assert f"unix://{self.socket}" in grpc, line
+            (self.tcp,) = [a for a in grpc if not a.startswith("unix:")]
+            self.metrics = fields["metrics"]
+            assert self.tcp.startswith("127.0.0.1:") and self.metrics.startswith("127.0.0.1:"), line
+        except BaseException:
+            self.kill()
+            raise
+
+    def read_stderr(self):
+        self.stderr.seek(0)
+        return self.stderr.read()
+
+    def ctl(self, *args, target=None, check=True, timeout=60):
+        """The tarball's torchmonctl in the root, on the Unix socket unless
+        `target` says otherwise; --json output parsed (None if empty)."""
+        proc = chroot(self.root, f"{self.prefix}/bin/torchmonctl", "--target",
+                      target or f"unix://{self.socket}", "--json", *args, check=False,
+                      timeout=timeout)
+        if check:
+            assert proc.returncode == 0, show(proc)
+        return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    def stop(self, timeout=15):
+        """SIGTERM; asserts the daemon exits 0 within `timeout` seconds."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            status = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"torchmond still running {timeout} s after SIGTERM; stderr:\n"
+                        f"{self.read_stderr()}")
+        assert status == 0, f"torchmond exited {status} on SIGTERM; stderr:\n{self.read_stderr()}"
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        self.stderr.close()
+
+
+@contextlib.contextmanager
+def chroot_daemon(root, prefix):
+    """A ChrootDaemon that is killed on the way out, whatever happened."""
+    daemon = ChrootDaemon(root, prefix)
+    try:
+        yield daemon
+    finally:
+        daemon.kill()
+
+
+def poll(fetch, done, timeout, what):
+    """Calls fetch() until done(result), every 50 ms, for at most `timeout`
+    seconds; returns the last result, failing with it past the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = fetch()
+        if done(result):
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s; last: {result!r}")
+        time.sleep(0.05)
+
+
+# --- The tests ----------------------------------------------------------------
+
+def test_artefacts_are_named_for_this_version():
+    for pattern in (f"torchmond_{VERSION}-*_amd64.deb", f"torchmond-{VERSION}-*.x86_64.rpm",
+                    f"torchmon-{VERSION}-linux-x86_64.tar.gz",
+                    f"torchmon-{VERSION}-cp310-abi3-manylinux_2_28_x86_64.whl"):
+        artefact(pattern)
+
+
+def test_tarball_has_one_top_directory_and_the_documented_layout():
+    tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
+    top = os.path.basename(tarball)[:-len(".tar.gz")]
+    with tarfile.open(tarball) as t:
+        names = [n.rstrip("/") for n in t.getnames()]
+    outside = [n for n in names if n != top and not n.startswith(top + "/")]
+    assert not outside, f"entries outside {top}/: {outside[:10]}"
+    for path in ("bin/torchmond", "bin/torchmonctl", "etc/torchmon/torchmond.conf",
+                 "share/torchmon/torchmond.service", "share/torchmon/bundled-versions",
+                 "LICENSE"):
+        assert f"{top}/{path}" in names, f"{path} missing from {tarball}"
+    assert any(n.startswith(f"{top}/share/doc/") for n in names), "no share/doc/ in the tarball"
+
+
+@pytest.mark.parametrize("suite", ["bullseye", "trixie"])
+def test_deb_installs_offline_checks_its_config_and_purges(suite):
+    deb = artefact("torchmond_*_amd64.deb")
+    with throwaway_root(suite) as root:
+        inside = put(root, deb)
+        # Offline: the root's package lists name the archive, so a
+        # dependency missing from the minimal system would be fetched; the
+        # dead proxy makes that fail, and only torchmond may be new.
+        # (--no-download would refuse the local .deb itself.)
+        install = chroot(root, "apt-get", "install", "-y",
+                         "-o", "Acquire::http::Proxy=http://127.0.0.1:9/", inside,
+                         check=False, timeout=300)
+        assert install.returncode == 0, show(install)
+        new = re.search(r"The following NEW packages will be installed:\n((?:  .*\n)+)",
+                        install.stdout)
+        assert new and new.group(1).split() == ["torchmond"], (
+            "apt installed something besides torchmond:\n" + install.stdout)
+
+        check = chroot(root, "torchmond", "--check-config", "/etc/torchmon/torchmond.conf",
+                       check=False)
+        assert (check.returncode, check.stdout) == (0, "/etc/torchmon/torchmond.conf: ok\n"), \
+            show(check)
+        version = chroot(root, "torchmond", "--version")
+        assert version.stdout == f"torchmond {VERSION}\n", show(version)
+        chroot(root, "torchmonctl", "--help")
+
+        # postinst made the system user and its group.
+        user = chroot(root, "getent", "passwd", "torchmon", check=False)
+        assert user.returncode == 0, show(user)
+        assert user.stdout.split(":")[5] == "/var/lib/torchmon", user.stdout
+        chroot(root, "getent", "group", "torchmon")
+
+        purge = chroot(root, "apt-get", "purge", "-y", "torchmond", check=False, timeout=300)
+        assert purge.returncode == 0, show(purge)
+        assert not os.path.lexists(root + "/usr/bin/torchmond")
+        assert not os.path.lexists(root + "/etc/torchmon/torchmond.conf")
+        status = chroot(root, "dpkg-query", "-W", "-f=${Status}", "torchmond", check=False)
+        assert "installed" not in status.stdout.split(), show(status)
+
+
+def test_tarball_daemon_serves_grpc_and_metrics_in_bullseye():
+    with throwaway_root("bullseye") as root:
+        prefix = unpack_tarball(root)
+        with chroot_daemon(root, prefix) as daemon:
+            # Samples in over TCP, read back over the Unix socket.
+            push = chroot(root, f"{prefix}/bin/torchmonctl", "--target", daemon.tcp, "push",
+                          "release.smoke", "1", "2", "3", "--agg", "count,sum",
+                          "--window", "1s", "--label", "check=tarball", check=False)
+            assert push.returncode == 0, show(push)
+            series = poll(lambda: daemon.ctl("series", "--stat", "release.smoke")["series"],
+                          lambda s: len(s) == 1 and s[0]["counters"]["accepted"] == 3,
+                          10, "series release.smoke with 3 samples accepted")
+            assert series[0]["labels"]["check"] == "tarball"
+            assert series[0]["aggregations"] == ["count", "sum"]
+
+            # /metrics, scraped from the host: the chroot shares its network.
+            def scrape():
+                with urllib.request.urlopen(f"http://{daemon.metrics}/metrics", timeout=5) as r:
+                    return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+
+            status, content_type, body = poll(
+                scrape, lambda r: re.search(
+                    r'^torchmon_samples_accepted_total\{[^}]*stat="release\.smoke"[^}]*\} 3$',
+                    r[2], re.M), 10, "torchmon_samples_accepted_total of release.smoke")
+            assert status == 200 and content_type.startswith("text/plain"), content_type
+            assert re.search(r"^# TYPE torchmon_\w+ ", body, re.M), body[:2000]
+            assert f'torchmon_daemon_build_info{{version="{VERSION}"}} 1' in body, body[:2000]
+
+            daemon.stop()
+
+
+RECORD_PY = r'''
+"""Records 1..1000 and an event through the torchmon Python API, against the
+daemon at argv[1]; prints what it did as JSON."""
+import datetime, json, sys, time
+import torchmon as monitor
+
+WINDOW_MS = 1000
+client = monitor.Client(target=sys.argv[1], labels={"test": "release"},
+                        labels_from_environment=False)
+monitor.set_default_client(client)
+for attempt in range(3):
+    # Start in the first half of a 1 s window (a wait of at most 0.5 s), so
+    # the 1000 adds (about a millisecond) land in one window; checked after,
+    # with a margin for the client's clock, and tried again if not.
+    position = time.time() * 1000 % WINDOW_MS
+    if position > WINDOW_MS / 2:
+        time.sleep((WINDOW_MS - position + 20) / 1000)
+    name = f"release.values{attempt}"
+    stat = monitor.Stat(name, [monitor.SUM, monitor.COUNT, monitor.MAX, "p99"],
+                        datetime.timedelta(milliseconds=WINDOW_MS))
+    first = time.time() * 1000
+    for v in range(1, 1001):
+        stat.add(float(v))
+    last = time.time() * 1000
+    if (first - 20) // WINDOW_MS == (last + 20) // WINDOW_MS:
+        break
+else:
+    sys.exit("three tries straddled a window boundary")
+monitor.log_event(monitor.Event("release.done", datetime.datetime.now(),
+                                {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}))
+flushed = monitor.flush(30)
+print(json.dumps({"stat": name, "flushed": flushed, "errors": client.errors(),
+                  "stats": client.stats(), "version": monitor.__version__,
+                  "file": monitor.__file__}))
+client.close(10)
+'''
+
+
+def test_wheel_in_a_trixie_venv_records_exactly_what_the_daemon_reports():
+    wheel = artefact("torchmon-*-cp310-abi3-manylinux_2_28_x86_64.whl")
+    with throwaway_root("trixie") as root:
+        chroot(root, "python3", "-m", "venv", "/venv", timeout=300)
+        pip = chroot(root, "/venv/bin/pip", "install", "--no-index", put(root, wheel),
+                     check=False, timeout=300)
+        assert pip.returncode == 0, show(pip)
+        prefix = unpack_tarball(root)
+        with open(root + "/tmp/record.py", "w") as f:
+            f.write(RECORD_PY)
+        with chroot_daemon(root, prefix) as daemon:
+            record = chroot(root, "/venv/bin/python", "/tmp/record.py", f"unix://{daemon.socket}",
+                            check=False, timeout=120)
+            assert record.returncode == 0, show(record)
+            seen = json.loads(record.stdout)
+            assert seen["file"].startswith("/venv/"), seen
+            assert seen["version"] == VERSION, seen
+            assert seen["flushed"] is True and seen["errors"] == [], seen
+            assert seen["stats"]["samples_added"] == seen["stats"]["samples_delivered"], seen
+
+            # The window closes 1.1 s after its end (grace 100ms).
+            windows = poll(lambda: daemon.ctl("windows", seen["stat"])["windows"],
+                           lambda w: len(w) >= 1, 15, f"a closed window of {seen['stat']}")
+            events = daemon.ctl("events", "release.done")["events"]
+            daemon.stop()
+
+    (window,) = windows
+    assert window["labels"] == {"test": "release"}, window
+    assert (window["accepted"], window["capped"], window["partial"]) == (1000, 0, False), window
+    aggregates = window["aggregates"]
+    assert set(aggregates) == {"count", "sum", "max", "p99"}, aggregates
+    assert (aggregates["count"], aggregates["sum"], aggregates["max"]) == (1000, 500500, 1000)
+    # docs/semantics.md#quantiles: a DDSketch estimate within 1 % of the
+    # sample of rank floor(q * (COUNT - 1)) = 989 of 1..1000, which is 990.
+    assert abs(aggregates["p99"] - 990) <= 0.01 * 990, aggregates
+    (event,) = events
+    assert event["labels"] == {"test": "release"}, event
+    assert event["data"] == {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}, event
+    assert event["data_types"] == {"epoch": "int", "loss": "double", "tag": "string",
+                                   "saved": "bool"}, event
+
+
+def extract_rpm(rpm, directory):
+    """rpm2cpio | cpio -idm into `directory`; where this host has no cpio,
+    rpm2archive (same rpm package as rpm2cpio) into a tar read by tarfile."""
+    if shutil.which("cpio"):
+        run(["sh", "-c", 'rpm2cpio "$1" | cpio -idm --quiet', "sh", rpm], cwd=directory,
+            timeout=300)
+    else:
+        with open(rpm, "rb") as source:
+            archive = subprocess.run(["rpm2archive", "-"], stdin=source, capture_output=True,
+                                     timeout=300)
+        assert archive.returncode == 0, archive.stderr.decode()
+        with tempfile.TemporaryFile() as f:
+            f.write(archive.stdout)
+            f.seek(0)
+            with tarfile.open(fileobj=f) as t:
+                t.extractall(directory)
+
+
+def test_rpm_requires_glibc_and_systemd_only_and_runs_in_bullseye():
+    rpm = artefact("torchmond-*.x86_64.rpm")
+    requires = run(["rpm", "-qp", "--requires", rpm]).stdout.splitlines()
+    # rpmlib(...) are rpm's own features; /bin/sh runs the scriptlets.
+    assert sorted(r for r in requires
+                  if not r.startswith("rpmlib(") and r != "/bin/sh") == [
+        "glibc >= 2.28", "systemd"], requires
+
+    with throwaway_root("bullseye") as root:
+        os.mkdir(root + "/tmp/rpm")
+        extract_rpm(rpm, root + "/tmp/rpm")
+        version = chroot(root, "/tmp/rpm/usr/bin/torchmond", "--version", check=False)
+        assert (version.returncode, version.stdout) == (0, f"torchmond {VERSION}\n"), show(version)
+        # The shipped configuration names socket-group torchmon, which the
+        # package's %post creates: run it as rpm would on a first install.
+        post = run(["rpm", "-qp", "--qf", "%{POSTIN}", rpm]).stdout
+        chroot(root, "/bin/sh", "-s", "1", input=post)
+        conf = "/tmp/rpm/etc/torchmon/torchmond.conf"
+        check = chroot(root, "/tmp/rpm/usr/bin/torchmond", "--check-config", conf, check=False)
+        assert (check.returncode, check.stdout) == (0, f"{conf}: ok\n"), show(check)
