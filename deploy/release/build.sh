@@ -32,36 +32,13 @@ jobs=${TORCHMON_RELEASE_JOBS:-$(nproc)}
 started=$SECONDS
 log() { echo "build.sh: $*" >&2; }
 
-toolchain=$("$here/toolchain.sh")
+# configure.sh makes the toolchain and the libraries if they are not cached.
+"$here/configure.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_PORTABLE=ON \
+  -DCMAKE_INSTALL_PREFIX=/usr -DTORCHMON_SYSTEMD_UNIT_DIR=/usr/lib/systemd/system >&2
 prefix=$("$here/deps.sh")
 glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
 bundled=$(paste -sd, "$prefix/versions")
-log "toolchain $toolchain, libraries $prefix ($((SECONDS - started)) s)"
-
-# The build machine's headers that the build uses, each alone in a directory
-# of its own: zig's clang must not see /usr/include (bookworm's glibc 2.36
-# headers) beside its glibc 2.28 ones.
-host=$build/host-headers
-rm -rf "$host"
-mkdir -p "$host/boost" "$host/python"
-ln -s /usr/include/boost "$host/boost/boost"
-python_include=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-cp -r "$python_include"/. "$host/python/"
-multiarch_pyconfig=/usr/include/x86_64-linux-gnu/$(basename "$python_include")/pyconfig.h
-[[ ! -f $multiarch_pyconfig ]] || cp "$multiarch_pyconfig" "$host/python/pyconfig.h"
-
-cmake -S "$root" -B "$build" -G "Unix Makefiles" \
-  -DCMAKE_TOOLCHAIN_FILE="$toolchain/toolchain.cmake" -DCMAKE_BUILD_TYPE=Release \
-  -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON -DTORCHMON_PORTABLE=ON \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON \
-  -DCMAKE_IGNORE_PREFIX_PATH="/usr;/usr/local" \
-  -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DZLIB_ROOT="$prefix" -DZLIB_USE_STATIC_LIBS=ON \
-  -DBoost_INCLUDE_DIR="$host/boost" -DBoost_NO_BOOST_CMAKE=ON -DBoost_NO_SYSTEM_PATHS=ON \
-  -DPython3_EXECUTABLE=/usr/bin/python3 -DPython3_INCLUDE_DIR="$host/python" \
-  -DTORCHMON_PROTOC=/usr/bin/protoc -DTORCHMON_GRPC_CPP_PLUGIN=/usr/bin/grpc_cpp_plugin \
-  -DTORCHMON_PROMETHEUS_CLIENT_MODEL_DIR=/usr/share/gocode/src/github.com/prometheus/client_model \
-  -DTORCHMON_GLIBC_FLOOR="$glibc" -DTORCHMON_BUNDLED_SOURCES="$bundled" \
-  -DCMAKE_INSTALL_PREFIX=/usr -DTORCHMON_SYSTEMD_UNIT_DIR=/usr/lib/systemd/system >&2
+log "configured with the libraries of $prefix ($((SECONDS - started)) s)"
 cmake --build "$build" -j"$jobs" --target torchmond torchmonctl _torchmon >&2
 log "built ($((SECONDS - started)) s)"
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Configures a CMake build of this tree with the portable toolchain and
+# libraries (toolchain.sh, deps.sh), making them first if they are not
+# cached:
+#
+#   deploy/release/configure.sh BUILD_DIR [CMAKE_ARGS...]
+#
+# build.sh configures the release this way (Release, TORCHMON_PORTABLE);
+# tests/bench/portable_compare.sh a benchmark build beside today's. Tests
+# are off: the test frameworks on this machine are built for libstdc++.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+if (($# < 1)); then
+  echo "usage: deploy/release/configure.sh BUILD_DIR [CMAKE_ARGS...]" >&2
+  exit 2
+fi
+build=$(realpath -m "$1")
+shift
+# One maker of the toolchain and the libraries at a time (a build and the
+# tests beside it): a second caller waits here, then finds them cached.
+cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
+mkdir -p "$cache"
+exec 9>"$cache/make.lock"
+flock 9
+toolchain=$("$here/toolchain.sh")
+prefix=$("$here/deps.sh")
+flock -u 9
+glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
+bundled=$(paste -sd, "$prefix/versions")
+
+# The build machine's headers that the build uses, each alone in a directory
+# of its own: zig's clang must not see /usr/include (bookworm's glibc 2.36
+# headers) beside its glibc 2.28 ones.
+host=$build/host-headers
+rm -rf "$host"
+mkdir -p "$host/boost" "$host/python"
+ln -s /usr/include/boost "$host/boost/boost"
+python_include=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+cp -r "$python_include"/. "$host/python/"
+multiarch_pyconfig=/usr/include/x86_64-linux-gnu/$(basename "$python_include")/pyconfig.h
+[[ ! -f $multiarch_pyconfig ]] || cp "$multiarch_pyconfig" "$host/python/pyconfig.h"
+
+# The build machine's /usr is hidden from every find_*: what the build finds
+# is the portable prefix's, or named here.
+cmake -S "$root" -B "$build" -G "Unix Makefiles" \
+  -DCMAKE_TOOLCHAIN_FILE="$toolchain/toolchain.cmake" \
+  -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON \
+  -DCMAKE_IGNORE_PREFIX_PATH="/usr;/usr/local" \
+  -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DZLIB_ROOT="$prefix" -DZLIB_USE_STATIC_LIBS=ON \
+  -DBoost_INCLUDE_DIR="$host/boost" -DBoost_NO_BOOST_CMAKE=ON -DBoost_NO_SYSTEM_PATHS=ON \
+  -DPython3_EXECUTABLE=/usr/bin/python3 -DPython3_INCLUDE_DIR="$host/python" \
+  -DTORCHMON_PROTOC=/usr/bin/protoc -DTORCHMON_GRPC_CPP_PLUGIN=/usr/bin/grpc_cpp_plugin \
+  -DTORCHMON_PROMETHEUS_CLIENT_MODEL_DIR=/usr/share/gocode/src/github.com/prometheus/client_model \
+  -DTORCHMON_GLIBC_FLOOR="$glibc" -DTORCHMON_BUNDLED_SOURCES="$bundled" "$@"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The portable build (deploy/release) against today's Debian-linked build,
+# side by side on this machine: compare.py's headline measurements, run
+# alternately, each build's median and the ratio portable / debian.
+#
+#   tests/bench/portable_compare.sh [--rounds N] [--quick] [--json FILE]
+#
+# debian:   build/ (RelWithDebInfo, gcc 12, libstdc++ and Debian's shared
+#           gRPC, protobuf and abseil: what deploy/dev/test.sh builds)
+# portable: build-portable-bench/ (RelWithDebInfo too, zig's clang 19 for
+#           glibc 2.28, libc++ and every library linked statically:
+#           deploy/release/configure.sh), with torchmond, torchmon-loadgen
+#           and the Python extension
+# The Google Benchmark rows (Stat::add, ingest, scrape) are n/a on the
+# portable side: torchmon_benchmarks links Google Benchmark, GoogleTest and
+# prometheus-cpp, which this machine has only for libstdc++. Builds are
+# incremental and one at a time (2 cores).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+portable=${TORCHMON_PORTABLE_BENCH_DIR:-$root/build-portable-bench}
+base=${TORCHMON_BUILD_DIR:-$root/build}
+jobs=$(nproc)
+"$root/deploy/release/configure.sh" "$portable" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTORCHMON_BUILD_LOADGEN=ON >&2
+cmake --build "$portable" -j"$jobs" --target torchmond torchmon-loadgen _torchmon >&2
+cmake --build "$base" -j"$jobs" --target torchmond torchmon-loadgen torchmon_benchmarks _torchmon >&2
+exec /usr/bin/python3 "$root/tests/bench/compare.py" --base "$base" --new "$portable" \
+  --base-name debian --new-name portable "$@"
