@@ -54,9 +54,11 @@ run_pytest() {  # run_pytest DIR: pytest, its summary kept as ctest's is
   local dir=$1 out passed failed
   out=$(mktemp)
   /usr/bin/python3 -m pytest "$dir" -v -p no:cacheprovider | tee "$out" || true
-  passed=$(grep -oE '[0-9]+ passed' "$out" | tail -1 | grep -oE '[0-9]+' || echo 0)
-  # pytest's last line: "N passed, M skipped, K failed, E errors in S s".
-  failed=$(tail -1 "$out" | grep -oE '[0-9]+ (failed|errors?)' | awk '{ n += $1 } END { print n + 0 }')
+  # pytest's last line: "N passed, M skipped, K failed, E errors in S s"
+  # (any of them absent). awk, not grep, so that an absent count is 0 and
+  # not a failed pipeline.
+  passed=$(tail -1 "$out" | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^passed/) n += $(i - 1) } END { print n + 0 }')
+  failed=$(tail -1 "$out" | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^(failed|errors?)/) n += $(i - 1) } END { print n + 0 }')
   summaries+=("$(basename "$dir") (pytest): $failed tests failed out of $((passed + failed))")
   rm -f "$out"
   ((failed == 0 && passed > 0))
