@@ -52,6 +52,8 @@ def google_benchmark(build, pattern, repetitions, value):
     """Median over `repetitions` of the one benchmark whose name matches
     `pattern`; `value` picks the figure from its JSON entry. None if the
     build has no such benchmark."""
+    if not os.path.exists(build.bench):  # a build without the Google Benchmark binary
+        return None
     code, listing, _ = run([build.bench, "--benchmark_list_tests"])
     names = [n for n in listing.split() if re.fullmatch(pattern, n)] if code == 0 else []
     if len(names) != 1:

@@ -22,7 +22,7 @@ base=${TORCHMON_BUILD_DIR:-$root/build}
 jobs=$(nproc)
 "$root/deploy/release/configure.sh" "$portable" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTORCHMON_BUILD_LOADGEN=ON >&2
-cmake --build "$portable" -j"$jobs" --target torchmond torchmon-loadgen _torchmon >&2
+cmake --build "$portable" -j"$jobs" --target torchmond torchmon-loadgen torchmon-machine _torchmon >&2
 cmake --build "$base" -j"$jobs" --target torchmond torchmon-loadgen torchmon_benchmarks _torchmon >&2
 exec /usr/bin/python3 "$root/tests/bench/compare.py" --base "$base" --new "$portable" \
   --base-name debian --new-name portable "$@"
