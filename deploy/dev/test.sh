@@ -12,9 +12,10 @@
 # build-tsan/ (clang, the presets of the same names) run the whole suite
 # again under ASan + UBSan and under TSan (all but the wheel's and the
 # packages' tests), and check the thread-safety annotations of all the code
-# with -Wthread-safety. On the 2-core development machine, shared with other
-# builds, 25½ minutes in all, 12 of them for the two sanitizer builds and
-# their suites; 26 from a fresh clone on an AMD EPYC one, 2026-11-27
+# with -Wthread-safety. After build/'s suite, the portable artefacts
+# (deploy/release/build.sh) and their tests in Debian roots (tests/release).
+# From a fresh clone on an AMD EPYC 2-core machine, 2026-11-27: 29½ minutes
+# with ~/.cache/torchmon-release warm, about 44 with nothing cached
 # (docs/testing.md). Each stage prints its time; the run ends with a table
 # of them and one line summing every ctest run.
 set -euo pipefail
