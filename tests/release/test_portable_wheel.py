@@ -73,42 +73,46 @@ def send(package: str, stat: str, target: str) -> str:
             f"print({stat!r}, 'sent')\n")
 
 
-@pytest.mark.parametrize("portable_first", [True, False])
-def test_the_portable_extension_lives_beside_the_tree_built_one(portable_first, packages):
+@pytest.fixture
+def daemon():
+    """The build tree's torchmond on a temp socket, stopped after the test."""
     with tempfile.TemporaryDirectory(prefix="torchmon-portable.") as tmpdir:
-        daemon = Daemon(tmpdir)
+        d = Daemon(tmpdir)
         try:
-            portable = send("torchmon_portable", "beside.portable", daemon.target)
-            tree = send("torchmon_tree", "beside.tree", daemon.target)
-            code = portable + tree if portable_first else tree + portable
-            run = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
-                                 timeout=120, env=clean_env(), cwd=packages)
-            assert run.returncode == 0, run.stdout + run.stderr
-            for stat in ("beside.portable", "beside.tree"):
-                assert f"{stat} sent" in run.stdout
-                (series,) = daemon.series(stat)
-                assert series["counters"]["accepted"] == 1000, series
+            yield d
         finally:
-            daemon.stop()
+            d.stop()
+
+
+def run_python(code: str, cwd: str) -> subprocess.CompletedProcess:
+    """Debian's python3 on `code` in `cwd` (where both packages are); asserts it exits 0."""
+    run = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                         timeout=120, env=clean_env(), cwd=cwd)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run
 
 
 @pytest.mark.parametrize("portable_first", [True, False])
-def test_the_portable_extension_lives_beside_debians_grpcio_and_torch(portable_first, packages):
-    with tempfile.TemporaryDirectory(prefix="torchmon-portable.") as tmpdir:
-        daemon = Daemon(tmpdir)
-        try:
-            portable = send("torchmon_portable", "beside.grpcio", daemon.target)
-            grpcio = ("import grpc, torch\n"
-                      f"ch = grpc.insecure_channel({daemon.target!r})\n"
-                      "grpc.channel_ready_future(ch).result(timeout=10)\n"
-                      "x = torch.ones(4) * 2\n"
-                      "print('grpcio ready', float(x.sum()))\n")
-            code = portable + grpcio if portable_first else grpcio + portable
-            run = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
-                                 timeout=120, env=clean_env(), cwd=packages)
-            assert run.returncode == 0, run.stdout + run.stderr
-            assert "grpcio ready 8.0" in run.stdout
-            (series,) = daemon.series("beside.grpcio")
-            assert series["counters"]["accepted"] == 1000, series
-        finally:
-            daemon.stop()
+def test_the_portable_extension_lives_beside_the_tree_built_one(portable_first, packages, daemon):
+    portable = send("torchmon_portable", "beside.portable", daemon.target)
+    tree = send("torchmon_tree", "beside.tree", daemon.target)
+    run = run_python(portable + tree if portable_first else tree + portable, packages)
+    for stat in ("beside.portable", "beside.tree"):
+        assert f"{stat} sent" in run.stdout
+        (series,) = daemon.series(stat)
+        assert series["counters"]["accepted"] == 1000, series
+
+
+@pytest.mark.parametrize("portable_first", [True, False])
+def test_the_portable_extension_lives_beside_debians_grpcio_and_torch(portable_first, packages,
+                                                                      daemon):
+    portable = send("torchmon_portable", "beside.grpcio", daemon.target)
+    grpcio = ("import grpc, torch\n"
+              f"ch = grpc.insecure_channel({daemon.target!r})\n"
+              "grpc.channel_ready_future(ch).result(timeout=10)\n"
+              "x = torch.ones(4) * 2\n"
+              "print('grpcio ready', float(x.sum()))\n")
+    run = run_python(portable + grpcio if portable_first else grpcio + portable, packages)
+    assert "grpcio ready 8.0" in run.stdout
+    (series,) = daemon.series("beside.grpcio")
+    assert series["counters"]["accepted"] == 1000, series
