@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
 # Builds the libraries torchmon's portable artefacts link statically, from
 # Debian bookworm's source packages at the versions deps.lock pins, with the
-# toolchain of toolchain.sh (glibc 2.28, zig's libc++), and prints the
-# install prefix:
+# toolchain of toolchain.sh (glibc 2.28), and prints the install prefix:
 #
-#   deploy/release/deps.sh      ->  $cache/deps-<key>/prefix
+#   deploy/release/deps.sh              ->  $cache/deps-<key>/prefix
+#   deploy/release/deps.sh --libstdc++  ->  $cache/deps-libstdcxx-<key>/prefix
+#   deploy/release/deps.sh --bench      ->  $cache/deps-bench-<key>/prefix
 #
 # zlib, OpenSSL, c-ares, re2, abseil, protobuf, gRPC (grpc++ and what it
 # needs, nothing more) and civetweb: static, position-independent, hidden
-# visibility, no tests, no tools. The key is a hash of deps.lock, this
-# script and the toolchain's key, so a changed pin or recipe rebuilds and
-# an unchanged one costs nothing. Sources come from `apt-get source` with a
+# visibility, no tests, no tools, no debug information.
+#
+# Three flavours, by the C++ runtime their C++ code is compiled for and
+# what it is for:
+#   (default)    zig's libc++, linked statically into torchmond, torchmonctl
+#                and the Python extension, which export no C++ at all.
+#   --libstdc++  GCC's libstdc++ headers (deps.lock's libstdcxx line, GCC 10
+#                as Debian 11 has it): the tarball's C++ client library,
+#                which a user links with their own g++ (>= 10) and
+#                libstdc++, so its C++ must be theirs. Compile only: nothing
+#                is linked here. re2, abseil, protobuf and gRPC are built
+#                again; zlib, OpenSSL and c-ares are C and are the default
+#                flavour's; civetweb and grpc++_reflection are the daemon's
+#                and are left out. libstdcxx.sh makes the compiler.
+#   --bench      GoogleTest and Google Benchmark (deps.lock's bench lines,
+#                the versions the Debian-linked build uses), for libc++:
+#                the portable build's benchmarks (tests/bench/
+#                portable_compare.sh), beside the default flavour's prefix.
+#                Nothing released links them.
+# The key is a hash of deps.lock, this script, the toolchain's key and the
+# flavour, so a changed pin or recipe rebuilds and an unchanged one costs
+# nothing. Sources come from `apt-get source` with a
 # private apt state (the archive's signed Sources index checks them; the
 # system's apt configuration is not touched) and Debian's patches applied.
 # A log per library is kept in $cache/deps-<key>/logs.
@@ -18,13 +38,39 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
 jobs=${TORCHMON_RELEASE_JOBS:-$(nproc)}
+flavour=libc++
+case "${1:-}" in
+  "") ;;
+  --libstdc++) flavour=libstdc++ ;;
+  --bench) flavour=bench ;;
+  *) echo "usage: deploy/release/deps.sh [--libstdc++ | --bench]" >&2; exit 2 ;;
+esac
 toolchain=$("$here/toolchain.sh")
-key=$( (cat "$here/deps.lock" "$here/deps.sh" "$here/grpc-config.cmake.in"; basename "$toolchain") |
-  sha256sum | cut -c1-12)
+recipe() {  # what the flavour's libraries are made from: a change rebuilds them
+  if [[ $flavour == bench ]]; then
+    cat "$here/deps.lock" "$here/deps.sh"
+  else
+    # The benchmarks' lines and section are not the release libraries' recipe.
+    grep -v '^bench ' "$here/deps.lock"
+    sed '/^# --- the benchmarks/,/^# --- end of the benchmarks/d' "$here/deps.sh"
+    cat "$here/grpc-config.cmake.in"
+    [[ $flavour == libc++ ]] || cat "$here/libstdcxx.sh"
+  fi
+  basename "$toolchain"
+  echo "$flavour"
+}
+key=$(recipe | sha256sum | cut -c1-12)
 # TORCHMON_DEPS_KEY names the directory instead, for working on a recipe: a
 # step that finished there (stamps/) is not run again.
 key=${TORCHMON_DEPS_KEY:-$key}
 dir=$cache/deps-$key
+case $flavour in
+  libstdc++) dir=$cache/deps-libstdcxx-$key ;;
+  bench) dir=$cache/deps-bench-$key ;;
+esac
+# The source packages of the flavour: deps.lock's source lines, or its bench lines.
+sources=source
+[[ $flavour != bench ]] || sources=bench
 if [[ -f $dir/ready ]]; then
   echo "$dir/prefix"
   exit 0
@@ -57,15 +103,20 @@ while read -r _ name version; do
   dsc=$(ls "$dir"/src/"${name}"_"${version#*:}".dsc)
   # Debian's patches applied; the signature is the archive's Release file's.
   (cd "$dir/src" && dpkg-source --no-check -x "$dsc" "$name" >"$dir/logs/$name-source.log" 2>&1)
-done < <(grep '^source ' "$here/deps.lock")
+done < <(grep "^$sources " "$here/deps.lock")
 
 # --- common flags -------------------------------------------------------------
 # -fvisibility=hidden: nothing of these libraries is exported from a shared
 # object that links them (the Python extension exports its init function only).
 export CC=$toolchain/bin/cc CXX=$toolchain/bin/c++ AR=$toolchain/bin/ar RANLIB=$toolchain/bin/ranlib
-common="-O2 -fPIC -ffunction-sections -fdata-sections -fvisibility=hidden"
+toolchain_file=$toolchain/toolchain.cmake
+if [[ $flavour == libstdc++ ]]; then
+  toolchain_file=$("$here/libstdcxx.sh" "$toolchain" "$dir/stdcxx")
+  export CXX=$dir/stdcxx/bin/c++
+fi
+common="-O2 -g0 -fPIC -ffunction-sections -fdata-sections -fvisibility=hidden"
 export CFLAGS="$common" CXXFLAGS="$common -fvisibility-inlines-hidden"
-cmake_common=(-G "Unix Makefiles" -DCMAKE_TOOLCHAIN_FILE="$toolchain/toolchain.cmake"
+cmake_common=(-G "Unix Makefiles" -DCMAKE_TOOLCHAIN_FILE="$toolchain_file"
               -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-DNDEBUG -DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG
               -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib -DCMAKE_PREFIX_PATH="$prefix"
               -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON -DBUILD_SHARED_LIBS=OFF
@@ -92,10 +143,20 @@ cmake_lib() {  # cmake_lib NAME CMAKE-ARGS...: configure, build, install
 }
 
 # --- the libraries, in link order ---------------------------------------------
+copy_c_libraries() {  # the default flavour's zlib, OpenSSL and c-ares
+  local c
+  c=$(env -u TORCHMON_DEPS_KEY "$here/deps.sh") &&
+    cp "$c"/lib/{libz,libssl,libcrypto,libcares}.a "$prefix/lib/" &&
+    cp -r "$c"/include/{zlib.h,zconf.h,openssl} "$c"/include/ares*.h "$prefix/include/" &&
+    mkdir -p "$prefix/lib/cmake" && cp -r "$c/lib/cmake/c-ares" "$prefix/lib/cmake/"
+}
+if [[ $flavour == libstdc++ ]]; then
+  step c-libraries copy_c_libraries
+fi
 build_zlib() {
   cd "${srcdir[zlib]}" && ./configure --static --prefix="$prefix" && make -j"$jobs" libz.a && make install
 }
-step zlib build_zlib
+[[ $flavour != libc++ ]] || step zlib build_zlib
 
 build_openssl() {
   # No shared libraries, engines, modules or dlopen: one libcrypto.a and
@@ -106,9 +167,9 @@ build_openssl() {
       no-ui-console --prefix="$prefix" --libdir=lib --openssldir=/etc/ssl $common &&
     make -j"$jobs" build_libs && make install_dev
 }
-step openssl build_openssl
+[[ $flavour != libc++ ]] || step openssl build_openssl
 
-step c-ares cmake_lib c-ares -DCARES_STATIC=ON -DCARES_SHARED=OFF -DCARES_BUILD_TOOLS=OFF \
+[[ $flavour != libc++ ]] || step c-ares cmake_lib c-ares -DCARES_STATIC=ON -DCARES_SHARED=OFF -DCARES_BUILD_TOOLS=OFF \
   -DCARES_BUILD_TESTS=OFF -DCARES_STATIC_PIC=ON
 build_re2() {
   # Debian's re2 is repacked without its generated Unicode tables; they are
@@ -118,7 +179,7 @@ build_re2() {
     python3 re2/make_unicode_groups.py >re2/unicode_groups.cc) &&
     cmake_lib re2 -DRE2_BUILD_TESTING=OFF
 }
-step re2 build_re2
+[[ $flavour == bench ]] || step re2 build_re2
 build_abseil() {
   # Debian's latomic.diff links GCC's libatomic into every abseil target
   # (-Wl,--push-state,--as-needed -latomic), for its 32-bit ports; clang's
@@ -127,10 +188,10 @@ build_abseil() {
   (cd "${srcdir[abseil]}" && patch -R -p1 <debian/patches/latomic.diff) &&
     cmake_lib abseil -DABSL_PROPAGATE_CXX_STD=ON -DBUILD_TESTING=OFF -DABSL_BUILD_TESTING=OFF
 }
-step abseil build_abseil
+[[ $flavour == bench ]] || step abseil build_abseil
 # protoc and grpc_cpp_plugin are build tools, not linked into anything: the
 # build machine's Debian packages of these same versions run them.
-step protobuf cmake_lib protobuf -Dprotobuf_BUILD_TESTS=OFF -Dprotobuf_BUILD_PROTOC_BINARIES=OFF \
+[[ $flavour == bench ]] || step protobuf cmake_lib protobuf -Dprotobuf_BUILD_TESTS=OFF -Dprotobuf_BUILD_PROTOC_BINARIES=OFF \
   -Dprotobuf_BUILD_LIBPROTOC=OFF -Dprotobuf_WITH_ZLIB=ON -Dprotobuf_BUILD_SHARED_LIBS=OFF
 
 build_grpc() {
@@ -158,7 +219,7 @@ build_grpc() {
     sed "s|@VERSION@|$(grep '^source grpc ' "$here/deps.lock" | cut -d' ' -f3)|" \
       "$here/grpc-config.cmake.in" >"$prefix/lib/cmake/grpc/gRPCConfig.cmake"
 }
-step grpc build_grpc
+[[ $flavour == bench ]] || step grpc build_grpc
 
 build_grpc_reflection() {
   # grpc++_reflection (torchmond serves reflection): gRPC builds it only with
@@ -187,20 +248,43 @@ PROJECT
     cmake --build "$b/build" -j"$jobs" &&
     cp "$b/build/libgrpc++_reflection.a" "$prefix/lib/"
 }
-step grpc-reflection build_grpc_reflection
+[[ $flavour != libc++ ]] || step grpc-reflection build_grpc_reflection
 
 # civetweb with its C++ wrapper, as Debian builds it; TLS from the OpenSSL
 # above (its 1.1 API, which OpenSSL 3 keeps), linked rather than loaded at
 # run time. zig's clang makes __DATE__ an error (-Werror=date-time, for
 # reproducible builds); civetweb's build-date string is informational.
-step civetweb cmake_lib civetweb -DCIVETWEB_BUILD_TESTING=OFF -DCIVETWEB_ENABLE_CXX=ON \
+[[ $flavour != libc++ ]] || step civetweb cmake_lib civetweb -DCIVETWEB_BUILD_TESTING=OFF -DCIVETWEB_ENABLE_CXX=ON \
   -DCIVETWEB_ENABLE_WEBSOCKETS=ON -DCIVETWEB_ENABLE_SERVER_EXECUTABLE=OFF \
   -DCIVETWEB_ENABLE_SSL=ON -DCIVETWEB_ENABLE_SSL_DYNAMIC_LOADING=OFF -DCIVETWEB_SSL_OPENSSL_API_1_1=ON \
   -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DCIVETWEB_ALLOW_WARNINGS=ON \
   -DCMAKE_C_FLAGS="$CFLAGS -Wno-error=date-time" -DCMAKE_CXX_FLAGS="$CXXFLAGS -Wno-error=date-time"
 
+# --- the benchmarks' frameworks (--bench) --------------------------------------
+# As Debian builds them, but static. Debian's benchmark takes its version
+# from the package (its patch 0001: not from git tags), as debian/rules
+# passes it.
+if [[ $flavour == bench ]]; then
+  step googletest cmake_lib googletest -DBUILD_GMOCK=ON -DINSTALL_GTEST=ON
+  benchmark_version=$(awk '$1 == "bench" && $2 == "benchmark" { sub(/-[^-]*$/, "", $3); print $3 }' \
+    "$here/deps.lock")
+  step benchmark cmake_lib benchmark -DGIT_VERSION="$benchmark_version" \
+    -DBENCHMARK_ENABLE_TESTING=OFF -DBENCHMARK_ENABLE_GTEST_TESTS=OFF \
+    -DBENCHMARK_ENABLE_WERROR=OFF -DBENCHMARK_ENABLE_INSTALL=ON
+fi
+# --- end of the benchmarks' frameworks ------------------------------------------
+
 # What was built, for `torchmond --version --verbose` and the wheel's metadata.
-grep '^source ' "$here/deps.lock" | cut -d' ' -f2,3 >"$prefix/versions"
+grep "^$sources " "$here/deps.lock" | cut -d' ' -f2,3 >"$prefix/versions"
+[[ $flavour == libc++ ]] || sed -i '/^civetweb /d' "$prefix/versions"
+# Their licences, which every artefact that carries them ships: each
+# upstream's own licence and notice files and Debian's copyright file.
+while read -r name _; do
+  mkdir -p "$prefix/licenses/$name"
+  cp "${srcdir[$name]}/debian/copyright" "$prefix/licenses/$name/copyright"
+  find "${srcdir[$name]}" -maxdepth 1 -type f \( -iname 'LICENSE*' -o -iname 'COPYING*' -o -iname 'NOTICE*' \) \
+    -exec cp {} "$prefix/licenses/$name/" \;
+done <"$prefix/versions"
 rm -rf "$dir/src" "$dir/build"
 touch "$dir/ready"
 log "all built in $((SECONDS - started)) s"
