@@ -32,7 +32,29 @@ install(FILES ${PROJECT_SOURCE_DIR}/proto/torchmon/v1/torchmon.proto
 install(EXPORT torchmonTargets NAMESPACE torchmon:: FILE torchmonTargets.cmake
         DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR} COMPONENT dev)
 
-configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/torchmonConfig.cmake.in
+# The portable build's (deploy/release/build.sh, TORCHMON_PORTABLE) package
+# finds nothing on the host: every dependency the two libraries link is one
+# archive the tarball carries beside them, libtorchmon_bundled.a, and each
+# imported target they name (protobuf::libprotobuf, gRPC::grpc++, absl::...)
+# is that archive.
+set(TORCHMON_CONFIG_IN torchmonConfig.cmake.in)
+set(TORCHMON_PC_IN torchmon.pc.in)
+if(TORCHMON_PORTABLE)
+  set(TORCHMON_CONFIG_IN torchmonConfig-portable.cmake.in)
+  set(TORCHMON_PC_IN torchmon-portable.pc.in)
+  set(TORCHMON_BUNDLED_TARGETS "")
+  foreach(target torchmon_client torchmon_proto)
+    get_target_property(links ${target} LINK_LIBRARIES)
+    foreach(link IN LISTS links)
+      if(link MATCHES "::" AND NOT link MATCHES "^(torchmon|Threads)::")
+        list(APPEND TORCHMON_BUNDLED_TARGETS ${link})
+      endif()
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES TORCHMON_BUNDLED_TARGETS)
+  list(JOIN TORCHMON_BUNDLED_TARGETS " " TORCHMON_BUNDLED_TARGETS)
+endif()
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/${TORCHMON_CONFIG_IN}
   ${PROJECT_BINARY_DIR}/cmake/torchmonConfig.cmake
   INSTALL_DESTINATION ${TORCHMON_CMAKE_PACKAGE_DIR})
 # SameMajorVersion: find_package(torchmon X.Y) accepts any installed X.Z with
@@ -49,7 +71,7 @@ install(FILES ${PROJECT_BINARY_DIR}/cmake/torchmonConfig.cmake
 # torchmon.pc, relocatable: the prefix is found from the file's own place.
 file(RELATIVE_PATH TORCHMON_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" TORCHMON_PC_TO_PREFIX "${TORCHMON_PC_TO_PREFIX}")
-configure_file(${PROJECT_SOURCE_DIR}/cmake/torchmon.pc.in ${PROJECT_BINARY_DIR}/cmake/torchmon.pc @ONLY)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/${TORCHMON_PC_IN} ${PROJECT_BINARY_DIR}/cmake/torchmon.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/cmake/torchmon.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
@@ -84,6 +106,21 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md
               ${PROJECT_SOURCE_DIR}/docs/metrics.md
               ${PROJECT_SOURCE_DIR}/docs/cli.md
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/torchmond COMPONENT daemon)
+
+# The portable build links gRPC, OpenSSL and the rest into its binaries and
+# libraries: their licences go with them (deploy/release/deps.sh collects
+# each one's licence files and Debian copyright), in the doc directory of
+# each component that carries them.
+set(TORCHMON_BUNDLED_LICENSES "" CACHE PATH
+    "The portable build's bundled libraries' licences (deploy/release/configure.sh)")
+if(TORCHMON_BUNDLED_LICENSES)
+  install(DIRECTORY ${TORCHMON_BUNDLED_LICENSES}/
+          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/libtorchmon-dev/bundled COMPONENT dev)
+  if(TORCHMON_BUILD_SERVER)
+    install(DIRECTORY ${TORCHMON_BUNDLED_LICENSES}/
+            DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/torchmond/bundled COMPONENT daemon)
+  endif()
+endif()
 
 # The rest depends on the prefix chosen at install time (`--prefix`, or
 # CPack's /usr), so a script run by `cmake --install` places it: with prefix

@@ -10,8 +10,9 @@
 # sets its manylinux tag. TORCHMON_WHEEL_BUILD_DIR reuses a configured build
 # (deploy/dev/test.sh passes its Release build) instead of a fresh one under
 # client/python/build/. The portable build (deploy/release/build.sh) also sets
-# TORCHMON_WHEEL_MIN_GLIBC (the tag's glibc floor) and TORCHMON_BUNDLED_SOURCES
-# (the libraries linked in, for the wheel's metadata).
+# TORCHMON_WHEEL_MIN_GLIBC (the tag's glibc floor), TORCHMON_BUNDLED_SOURCES
+# (the libraries linked in, for the wheel's metadata) and
+# TORCHMON_BUNDLED_LICENSES (their licences, into .dist-info/licenses/).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=$(realpath -m "${1:-$root/dist}")
@@ -29,5 +30,6 @@ rm -f "$out"/torchmon-*.whl
 for wheel in "$raw"/torchmon-*.whl; do
   "$python" "$root/deploy/dev/repair_wheel.py" "$wheel" -w "$out" \
     ${TORCHMON_WHEEL_MIN_GLIBC:+--min-glibc "$TORCHMON_WHEEL_MIN_GLIBC"} \
-    ${TORCHMON_BUNDLED_SOURCES:+--bundled "$TORCHMON_BUNDLED_SOURCES"}
+    ${TORCHMON_BUNDLED_SOURCES:+--bundled "$TORCHMON_BUNDLED_SOURCES"} \
+    ${TORCHMON_BUNDLED_LICENSES:+--licenses "$TORCHMON_BUNDLED_LICENSES"}
 done

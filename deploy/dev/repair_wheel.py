@@ -232,8 +232,20 @@ def add_bundled_versions(root: str, dist_info: str, bundled: List[str]) -> None:
         f.write(content)
 
 
+def add_bundled_licenses(root: str, dist_info: str, bundled: List[str], licenses: str) -> None:
+    """Copies the licences of the bundled libraries (licenses/<package>/ of
+    deploy/release/deps.sh's prefix) into the wheel's .dist-info/licenses/,
+    where PEP 639 puts a distribution's licence files."""
+    for entry in bundled:
+        package = entry.split()[0]
+        source = os.path.join(licenses, package)
+        if not os.path.isdir(source):
+            raise SystemExit(f"repair_wheel: no licences of {package} in {licenses}")
+        shutil.copytree(source, os.path.join(root, dist_info, "licenses", "bundled", package))
+
+
 def repair(wheel: str, out_dir: str, min_glibc: Tuple[int, ...] = (0, 0),
-           bundled: List[str] | None = None) -> str:
+           bundled: List[str] | None = None, licenses: str | None = None) -> str:
     name = os.path.basename(wheel)
     match = re.fullmatch(r"(?P<dist>[^-]+)-(?P<version>[^-]+)-(?P<python>[^-]+)-(?P<abi>[^-]+)"
                          r"-(?P<platform>linux_(?P<arch>[^-]+))\.whl", name)
@@ -276,6 +288,8 @@ def repair(wheel: str, out_dir: str, min_glibc: Tuple[int, ...] = (0, 0),
         rewrite_wheel_metadata(root, dist_info, platform)
         if bundled:
             add_bundled_versions(root, dist_info, bundled)
+            if licenses:
+                add_bundled_licenses(root, dist_info, bundled, licenses)
 
         os.makedirs(out_dir, exist_ok=True)
         out_name = f"{match['dist']}-{match['version']}-{match['python']}-{match['abi']}-{platform}.whl"
@@ -297,12 +311,14 @@ def main(argv: List[str]) -> int:
                         help="tag the wheel for at least this glibc (the portable build's 2.28)")
     parser.add_argument("--bundled", default="",
                         help="comma-separated \"package version\" of the libraries linked in")
+    parser.add_argument("--licenses", default="",
+                        help="a folder with a folder of licence files per --bundled package")
     args = parser.parse_args(argv)
     for tool in ("patchelf", "readelf", "ldd", "strip"):
         if shutil.which(tool) is None:
             raise SystemExit(f"repair_wheel: {tool} is needed (deploy/dev/install-deps.sh installs it)")
     repair(args.wheel, args.wheel_dir, tuple(int(p) for p in args.min_glibc.split(".")),
-           [entry for entry in args.bundled.split(",") if entry])
+           [entry for entry in args.bundled.split(",") if entry], args.licenses or None)
     return 0
 
 

@@ -11,7 +11,9 @@
 # torchmond, torchmonctl and the Python extension are built by zig's clang
 # for glibc 2.28 (toolchain.sh) and link everything but glibc statically:
 # gRPC, protobuf, abseil, OpenSSL, c-ares, re2, zlib and civetweb as
-# deps.sh builds them from Debian's source packages, and libc++. Only
+# deps.sh builds them from Debian's source packages, and libc++. The
+# tarball's C++ client library is compiled by the same clang for GCC's
+# libstdc++ instead (deps.sh --libstdc++), for the user's g++ to link. Only
 # protoc and grpc_cpp_plugin (build tools, Debian's of the same versions),
 # Boost's headers (Asio, header-only) and Python's headers (the limited API)
 # come from the build machine, which is Debian bookworm with
@@ -41,6 +43,13 @@ bundled=$(paste -sd, "$prefix/versions")
 log "configured with the libraries of $prefix ($((SECONDS - started)) s)"
 cmake --build "$build" -j"$jobs" --target torchmond torchmonctl _torchmon >&2
 log "built ($((SECONDS - started)) s)"
+# The C++ client library for the tarball: the client alone, for libstdc++.
+sdk=$build/sdk
+"$here/configure.sh" --libstdc++ "$sdk" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_PORTABLE=ON \
+  -DTORCHMON_BUILD_SERVER=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Python3=ON >&2
+sdk_prefix=$("$here/deps.sh" --libstdc++)
+cmake --build "$sdk" -j"$jobs" --target torchmon_client torchmon_proto >&2
+log "built the C++ client library ($((SECONDS - started)) s)"
 
 version=$(sed -n 's/^project(torchmon VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
 mkdir -p "$out"
@@ -66,13 +75,31 @@ mv "$stage/$name/lib/systemd/system/torchmond.service" "$stage/$name/share/torch
 mv "$stage/$name/lib/sysusers.d/torchmon.conf" "$stage/$name/share/torchmon/torchmon.sysusers"
 mv "$stage/$name/lib/tmpfiles.d/torchmon.conf" "$stage/$name/share/torchmon/torchmon.tmpfiles"
 rm -r "$stage/$name/lib"
+# The C++ client: its headers, static libraries, CMake package and
+# torchmon.pc (the portable ones: cmake/torchmonConfig-portable.cmake.in),
+# and beside them one archive of everything they link, with those
+# libraries' headers. One archive: the linker resolves the libraries'
+# references among themselves in any order, and a user names one library.
+# protobuf-lite is left out: libprotobuf holds all of it.
+cmake --install "$sdk" --component dev --prefix "$stage/$name" >&2
+{
+  echo "create $stage/$name/lib/libtorchmon_bundled.a"
+  for archive in "$sdk_prefix"/lib/lib*.a; do
+    [[ $archive == */libprotobuf-lite.a ]] || echo "addlib $archive"
+  done
+  echo save
+  echo end
+} | ar -M
+strip --strip-debug "$stage/$name"/lib/*.a
+(cd "$sdk_prefix/include" && cp -r absl google grpc grpc++ grpcpp openssl re2 ares*.h zlib.h zconf.h \
+  "$stage/$name/include/")
 cp "$root/LICENSE" "$stage/$name/"
 printf '%s\n' "$bundled" | tr , '\n' >"$stage/$name/share/torchmon/bundled-versions"
 tar -C "$stage" --owner=0 --group=0 --sort=name -czf "$out/$name.tar.gz" "$name"
 
 # The wheel: pip over this build's extension, tagged for glibc 2.28. The
 # extension links every library of deps.lock but civetweb (the daemon's).
-TORCHMON_WHEEL_BUILD_DIR=$build TORCHMON_WHEEL_MIN_GLIBC=$glibc \
+TORCHMON_WHEEL_BUILD_DIR=$build TORCHMON_WHEEL_MIN_GLIBC=$glibc TORCHMON_BUNDLED_LICENSES=$prefix/licenses \
   TORCHMON_BUNDLED_SOURCES=$(tr , '\n' <<<"$bundled" | grep -v '^civetweb ' | paste -sd,) \
   "$root/deploy/dev/build-wheels.sh" "$out" >&2
 

@@ -3,16 +3,26 @@
 # libraries (toolchain.sh, deps.sh), making them first if they are not
 # cached:
 #
-#   deploy/release/configure.sh BUILD_DIR [CMAKE_ARGS...]
+#   deploy/release/configure.sh [--libstdc++ | --bench] BUILD_DIR [CMAKE_ARGS...]
 #
-# build.sh configures the release this way (Release, TORCHMON_PORTABLE);
-# tests/bench/portable_compare.sh a benchmark build beside today's. Tests
-# are off: the test frameworks on this machine are built for libstdc++.
+# build.sh configures the release this way (Release, TORCHMON_PORTABLE),
+# and with --libstdc++ the tarball's C++ client library (deps.sh
+# --libstdc++: compiled for the user's libstdc++, not linked here);
+# tests/bench/portable_compare.sh a benchmark build beside today's, with
+# --bench (GoogleTest and Google Benchmark for libc++: deps.sh --bench). Tests
+# are off: the test frameworks on this machine are built for libstdc++ and
+# glibc 2.36.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
+flavour=()
+bench=false
+case "${1:-}" in
+  --libstdc++) flavour=(--libstdc++); shift ;;
+  --bench) bench=true; shift ;;
+esac
 if (($# < 1)); then
-  echo "usage: deploy/release/configure.sh BUILD_DIR [CMAKE_ARGS...]" >&2
+  echo "usage: deploy/release/configure.sh [--libstdc++ | --bench] BUILD_DIR [CMAKE_ARGS...]" >&2
   exit 2
 fi
 build=$(realpath -m "$1")
@@ -24,8 +34,13 @@ mkdir -p "$cache"
 exec 9>"$cache/make.lock"
 flock 9
 toolchain=$("$here/toolchain.sh")
-prefix=$("$here/deps.sh")
+prefix=$("$here/deps.sh" "${flavour[@]}")
+prefixes=$prefix
+! $bench || prefixes="$prefix;$("$here/deps.sh" --bench)"
 flock -u 9
+toolchain_file=$toolchain/toolchain.cmake
+# deps.sh --libstdc++ keeps its compiler beside the prefix (libstdcxx.sh).
+[[ ${#flavour[@]} == 0 ]] || toolchain_file=$prefix/../stdcxx/toolchain.cmake
 glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
 bundled=$(paste -sd, "$prefix/versions")
 
@@ -44,13 +59,14 @@ multiarch_pyconfig=/usr/include/x86_64-linux-gnu/$(basename "$python_include")/p
 # The build machine's /usr is hidden from every find_*: what the build finds
 # is the portable prefix's, or named here.
 cmake -S "$root" -B "$build" -G "Unix Makefiles" \
-  -DCMAKE_TOOLCHAIN_FILE="$toolchain/toolchain.cmake" \
+  -DCMAKE_TOOLCHAIN_FILE="$toolchain_file" \
   -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON \
+  -DCMAKE_PREFIX_PATH="$prefixes" -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON \
   -DCMAKE_IGNORE_PREFIX_PATH="/usr;/usr/local" \
   -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DZLIB_ROOT="$prefix" -DZLIB_USE_STATIC_LIBS=ON \
   -DBoost_INCLUDE_DIR="$host/boost" -DBoost_NO_BOOST_CMAKE=ON -DBoost_NO_SYSTEM_PATHS=ON \
   -DPython3_EXECUTABLE=/usr/bin/python3 -DPython3_INCLUDE_DIR="$host/python" \
   -DTORCHMON_PROTOC=/usr/bin/protoc -DTORCHMON_GRPC_CPP_PLUGIN=/usr/bin/grpc_cpp_plugin \
   -DTORCHMON_PROMETHEUS_CLIENT_MODEL_DIR=/usr/share/gocode/src/github.com/prometheus/client_model \
-  -DTORCHMON_GLIBC_FLOOR="$glibc" -DTORCHMON_BUNDLED_SOURCES="$bundled" "$@"
+  -DTORCHMON_GLIBC_FLOOR="$glibc" -DTORCHMON_BUNDLED_SOURCES="$bundled" \
+  -DTORCHMON_BUNDLED_LICENSES="$prefix/licenses" "$@"

@@ -2,16 +2,19 @@
 # Makes (or reuses) a cached minimal Debian root for the release tests and
 # prints its path on stdout; progress goes to stderr.
 #
-#   tests/release/roots.sh bullseye   # minbase: apt, passwd, glibc 2.31
-#   tests/release/roots.sh trixie     # minbase + python3, python3-venv
+#   tests/release/roots.sh bullseye       # minbase: apt, passwd, glibc 2.31
+#   tests/release/roots.sh bullseye-cxx   # minbase + g++ 10, cmake, make, pkg-config
+#   tests/release/roots.sh trixie         # minbase + python3, python3-venv
 #
 # Cache: ${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}/roots/
-#   <suite>-<hash>/root    the root (printed)
-#   <suite>-<hash>/ready   written last, before the atomic rename
-# <hash> is of this script's content, so changing the recipe makes new roots.
-# A root is built in <suite>-<hash>.tmp.<pid> and renamed into place, under
-# a lock, so a half-built root is never used. Never modify a cached root:
-# the tests work on throwaway overlays of it.
+#   <name>-<hash>/root    the root (printed)
+#   <name>-<hash>/ready   written last, before the atomic rename
+# <hash> is of this script without its table of roots, and of the root's own
+# line in it: changing the recipe makes new roots, adding a root to the
+# table does not rebuild the others. A root is built in
+# <name>-<hash>.tmp.<pid> and renamed into place, under a lock, so a
+# half-built root is never used. Never modify a cached root: the tests work
+# on throwaway overlays of it.
 #
 # Needs root, debootstrap and Debian's archive (http://deb.debian.org/debian).
 set -euo pipefail
@@ -19,23 +22,28 @@ set -euo pipefail
 MIRROR=http://deb.debian.org/debian
 DEBOOTSTRAP=${DEBOOTSTRAP:-/usr/sbin/debootstrap}
 
-usage() { echo "usage: $0 bullseye|trixie" >&2; exit 2; }
+usage() { echo "usage: $0 bullseye|bullseye-cxx|trixie" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
-suite=$1
-case "$suite" in
-  bullseye) include="" ;;
-  trixie)   include="python3,python3-venv" ;;
+name=$1
+# The table of roots -- NAME) SUITE PACKAGES (debootstrap --include, or -)
+case "$name" in
+  bullseye)     recipe="bullseye -" ;;
+  bullseye-cxx) recipe="bullseye g++,cmake,make,pkg-config" ;;
+  trixie)       recipe="trixie python3,python3-venv" ;;
   *) usage ;;
-esac
+esac  # end of the table of roots
+read -r suite include <<<"$recipe"
+[[ $include != - ]] || include=""
 
-log() { echo "roots.sh[$suite]: $*" >&2; }
+log() { echo "roots.sh[$name]: $*" >&2; }
 
 [[ $(id -u) -eq 0 ]] || { log "must run as root (debootstrap, chroot)"; exit 1; }
 [[ -x $DEBOOTSTRAP ]] || { log "debootstrap not found at $DEBOOTSTRAP"; exit 1; }
 
 cache=${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}
-hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
-entry="$cache/roots/$suite-$hash"
+hash=$( (sed '/^# The table of roots/,/^esac  # end of the table of roots$/d' "${BASH_SOURCE[0]}"; echo "$recipe") |
+  sha256sum | cut -c1-12)
+entry="$cache/roots/$name-$hash"
 mkdir -p "$cache/roots"
 
 if [[ -f $entry/ready ]]; then
@@ -92,11 +100,14 @@ rm -f "$tmp/root/var/cache/apt/archives/"*.deb
 # Sanity: what the tests rely on.
 chroot "$tmp/root" /usr/bin/apt-get --version >/dev/null
 chroot "$tmp/root" /usr/bin/getent passwd root >/dev/null
-if [[ $suite == trixie ]]; then
-  chroot "$tmp/root" /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null
-fi
+case "$name" in
+  trixie) chroot "$tmp/root" /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null ;;
+  bullseye-cxx) chroot "$tmp/root" /usr/bin/g++ --version >/dev/null
+                chroot "$tmp/root" /usr/bin/cmake --version >/dev/null ;;
+esac
 
 {
+  echo "name=$name"
   echo "suite=$suite"
   echo "recipe=$hash"
   echo "mirror=$MIRROR"

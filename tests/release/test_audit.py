@@ -15,6 +15,7 @@ import glob
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -62,9 +63,32 @@ def test_the_wheel_names_what_it_bundles():
         metadata = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
         text = whl.read(metadata).decode()
         bundled = whl.read("torchmon/BUNDLED_VERSIONS").decode().split("\n")
+        names = whl.namelist()
     for package in ("grpc", "protobuf", "abseil", "openssl", "c-ares", "re2", "zlib"):
         assert any(line.startswith(package + " ") for line in bundled), (package, bundled)
         assert f"- {package} " in text, package
+        # and its licence, where PEP 639 keeps a distribution's licence files
+        assert any(n.endswith(f".dist-info/licenses/bundled/{package}/copyright")
+                   for n in names), (package, [n for n in names if "/licenses/" in n])
+
+
+@needs_artefacts
+def test_the_tarballs_cxx_client_is_compiled_for_libstdcxx(tmp_path):
+    """The tarball's static libraries are linked by the user's g++ against
+    their libstdc++: not one reference to libc++ (std::__1, which the
+    daemon's own build uses) may be in them."""
+    tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
+    with tarfile.open(tarball) as t:
+        members = [m for m in t.getmembers() if m.name.endswith(".a")]
+        assert {os.path.basename(m.name) for m in members} == {
+            "libtorchmon_client.a", "libtorchmon_proto.a", "libtorchmon_bundled.a"}, members
+        t.extractall(tmp_path, members=members)
+    for member in members:
+        symbols = subprocess.run(["nm", "-A", os.path.join(tmp_path, member.name)],
+                                 capture_output=True, text=True, timeout=300, check=True).stdout
+        assert symbols.count("\n") > 1000, member.name
+        libcxx = [line for line in symbols.splitlines() if "St3__1" in line]
+        assert not libcxx, f"{member.name} uses libc++: {libcxx[:5]}"
 
 
 @pytest.fixture(scope="module")

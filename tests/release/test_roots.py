@@ -24,12 +24,17 @@ build host inside it but the artefact under test:
   1..1000 recorded through the Python API come back from the tarball's daemon
   exactly (count, sum, max; p99 within the sketch's documented 1 %), with an
   event and its data;
+- the tarball's C++ client library builds tests/install/consumer with
+  bullseye's g++ 10 and cmake 3.18 in a bullseye root (find_package and
+  pkg-config, nothing but the tarball), and what that program records comes
+  back from the tarball's daemon exactly (count, sum, max, p99, an event);
 - the .rpm requires exactly glibc >= 2.28 and systemd, and its torchmond
   (extracted with rpm2cpio) runs in bullseye and accepts its configuration
   once the package's own %post has made the torchmon user.
 
-Also: every artefact carries the version of CMakeLists.txt, and the tarball
-has one top directory with the documented layout.
+Also: every artefact carries the version of CMakeLists.txt, the tarball
+has one top directory with the documented layout, and the packages and the
+tarball carry the licences of every library they link in.
 """
 
 import contextlib
@@ -319,9 +324,28 @@ def test_tarball_has_one_top_directory_and_the_documented_layout():
     assert not outside, f"entries outside {top}/: {outside[:10]}"
     for path in ("bin/torchmond", "bin/torchmonctl", "etc/torchmon/torchmond.conf",
                  "share/torchmon/torchmond.service", "share/torchmon/bundled-versions",
-                 "LICENSE"):
+                 "LICENSE", "include/torchmon/client.h", "include/torchmon/v1/torchmon.pb.h",
+                 "include/grpcpp/grpcpp.h", "include/absl/status/status.h",
+                 "lib/libtorchmon_client.a", "lib/libtorchmon_proto.a",
+                 "lib/libtorchmon_bundled.a", "lib/cmake/torchmon/torchmonConfig.cmake",
+                 "lib/pkgconfig/torchmon.pc"):
         assert f"{top}/{path}" in names, f"{path} missing from {tarball}"
     assert any(n.startswith(f"{top}/share/doc/") for n in names), "no share/doc/ in the tarball"
+    # What is linked in comes with its licences: the daemon's and the C++
+    # client's (which has no civetweb).
+    with tarfile.open(tarball) as t:
+        versions = t.extractfile(f"{top}/share/torchmon/bundled-versions").read().decode()
+    bundled = [line.split()[0] for line in versions.splitlines()]
+    assert {"grpc", "openssl", "protobuf", "abseil", "civetweb"} <= set(bundled), bundled
+    for package in bundled:
+        for component in ("torchmond", "libtorchmon-dev"):
+            if component == "libtorchmon-dev" and package == "civetweb":
+                continue
+            assert f"{top}/share/doc/{component}/bundled/{package}/copyright" in names, (
+                f"{package}'s licence missing from share/doc/{component}/bundled/")
+    assert f"{top}/share/doc/torchmond/bundled/openssl/LICENSE.txt" in names
+    assert not any(n.startswith(f"{top}/share/doc/libtorchmon-dev/bundled/civetweb")
+                   for n in names)
 
 
 @pytest.mark.parametrize("suite", ["bullseye", "trixie"])
@@ -349,6 +373,11 @@ def test_deb_installs_offline_checks_its_config_and_purges(suite):
         version = chroot(root, "torchmond", "--version")
         assert version.stdout == f"torchmond {VERSION}\n", show(version)
         chroot(root, "torchmonctl", "--help")
+
+        # The licences of what torchmond links in come with it.
+        for licence in ("grpc/LICENSE", "grpc/NOTICE.txt", "openssl/LICENSE.txt",
+                        "civetweb/copyright", "abseil/copyright"):
+            assert os.path.isfile(f"{root}/usr/share/doc/torchmond/bundled/{licence}"), licence
 
         # postinst made the system user and its group.
         user = chroot(root, "getent", "passwd", "torchmon", check=False)
@@ -475,6 +504,93 @@ def test_wheel_in_a_trixie_venv_records_exactly_what_the_daemon_reports():
                                    "saved": "bool"}, event
 
 
+CONSUMER = os.path.join(REPO, "tests", "install", "consumer")
+
+
+def test_tarball_cxx_client_builds_with_bullseye_gxx_and_records_exactly():
+    """The tarball's static client library, its CMake package and torchmon.pc
+    used as a C++ trainer on Debian 11 would: its own g++ 10 (libstdc++ 10),
+    cmake 3.18 and pkg-config, nothing from this host but the tarball."""
+    with throwaway_root("bullseye-cxx") as root:
+        prefix = unpack_tarball(root)
+        shutil.copytree(CONSUMER, root + "/tmp/consumer")
+        configure = chroot(root, "cmake", "-S", "/tmp/consumer", "-B", "/tmp/consumer-cmake",
+                           f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release",
+                           check=False, timeout=300)
+        assert configure.returncode == 0, show(configure)
+        build = chroot(root, "cmake", "--build", "/tmp/consumer-cmake", check=False, timeout=900)
+        assert build.returncode == 0, show(build)
+        flags = chroot(root, "env", f"PKG_CONFIG_PATH={prefix}/lib/pkgconfig", "pkg-config",
+                       "--cflags", "--libs", "torchmon").stdout.split()
+        assert f"-I{prefix}/lib/pkgconfig/../../include" in flags or \
+            f"-I{prefix}/include" in flags, flags
+        gxx = chroot(root, "g++", "-std=c++17", "-O1", "/tmp/consumer/main.cc", "-o",
+                     "/tmp/consumer-pkgconfig", *flags, check=False, timeout=900)
+        assert gxx.returncode == 0, show(gxx)
+
+        with chroot_daemon(root, prefix) as daemon:
+            seen = {}
+            for binary, stat in (("/tmp/consumer-cmake/consumer", "cxx.cmake"),
+                                 ("/tmp/consumer-pkgconfig", "cxx.pkgconfig")):
+                out = chroot(root, binary, f"unix://{daemon.socket}", stat, "1000",
+                             check=False, timeout=60)
+                assert (out.returncode, out.stdout) == (0, "added=100 dropped=0\n"), show(out)
+                # 1..100 in 1 s windows: one window, or two if an edge fell
+                # between the adds (microseconds apart); every one closed.
+                seen[stat] = poll(
+                    lambda: daemon.ctl("windows", stat)["windows"],
+                    lambda w: sum(x["accepted"] for x in w) >= 100, 15,
+                    f"closed windows of {stat} holding 100 samples")
+            events = daemon.ctl("events", "consumer_done")["events"]
+            daemon.stop()
+
+    for stat, windows in seen.items():
+        assert 1 <= len(windows) <= 2, (stat, windows)
+        assert all(w["labels"] == {"built_with": "installed"} for w in windows), windows
+        assert all(not w["partial"] and w["capped"] == 0 for w in windows), windows
+        assert sum(w["aggregates"]["count"] for w in windows) == 100, windows
+        assert sum(w["aggregates"]["sum"] for w in windows) == 5050, windows
+        assert max(w["aggregates"]["max"] for w in windows) == 100, windows
+        assert all(set(w["aggregates"]) == {"count", "sum", "max", "p50", "p99"}
+                   for w in windows), windows
+        if len(windows) == 1:
+            # docs/semantics.md#quantiles: within 1 % of the sample of rank
+            # floor(q * (COUNT - 1)): 98 of 1..100 for p99 (99), 49 for p50 (50).
+            (aggregates,) = [w["aggregates"] for w in windows]
+            assert abs(aggregates["p99"] - 99) <= 0.01 * 99, aggregates
+            assert abs(aggregates["p50"] - 50) <= 0.01 * 50, aggregates
+    assert len(events) == 2, events
+    assert all(e["data"] == {"samples": 100} and e["data_types"] == {"samples": "int"}
+               for e in events), events
+
+
+def test_tarball_cxx_package_refuses_a_project_with_its_own_grpc(tmp_path):
+    """Two gRPCs in one program do not work: a project that already has a
+    gRPC::grpc++ target gets a clear refusal from find_package(torchmon),
+    naming the target and the way out (this host's cmake; no root needed)."""
+    tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
+    with tarfile.open(tarball) as t:
+        t.extractall(tmp_path)
+    prefix = tmp_path / os.path.basename(tarball)[:-len(".tar.gz")]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(p LANGUAGES CXX)\n"
+        "add_library(gRPC::grpc++ INTERFACE IMPORTED)\n"
+        "find_package(torchmon CONFIG REQUIRED)\n")
+    refused = run(["cmake", "-S", str(project), "-B", str(tmp_path / "b"),
+                   f"-DCMAKE_PREFIX_PATH={prefix}"], check=False)
+    assert refused.returncode != 0, show(refused)
+    assert "gRPC::grpc++ is already defined by another package" in refused.stderr, show(refused)
+    assert "bundled-versions" in refused.stderr, show(refused)
+
+    # Without it, the same project configures.
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(p LANGUAGES CXX)\n"
+        "find_package(torchmon CONFIG REQUIRED)\n")
+    run(["cmake", "-S", str(project), "-B", str(tmp_path / "c"), f"-DCMAKE_PREFIX_PATH={prefix}"])
+
+
 def extract_rpm(rpm, directory):
     """rpm2cpio | cpio -idm into `directory`; where this host has no cpio,
     rpm2archive (same rpm package as rpm2cpio) into a tar read by tarfile."""
@@ -500,6 +616,10 @@ def test_rpm_requires_glibc_and_systemd_only_and_runs_in_bullseye():
     assert sorted(r for r in requires
                   if not r.startswith("rpmlib(") and r != "/bin/sh") == [
         "glibc >= 2.28", "systemd"], requires
+
+    files = run(["rpm", "-qpl", rpm]).stdout.splitlines()
+    for licence in ("grpc/LICENSE", "openssl/LICENSE.txt", "civetweb/copyright"):
+        assert f"/usr/share/doc/torchmond/bundled/{licence}" in files, licence
 
     with throwaway_root("bullseye") as root:
         os.mkdir(root + "/tmp/rpm")

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   torchmon::Client client(options);
   torchmon::Stat stat(client, argv[2],
                       {torchmon::Aggregation::SUM, torchmon::Aggregation::COUNT,
-                       torchmon::Aggregation::MAX, torchmon::Quantile(0.5)},
+                       torchmon::Aggregation::MAX, torchmon::Quantile(0.5),
+                       torchmon::Quantile(0.99)},
                       window);
   for (int i = 1; i <= 100; ++i) stat.add(static_cast<double>(i));
   client.LogEvent(torchmon::Event("consumer_done", {{"samples", int64_t{100}}}));
