@@ -256,7 +256,14 @@ BENCHMARK(BM_StatAdd_SameStat)->Threads(2)->Iterations(kRunSamples / 2)->UseReal
 // once defined (idle), and after one add each (each stat then holds its
 // first chunk of the budget, 256 B, until the sender drains it).
 
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
 size_t HeapInUse() { return mallinfo2().uordblks; }
+#else
+// glibc before 2.33 (the portable build targets 2.28) has only mallinfo,
+// whose int fields wrap at 4 GiB read unsigned: far above the tens of MB
+// measured here.
+size_t HeapInUse() { return static_cast<unsigned>(mallinfo().uordblks); }
+#endif
 
 size_t ResidentBytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "r");

@@ -38,7 +38,11 @@ class Build:
     def __init__(self, name, path):
         self.name = name
         self.path = path
-        self.bench = os.path.join(path, "tests", "bench", "torchmon_benchmarks")
+        # Every Google Benchmark, or (the portable build, which builds
+        # Google Benchmark for libc++ only for this) Stat::add's alone.
+        candidates = [os.path.join(path, "tests", "bench", name)
+                      for name in ("torchmon_benchmarks", "torchmon_client_benchmarks")]
+        self.bench = next((c for c in candidates if os.path.exists(c)), candidates[0])
         self.loadgen = os.path.join(path, "tests", "bench", "torchmon-loadgen")
         self.daemon = os.path.join(path, "server", "torchmond")
 

@@ -11,18 +11,20 @@
 #           glibc 2.28, libc++ and every library linked statically:
 #           deploy/release/configure.sh), with torchmond, torchmon-loadgen
 #           and the Python extension
-# The Google Benchmark rows (Stat::add, ingest, scrape) are n/a on the
-# portable side: torchmon_benchmarks links Google Benchmark, GoogleTest and
-# prometheus-cpp, which this machine has only for libstdc++. Builds are
-# incremental and one at a time (2 cores).
+# Of the Google Benchmark rows, the portable side has Stat::add
+# (torchmon_client_benchmarks, with GoogleTest and Google Benchmark built for
+# libc++ by deploy/release/deps.sh --bench); ingest and scrape are n/a there:
+# torchmon_benchmarks also links prometheus-cpp, for its baseline. Builds
+# are incremental and one at a time (2 cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 portable=${TORCHMON_PORTABLE_BENCH_DIR:-$root/build-portable-bench}
 base=${TORCHMON_BUILD_DIR:-$root/build}
 jobs=$(nproc)
-"$root/deploy/release/configure.sh" "$portable" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+"$root/deploy/release/configure.sh" --bench "$portable" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTORCHMON_BUILD_LOADGEN=ON >&2
-cmake --build "$portable" -j"$jobs" --target torchmond torchmon-loadgen torchmon-machine _torchmon >&2
+cmake --build "$portable" -j"$jobs" --target torchmond torchmon-loadgen torchmon-machine _torchmon \
+  torchmon_client_benchmarks >&2
 cmake --build "$base" -j"$jobs" --target torchmond torchmon-loadgen torchmon_benchmarks _torchmon >&2
 exec /usr/bin/python3 "$root/tests/bench/compare.py" --base "$base" --new "$portable" \
   --base-name debian --new-name portable "$@"
