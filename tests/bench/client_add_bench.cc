@@ -261,8 +261,11 @@ size_t HeapInUse() { return mallinfo2().uordblks; }
 #else
 // glibc before 2.33 (the portable build targets 2.28) has only mallinfo,
 // whose int fields wrap at 4 GiB read unsigned: far above the tens of MB
-// measured here.
+// measured here. (zig's headers mark it deprecated for every glibc.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 size_t HeapInUse() { return static_cast<unsigned>(mallinfo().uordblks); }
+#pragma GCC diagnostic pop
 #endif
 
 size_t ResidentBytes() {
