@@ -5,13 +5,14 @@
 #   tests/release/roots.sh bullseye       # minbase: apt, passwd, glibc 2.31
 #   tests/release/roots.sh bullseye-cxx   # minbase + g++ 10, cmake, make, pkg-config
 #   tests/release/roots.sh trixie         # minbase + python3, python3-venv
+#   tests/release/roots.sh trixie-torch   # + python3-torch 2.6, libtorch-dev 2.6, pytest, g++, cmake
 #
 # Cache: ${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}/roots/
 #   <name>-<hash>/root    the root (printed)
 #   <name>-<hash>/ready   written last, before the atomic rename
-# <hash> is of this script without its table of roots, and of the root's own
-# line in it: changing the recipe makes new roots, adding a root to the
-# table does not rebuild the others. A root is built in
+# <hash> is of this script without its comments and its table of roots,
+# and of the root's own line in it: changing the recipe makes new roots,
+# adding a root to the table does not rebuild the others. A root is built in
 # <name>-<hash>.tmp.<pid> and renamed into place, under a lock, so a
 # half-built root is never used. Never modify a cached root: the tests work
 # on throwaway overlays of it.
@@ -22,14 +23,21 @@ set -euo pipefail
 MIRROR=http://deb.debian.org/debian
 DEBOOTSTRAP=${DEBOOTSTRAP:-/usr/sbin/debootstrap}
 
-usage() { echo "usage: $0 bullseye|bullseye-cxx|trixie" >&2; exit 2; }
+# The table of roots. NAME) SUITE PACKAGES (debootstrap --include, or -), and
+# a command the finished root must run (its /proc mounted): what the tests
+# rely on.
+usage() { echo "usage: $0 bullseye|bullseye-cxx|trixie|trixie-torch" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
 name=$1
-# The table of roots -- NAME) SUITE PACKAGES (debootstrap --include, or -)
 case "$name" in
-  bullseye)     recipe="bullseye -" ;;
-  bullseye-cxx) recipe="bullseye g++,cmake,make,pkg-config" ;;
-  trixie)       recipe="trixie python3,python3-venv" ;;
+  bullseye)     recipe="bullseye -"
+                check="getent passwd root" ;;
+  bullseye-cxx) recipe="bullseye g++,cmake,make,pkg-config"
+                check="g++ --version && cmake --version && pkg-config --version" ;;
+  trixie)       recipe="trixie python3,python3-venv"
+                check="python3 -c 'import ensurepip, venv'" ;;
+  trixie-torch) recipe="trixie python3,python3-venv,python3-torch,python3-pytest,libtorch-dev,g++,cmake,make"
+                check="python3 -c 'import torch.monitor, pytest, venv' && g++ --version" ;;
   *) usage ;;
 esac  # end of the table of roots
 read -r suite include <<<"$recipe"
@@ -41,8 +49,10 @@ log() { echo "roots.sh[$name]: $*" >&2; }
 [[ -x $DEBOOTSTRAP ]] || { log "debootstrap not found at $DEBOOTSTRAP"; exit 1; }
 
 cache=${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}
-hash=$( (sed '/^# The table of roots/,/^esac  # end of the table of roots$/d' "${BASH_SOURCE[0]}"; echo "$recipe") |
-  sha256sum | cut -c1-12)
+# The recipe: this script without its comments and its table, and this
+# root's line of the table.
+hash=$( (sed -e '/^# The table of roots/,/^esac  # end of the table of roots$/d' -e '/^ *#/d' \
+           "${BASH_SOURCE[0]}"; echo "$recipe"; echo "$check") | sha256sum | cut -c1-12)
 entry="$cache/roots/$name-$hash"
 mkdir -p "$cache/roots"
 
@@ -97,14 +107,14 @@ log "debootstrap ${args[*]} $suite $tmp/root $MIRROR"
 # a missing dependency fails instead of being downloaded).
 rm -f "$tmp/root/var/cache/apt/archives/"*.deb
 
-# Sanity: what the tests rely on.
+# Sanity: apt and the table's check.
 chroot "$tmp/root" /usr/bin/apt-get --version >/dev/null
-chroot "$tmp/root" /usr/bin/getent passwd root >/dev/null
-case "$name" in
-  trixie) chroot "$tmp/root" /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null ;;
-  bullseye-cxx) chroot "$tmp/root" /usr/bin/g++ --version >/dev/null
-                chroot "$tmp/root" /usr/bin/cmake --version >/dev/null ;;
-esac
+mount -t proc proc "$tmp/root/proc"
+if ! chroot "$tmp/root" /bin/sh -c "$check" >/dev/null; then
+  log "the new root fails its check: $check"
+  exit 1
+fi
+umount "$tmp/root/proc"
 
 {
   echo "name=$name"
