@@ -109,6 +109,32 @@ TEST_F(TorchMonitorCppTest, ATimedWindowIsLoggedByTheNextAdd) {
   monitor::unregisterEventHandler(handler);
 }
 
+TEST_F(TorchMonitorCppTest, AOneMillisecondWindowIsKeptInProcessAndTheDaemonHasTenMilliseconds) {
+  // torch::monitor takes any window (PyTorch's own tests use 1 ms); the
+  // daemon holds 10 ms and up and is sent the nearest (docs/semantics.md).
+  auto handler = std::make_shared<Collector>();
+  monitor::registerEventHandler(handler);
+  {
+    monitor::Stat<double> s("cpp.ms", {Aggregation::SUM, Aggregation::COUNT},
+                            std::chrono::milliseconds(1));
+    for (int v = 1; v <= 5; ++v) {
+      s.add(v);
+      // More than a window between adds: each add logs the one before.
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+    ASSERT_EQ(handler->events.size(), 4u);
+    for (int v = 1; v <= 4; ++v) {
+      EXPECT_EQ(std::get<double>(handler->events[v - 1].data.at("cpp.ms.sum")), v);
+      EXPECT_EQ(std::get<double>(handler->events[v - 1].data.at("cpp.ms.count")), 1.0);
+    }
+  }
+  monitor::unregisterEventHandler(handler);
+  ASSERT_TRUE(Client::Default().Flush(std::chrono::seconds(5)).ok());
+  const v1::SeriesInfo series = OnlySeries("cpp.ms");
+  EXPECT_EQ(series.spec().window_size_ms(), 10);
+  EXPECT_EQ(series.counters().accepted(), 5u);
+}
+
 TEST_F(TorchMonitorCppTest, LogEventCallsHandlersAndReachesTheDaemon) {
   auto handler = std::make_shared<Collector>();
   monitor::registerEventHandler(handler);

@@ -128,27 +128,40 @@ def test_histogram_keyword_defines_a_series_with_a_histogram(daemon):
         raise AssertionError("histogram accepted positionally")
 
 
-def test_a_window_torch_monitor_takes_reaches_the_daemon_or_is_refused_up_front(daemon):
+def test_every_window_torch_monitor_takes_reaches_the_daemon_within_its_bounds(daemon):
+    """torch.monitor takes any window; the daemon aggregates 10 ms to 31
+    days and is sent the nearest bound for one outside them
+    (docs/semantics.md): no refusal, every sample accepted."""
     client = torchmon.Client(target=daemon.target, labels={"rank": "0"},
                              labels_from_environment=False)
-    # torch.monitor's 100-hour window, and the longest the daemon holds.
-    long = torchmon.Stat("w.100h", [torchmon.MEAN], datetime.timedelta(hours=100), client=client)
-    month = torchmon.Stat("w.31d", [torchmon.MEAN], datetime.timedelta(days=31), client=client)
-    long.add(1.0)
-    month.add(2.0)
+    windows = {"w.1ms": (datetime.timedelta(milliseconds=1), 10),
+               "w.9ms": (datetime.timedelta(milliseconds=9), 10),
+               "w.half_ms": (datetime.timedelta(microseconds=500), 10),
+               "w.10ms": (datetime.timedelta(milliseconds=10), 10),
+               "w.100h": (datetime.timedelta(hours=100), 360_000_000),
+               "w.31d": (datetime.timedelta(days=31), 2_678_400_000),
+               "w.31d1ms": (datetime.timedelta(days=31, milliseconds=1), 2_678_400_000),
+               "w.365d": (datetime.timedelta(days=365), 2_678_400_000)}
+    stats = [torchmon.Stat(name, [torchmon.COUNT], window, client=client)
+             for name, (window, _) in windows.items()]
+    for stat in stats:
+        for v in (1.0, 2.0, 3.0):
+            stat.add(v)
     assert client.flush(5)
     assert client.errors() == []
-    assert [s["window_ms"] for s in daemon.series("w.100h")] == [360_000_000]
-    assert [s["counters"]["accepted"] for s in daemon.series("w.31d")] == [1]
-    # Longer or shorter: refused when the Stat is made, before any add().
-    for window in (datetime.timedelta(days=31, milliseconds=1), datetime.timedelta(days=365),
-                   datetime.timedelta(milliseconds=9)):
+    for name, (_, daemon_ms) in windows.items():
+        (series,) = daemon.series(name)
+        assert series["window_ms"] == daemon_ms, (name, series)
+        assert series["counters"]["accepted"] == 3, (name, series)
+    # Not a window at all: refused when the Stat is made, before any add().
+    for window in (datetime.timedelta(0), datetime.timedelta(milliseconds=-5)):
         try:
             torchmon.Stat("w.refused", [torchmon.MEAN], window, client=client)
         except ValueError as e:
-            assert "window_size" in str(e) and "31 days" in str(e), e
+            assert "window_size must be positive" in str(e), e
         else:
             raise AssertionError(f"a window of {window} was accepted")
+    assert client.flush(5)
     assert daemon.series("w.refused") == []
 
 

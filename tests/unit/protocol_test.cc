@@ -331,6 +331,19 @@ TEST(ValidateSpecTest, RefusesWindowSizesOutsideBoundsNamingTheField) {
   }
 }
 
+TEST(DaemonWindowMsTest, KeepsWindowsWithinBoundsAndGivesTheNearestBoundOtherwise) {
+  EXPECT_EQ(DaemonWindowMs(10), 10);
+  EXPECT_EQ(DaemonWindowMs(1000), 1000);
+  EXPECT_EQ(DaemonWindowMs(kMaxWindowMs), kMaxWindowMs);
+  for (int64_t shorter : {int64_t{9}, int64_t{1}, int64_t{0}}) EXPECT_EQ(DaemonWindowMs(shorter), 10);
+  EXPECT_EQ(DaemonWindowMs(kMaxWindowMs + 1), kMaxWindowMs);
+  EXPECT_EQ(DaemonWindowMs(int64_t{365} * 24 * 3600 * 1000), kMaxWindowMs);
+  // What it gives, the daemon accepts.
+  for (int64_t w : {int64_t{0}, int64_t{1}, int64_t{9}, kMaxWindowMs + 1}) {
+    EXPECT_TRUE(ValidateSpec(Spec(DaemonWindowMs(w))).ok()) << w;
+  }
+}
+
 TEST(ValidateSpecTest, RefusesNegativeMaxSamples) {
   EXPECT_TRUE(ValidateSpec(Spec(1000, 0)).ok());
   EXPECT_FALSE(ValidateSpec(Spec(1000, -1)).ok());

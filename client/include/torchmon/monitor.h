@@ -8,8 +8,8 @@
 // and behaves the same in its process: a Stat's count(), get(), the
 // "torch.monitor.Stat" events its handlers receive, max_samples closing a
 // window early and the event its destructor logs are torch::monitor's
-// (windows of the steady clock, its comparisons for MAX and MIN; VALUE
-// reported, as torch 2.x does). Every sample also goes to torchmond through
+// (windows of the steady clock, any length, its comparisons for MAX and MIN;
+// VALUE reported). Every sample also goes to torchmond through
 // the default client (Client::Default()), which aggregates the series with
 // its own semantics (docs/semantics.md), and logEvent sends the event there
 // too.
@@ -30,6 +30,7 @@
 
 #include "torchmon/client.h"
 #include "torchmon/monitor_windows.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::monitor {
 
@@ -88,7 +89,8 @@ class Stat {
        int64_t maxSamples = std::numeric_limits<int64_t>::max())
       : name_(name),
         aggregations_(std::move(aggregations)),
-        daemon_(std::move(name), DaemonAggregations(aggregations_), windowSize,
+        daemon_(std::move(name), DaemonAggregations(aggregations_),
+                std::chrono::milliseconds(protocol::DaemonWindowMs(windowSize.count())),
                 maxSamples == std::numeric_limits<int64_t>::max() ? 0 : maxSamples),
         windows_(windowSize, maxSamples) {}
 

@@ -414,13 +414,19 @@ class LocalStat {
   // `aggregations` are the six mirrored here; `quantiles` and `histogram`
   // only go to the daemon (a sketch per window in every training process is
   // what torchmon exists to avoid).
+  // `window_us` is the local windows' length, torch.monitor's (any length
+  // it takes, in whole milliseconds as it counts them); the daemon's is the
+  // nearest it holds (protocol::DaemonWindowMs). `report_value`:
+  // whether get() and the window events carry VALUE, as the running torch's
+  // do (the package decides).
   LocalStat(ClientPtr client, std::string name, std::vector<Aggregation> aggregations,
             const std::vector<double>& quantiles, int64_t window_us, int64_t max_samples,
-            Labels labels, bool histogram)
+            Labels labels, bool histogram, bool report_value)
       : client_(std::move(client)),
         aggregations_(std::move(aggregations)),
+        reported_(Reported(aggregations_, report_value)),
         stat_(*client_, std::move(name), StatAggregations(aggregations_, quantiles),
-              std::chrono::milliseconds(window_us / 1000),
+              std::chrono::milliseconds(protocol::DaemonWindowMs(window_us / 1000)),
               Options(max_samples, std::move(labels), histogram)),
         windows_(std::chrono::milliseconds(window_us / 1000), max_samples) {}
 
@@ -445,10 +451,20 @@ class LocalStat {
 
   // The windows the last Add or CloseOpenWindow logged, oldest first.
   const LocalWindow& logged(int i) const { return windows_.logged(i); }
-  const std::vector<Aggregation>& aggregations() const { return aggregations_; }
+  // The aggregations get() and the window events carry.
+  const std::vector<Aggregation>& reported() const { return reported_; }
   const Stat& stat() const { return stat_; }
 
  private:
+  static std::vector<Aggregation> Reported(const std::vector<Aggregation>& aggregations,
+                                           bool report_value) {
+    std::vector<Aggregation> out;
+    for (Aggregation a : aggregations) {
+      if (a != Aggregation::VALUE || report_value) out.push_back(a);
+    }
+    return out;
+  }
+
   static StatOptions Options(int64_t max_samples, Labels labels, bool histogram) {
     StatOptions options;
     // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
@@ -467,6 +483,7 @@ class LocalStat {
 
   ClientPtr client_;  // keeps the connection alive while the Stat is
   std::vector<Aggregation> aggregations_;
+  std::vector<Aggregation> reported_;
   Stat stat_;
   monitor::StatWindows<double> windows_;
 };
@@ -548,9 +565,9 @@ bool ParseAggregations(PyObject* sequence, std::vector<Aggregation>* six,
 }
 
 // Stat(client, name, aggregations, window_us, max_samples, labels=None,
-//      on_window=None, histogram=False). `on_window(data)` is called with
-// torch.monitor.Stat's event data ({"<name>.<agg>": value}) each time a
-// local window completes.
+//      on_window=None, histogram=False, report_value=True).
+// `on_window(data)` is called with torch.monitor.Stat's event data
+// ({"<name>.<agg>": value}) each time a local window completes.
 // Two steps, as a Python class's are: tp_new makes an empty object and
 // tp_init gives it its stat, so that the package's Stat (and a user's
 // subclass of it) does its work in __init__.
@@ -566,16 +583,17 @@ PyObject* StatNew(PyTypeObject* type, PyObject*, PyObject*) {
 }
 
 int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
-  static const char* keywords[] = {"client",    "name",        "aggregations",
-                                   "window_us", "max_samples", "labels",
-                                   "on_window", "histogram",   nullptr};
+  static const char* keywords[] = {"client",      "name",   "aggregations", "window_us",
+                                   "max_samples", "labels", "on_window",    "histogram",
+                                   "report_value", nullptr};
   PyObject *client = nullptr, *name = nullptr, *aggregations = nullptr, *labels = Py_None,
            *on_window = Py_None;
   long long window_us = 0, max_samples = 0;
-  int histogram = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!UOLL|OOp", const_cast<char**>(keywords),
+  int histogram = 0, report_value = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!UOLL|OOpp", const_cast<char**>(keywords),
                                    client_type, &client, &name, &aggregations, &window_us,
-                                   &max_samples, &labels, &on_window, &histogram)) {
+                                   &max_samples, &labels, &on_window, &histogram,
+                                   &report_value)) {
     return -1;
   }
   auto* obj = reinterpret_cast<StatObject*>(self);
@@ -598,7 +616,8 @@ int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   const ClientPtr& client_ptr = *reinterpret_cast<ClientObject*>(client)->client;
   if (!Guarded([&] {
         obj->stat = new LocalStat(client_ptr, std::move(name_string), std::move(six), quantiles,
-                                  window_us, max_samples, std::move(label_list), histogram != 0);
+                                  window_us, max_samples, std::move(label_list), histogram != 0,
+                                  report_value != 0);
       })) {
     return -1;
   }
@@ -638,7 +657,7 @@ void ReportWindow(PyObject* self, const LocalWindow& window) {
   const LocalStat& stat = *obj->stat;
   Ref data(PyDict_New());
   bool ok = static_cast<bool>(data);
-  for (Aggregation a : stat.aggregations()) {
+  for (Aggregation a : stat.reported()) {
     if (!ok) break;
     const std::string key = stat.stat().name() + "." + AggregationLowerName(a);
     ok = SetItem(data.get(), key.c_str(), PyFloat_FromDouble(Get(window, a)));
@@ -696,7 +715,7 @@ PyObject* StatGet(PyObject* self, PyObject*) {
   const LocalWindow& window = stat.LastLogged();
   Ref d(PyDict_New());
   if (!d) return nullptr;
-  for (Aggregation a : stat.aggregations()) {
+  for (Aggregation a : stat.reported()) {
     Ref key(PyLong_FromLong(static_cast<long>(a)));
     Ref value(PyFloat_FromDouble(Get(window, a)));
     if (!key || !value || PyDict_SetItem(d.get(), key.get(), value.get()) != 0) return nullptr;

@@ -98,16 +98,37 @@ def _seconds(timeout: Union[float, _dt.timedelta]) -> float:
 
 
 def _window_us(window_size: _dt.timedelta) -> int:
+    """A Stat's window_size in µs. Any positive window, as torch.monitor
+    takes it; the daemon is sent the nearest it aggregates, 10 ms to 31 days
+    (protocol::DaemonWindowMs, docs/semantics.md): nothing is refused."""
     if not isinstance(window_size, _dt.timedelta):
         raise TypeError(f"window_size must be a datetime.timedelta, not {type(window_size).__name__}")
-    # torch.monitor takes any window; the daemon holds 10 ms to 31 days. A
-    # stat it would refuse is refused here, before a sample is counted.
-    low = _dt.timedelta(milliseconds=_torchmon.MIN_WINDOW_MS)
-    high = _dt.timedelta(milliseconds=_torchmon.MAX_WINDOW_MS)
-    if not low <= window_size <= high:
-        raise ValueError(f"window_size {window_size} is outside [{low}, {high}]: torchmond "
-                         f"aggregates windows of 10 ms to 31 days")
+    if window_size <= _dt.timedelta(0):
+        # torch.monitor divides by it (a 0 ms window kills the process).
+        raise ValueError(f"window_size must be positive, not {window_size}")
     return window_size // _dt.timedelta(microseconds=1)
+
+
+# Whether torch.monitor's get() and window events carry VALUE. torch 1.13
+# and 2.6 (every torch this was checked against, docs/python.md) leave it
+# out although it may be asked for; a torch in this process is asked
+# directly, with a Stat of its own that never records a sample (so no
+# event, and no handler is touched). Without torch loaded: as those do.
+_VALUE_REPORTED_WITHOUT_TORCH = False
+_value_reported_by_torch: Optional[bool] = None
+
+
+def _value_reported() -> bool:
+    global _value_reported_by_torch
+    if _value_reported_by_torch is not None:
+        return _value_reported_by_torch
+    if "torch" not in sys.modules:
+        return _VALUE_REPORTED_WITHOUT_TORCH
+    import torch.monitor as torch_monitor
+    probe = torch_monitor.Stat("torchmon.value_probe", [torch_monitor.Aggregation.VALUE],
+                               _dt.timedelta(hours=1))
+    _value_reported_by_torch = torch_monitor.Aggregation.VALUE in probe.get()
+    return _value_reported_by_torch
 
 
 def _timestamp_us(timestamp: _dt.datetime) -> int:
@@ -417,13 +438,19 @@ class Stat(_torchmon.Stat):
     read quantiles from Prometheus (``agg="p99"``), ``torchmonctl`` or the
     Query API. A name that is not an aggregation raises ``ValueError``.
 
-    ``window_size`` is a ``datetime.timedelta`` (millisecond precision, 10 ms
-    to 31 days; outside that ``ValueError``, torch.monitor takes any).
+    ``window_size`` is a positive ``datetime.timedelta``. In this process
+    it is torch.monitor's, any length in whole milliseconds as torch counts
+    them (a window under 1 ms is 1 ms here, where torch.monitor divides by
+    zero); the daemon aggregates windows of 10 ms to 31 days and is sent
+    the nearest of those bounds for a window outside them
+    (docs/semantics.md).
 
     In this process ``count``, ``get()`` and the window events are
     torch.monitor's exactly: steady-clock windows, ``max_samples`` closing
-    a window early, the open window logged when the Stat is destroyed (and
-    VALUE reported, as torch 2.x does and 1.13 does not). Every sample also
+    a window early, the open window logged when the Stat is destroyed, and
+    VALUE left out of ``get()`` and the events as the torch.monitor in this
+    process does (torch 1.13 and 2.6 do; without torch loaded, likewise),
+    though the daemon aggregates it. Every sample also
     goes to the daemon, which aggregates epoch-aligned windows across
     processes and caps each at ``max_samples`` without closing it early
     (docs/semantics.md). ``labels`` are added to the client's identity
@@ -448,7 +475,7 @@ class Stat(_torchmon.Stat):
         super().__init__(
             client._native, name, list(aggregations), _window_us(window_size), max_samples,
             dict(labels) if labels is not None else None, _stat_window_completed,
-            histogram=histogram)
+            histogram=histogram, report_value=_value_reported())
 
     def get(self) -> Dict[Aggregation, float]:
         """This process's aggregates of the last completed window (zeros before one).

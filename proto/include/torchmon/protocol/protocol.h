@@ -20,11 +20,22 @@
 
 namespace torchmon::protocol {
 
-// Window sizes outside [kMinWindowMs, kMaxWindowMs] are refused.
+// The windows the daemon aggregates: a spec outside [kMinWindowMs,
+// kMaxWindowMs] is refused. torch.monitor takes any window; its shapes in
+// torchmon (the Python Stat, torchmon/monitor.h) keep it in process and send
+// the daemon DaemonWindowMs of it.
 inline constexpr int64_t kMinWindowMs = 10;
-// 31 days: a month-long window of a long run; torch.monitor accepts any
-// window, so torchmon's Python client refuses longer ones at Stat creation.
+// 31 days: a month-long window of a long run.
 inline constexpr int64_t kMaxWindowMs = int64_t{31} * 24 * 3600 * 1000;
+// The window the daemon aggregates for a torch.monitor window of
+// `requested_ms` (torch takes any): the nearest of [kMinWindowMs,
+// kMaxWindowMs]. The clients send this, so that no Stat torch.monitor
+// accepts is refused (docs/semantics.md, "Windows the daemon cannot hold").
+inline constexpr int64_t DaemonWindowMs(int64_t requested_ms) {
+  return requested_ms < kMinWindowMs ? kMinWindowMs
+         : requested_ms > kMaxWindowMs ? kMaxWindowMs
+                                       : requested_ms;
+}
 
 // Label keys a user cannot set: the exposition uses them itself.
 inline constexpr absl::string_view kReservedLabelKeys[] = {
