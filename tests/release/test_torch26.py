@@ -11,17 +11,24 @@ daemon the tests start, and pytest runs tests/python/test_monitor_mirror.py
 and test_dropin.py there as they run here: upstream's cases against both
 modules, and the same Stat driven in lockstep in torch.monitor and torchmon
 (count, get() and every window event compared after every call, generated
-sequences included). Needs what test_roots.py needs (root, debootstrap, the
-artefacts of deploy/release/build.sh).
+sequences included). And the C++ side: tests/release/monitor_cpp/
+sequence.cc built twice with trixie's g++ 14, against libtorch 2.6's own
+torch::monitor (its headers from Debian's pytorch source package of the
+installed version, tests/release/torch_headers.sh: libtorch-dev does not
+ship them) and against the tarball's torchmon (pkg-config), its outputs
+compared line by line. Needs what test_roots.py needs (root, debootstrap,
+the artefacts of deploy/release/build.sh).
 """
 
 import os
 import re
 import shutil
+import subprocess
 
 import pytest
 
-from test_roots import RELEASE_DIR, REPO, artefact, chroot, put, show, throwaway_root, unpack_tarball
+from test_roots import (HERE, RELEASE_DIR, REPO, artefact, chroot, chroot_daemon, poll, put, show,
+                        throwaway_root, unpack_tarball)
 
 if not RELEASE_DIR:  # test_roots skips its module; this one must skip too
     pytest.skip("TORCHMON_RELEASE_DIR is not set", allow_module_level=True)
@@ -62,3 +69,46 @@ def test_the_mirror_and_dropin_tests_pass_against_torch_2_6():
     # Every case ran and passed on torch 2.6: none skipped, none failed.
     summary = run.stdout.strip().splitlines()[-1]
     assert re.fullmatch(rf"{count.group(1)} passed in [0-9.]+s( \([0-9:]+\))?", summary), summary
+
+
+def test_cxx_torch_monitor_and_torchmons_observe_the_same_on_torch_2_6():
+    with throwaway_root("trixie-torch") as root:
+        version = chroot(root, "dpkg-query", "-W", "-f=${Version}", "libtorch-dev").stdout
+        assert version.startswith("2.6"), version
+        headers = subprocess.run([os.path.join(HERE, "torch_headers.sh"), "trixie", version],
+                                 stdout=subprocess.PIPE, text=True, timeout=900, check=True
+                                 ).stdout.strip()
+        shutil.copytree(os.path.join(headers, "torch"), root + "/src/torch-headers/torch")
+        shutil.copy(os.path.join(HERE, "monitor_cpp", "sequence.cc"), root + "/src/")
+        prefix = unpack_tarball(root)
+        torch_build = chroot(root, "g++", "-std=c++17", "-O1", "-DAGAINST_TORCH",
+                             "-I/src/torch-headers", "/src/sequence.cc", "-o", "/src/with-torch",
+                             "-ltorch_cpu", "-lc10", check=False, timeout=600)
+        assert torch_build.returncode == 0, show(torch_build)
+        flags = chroot(root, "env", f"PKG_CONFIG_PATH={prefix}/lib/pkgconfig", "pkg-config",
+                       "--cflags", "--libs", "torchmon").stdout.split()
+        torchmon_build = chroot(root, "g++", "-std=c++17", "-O1", "/src/sequence.cc", "-o",
+                                "/src/with-torchmon", *flags, check=False, timeout=600)
+        assert torchmon_build.returncode == 0, show(torchmon_build)
+
+        with_torch = chroot(root, "/src/with-torch", timeout=60)
+        with chroot_daemon(root, prefix) as daemon:
+            with_torchmon = chroot(root, "env", f"TORCHMON_TARGET=unix://{daemon.socket}",
+                                   "/src/with-torchmon", timeout=60)
+            # Its samples reached the daemon too: 9 of cpp.all, capped by
+            # the daemon's rule (3 per window), not torch.monitor's.
+            series = poll(lambda: daemon.ctl("series", "--stat", "cpp.all")["series"],
+                          lambda s: len(s) == 1 and s[0]["counters"]["accepted"]
+                          + s[0]["counters"]["capped"] == 9, 10, "cpp.all's 9 samples")
+            daemon.stop()
+    assert series[0]["counters"]["accepted"] == 3, series
+    lines = with_torch.stdout.splitlines()
+    # What is compared is not trivial: windows logged by the cap, the
+    # destructor's, an integer stat's and the custom event, with VALUE.
+    for expected in ("  event torch.monitor.Stat cpp.all.count=d:3",
+                     "  event torch.monitor.Stat cpp.int.max=i:6 cpp.int.sum=i:11 cpp.int.value=i:6",
+                     "  event torch.monitor.Stat cpp.open.max=d:3",
+                     "  event cpp.custom b=b:1 d=d:0.5 i=i:1 s=s:x"):
+        assert any(line.startswith(expected) for line in lines), (expected, with_torch.stdout)
+    assert with_torchmon.stdout.splitlines() == lines, (
+        f"torch::monitor:\n{with_torch.stdout}\ntorchmon::monitor:\n{with_torchmon.stdout}")
