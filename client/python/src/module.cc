@@ -419,13 +419,12 @@ class LocalStat {
   // nearest it holds (protocol::DaemonWindowMs). `report_value`:
   // whether get() and the window events carry VALUE, as the running torch's
   // do (the package decides).
-  LocalStat(ClientPtr client, std::string name, std::vector<Aggregation> aggregations,
+  LocalStat(ClientPtr client, std::string name, const std::vector<Aggregation>& aggregations,
             const std::vector<double>& quantiles, int64_t window_us, int64_t max_samples,
             Labels labels, bool histogram, bool report_value)
       : client_(std::move(client)),
-        aggregations_(std::move(aggregations)),
-        reported_(Reported(aggregations_, report_value)),
-        stat_(*client_, std::move(name), StatAggregations(aggregations_, quantiles),
+        reported_(Reported(aggregations, report_value)),
+        stat_(*client_, std::move(name), StatAggregations(aggregations, quantiles),
               std::chrono::milliseconds(protocol::DaemonWindowMs(window_us / 1000)),
               Options(max_samples, std::move(labels), histogram)),
         windows_(std::chrono::milliseconds(window_us / 1000), max_samples) {}
@@ -482,7 +481,6 @@ class LocalStat {
   }
 
   ClientPtr client_;  // keeps the connection alive while the Stat is
-  std::vector<Aggregation> aggregations_;
   std::vector<Aggregation> reported_;
   Stat stat_;
   monitor::StatWindows<double> windows_;
@@ -615,7 +613,7 @@ int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   const ClientPtr& client_ptr = *reinterpret_cast<ClientObject*>(client)->client;
   if (!Guarded([&] {
-        obj->stat = new LocalStat(client_ptr, std::move(name_string), std::move(six), quantiles,
+        obj->stat = new LocalStat(client_ptr, std::move(name_string), six, quantiles,
                                   window_us, max_samples, std::move(label_list), histogram != 0,
                                   report_value != 0);
       })) {
@@ -807,11 +805,7 @@ PyMODINIT_FUNC PyInit__torchmon() {
   // PyModule_AddObjectRef (3.10) leaves our reference to the type alone.
   if (PyModule_AddObjectRef(module.get(), "Client", reinterpret_cast<PyObject*>(client_type)) < 0 ||
       PyModule_AddObjectRef(module.get(), "Stat", reinterpret_cast<PyObject*>(stat_type)) < 0 ||
-      PyModule_AddStringConstant(module.get(), "__version__", TORCHMON_VERSION) < 0 ||
-      PyModule_AddIntConstant(module.get(), "MIN_WINDOW_MS",
-                              static_cast<long>(torchmon::protocol::kMinWindowMs)) < 0 ||
-      PyModule_AddIntConstant(module.get(), "MAX_WINDOW_MS",
-                              static_cast<long>(torchmon::protocol::kMaxWindowMs)) < 0) {
+      PyModule_AddStringConstant(module.get(), "__version__", TORCHMON_VERSION) < 0) {
     return nullptr;
   }
   return module.release();
