@@ -8,6 +8,7 @@ import gc
 import json
 import math
 import random
+import threading
 import time
 
 import pytest
@@ -105,6 +106,92 @@ def test_wait_counter(monitor):
         pytest.skip(f"{monitor.__name__} {torch.__version__} has no _WaitCounter (torch >= 2.4)")
     with monitor._WaitCounter("mirror.wait_counter").guard():
         pass
+
+
+def wait_counter_behaviour(monitor):
+    """What a program sees of monitor._WaitCounter: return values, errors,
+    nesting, exceptions inside the guard, threads, and the key types taken."""
+    seen = {}
+    counter = monitor._WaitCounter("mirror.wait")
+    guard = counter.guard()
+    seen["enter returns"] = repr(guard.__enter__())
+    seen["exit returns"] = repr(guard.__exit__(None, None, None))
+    guard = counter.guard()
+    guard.__enter__()
+    seen["exit with an exception returns"] = repr(guard.__exit__(KeyError, KeyError("k"), None))
+    try:
+        with counter.guard():
+            raise KeyError("inside")
+    except KeyError as e:
+        seen["raised inside the guard"] = repr(e)
+    guard = counter.guard()
+    with guard:
+        with guard:  # one guard nested in itself
+            with monitor._WaitCounter("mirror.wait").guard():  # and another of the key
+                pass
+    with guard:  # again after it exited
+        pass
+    seen["nesting"] = "ok"
+    counter.guard().__exit__(None, None, None)  # an exit without an enter
+    seen["exit without enter"] = "ok"
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                with monitor._WaitCounter("mirror.wait.threads").guard():
+                    pass
+        except Exception as e:  # noqa: BLE001 (any error is a difference)
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seen["thread errors"] = errors
+    for key in (None, 5, b"mirror.bytes", ""):
+        try:
+            monitor._WaitCounter(key)
+            seen[f"key {key!r}"] = "ok"
+        except Exception as e:  # noqa: BLE001
+            seen[f"key {key!r}"] = type(e).__name__
+    for name, call in (("no key", lambda: monitor._WaitCounter()),
+                       ("guard(1)", lambda: counter.guard(1)),
+                       ("tracker made directly", lambda: type(counter.guard())())):
+        try:
+            call()
+            seen[name] = "ok"
+        except Exception as e:  # noqa: BLE001
+            seen[name] = type(e).__name__
+    seen["guard type"] = type(counter.guard()).__name__
+    return seen
+
+
+def test_wait_counter_behaves_as_torchs_nested_raising_and_from_threads(daemon,
+                                                                       default_client_for):
+    """torch ≥ 2.4's _WaitCounter and torchmon's, side by side; then what
+    torchmon recorded of the same calls (torch records them only in a
+    backend, none of which Debian's torch has)."""
+    ours = wait_counter_behaviour(torchmon)
+    if hasattr(torch.monitor, "_WaitCounter"):
+        assert ours == wait_counter_behaviour(torch.monitor)
+    else:  # torch 1.13: what 2.6 does, checked in tests/release/test_torch26.py
+        assert ours["enter returns"] == "None" and ours["thread errors"] == []
+    assert default_client_for.flush(5)
+    assert default_client_for.errors() == []
+    (wait,) = daemon.series("mirror.wait.wait_s")
+    # 2 bare enter/exit pairs, 1 raising, 2 + 1 nested, 1 after: 7 waits (the
+    # exit without an enter records nothing).
+    assert wait["counters"]["accepted"] == 7
+    (active,) = daemon.series("mirror.wait.active")
+    assert active["counters"]["accepted"] == 14  # each enter and exit
+    (threaded,) = daemon.series("mirror.wait.threads.wait_s")
+    assert threaded["counters"]["accepted"] == 8 * 200
+    windows = daemon.wait_windows("mirror.wait.active", 1, timeout=15)
+    assert max(w["aggregates"]["max"] for w in windows) == 3  # nested three deep
+    (keyed,) = daemon.series("mirror.bytes.wait_s")  # bytes as UTF-8
+    assert keyed["counters"]["accepted"] == 0
 
 
 @pytest.mark.parametrize("monitor", MODULES)

@@ -248,32 +248,41 @@ class _WaitCounter:
             self.open = Stat(f"{key}.active", [VALUE, MAX], _WaitCounter._WINDOW)
 
     class _Guard:
-        __slots__ = ("_key", "_start")
+        """What guard() returns (torch's _WaitCounterTracker): enters and
+        exits as torch 2.6's does: __enter__ gives None, an exception inside
+        the guard goes on, one guard may be entered again (nested, or after
+        it exited), and an exit without an enter does nothing."""
+
+        __slots__ = ("_key", "_starts")
 
         def __init__(self, key: Optional["_WaitCounter._Key"]) -> None:
             self._key = key
-            self._start = 0
+            self._starts: List[int] = []
 
-        def __enter__(self) -> "_WaitCounter._Guard":
+        def __enter__(self) -> None:
             key = self._key
             if key is not None:
                 with key.lock:
                     key.active += 1
                     key.open.add(key.active)
-                self._start = _time.monotonic_ns()
-            return self
+                self._starts.append(_time.monotonic_ns())
 
         def __exit__(self, *exc_info: object) -> None:
             key = self._key
-            if key is None:
+            if key is None or not self._starts:
                 return
-            key.wait.add((_time.monotonic_ns() - self._start) / 1e9)
+            key.wait.add((_time.monotonic_ns() - self._starts.pop()) / 1e9)
             with key.lock:
                 key.active -= 1
                 key.open.add(key.active)
 
     def __init__(self, key: str) -> None:
         self._key: Optional[_WaitCounter._Key] = None
+        # torch takes a str, or bytes as UTF-8 (pybind11's std::string).
+        if isinstance(key, bytes):
+            key = key.decode("utf-8")
+        elif not isinstance(key, str):
+            raise TypeError(f"_WaitCounter(): key must be str, not {type(key).__name__}")
         if os.environ.get("TORCH_DISABLE_WAIT_COUNTERS") == "1":
             return
         # One set of stats per key, shared by every counter of that key.
@@ -288,8 +297,9 @@ class _WaitCounter:
         return _WaitCounter._Guard(self._key)
 
 
-# torch.monitor's name for what guard() returns.
+# torch's name for what guard() returns (torch._C._monitor._WaitCounterTracker).
 _WaitCounterTracker = _WaitCounter._Guard
+_WaitCounterTracker.__name__ = _WaitCounterTracker.__qualname__ = "_WaitCounterTracker"
 
 
 class Client:
