@@ -80,6 +80,18 @@ std::string AggregateList(const v1::WindowSummary& window) {
   return absl::StrJoin(parts, " ");
 }
 
+// "10ms", or "10ms (asked 1ms)" where the daemon holds another window than
+// the one asked for.
+std::string WindowText(const v1::StatSpec& spec) {
+  std::string text = protocol::FormatDurationMs(spec.window_size_ms());
+  if (spec.requested_window_size_ms() != 0 &&
+      spec.requested_window_size_ms() != spec.window_size_ms()) {
+    absl::StrAppend(&text, " (asked ", protocol::FormatDurationMs(spec.requested_window_size_ms()),
+                    ")");
+  }
+  return text;
+}
+
 std::string WindowJson(const v1::WindowSummary& window) {
   protocol::WindowJsonFields fields;
   fields.stat = window.series().stat();
@@ -88,6 +100,7 @@ std::string WindowJson(const v1::WindowSummary& window) {
   fields.start_ms = window.start_ms();
   fields.end_ms = window.end_ms();
   fields.partial = window.partial();
+  fields.definition = window.definition();
   fields.accepted = window.accepted();
   fields.capped = window.capped();
   for (const v1::AggregateValue& aggregate : window.aggregates()) {
@@ -279,7 +292,7 @@ Table SeriesTable(const v1::ListSeriesResponse& response) {
     }
     table.AddRow(
         {info.series().stat(), FormatLabels(info.series().labels()),
-         absl::StrJoin(aggregations, ","), protocol::FormatDurationMs(info.spec().window_size_ms()),
+         absl::StrJoin(aggregations, ","), WindowText(info.spec()),
          info.spec().max_samples() == 0 ? "unlimited" : absl::StrCat(info.spec().max_samples()),
          absl::StrCat(counters.accepted()), absl::StrCat(counters.capped()),
          absl::StrCat(counters.late()), absl::StrCat(counters.skewed()),
@@ -300,11 +313,15 @@ std::vector<std::string> SeriesJsonElements(const v1::ListSeriesResponse& respon
         "{\"stat\":", JsonString(info.series().stat()),
         ",\"labels\":", JsonLabels(info.series().labels()), ",\"aggregations\":[",
         absl::StrJoin(aggregations, ","), "],\"window_ms\":", info.spec().window_size_ms(),
+        ",\"requested_window_ms\":",
+        info.spec().requested_window_size_ms() != 0 ? info.spec().requested_window_size_ms()
+                                                    : info.spec().window_size_ms(),
         ",\"max_samples\":", info.spec().max_samples(),
         ",\"histogram\":", info.spec().histogram() ? "true" : "false",
         ",\"counters\":{\"accepted\":", counters.accepted(), ",\"capped\":", counters.capped(),
         ",\"late\":", counters.late(), ",\"skewed\":", counters.skewed(), ",\"client_dropped\":",
-        counters.client_dropped(), "},\"last_update_ms\":", info.last_update_ms(),
+        counters.client_dropped(), "},\"definition\":", info.definition(),
+        ",\"defined_ms\":", info.defined_ms(), ",\"last_update_ms\":", info.last_update_ms(),
         ",\"last_window\":", info.has_last_window() ? WindowJson(info.last_window()) : "null",
         "}"));
   }

@@ -15,6 +15,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "torchmon/protocol/protocol.h"
@@ -206,6 +207,9 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(
     }
   }
   spec->set_window_size_ms(window_size.count());
+  if (options.requested_window.count() != window_size.count()) {
+    spec->set_requested_window_size_ms(options.requested_window.count());
+  }
   spec->set_max_samples(options.max_samples);
   spec->set_histogram(options.histogram);
   for (const auto& [key, value] : options.labels) (*def.mutable_labels())[key] = value;
@@ -214,9 +218,21 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(
   if (status.ok()) status = protocol::ValidateSpec(*spec);
   if (status.ok()) status = ValidateStatLabels(options.labels, labels_);
 
+  // Name and labels, hashed: a collision only makes a conflict wait before
+  // it is reported.
+  std::string key = name;
+  for (const auto& [k, v] : options.labels) {
+    absl::StrAppend(&key, ",", k.size(), ":", k, v.size(), ":", v);
+  }
+  const uint64_t key_hash = absl::HashOf(key);
   uint32_t id = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (auto it = by_key_.find(key_hash); it != by_key_.end()) {
+      for (const StatState* other : it->second) {
+        if (other->closed.load(std::memory_order_acquire)) def.set_after_release(true);
+      }
+    }
     if (next_stat_id_ < StatTable::kMaxIds) {
       id = next_stat_id_++;
     } else if (status.ok()) {
@@ -229,10 +245,14 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(
   }
   def.set_id(id);
   auto state = std::make_shared<StatState>(def, status.ok(), buffers_);
+  state->key_hash = key_hash;
   {
     absl::MutexLock lock(&mu_);
     stats_.push_back(state);
-    if (state->valid) new_stats_.push_back(state.get());
+    if (state->valid) {
+      new_stats_.push_back(state.get());
+      by_key_[key_hash].push_back(state.get());
+    }
   }
   if (!status.ok()) {
     RecordLocalError(
@@ -813,6 +833,14 @@ bool ClientCore::RunCycle(StreamState& state, CycleResult* result) {
     out.AddEventDropReport(name, dropped, size);
     event_drops.pop_back();
   }
+  // Last: every sample of a released stat was taken before (by an earlier
+  // cycle), and the daemon applies releases after the rest of the batch.
+  for (const auto& [id, generation] : releases_) {
+    if (generation != state.generation) continue;
+    if (!out.Fits(OutgoingBatch::kReleaseBytes) && !write()) return fail();
+    out.AddRelease(id);
+  }
+  releases_.clear();
   if (!write()) return fail();
   if (result->complete) ++cycles_completed_;
   return true;
@@ -926,10 +954,16 @@ void ClientCore::RetireClosedStats() {
   // or now and then while closed ones wait for acknowledgements.
   const uint64_t closed = buffers_->closed_stats.load(std::memory_order_acquire);
   const Clock::time_point now = clock_.Now();
-  if (closed == closed_seen_ && !(closed_kept_ && now - last_retire_ >= kRetireInterval)) return;
+  const bool release_due =
+      release_due_at_cycle_ != 0 && cycles_completed_ >= release_due_at_cycle_;
+  if (closed == closed_seen_ && !release_due &&
+      !(closed_kept_ && now - last_retire_ >= kRetireInterval)) {
+    return;
+  }
   closed_seen_ = closed;
   last_retire_ = now;
   closed_kept_ = false;
+  release_due_at_cycle_ = 0;
   absl::MutexLock lock(&mu_);
   size_t kept = 0;
   for (size_t i = 0; i < stats_.size(); ++i) {
@@ -940,14 +974,36 @@ void ClientCore::RetireClosedStats() {
       // A listed stat is on listed_ or the ready stack: it waits until the
       // sender has unlisted it. Its counts stay in the table.
       const StatCounts& c = stat.counts;
+      SenderSlot& slot = stat.sent;
       if (stat.closed_at_cycle == 0) {
         stat.closed_at_cycle = cycles_completed_ + 1;
-      } else if (cycles_completed_ >= stat.closed_at_cycle &&
-                 !stat.listed.load(std::memory_order_acquire) &&
+        release_due_at_cycle_ = std::max(release_due_at_cycle_, stat.closed_at_cycle);
+      } else if (cycles_completed_ >= stat.closed_at_cycle && stream_generation_ != 0 &&
+                 slot.defined_on == stream_generation_ &&
+                 stat.released_on != stream_generation_) {
+        // Every sample taken: the stream may let go of its definition, so
+        // that the series can be redefined (a Stat made again with another
+        // window or cap). On a later stream that defined it again (its
+        // samples were still unacknowledged), again.
+        stat.released_on = stream_generation_;
+        releases_.push_back({stat.id, stream_generation_});
+      }
+      if (cycles_completed_ >= stat.closed_at_cycle &&
+          !stat.listed.load(std::memory_order_acquire) &&
                  !stat.HasPendingDefinitionOrDrops() &&
                  stat.sent.taken.load(std::memory_order_relaxed) ==
                      c.delivered.load(std::memory_order_relaxed) +
-                         c.abandoned.load(std::memory_order_relaxed)) {
+                         c.abandoned.load(std::memory_order_relaxed) &&
+                 // Its release written (in a cycle after the one that
+                 // found it due): a stat made meanwhile is after_release.
+                 (stat.released_on == 0 || releases_.empty() ||
+                  std::none_of(releases_.begin(), releases_.end(),
+                               [&](const auto& r) { return r.first == stat.id; }))) {
+        if (auto it = by_key_.find(stat.key_hash); it != by_key_.end()) {
+          auto& same = it->second;
+          same.erase(std::remove(same.begin(), same.end(), &stat), same.end());
+          if (same.empty()) by_key_.erase(it);
+        }
         continue;
       }
       closed_kept_ = true;

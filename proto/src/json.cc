@@ -129,7 +129,8 @@ std::string WindowJson(const WindowJsonFields& w, bool as_record) {
       as_record ? absl::StrCat(",\"start\":\"", Rfc3339Ms(w.start_ms), "\",\"end\":\"",
                                Rfc3339Ms(w.end_ms), "\"")
                 : "",
-      ",\"partial\":", w.partial ? "true" : "false", ",\"accepted\":", w.accepted,
+      ",\"partial\":", w.partial ? "true" : "false", ",\"definition\":", w.definition,
+      ",\"accepted\":", w.accepted,
       ",\"capped\":", w.capped, ",\"aggregates\":", aggregates, "}");
 }
 

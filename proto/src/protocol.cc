@@ -158,6 +158,13 @@ absl::Status ValidateSpec(const v1::StatSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_samples ", spec.max_samples(), " is negative (0 means unlimited)"));
   }
+  if (const int64_t asked = spec.requested_window_size_ms();
+      asked != 0 && (asked < 0 || DaemonWindowMs(asked) != spec.window_size_ms())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "requested_window_size_ms ", asked, " does not go with window_size_ms ",
+        spec.window_size_ms(), " (it must be positive, and window_size_ms the nearest window "
+        "the daemon holds, ", DaemonWindowMs(std::max<int64_t>(asked, 1)), " ms)"));
+  }
   return absl::OkStatus();
 }
 

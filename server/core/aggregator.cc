@@ -50,19 +50,46 @@ LabelSet Aggregator::InternLocked(const LabelSet& labels) {
   return *label_sets_.insert(labels).first;
 }
 
-absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec& asked) {
+const StatSpec& Aggregator::Series::SpecOf(uint32_t def) const {
+  if (def != definition && past != nullptr) {
+    for (const auto& [d, old] : past->specs) {
+      if (d == def) return old;
+    }
+  }
+  return spec;
+}
+
+absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec& asked,
+                                            DefineDetail* detail) {
   // A series with quantiles always has a histogram (v1.StatSpec.histogram).
   StatSpec spec = asked;
   spec.histogram = spec.histogram || !spec.quantiles.empty();
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
   if (auto it = ids_.find(key); it != ids_.end()) {
-    Series& s = *FindLocked(it->second);
+    const std::shared_ptr<Series>& series = slots_[it->second & kSlotMask].series;
+    Series& s = *series;
     if (s.spec != spec) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "stat ", key.ToString(), " is already defined with ", s.spec.ToString(),
-          "; refusing the conflicting definition with ", spec.ToString()));
+      if (s.holders != 0) {
+        if (detail != nullptr) {
+          detail->conflict_id = it->second;
+          detail->holders = s.holders;
+        }
+        return absl::AlreadyExistsError(absl::StrCat(
+            "stat ", key.ToString(), " is already defined with ", s.spec.ToString(),
+            "; refusing the conflicting definition with ", spec.ToString(), " while ",
+            s.holders,
+            s.holders == 1 ? " Stat of the first definition is alive"
+                           : " Stats of the first definition are alive",
+            " (it can be redefined once none is)"));
+      }
+      if (detail != nullptr) {
+        detail->redefined = true;
+        detail->previous = s.spec;
+      }
+      RedefineLocked(series, spec, now);
     }
+    ++s.holders;
     s.last_update_ms = now;
     return it->second;
   }
@@ -92,11 +119,52 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   s->history = WindowHistory(static_cast<uint16_t>(spec.quantiles.size()));
   s->last_update_ms = now;
   s->created_ms = now;
+  s->defined_ms = now;
+  s->holders = 1;
   s->last_closed_index = std::numeric_limits<int64_t>::min();
   ids_.emplace(&s->key, id);
   slots_[slot].series = std::move(s);
   ++series_count_;
   return id;
+}
+
+void Aggregator::Release(SeriesId id) {
+  absl::MutexLock lock(&mu_);
+  Series* s = FindLocked(id);
+  if (s != nullptr && s->holders > 0) --s->holders;
+}
+
+uint64_t Aggregator::redefinitions() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return redefinitions_;
+}
+
+void Aggregator::RedefineLocked(const std::shared_ptr<Series>& series, const StatSpec& spec,
+                                int64_t now) {
+  Series& s = *series;
+  // Closed under the old spec, before it goes: what the old definition
+  // aggregated is exported as it was.
+  CloseWindows(series, now, Close::kAllAt, closed_early_);
+  if (!s.history.empty()) {
+    if (s.past == nullptr) s.past = std::make_unique<PastDefinitions>();
+    s.past->specs.emplace_back(s.definition, s.spec);
+  }
+  s.history.Widen(static_cast<uint16_t>(spec.quantiles.size()));
+  s.spec = spec;
+  ++s.definition;
+  s.defined_ms = now;
+  // Window indices of the old window length mean nothing now.
+  s.last_closed_index = std::numeric_limits<int64_t>::min();
+  if (!spec.histogram) {
+    s.distribution.reset();
+  } else if (s.distribution == nullptr) {
+    s.distribution = std::make_unique<SeriesDistribution>();
+  } else {
+    // The histogram goes on (it is of every sample since the series was
+    // created); the closed window's sketch is of the old window length.
+    s.distribution->last_closed.reset();
+  }
+  ++redefinitions_;
 }
 
 absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const double> values,
@@ -256,41 +324,52 @@ void Aggregator::SeriesDistribution::Close(int64_t index, const QuantileList& qu
 ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t i) {
   const WindowHistory::Entry entry = s->history[i];
   const WindowRecord& r = entry.record;
+  const StatSpec& spec = s->SpecOf(r.definition);
   ClosedWindow w;
   w.series = std::shared_ptr<const SeriesKey>(s, &s->key);
-  w.aggregations = s->spec.aggregations;
+  w.aggregations = spec.aggregations;
   w.start_ms = r.start_ms;
-  w.end_ms = r.start_ms + s->spec.window_ms;
+  w.end_ms = r.start_ms + spec.window_ms;
   w.stats = r.stats;
   w.partial = r.partial;
-  if (!entry.quantiles.empty()) {
-    const absl::Span<const double> values = entry.quantiles;
-    w.quantiles.reserve(values.size());
-    for (size_t q = 0; q < values.size(); ++q) {
-      w.quantiles.push_back(QuantileValue{s->spec.quantiles[q], values[q]});
-    }
+  w.definition = r.definition;
+  // A row is as wide as the widest definition's quantiles; its own come first.
+  const size_t n = std::min(spec.quantiles.size(), entry.quantiles.size());
+  w.quantiles.reserve(n);
+  for (size_t q = 0; q < n; ++q) {
+    w.quantiles.push_back(QuantileValue{spec.quantiles[q], entry.quantiles[q]});
   }
   return w;
 }
 
-void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t deadline_ms,
-                              bool everything, std::vector<ClosedWindow>& out) {
+void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms, Close mode,
+                              std::vector<ClosedWindow>& out) {
   Series& s = *series;
   const size_t limit = std::max<size_t>(options_.history_windows, 1);
   size_t closed = 0;
   absl::InlinedVector<double, 16> quantiles;
   for (const OpenWindow& o : s.open) {
-    if (!everything && DeadlineMs(s, o.index) > deadline_ms) break;
+    if (mode == Close::kDue && DeadlineMs(s, o.index) > ms) break;
     quantiles.clear();
     if (!s.spec.quantiles.empty()) s.distribution->Close(o.index, s.spec.quantiles, quantiles);
-    s.history.Push(
-        WindowRecord{protocol::WindowStartMs(o.index, s.spec.window_ms), o.stats, everything},
-        quantiles, limit);
+    const int64_t start_ms = protocol::WindowStartMs(o.index, s.spec.window_ms);
+    const bool partial = mode == Close::kAllPartial ||
+                         (mode == Close::kAllAt && start_ms + s.spec.window_ms > ms);
+    s.history.Push(WindowRecord{start_ms, o.stats, partial, s.definition}, quantiles, limit);
     out.push_back(ToClosedWindow(series, s.history.size() - 1));
     s.last_closed_index = std::max(s.last_closed_index, o.index);
     ++closed;
   }
   s.open.erase(s.open.begin(), s.open.begin() + closed);
+  if (s.past != nullptr && closed != 0) {
+    // Past definitions no kept window was aggregated under any more.
+    const uint32_t oldest = s.history[0].record.definition;
+    auto& specs = s.past->specs;
+    specs.erase(std::remove_if(specs.begin(), specs.end(),
+                               [oldest](const auto& p) { return p.first < oldest; }),
+                specs.end());
+    if (specs.empty()) s.past.reset();
+  }
 }
 
 size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> fn) {
@@ -302,6 +381,7 @@ size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> 
     chunk.clear();
     {
       absl::MutexLock lock(&mu_);
+      if (first) chunk.swap(closed_early_);
       // Every open window has its own entry, and an entry closes only what
       // is due by its own deadline (end + grace), so windows come out in
       // order of end across chunks; an entry whose window already closed
@@ -310,7 +390,7 @@ size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> 
       for (size_t n = 0; it != deadlines_.end() && it->first <= now && n < kWalkChunk;
            ++it, ++n) {
         if (FindLocked(it->second) == nullptr) continue;
-        CloseWindows(slots_[it->second & kSlotMask].series, it->first, /*everything=*/false,
+        CloseWindows(slots_[it->second & kSlotMask].series, it->first, Close::kDue,
                      chunk);
       }
       more = it != deadlines_.end() && it->first <= now;
@@ -332,8 +412,9 @@ std::vector<ClosedWindow> Aggregator::CloseAllWindows() {
   const int64_t now = clock_.NowMs();
   std::vector<ClosedWindow> out;
   absl::MutexLock lock(&mu_);
+  out.swap(closed_early_);
   for (const Slot& slot : slots_) {
-    if (slot.series != nullptr) CloseWindows(slot.series, now, /*everything=*/true, out);
+    if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, out);
   }
   deadlines_.clear();
   return out;
@@ -382,6 +463,8 @@ SeriesSnapshot Aggregator::Snapshot(const std::shared_ptr<Series>& s) {
   SeriesSnapshot snap;
   snap.key = std::shared_ptr<const SeriesKey>(s, &s->key);
   snap.spec = s->spec;
+  snap.definition = s->definition;
+  snap.defined_ms = s->defined_ms;
   snap.counters = s->counters;
   if (!s->history.empty()) {
     snap.has_last_window = true;
@@ -515,30 +598,42 @@ Aggregator::WindowsChunk Aggregator::GetWindowsChunk(const Selector& selector,
     if (++visited > kVisitPerChunk) {
       // Resume at this series, none of whose windows were taken.
       chunk.resume = WindowCursor{std::shared_ptr<const SeriesKey>(s, &s->key),
-                                  std::numeric_limits<int64_t>::min()};
+                                  std::numeric_limits<int64_t>::min(), 0};
       return chunk;
     }
     if (!selector.Matches(s->key)) continue;
-    const int64_t after_start = (from != nullptr && s->key == *from->series)
-                                    ? from->after_start_ms
-                                    : std::numeric_limits<int64_t>::min();
+    const bool resuming = from != nullptr && s->key == *from->series;
+    // Windows are in order of (definition, start); the cursor is the last
+    // one listed.
+    const auto listed = [&](const WindowRecord& r) {
+      if (!resuming) return false;
+      if (r.definition != from->after_definition) return r.definition < from->after_definition;
+      return r.start_ms <= from->after_start_ms;
+    };
     // Newest first, so that the limit keeps the most recent windows.
     picked.clear();
     for (size_t i = s->history.size(); i-- > 0;) {
       const WindowRecord& r = s->history[i].record;
       if (filter.limit_per_series != 0 && picked.size() >= filter.limit_per_series) break;
-      if (filter.start_ms != 0 && r.start_ms < filter.start_ms) break;
-      if (filter.end_ms != 0 && r.start_ms + s->spec.window_ms > filter.end_ms) continue;
+      if (filter.start_ms != 0 && r.start_ms < filter.start_ms) {
+        // Starts fall back only where a redefinition changed the window.
+        if (s->past == nullptr) break;
+        continue;
+      }
+      if (filter.end_ms != 0 && r.start_ms + s->SpecOf(r.definition).window_ms > filter.end_ms) {
+        continue;
+      }
       picked.push_back(i);
     }
     for (auto p = picked.rbegin(); p != picked.rend(); ++p) {
-      if (s->history[*p].record.start_ms <= after_start) continue;
+      if (listed(s->history[*p].record)) continue;
       chunk.windows.push_back(ToClosedWindow(s, *p));
       if (chunk.windows.size() >= max_items) {
         const bool series_done = std::next(p) == picked.rend();
         if (series_done && std::next(it) == ids_.end()) return chunk;  // the end
         chunk.resume = WindowCursor{std::shared_ptr<const SeriesKey>(s, &s->key),
-                                    chunk.windows.back().start_ms};
+                                    chunk.windows.back().start_ms,
+                                    chunk.windows.back().definition};
         return chunk;
       }
     }
@@ -629,10 +724,14 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
     for (size_t i = begin; i < end; ++i) {
       const std::shared_ptr<Series>& s = slots_[i].series;
       if (s == nullptr) continue;
-      fn(SeriesView{std::shared_ptr<const SeriesKey>(s, &s->key), s->spec, s->counters,
-                    s->history.empty() ? nullptr : &s->history.back().record,
-                    s->history.empty() ? absl::Span<const double>()
-                                       : s->history.back().quantiles,
+      const WindowRecord* last = s->history.empty() ? nullptr : &s->history.back().record;
+      const StatSpec& last_spec = last != nullptr ? s->SpecOf(last->definition) : s->spec;
+      fn(SeriesView{std::shared_ptr<const SeriesKey>(s, &s->key), s->spec, s->counters, last,
+                    last_spec,
+                    last != nullptr ? s->history.back().quantiles.first(std::min(
+                                          last_spec.quantiles.size(),
+                                          s->history.back().quantiles.size()))
+                                    : absl::Span<const double>(),
                     s->distribution != nullptr ? &s->distribution->histogram : nullptr,
                     s->created_ms});
     }

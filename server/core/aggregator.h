@@ -68,6 +68,10 @@ struct AddResult {
 struct SeriesSnapshot {
   std::shared_ptr<const SeriesKey> key;
   StatSpec spec;
+  // Which definition `spec` is (0 the first; Aggregator::Define) and since
+  // when it holds (daemon clock, Unix ms).
+  uint32_t definition = 0;
+  int64_t defined_ms = 0;
   SeriesCounters counters;
   bool has_last_window = false;  // false until a window has closed
   ClosedWindow last_window;
@@ -81,14 +85,39 @@ class Aggregator {
   Aggregator& operator=(const Aggregator&) = delete;
 
   const AggregatorOptions& options() const { return options_; }
+  const Clock& clock() const { return clock_; }
 
-  // Finds the series `key` or creates it with `spec`. Defining an existing
-  // series identically is a no-op returning its id; a different spec is
-  // AlreadyExists with a message naming the series and both definitions; a
-  // new series past options().max_series is ResourceExhausted naming it.
+  // Finds the series `key` or creates it with `spec`, and holds it: the
+  // caller (a stream's binding) must Release the id once it no longer uses
+  // it. Defining an existing series identically returns its id; a new
+  // series past options().max_series is ResourceExhausted naming it.
   // `key.labels` must be sorted by key; `spec` must be valid.
-  absl::StatusOr<SeriesId> Define(const SeriesKey& key, const StatSpec& spec)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  //
+  // A different spec redefines the series if nothing holds it (every Stat
+  // of the old definition is gone): its open windows close at once, marked
+  // partial, and are handed out by the next CloseDueWindows; the series
+  // keeps its id, counters and history (each window records the definition
+  // it was aggregated under, numbered from 0), and its histogram if the new
+  // spec has one. While the old definition is held the new one is
+  // AlreadyExists with a message naming the series and both definitions,
+  // and `*detail` (if given) says which series and how many hold it.
+  struct DefineDetail {
+    // AlreadyExists: the series and how many hold its definition.
+    SeriesId conflict_id = 0;
+    uint32_t holders = 0;
+    // Success: whether the series was redefined, and its spec before.
+    bool redefined = false;
+    StatSpec previous;
+  };
+  absl::StatusOr<SeriesId> Define(const SeriesKey& key, const StatSpec& spec,
+                                  DefineDetail* detail = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Lets go of one hold Define took. A series that expired or was removed
+  // meanwhile: nothing to do.
+  void Release(SeriesId id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Redefinitions since the daemon started (torchmon_daemon_series_redefined_total).
+  uint64_t redefinitions() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Aggregates samples (values[i] stamped timestamps_us[i], Unix µs) into
   // series `id`, classifying each as accepted, capped, late or skewed.
@@ -119,7 +148,7 @@ class Aggregator {
 
   // Closes every window whose end + grace has passed and appends it to its
   // series' history; calls `fn` for each, in order of window end, outside
-  // the lock. Works in chunks of series (the lock taken per chunk, waiting
+  // the lock (first those a redefinition closed since the last call). Works in chunks of series (the lock taken per chunk, waiting
   // AddSamples calls let in between, as ForEachSeries does), so a million
   // windows closing together neither stall ingestion nor pile up in one
   // buffer. Returns how many windows closed.
@@ -209,10 +238,13 @@ class Aggregator {
                               size_t max_series) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Where a window listing resumes: in series `series`, after its windows
-  // starting at or before after_start_ms; then after the series.
+  // of definitions before after_definition and those of after_definition
+  // starting at or before after_start_ms; then after the series. (A
+  // series' windows are in order of definition, then of start.)
   struct WindowCursor {
     std::shared_ptr<const SeriesKey> series;
     int64_t after_start_ms = std::numeric_limits<int64_t>::min();
+    uint32_t after_definition = 0;
   };
   struct WindowsChunk {
     // Grouped by series in key order, each series' oldest first.
@@ -238,7 +270,10 @@ class Aggregator {
     const SeriesCounters& counters;
     // The last closed window, or null if none closed yet.
     const WindowRecord* last_window;
-    // Its quantiles' values, in the order of spec.quantiles.
+    // The definition it was aggregated under: `spec`, unless the series was
+    // redefined since it closed.
+    const StatSpec& last_window_spec;
+    // Its quantiles' values, in the order of last_window_spec.quantiles.
     absl::Span<const double> last_quantiles;
     // The series' histogram, or null if spec.histogram is false.
     const NativeHistogram* histogram;
@@ -300,6 +335,12 @@ class Aggregator {
     void Close(int64_t index, const QuantileList& quantiles,
                absl::InlinedVector<double, 16>& out);
   };
+  // Definitions of a series before its current one that windows in its
+  // history were aggregated under (oldest first; dropped once the history
+  // no longer holds a window of theirs).
+  struct PastDefinitions {
+    std::vector<std::pair<uint32_t, StatSpec>> specs;
+  };
   struct Series {
     // What adding a block reads and writes comes first, in 168 bytes (3-4
     // cache lines; spread around the key and the history it touched 4-5):
@@ -320,6 +361,14 @@ class Aggregator {
     // Closed windows with their quantile estimates.
     WindowHistory history;
     int64_t created_ms = 0;  // daemon clock
+    int64_t defined_ms = 0;  // when `spec` took effect (daemon clock)
+    // Streams' bindings using it (Define, Release); 0: it may be redefined.
+    uint32_t holders = 0;
+    uint32_t definition = 0;  // of `spec`: 0, one more per redefinition
+    std::unique_ptr<PastDefinitions> past;  // null until redefined
+
+    // The spec window records of `definition` were aggregated under.
+    const StatSpec& SpecOf(uint32_t def) const;
   };
   // The series table: a series lives in a slot; its id is the slot index
   // plus the slot's generation, which changes when the series is removed,
@@ -343,10 +392,20 @@ class Aggregator {
   void RemoveLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stored copy of `labels`, shared by every series with these labels.
   LabelSet InternLocked(const LabelSet& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Closes the open windows of `s` with deadline ≤ deadline_ms (all if
-  // `everything`), appending them to history and to `out`.
-  void CloseWindows(const std::shared_ptr<Series>& s, int64_t deadline_ms, bool everything,
+  // Which open windows CloseWindows closes, and which it marks partial.
+  enum class Close {
+    kDue,          // deadline ≤ the time given; none partial
+    kAllPartial,   // all, every one partial (shutdown)
+    kAllAt,        // all, those whose end is after the time given partial (redefinition)
+  };
+  // Closes open windows of `s` as `mode` says, `ms` its time, appending
+  // them to history and to `out`.
+  void CloseWindows(const std::shared_ptr<Series>& s, int64_t ms, Close mode,
                     std::vector<ClosedWindow>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the open windows of `s` (partial), keeps its spec for the
+  // history and puts `spec` in its place (Define).
+  void RedefineLocked(const std::shared_ptr<Series>& s, const StatSpec& spec, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static SeriesSnapshot Snapshot(const std::shared_ptr<Series>& s);
   // History record i of `s`.
   static ClosedWindow ToClosedWindow(const std::shared_ptr<Series>& s, size_t i);
@@ -367,6 +426,9 @@ class Aggregator {
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   size_t series_count_ ABSL_GUARDED_BY(mu_) = 0;
   SeriesCounters totals_ ABSL_GUARDED_BY(mu_);
+  uint64_t redefinitions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Windows closed by redefinitions, for the next CloseDueWindows.
+  std::vector<ClosedWindow> closed_early_ ABSL_GUARDED_BY(mu_);
   // Keyed by the series' own key object (no second copy of every key),
   // looked up by value.
   // Ordered, so that listings walk in key order and resume after a key

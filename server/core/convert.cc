@@ -57,6 +57,7 @@ absl::StatusOr<StatSpec> SpecFromProto(const v1::StatSpec& spec) {
   quantiles.erase(std::unique(quantiles.begin(), quantiles.end()), quantiles.end());
   out.quantiles = std::move(quantiles);
   out.window_ms = spec.window_size_ms();
+  out.requested_window_ms = spec.requested_window_size_ms();
   out.max_samples = spec.max_samples();
   // A series with quantiles has a histogram whatever this says: the
   // aggregator makes it so (Aggregator::Define), for every caller.
@@ -70,6 +71,7 @@ void SpecToProto(const StatSpec& spec, v1::StatSpec* out) {
   }
   for (double q : spec.quantiles) out->add_quantiles(q);
   out->set_window_size_ms(spec.window_ms);
+  out->set_requested_window_size_ms(spec.requested_window_ms);
   out->set_max_samples(spec.max_samples);
   out->set_histogram(spec.histogram);
 }
@@ -119,6 +121,7 @@ void WindowToProto(const ClosedWindow& window, v1::WindowSummary* out) {
   out->set_accepted(window.stats.accepted);
   out->set_capped(window.stats.capped);
   out->set_partial(window.partial);
+  out->set_definition(window.definition);
 }
 
 void SeriesToProto(const SeriesSnapshot& series, v1::SeriesInfo* out) {
@@ -132,6 +135,8 @@ void SeriesToProto(const SeriesSnapshot& series, v1::SeriesInfo* out) {
   c->set_client_dropped(series.counters.client_dropped);
   if (series.has_last_window) WindowToProto(series.last_window, out->mutable_last_window());
   out->set_last_update_ms(series.last_update_ms);
+  out->set_definition(series.definition);
+  out->set_defined_ms(series.defined_ms);
 }
 
 void EventToProto(const EventRecord& event, v1::Event* out) {

@@ -20,6 +20,8 @@ struct DaemonStats {
   // New series refused by a cardinality limit: one stream's, or the total.
   std::atomic<uint64_t> series_refused_stream_limit{0};
   std::atomic<uint64_t> series_refused_total_limit{0};
+  // Series redefined once every Stat of their old definition was gone.
+  std::atomic<uint64_t> series_redefined{0};
   // Batches a client re-sent after a broken stream that had been applied
   // already: acknowledged, not applied again.
   std::atomic<uint64_t> batches_duplicate{0};

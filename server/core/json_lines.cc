@@ -33,6 +33,7 @@ std::string WindowJsonLine(const ClosedWindow& window) {
   fields.start_ms = window.start_ms;
   fields.end_ms = window.end_ms;
   fields.partial = window.partial;
+  fields.definition = window.definition;
   fields.accepted = window.stats.accepted;
   fields.capped = window.stats.capped;
   ForEachAggregate(window, [&fields](const AggregateRef& ref, double value) {

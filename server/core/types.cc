@@ -83,8 +83,13 @@ std::vector<std::string> StatSpec::AggregationNames() const {
 
 std::string StatSpec::ToString() const {
   const std::vector<std::string> names = AggregationNames();
-  std::string window = window_ms % 1000 == 0 ? absl::StrCat(window_ms / 1000, "s")
-                                             : absl::StrCat(window_ms, "ms");
+  const auto duration = [](int64_t ms) {
+    return ms % 1000 == 0 ? absl::StrCat(ms / 1000, "s") : absl::StrCat(ms, "ms");
+  };
+  std::string window = duration(window_ms);
+  if (requested_window_ms != 0 && requested_window_ms != window_ms) {
+    absl::StrAppend(&window, " (asked ", duration(requested_window_ms), ")");
+  }
   return absl::StrCat("aggregations=[", absl::StrJoin(names, ","), "] window=", window,
                       " max_samples=",
                       max_samples == 0 ? std::string("unlimited") : absl::StrCat(max_samples),

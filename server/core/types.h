@@ -148,6 +148,10 @@ struct StatSpec {
   // Whether the series keeps a native histogram of its accepted samples
   // (NativeHistogram); always set when quantiles is not empty.
   bool histogram = false;
+  // What the client asked for when the daemon holds another window
+  // (v1.StatSpec.requested_window_size_ms); 0: window_ms. Not part of the
+  // definition's identity.
+  int64_t requested_window_ms = 0;
 
   friend bool operator==(const StatSpec& a, const StatSpec& b) {
     return a.aggregations == b.aggregations && a.quantiles == b.quantiles &&
@@ -217,8 +221,14 @@ struct QuantileValue {
 struct WindowRecord {
   int64_t start_ms = 0;
   WindowStats stats;
+  // Closed before its end: at shutdown, or because its series was redefined.
   bool partial = false;
+  // Which definition of its series it was aggregated under (0 the first,
+  // one more at each redefinition; Aggregator::Define). In the padding
+  // after `partial`: a record stays 72 bytes.
+  uint32_t definition = 0;
 };
+static_assert(sizeof(WindowRecord) <= 72, "a history record grew: every series keeps up to 120");
 
 // A window that has closed, with everything needed to report it.
 struct ClosedWindow {
@@ -230,6 +240,8 @@ struct ClosedWindow {
   // The series' quantiles, smallest first, with their estimates.
   std::vector<QuantileValue> quantiles;
   bool partial = false;
+  // WindowRecord::definition.
+  uint32_t definition = 0;
 
   // The value of `ref`, or nullopt if the series does not compute it.
   std::optional<double> Value(const AggregateRef& ref) const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -40,17 +41,37 @@ class WindowHistory {
   // quantile_count ≤ 65535 (the protocol allows 16).
   explicit WindowHistory(uint16_t quantile_count = 0) : width_(quantile_count) {}
 
-  // Appends `record` and its `quantiles` (quantile_count values), forgetting
-  // the oldest once `limit` (≥ 1) are kept.
+  // Appends `record` and its `quantiles` (at most the width's values; the
+  // rest of its row is NaN), forgetting the oldest once `limit` (≥ 1) are
+  // kept.
   void Push(const WindowRecord& record, absl::Span<const double> quantiles, size_t limit) {
     if (has_newest_ && limit > 1) PushOlder(limit - 1);
     newest_ = record;
     if (width_ != 0) {
       if (rows_ == nullptr) rows_ = std::make_unique<double[]>(width_);
-      std::copy_n(quantiles.begin(), width_, rows_.get());
+      const size_t n = std::min<size_t>(quantiles.size(), width_);
+      std::copy_n(quantiles.begin(), n, rows_.get());
+      std::fill(rows_.get() + n, rows_.get() + width_, std::numeric_limits<double>::quiet_NaN());
     }
     has_newest_ = true;
   }
+
+  // Rows of `width` (≥ the current width) from now on; the rows kept keep
+  // their values in their first columns (a series redefined with more
+  // quantiles: each record's row holds its own definition's quantiles).
+  void Widen(uint16_t width) {
+    if (width <= width_) return;
+    const size_t rows = 1 + older_.capacity();
+    auto grown = std::make_unique<double[]>(rows * width);
+    if (rows_ != nullptr) {
+      for (size_t r = 0; r < rows; ++r) {
+        std::copy_n(rows_.get() + r * width_, width_, grown.get() + r * width);
+      }
+    }
+    rows_ = std::move(grown);
+    width_ = width;
+  }
+  uint16_t width() const { return width_; }
 
   size_t size() const { return has_newest_ ? older_.size() + 1 : 0; }
   bool empty() const { return !has_newest_; }

@@ -48,12 +48,19 @@ struct SeriesRow {
   SeriesCounters counters;
   bool has_window = false;
   WindowRecord window;
-  std::vector<double> quantiles;  // window's, in the order of spec.quantiles
+  // The spec `window` was aggregated under when the series was redefined
+  // after it closed; null when it is `spec` (WindowSpec).
+  std::unique_ptr<StatSpec> redefined_since;
+  std::vector<double> quantiles;  // window's, in the order of WindowSpec's quantiles
   double created_s = 0;           // when the series was created, Unix seconds
   // Its histogram's index in Snapshot::histograms, -1 without: apart, so
   // that the rows every family walks stay small.
   int64_t histogram = -1;
 };
+
+const StatSpec& WindowSpec(const SeriesRow& r) {
+  return r.redefined_since != nullptr ? *r.redefined_since : r.spec;
+}
 
 struct EventRow {
   TextRange event;   // event="..."
@@ -160,9 +167,13 @@ size_t RenderScrape(const Aggregator& aggregator, const EventLog& events,
     row.spec = s.spec;
     row.counters = s.counters;
     row.created_s = static_cast<double>(s.created_ms) / 1000.0;
+    row.redefined_since = nullptr;
     if (s.last_window != nullptr) {
       row.has_window = true;
       row.window = *s.last_window;
+      if (&s.last_window_spec != &s.spec) {
+        row.redefined_since = std::make_unique<StatSpec>(s.last_window_spec);
+      }
       row.quantiles.assign(s.last_quantiles.begin(), s.last_quantiles.end());
     }
     row.histogram = -1;
@@ -244,14 +255,15 @@ size_t RenderScrape(const Aggregator& aggregator, const EventLog& events,
              "Aggregations of the last closed window of each series; agg names the aggregation.",
              MetricKind::kGauge, true, [&](const SeriesRow& r) {
                for (Aggregation a : kAllAggregations) {
-                 if (!Contains(r.spec.aggregations, a)) continue;
+                 if (!Contains(WindowSpec(r).aggregations, a)) continue;
                  out.Sample("torchmon_stat",
                             {stat_text(r), aggregation_parts[static_cast<int>(a)], label_text(r)},
                             r.window.stats.Get(a));
                }
                for (size_t i = 0; i < r.quantiles.size(); ++i) {
                  out.Sample("torchmon_stat",
-                            {stat_text(r), quantile_part(r.spec.quantiles[i]), label_text(r)},
+                            {stat_text(r), quantile_part(WindowSpec(r).quantiles[i]),
+                             label_text(r)},
                             r.quantiles[i]);
                }
              });
@@ -290,12 +302,24 @@ size_t RenderScrape(const Aggregator& aggregator, const EventLog& events,
              "End of the last closed window, Unix seconds.", MetricKind::kGauge, true,
              [&](const SeriesRow& r) {
                out.Sample("torchmon_window_end_timestamp_seconds", {stat_text(r), label_text(r)},
-                          static_cast<double>(r.window.start_ms + r.spec.window_ms) / 1000.0);
+                          static_cast<double>(r.window.start_ms + WindowSpec(r).window_ms) /
+                              1000.0);
              });
   per_series("torchmon_window_size_seconds", "Window length of the series.", MetricKind::kGauge,
              false, [&](const SeriesRow& r) {
                out.Sample("torchmon_window_size_seconds", {stat_text(r), label_text(r)},
                           static_cast<double>(r.spec.window_ms) / 1000.0);
+             });
+  out.Family("torchmon_window_requested_size_seconds",
+             "Window length the series was asked for where the daemon holds another (below 10 ms "
+             "or above 31 days; torchmon_window_size_seconds is the one it holds).",
+             MetricKind::kGauge, [&] {
+               for (const SeriesRow& r : snap.series) {
+                 const int64_t asked = r.spec.requested_window_ms;
+                 if (asked == 0 || asked == r.spec.window_ms) continue;
+                 out.Sample("torchmon_window_requested_size_seconds",
+                            {stat_text(r), label_text(r)}, static_cast<double>(asked) / 1000.0);
+               }
              });
   per_series("torchmon_samples_accepted_total",
              "Samples aggregated into a window since the series was created.",

@@ -69,6 +69,12 @@ const SelfMetric kSelfMetrics[] = {
      "Stat definitions refused (invalid, conflicting or over a series limit).",
      "stat definitions refused: invalid, conflicting, or over a series limit",
      Plain<&DaemonStats::definitions_refused>},
+    {"torchmon_daemon_series_redefined_total", "counter", "",
+     "Series redefined once no Stat of their old definition was alive.",
+     "series redefined once no Stat of their old definition was alive: the old definition's "
+     "open windows closed early "
+     "([semantics](semantics.md#redefining-a-stat))",
+     Plain<&DaemonStats::series_redefined>},
     {"torchmon_daemon_batches_duplicate_total", "counter", "",
      "Batches a client re-sent after a broken stream that were applied already; acknowledged, "
      "not applied again.",

@@ -7,11 +7,23 @@
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
+namespace {
+
+// Whether two specs define a series alike (Aggregator::Define: quantiles
+// imply the histogram).
+bool SameDefinition(StatSpec a, StatSpec b) {
+  a.histogram = a.histogram || !a.quantiles.empty();
+  b.histogram = b.histogram || !b.quantiles.empty();
+  return a == b;
+}
+
+}  // namespace
 
 using protocol::Quote;
 
 void IngestSession::Report(v1::IngestAck* ack, uint64_t sequence, uint32_t stat_id,
                            absl::StatusCode code, std::string message, uint64_t samples_refused) {
+  if (ack == nullptr) return;  // the stream has ended: nobody to tell
   if (++batch_errors_ > limits_.max_errors_per_batch) {
     ++omitted_errors_;
     omitted_samples_refused_ += samples_refused;
@@ -47,6 +59,16 @@ IngestSession::Binding& IngestSession::BindingTable::FindOrCreate(uint32_t id) {
   return sparse_[id];
 }
 
+void IngestSession::BindingTable::Erase(uint32_t id) {
+  if (id < dense_.size() && dense_[id].has_value()) {
+    dense_[id].reset();
+    usable_[id] = 0;
+    --count_;
+  } else if (sparse_.erase(id) != 0) {
+    --count_;
+  }
+}
+
 void IngestSession::BindingTable::Sync(uint32_t id) {
   if (id >= usable_.size()) return;  // in the map: UsableId answers 0 and Find serves it
   const std::optional<Binding>& b = dense_[id];
@@ -55,16 +77,148 @@ void IngestSession::BindingTable::Sync(uint32_t id) {
 
 IngestSession::IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
                              Broadcaster<EventRecord>* events_out, IngestLimits limits,
-                             ClientRegistry* clients)
+                             ClientRegistry* clients, RateLimitedLog* log)
     : aggregator_(aggregator),
       events_(events),
       stats_(stats),
       events_out_(events_out),
       limits_(limits),
-      clients_(clients) {}
+      clients_(clients),
+      log_(log) {}
 
 IngestSession::~IngestSession() {
+  // The stream ended: its Stats hold nothing any more.
+  for (const auto& [id, n] : holds_) {
+    for (uint32_t i = 0; i < n; ++i) aggregator_.Release(id);
+  }
+  holds_.clear();
+  SettleWaiting(0, nullptr, /*final=*/true);
   if (client_ != nullptr) clients_->Release(client_instance_);
+}
+
+void IngestSession::Unhold(SeriesId id) {
+  aggregator_.Release(id);
+  auto it = holds_.find(id);
+  if (it != holds_.end() && --it->second == 0) holds_.erase(it);
+}
+
+absl::StatusOr<SeriesId> IngestSession::DefineSeries(const SeriesKey& key, const StatSpec& spec,
+                                                     Aggregator::DefineDetail* detail) {
+  auto id = aggregator_.Define(key, spec, detail);
+  if (!id.ok()) return id;
+  Hold(*id);
+  if (detail->redefined) {
+    stats_.series_redefined.fetch_add(1, std::memory_order_relaxed);
+    if (log_ != nullptr) {
+      log_->Report("redefined a series",
+                   absl::StrCat(Quote(key.ToString(), 512), " from ", detail->previous.ToString(),
+                                " to ", spec.ToString(), "; its open windows closed early"));
+    }
+  }
+  return id;
+}
+
+IngestSession::Binding* IngestSession::Waiting(uint32_t stat_id) {
+  Binding* b = bindings_.Find(stat_id);
+  return b != nullptr && b->waiting != nullptr ? b : nullptr;
+}
+
+void IngestSession::Hold(uint32_t stat_id, Binding& b, absl::Span<const double> values,
+                         absl::Span<const int64_t> timestamps_us, uint64_t sequence,
+                         v1::IngestAck* ack) {
+  Binding::Waiting& w = *b.waiting;
+  w.values.insert(w.values.end(), values.begin(), values.end());
+  w.timestamps_us.insert(w.timestamps_us.end(), timestamps_us.begin(), timestamps_us.end());
+  samples_waiting_ += values.size();
+  if (samples_waiting_ > limits_.max_samples_waiting) {
+    RefuseWaiting(stat_id, b,
+                  absl::StrCat(w.conflict, "; more than ", limits_.max_samples_waiting,
+                               " samples waited for the earlier definition to be released"),
+                  sequence, ack);
+  }
+}
+
+void IngestSession::RefuseWaiting(uint32_t stat_id, Binding& b, std::string why,
+                                  uint64_t sequence, v1::IngestAck* ack) {
+  const uint64_t n = b.waiting->values.size();
+  samples_waiting_ -= n;
+  stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
+  stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
+  Report(ack, sequence, stat_id, absl::StatusCode::kAlreadyExists,
+         absl::StrCat(why, "; ", n, " samples refused"), n);
+  if (log_ != nullptr && ack == nullptr) {
+    log_->Report("refused a definition at the end of its stream",
+                 absl::StrCat(why, "; ", n, " samples refused"));
+  }
+  const bool released = b.waiting->released;
+  b.refusal = std::move(why);
+  b.waiting.reset();
+  --series_bound_;
+  bindings_.Sync(stat_id);
+  if (released) bindings_.Erase(stat_id);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), stat_id), waiting_.end());
+}
+
+void IngestSession::Release(const v1::IngestBatch& batch, v1::IngestAck* ack) {
+  for (const uint32_t stat_id : batch.released()) {
+    Binding* b = bindings_.Find(stat_id);
+    if (b == nullptr) continue;  // never bound, or released already
+    if (!b->refusal.empty()) {
+      bindings_.Erase(stat_id);  // refused: it held nothing
+      continue;
+    }
+    if (b->waiting != nullptr) {
+      // Its samples still wait: settled (then released) with the others.
+      b->waiting->released = true;
+      continue;
+    }
+    Unhold(b->id);
+    --series_bound_;
+    bindings_.Erase(stat_id);
+  }
+  static_cast<void>(ack);
+}
+
+void IngestSession::SettleWaiting(uint64_t sequence, v1::IngestAck* ack, bool final) {
+  if (waiting_.empty()) return;
+  const int64_t now = aggregator_.clock().NowMs();
+  const std::vector<uint32_t> ids = waiting_;
+  for (const uint32_t stat_id : ids) {
+    Binding& b = *bindings_.Find(stat_id);
+    Aggregator::DefineDetail detail;
+    auto id = DefineSeries(b.key, b.spec, &detail);
+    if (id.ok()) {
+      std::unique_ptr<Binding::Waiting> w = std::move(b.waiting);
+      samples_waiting_ -= w->values.size();
+      waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), stat_id), waiting_.end());
+      b.id = *id;
+      bindings_.Sync(stat_id);
+      if (!w->values.empty()) {
+        auto added = aggregator_.AddSamples(b.id, w->values, w->timestamps_us);
+        if (!added.ok()) {
+          Report(ack, sequence, stat_id, static_cast<absl::StatusCode>(added.status().code()),
+                 std::string(added.status().message()), w->values.size());
+          stats_.samples_refused.fetch_add(w->values.size(), std::memory_order_relaxed);
+        }
+      }
+      if (w->released || final) {
+        Unhold(b.id);
+        --series_bound_;
+        bindings_.Erase(stat_id);
+      }
+      continue;
+    }
+    auto held = holds_.find(detail.conflict_id);
+    const bool ours = absl::IsAlreadyExists(id.status()) && held != holds_.end() &&
+                      detail.holders <= held->second;
+    if (ours && !final && now - b.waiting->since_ms < limits_.redefinition_wait_ms) continue;
+    RefuseWaiting(stat_id, b,
+                  ours ? absl::StrCat(id.status().message(), "; the earlier definition was not "
+                                                              "released within ",
+                                      limits_.redefinition_wait_ms, " ms")
+                       : std::string(id.status().message()),
+                  sequence, ack);
+  }
 }
 
 void IngestSession::Apply(const v1::IngestBatch& batch, v1::IngestAck* ack) {
@@ -103,6 +257,7 @@ void IngestSession::Apply(const v1::IngestBatch& batch, v1::IngestAck* ack) {
                                 " are listed per batch)"));
     e->set_samples_refused(omitted_samples_refused_);
   }
+  SettleWaiting(seq, ack, /*final=*/false);
   if (batch_errors_ != 0) stats_.batches_with_errors.fetch_add(1, std::memory_order_relaxed);
   if (seq > ack->sequence()) ack->set_sequence(seq);
 }
@@ -139,6 +294,7 @@ void IngestSession::ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack)
   for (const auto& drops : batch.drops()) AddDrops(drops, seq, ack);
   for (const auto& event : batch.events()) AddEvent(event, seq, ack);
   for (const auto& drops : batch.event_drops()) AddEventDrops(drops, seq, ack);
+  Release(batch, ack);
 }
 
 void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack) {
@@ -201,8 +357,9 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   }
   b.spec = *spec;
   Binding* existing = bindings_.Find(def.id());
-  if (existing != nullptr && existing->id != 0 && existing->refusal.empty() &&
-      existing->key.ToString() != b.key.ToString()) {
+  const bool in_use = existing != nullptr && existing->refusal.empty() &&
+                      (existing->id != 0 || existing->waiting != nullptr);
+  if (in_use && existing->key.ToString() != b.key.ToString()) {
     // The same name under other labels is another series: an id names one
     // series for the life of the stream (torchmon.proto, StatDefinition.id).
     Report(ack, sequence, def.id(), absl::StatusCode::kAlreadyExists,
@@ -213,8 +370,20 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const bool counted = existing != nullptr && existing->id != 0;
-  if (!counted && limits_.max_series_per_stream != 0 &&
+  if (in_use) {
+    // The same definition again (a retry) is harmless; another spec under
+    // the same id is not: an id names one definition for its life.
+    if (SameDefinition(existing->spec, b.spec)) return;
+    Report(ack, sequence, def.id(), absl::StatusCode::kAlreadyExists,
+           absl::StrCat("stat id ", def.id(), " is already bound to ",
+                        Quote(existing->key.ToString(), 512), " with ", existing->spec.ToString(),
+                        " on this stream; refusing to redefine it with ", b.spec.ToString(),
+                        " (a new definition takes a new id)"),
+           0);
+    stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (limits_.max_series_per_stream != 0 &&
       series_bound_ >= limits_.max_series_per_stream) {
     stats_.series_refused_stream_limit.fetch_add(1, std::memory_order_relaxed);
     return refuse(absl::StatusCode::kResourceExhausted,
@@ -222,7 +391,24 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
                                series_bound_, " series, the most one stream may define "
                                "(torchmond --max-series-per-client)"));
   }
-  auto id = aggregator_.Define(b.key, b.spec);
+  Aggregator::DefineDetail detail;
+  auto id = DefineSeries(b.key, b.spec, &detail);
+  if (def.after_release() && absl::IsAlreadyExists(id.status())) {
+    auto held = holds_.find(detail.conflict_id);
+    if (held != holds_.end() && detail.holders <= held->second) {
+      // Held by this stream alone: a Stat of the old definition whose
+      // release is still on its way (it comes after that Stat's last
+      // samples). Wait for it; Apply settles it.
+      b.waiting = std::make_unique<Binding::Waiting>();
+      b.waiting->since_ms = aggregator_.clock().NowMs();
+      b.waiting->conflict = std::string(id.status().message());
+      ++series_bound_;
+      waiting_.push_back(def.id());
+      bindings_.FindOrCreate(def.id()) = std::move(b);
+      bindings_.Sync(def.id());
+      return;
+    }
+  }
   if (!id.ok()) {
     if (absl::IsResourceExhausted(id.status())) {
       stats_.series_refused_total_limit.fetch_add(1, std::memory_order_relaxed);
@@ -230,7 +416,7 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     return refuse(static_cast<absl::StatusCode>(id.status().code()), std::string(id.status().message()));
   }
   b.id = *id;
-  if (!counted) ++series_bound_;
+  ++series_bound_;
   bindings_.FindOrCreate(def.id()) = std::move(b);
   bindings_.Sync(def.id());
 }
@@ -240,8 +426,9 @@ IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples,
   Binding* b = bindings_.Find(stat_id);
   if (b == nullptr) {
     Report(ack, sequence, stat_id, absl::StatusCode::kNotFound,
-             absl::StrCat("stat id ", stat_id, " was never defined on this stream; ", samples,
-                          " samples refused"),
+             absl::StrCat("stat id ", stat_id,
+                          " is not defined on this stream (never defined, or released); ",
+                          samples, " samples refused"),
              samples);
     stats_.samples_refused.fetch_add(samples, std::memory_order_relaxed);
     return nullptr;
@@ -258,8 +445,18 @@ IngestSession::Binding* IngestSession::Bound(uint32_t stat_id, uint64_t samples,
 }
 
 absl::Status IngestSession::Redefine(uint32_t stat_id, Binding& b) {
-  auto id = aggregator_.Define(b.key, b.spec);
-  if (!id.ok()) return id.status();
+  // The old series is gone, and its hold with it.
+  auto held = holds_.find(b.id);
+  if (held != holds_.end() && --held->second == 0) holds_.erase(held);
+  Aggregator::DefineDetail detail;
+  auto id = DefineSeries(b.key, b.spec, &detail);
+  if (!id.ok()) {
+    b.id = 0;
+    b.refusal = std::string(id.status().message());
+    --series_bound_;
+    bindings_.Sync(stat_id);
+    return id.status();
+  }
   b.id = *id;
   bindings_.Sync(stat_id);
   return absl::OkStatus();
@@ -305,8 +502,10 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
   for (const v1::SampleBlock& block : batch.samples()) {
     const uint64_t n = static_cast<uint64_t>(block.values_size());
     stats_.samples_received.fetch_add(n, std::memory_order_relaxed);
-    const SeriesId id = SeriesFor(block.stat_id(), n, sequence, ack);
-    if (id == 0) continue;
+    Binding* waiting =
+        bindings_.UsableId(block.stat_id()) == 0 ? Waiting(block.stat_id()) : nullptr;
+    const SeriesId id = waiting != nullptr ? 0 : SeriesFor(block.stat_id(), n, sequence, ack);
+    if (id == 0 && waiting == nullptr) continue;
     if (block.time_deltas_us_size() != 0 &&
         static_cast<uint64_t>(block.time_deltas_us_size()) != n) {
       Report(ack, sequence, block.stat_id(), absl::StatusCode::kInvalidArgument,
@@ -315,6 +514,12 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
                           n, " values (must be equal or empty); block refused"),
              n);
       stats_.samples_refused.fetch_add(n, std::memory_order_relaxed);
+      continue;
+    }
+    if (waiting != nullptr) {
+      waiting_times_.resize(n);
+      DecodeTimes(block.base_time_us(), block.time_deltas_us(), n, waiting_times_.data());
+      Hold(block.stat_id(), *waiting, block.values(), waiting_times_, sequence, ack);
       continue;
     }
     const size_t first = timestamps_.size();
@@ -382,7 +587,10 @@ void IngestSession::QueueColumns(const v1::SampleColumns& columns, uint64_t sequ
     uint64_t end = i + 1;
     while (end < n && stat_ids[end] == stat_id) ++end;
     const uint64_t len = end - i;
-    if (const SeriesId id = SeriesFor(stat_id, len, sequence, ack); id != 0) {
+    if (Binding* waiting = bindings_.UsableId(stat_id) == 0 ? Waiting(stat_id) : nullptr) {
+      Hold(stat_id, *waiting, absl::MakeConstSpan(values + i, len),
+           absl::MakeConstSpan(timestamps_.data() + first + i, len), sequence, ack);
+    } else if (const SeriesId id = SeriesFor(stat_id, len, sequence, ack); id != 0) {
       pending_.push_back({stat_id, first + i});
       runs_.push_back({id, absl::MakeConstSpan(values + i, len), {}});
     }

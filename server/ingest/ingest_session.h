@@ -18,6 +18,7 @@
 #include "server/core/broadcaster.h"
 #include "server/ingest/client_registry.h"
 #include "server/core/daemon_stats.h"
+#include "server/core/rate_limited_log.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::server {
@@ -29,6 +30,12 @@ struct IngestLimits {
   // IngestErrors listed per batch; past it one more says how many were left
   // out, so an ack stays small whatever a batch holds.
   int max_errors_per_batch = 100;
+  // A definition that conflicts only with this stream's own bindings waits
+  // for them to be released (IngestBatch.released), its samples held, for
+  // at most this long (daemon clock) and this many samples per stream;
+  // then it is refused as a conflict, the samples held with it.
+  int64_t redefinition_wait_ms = 10'000;
+  size_t max_samples_waiting = 1 << 18;
 };
 
 class IngestSession {
@@ -36,15 +43,20 @@ class IngestSession {
   // `events_out` (may be null) receives every event appended to `events`.
   // `clients` (may be null) is where a client that names its instance in
   // the hello is remembered; without it every batch is applied.
+  // `log` (may be null) gets a line when a series is redefined.
   IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
                 Broadcaster<EventRecord>* events_out, IngestLimits limits = {},
-                ClientRegistry* clients = nullptr);
+                ClientRegistry* clients = nullptr, RateLimitedLog* log = nullptr);
+  // Releases the stream's bindings (the stream ended), then applies or
+  // refuses the definitions still waiting (see IngestLimits).
   ~IngestSession();
   IngestSession(const IngestSession&) = delete;
   IngestSession& operator=(const IngestSession&) = delete;
 
   // Applies `batch`; sets ack->sequence and appends an IngestError to `ack`
-  // for every part refused. Never fails as a whole. A batch of a known
+  // for every part refused. Never fails as a whole. Samples of a definition
+  // waiting for this stream to release an older one are held, neither
+  // accepted nor refused yet (IngestLimits::redefinition_wait_ms). A batch of a known
   // client whose sequence (non-zero) is not above the newest one applied
   // for that client is a re-send: acknowledged, not applied again.
   void Apply(const v1::IngestBatch& batch, v1::IngestAck* ack);
@@ -58,6 +70,18 @@ class IngestSession {
     SeriesId id = 0;
     // Non-empty when the definition was refused; samples under it are too.
     std::string refusal;
+    // Waiting: the series is defined otherwise, held by this stream's
+    // bindings only, and the definition came after_release (a Stat of the
+    // old definition gone, its release not yet here). Its samples wait
+    // here; id is 0.
+    struct Waiting {
+      int64_t since_ms = 0;
+      std::string conflict;  // the aggregator's message, if it is refused
+      std::vector<double> values;
+      std::vector<int64_t> timestamps_us;
+      bool released = false;  // its own Stat is gone too
+    };
+    std::unique_ptr<Waiting> waiting;
   };
 
   // Bindings by per-stream stat id. Clients number their stats 1, 2, 3...,
@@ -71,6 +95,9 @@ class IngestSession {
     Binding* Find(uint32_t id);
     // The binding of `id`, created empty if it was never bound.
     Binding& FindOrCreate(uint32_t id);
+    // Forgets `id`'s binding (released): what a stream holds stays in
+    // proportion to the stats it uses, however many it made and dropped.
+    void Erase(uint32_t id);
     // The series of `id` if it is bound and not refused, else 0 (then
     // Find tells why). Reads 8 bytes per id instead of the binding itself:
     // with tens of thousands of stats per stream each block's binding is
@@ -111,6 +138,27 @@ class IngestSession {
   // Re-creates the series of stat `stat_id` (bound to `b`) that expired
   // while this stream still uses it.
   absl::Status Redefine(uint32_t stat_id, Binding& b);
+  // The aggregator's Define for a binding of this stream: counts the hold
+  // and a redefinition (logged).
+  absl::StatusOr<SeriesId> DefineSeries(const SeriesKey& key, const StatSpec& spec,
+                                        Aggregator::DefineDetail* detail);
+  void Hold(SeriesId id) { ++holds_[id]; }
+  void Unhold(SeriesId id);
+  // `stat_id`'s binding if it is waiting, else null.
+  Binding* Waiting(uint32_t stat_id);
+  // Holds samples of waiting binding `b`, or refuses them with it when it
+  // waited too long or holds too many.
+  void Hold(uint32_t stat_id, Binding& b, absl::Span<const double> values,
+            absl::Span<const int64_t> timestamps_us, uint64_t sequence, v1::IngestAck* ack);
+  // The batch's releases: the stream no longer uses those ids.
+  void Release(const v1::IngestBatch& batch, v1::IngestAck* ack);
+  // Defines what waits once nothing else holds its series, adding its
+  // samples; refuses it when another stream holds it or it waited too
+  // long (`final`: the stream ended, nothing will be released any more).
+  void SettleWaiting(uint64_t sequence, v1::IngestAck* ack, bool final);
+  // Turns waiting binding `stat_id` into a refusal, its samples refused.
+  void RefuseWaiting(uint32_t stat_id, Binding& b, std::string why, uint64_t sequence,
+                     v1::IngestAck* ack);
 
   Aggregator& aggregator_;
   EventLog& events_;
@@ -118,6 +166,12 @@ class IngestSession {
   Broadcaster<EventRecord>* events_out_;
   const IngestLimits limits_;
   ClientRegistry* const clients_;
+  RateLimitedLog* const log_;
+  // Bindings of this stream holding each series (Aggregator::Define).
+  absl::flat_hash_map<SeriesId, uint32_t> holds_;
+  // Ids of the bindings waiting, and the samples they hold together.
+  std::vector<uint32_t> waiting_;
+  size_t samples_waiting_ = 0;
 
   bool first_batch_ = true;
   // This stream's client, when it named its instance.
@@ -144,6 +198,7 @@ class IngestSession {
   };
   std::vector<PendingRun> pending_;
   std::vector<Aggregator::SampleRun> runs_;
+  std::vector<int64_t> waiting_times_;  // a waiting block's, decoded
   std::vector<absl::StatusOr<AddResult>> results_;
 };
 

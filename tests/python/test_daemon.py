@@ -259,11 +259,16 @@ def test_client_labels_and_context_manager(daemon):
 
 def test_conflicting_definition_is_reported_not_raised(daemon):
     client = torchmon.Client(target=daemon.target, labels_from_environment=False)
-    torchmon.Stat("dup", [torchmon.SUM], WINDOW, client=client).add(1.0)
-    torchmon.Stat("dup", [torchmon.MEAN], WINDOW, client=client).add(1.0)
+    first = torchmon.Stat("dup", [torchmon.SUM], WINDOW, client=client)
+    first.add(1.0)
+    # Alive at the same time: a conflict, reported at once. (Made after the
+    # first is gone, it would redefine the series: test_dropin.py.)
+    second = torchmon.Stat("dup", [torchmon.MEAN], WINDOW, client=client)
+    second.add(1.0)
     client.flush(5)
     errors = client.errors()
-    assert any("already defined" in e for e in errors), errors
+    assert any("already defined" in e and "while 1 Stat" in e for e in errors), errors
+    assert (first.added, second.added) == (1, 1)
 
 
 def test_events_arrive_typed(daemon):

@@ -565,6 +565,202 @@ TEST_F(AggregatorTest, ConflictingDefinitionLeavesTheFirstSpecInPlace) {
   EXPECT_EQ(list[0].spec, first);
 }
 
+// --- Redefinition ----------------------------------------------------------
+
+TEST_F(AggregatorTest, ADefinitionNothingHoldsIsReplacedItsOpenWindowClosedFirst) {
+  const SeriesKey key{"asdf", {}};
+  const StatSpec first{AggregationBit(Aggregation::kSum), 1000, 3, {}};
+  const StatSpec second{AggregationBit(Aggregation::kCount), 250, 0, {}};
+  auto id = aggregator_->Define(key, first);
+  ASSERT_TRUE(id.ok());
+  AddAt(*id, 9, kT0 - 500);  // [kT0 - 1000, kT0): ended, within the grace
+  AddAt(*id, 2, kT0 + 100);
+  AddAt(*id, 5, kT0 + 200);
+  aggregator_->Release(*id);
+  clock_.Set(kT0 + 300);
+  Aggregator::DefineDetail detail;
+  auto again = aggregator_->Define(key, second, &detail);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *id);  // the same series
+  EXPECT_TRUE(detail.redefined);
+  EXPECT_EQ(detail.previous, first);
+  EXPECT_EQ(aggregator_->redefinitions(), 1u);
+  // The old windows closed at once under the old spec, and come out of the
+  // next close, though they are not due: [kT0, kT0 + 1000) partial, the
+  // one that had ended whole.
+  const auto closed = aggregator_->CloseDueWindows();
+  ASSERT_THAT(closed, SizeIs(2));
+  EXPECT_EQ(closed[0].start_ms, kT0 - 1000);
+  EXPECT_FALSE(closed[0].partial);
+  EXPECT_EQ(closed[1].start_ms, kT0);
+  EXPECT_EQ(closed[1].end_ms, kT0 + 1000);
+  EXPECT_TRUE(closed[1].partial);
+  EXPECT_EQ(closed[1].definition, 0u);
+  EXPECT_EQ(closed[1].Value(AggregateRef{Aggregation::kSum, 0}), 7.0);
+  EXPECT_EQ(closed[1].Value(AggregateRef{Aggregation::kCount, 0}), std::nullopt);
+  // The new spec from now on: 250 ms windows, no cap, COUNT. A sample in
+  // the new window [kT0 + 250, kT0 + 500), which the old window spanned,
+  // is not late.
+  EXPECT_EQ(AddAt(*id, 1, kT0 + 300).accepted, 1u);
+  EXPECT_EQ(AddAt(*id, 1, kT0 + 310).accepted, 1u);
+  EXPECT_EQ(AddAt(*id, 1, kT0 + 320).accepted, 1u);
+  EXPECT_EQ(AddAt(*id, 1, kT0 + 330).accepted, 1u);  // over the old cap of 3
+  clock_.Set(kT0 + 500 + kGrace);
+  const auto next = aggregator_->CloseDueWindows();
+  ASSERT_THAT(next, SizeIs(1));
+  EXPECT_EQ(next[0].start_ms, kT0 + 250);
+  EXPECT_EQ(next[0].end_ms, kT0 + 500);
+  EXPECT_FALSE(next[0].partial);
+  EXPECT_EQ(next[0].definition, 1u);
+  EXPECT_EQ(next[0].Value(AggregateRef{Aggregation::kCount, 0}), 4.0);
+  EXPECT_EQ(next[0].Value(AggregateRef{Aggregation::kSum, 0}), std::nullopt);
+  // History: both, in order of definition, each with its own spec; the
+  // series says which definition holds and since when; counters go on.
+  const auto history = AllWindows();
+  ASSERT_THAT(history, SizeIs(3));
+  EXPECT_EQ(history[1].definition, 0u);
+  EXPECT_EQ(history[1].end_ms - history[1].start_ms, 1000);
+  EXPECT_EQ(history[2].definition, 1u);
+  EXPECT_EQ(history[2].end_ms - history[2].start_ms, 250);
+  const auto list = aggregator_->ListSeries(Selector{});
+  ASSERT_THAT(list, SizeIs(1));
+  EXPECT_EQ(list[0].spec, second);
+  EXPECT_EQ(list[0].definition, 1u);
+  EXPECT_EQ(list[0].defined_ms, kT0 + 300);
+  EXPECT_EQ(list[0].counters.accepted, 7u);
+}
+
+TEST_F(AggregatorTest, ADefinitionStillHeldConflictsAndSaysWhoHoldsIt) {
+  const SeriesKey key{"s", {}};
+  auto a = aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kSum), 1000, 0, {}});
+  auto b = aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kSum), 1000, 0, {}});
+  ASSERT_TRUE(a.ok() && b.ok());
+  const StatSpec other{AggregationBit(Aggregation::kSum), 2000, 0, {}};
+  Aggregator::DefineDetail detail;
+  auto refused = aggregator_->Define(key, other, &detail);
+  ASSERT_TRUE(absl::IsAlreadyExists(refused.status()));
+  EXPECT_EQ(detail.conflict_id, *a);
+  EXPECT_EQ(detail.holders, 2u);
+  EXPECT_THAT(refused.status().message(), HasSubstr("while 2 Stats of the first definition"));
+  aggregator_->Release(*a);
+  detail = {};
+  EXPECT_TRUE(absl::IsAlreadyExists(aggregator_->Define(key, other, &detail).status()));
+  EXPECT_EQ(detail.holders, 1u);
+  aggregator_->Release(*b);
+  EXPECT_TRUE(aggregator_->Define(key, other).ok());
+  EXPECT_EQ(aggregator_->redefinitions(), 1u);
+  // Releasing more than was held leaves nothing held, not less.
+  aggregator_->Release(*a);
+  aggregator_->Release(*a);
+  ASSERT_TRUE(aggregator_->Define(key, other).ok());
+  detail = {};
+  EXPECT_TRUE(
+      absl::IsAlreadyExists(aggregator_->Define(key, StatSpec{kAll, 1000, 0, {}}, &detail).status()));
+  EXPECT_EQ(detail.holders, 1u);
+}
+
+TEST_F(AggregatorTest, ADefinitionDifferingOnlyInTheWindowAskedForIsTheSame) {
+  const SeriesKey key{"s", {}};
+  StatSpec one_ms{AggregationBit(Aggregation::kSum), 10, 0, {}};
+  one_ms.requested_window_ms = 1;
+  StatSpec five_ms = one_ms;
+  five_ms.requested_window_ms = 5;
+  auto a = aggregator_->Define(key, one_ms);
+  auto b = aggregator_->Define(key, five_ms);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(aggregator_->redefinitions(), 0u);
+  const auto list = aggregator_->ListSeries(Selector{});
+  ASSERT_THAT(list, SizeIs(1));
+  EXPECT_EQ(list[0].spec.requested_window_ms, 1);  // the first's
+  EXPECT_EQ(list[0].spec.ToString(), "aggregations=[sum] window=10ms (asked 1ms) max_samples=unlimited");
+}
+
+TEST_F(AggregatorTest, RedefinitionKeepsEachWindowsQuantilesAndPagesInOrder) {
+  const SeriesKey key{"q", {}};
+  // Three definitions: p50 in 1 s windows; p10, p50, p90 in 100 ms; none.
+  auto id = aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kMax), 1000, 0, {0.5}});
+  ASSERT_TRUE(id.ok());
+  for (int i = 1; i <= 5; ++i) AddAt(*id, i, kT0 + 500 + i);
+  aggregator_->Release(*id);
+  clock_.Set(kT0 + 600);
+  ASSERT_TRUE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kMin), 100, 0,
+                                                {0.1, 0.5, 0.9}})
+                  .ok());
+  for (int i = 1; i <= 9; ++i) AddAt(*id, i * 10, kT0 + 600 + i);  // window [600, 700)
+  for (int i = 1; i <= 9; ++i) AddAt(*id, i, kT0 + 700 + i);       // window [700, 800)
+  clock_.Set(kT0 + 800 + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(3));
+  aggregator_->Release(*id);
+  ASSERT_TRUE(aggregator_->Define(key, StatSpec{AggregationBit(Aggregation::kCount), 50, 0, {}}).ok());
+  AddAt(*id, 1, kT0 + 2800);
+  clock_.Set(kT0 + 2850 + kGrace);
+  ASSERT_THAT(aggregator_->CloseDueWindows(), SizeIs(1));
+
+  const auto all = AllWindows();
+  ASSERT_THAT(all, SizeIs(4));
+  EXPECT_EQ(all[0].definition, 0u);
+  ASSERT_THAT(all[0].quantiles, SizeIs(1));
+  EXPECT_EQ(all[0].quantiles[0].quantile, 0.5);
+  EXPECT_NEAR(all[0].quantiles[0].value, 3, 0.03);
+  EXPECT_EQ(all[1].definition, 1u);
+  ASSERT_THAT(all[1].quantiles, SizeIs(3));
+  EXPECT_NEAR(all[1].quantiles[2].value, 80, 0.8);  // p90 of 10..90: rank 7
+  EXPECT_EQ(all[2].definition, 1u);
+  EXPECT_EQ(all[3].definition, 2u);
+  EXPECT_THAT(all[3].quantiles, IsEmpty());
+  EXPECT_EQ(all[3].Value(AggregateRef{Aggregation::kCount, 0}), 1.0);
+  // The first definition's window starts after the second's first and
+  // before the third's: pages of one window each still list each once, in
+  // the same order.
+  std::vector<std::pair<uint32_t, int64_t>> paged;
+  std::optional<Aggregator::WindowCursor> from;
+  do {
+    auto chunk = aggregator_->GetWindowsChunk(Selector{}, Aggregator::WindowFilter{},
+                                              from ? &*from : nullptr, 1);
+    for (const ClosedWindow& w : chunk.windows) paged.emplace_back(w.definition, w.start_ms);
+    from = chunk.resume;
+  } while (from.has_value());
+  std::vector<std::pair<uint32_t, int64_t>> expected;
+  for (const ClosedWindow& w : all) expected.emplace_back(w.definition, w.start_ms);
+  EXPECT_EQ(paged, expected);
+  // A time filter looks past a definition whose windows start earlier.
+  const auto since = aggregator_->GetWindows(Selector{}, kT0 + 650, 0, 0);
+  ASSERT_THAT(since, SizeIs(2));
+  EXPECT_EQ(since[0].start_ms, kT0 + 700);
+  EXPECT_EQ(since[1].start_ms, kT0 + 2800);
+}
+
+TEST_F(AggregatorTest, RedefiningInALoopKeepsOnlyThePastDefinitionsTheHistoryUses) {
+  AggregatorOptions options = TestOptions();
+  options.history_windows = 3;
+  Reset(options);
+  const SeriesKey key{"loop", {}};
+  SeriesId id = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const int64_t t = kT0 + int64_t{i} * 10;
+    clock_.Set(t);
+    auto defined = aggregator_->Define(
+        key, StatSpec{AggregationBit(Aggregation::kSum), i % 2 == 0 ? 1000 : 2000, i % 7, {}});
+    ASSERT_TRUE(defined.ok()) << i << ": " << defined.status();
+    id = *defined;
+    AddAt(id, 1, t);
+    aggregator_->Release(id);
+  }
+  EXPECT_EQ(aggregator_->redefinitions(), 999u);
+  aggregator_->CloseDueWindows();
+  // Each redefinition closed the window before it; the last is open.
+  const auto all = AllWindows();
+  ASSERT_THAT(all, SizeIs(3));  // the history's bound
+  for (size_t i = 0; i < all.size(); ++i) {
+    const uint32_t definition = 996 + static_cast<uint32_t>(i);
+    EXPECT_EQ(all[i].definition, definition);
+    EXPECT_EQ(all[i].end_ms - all[i].start_ms, definition % 2 == 0 ? 1000 : 2000);
+    EXPECT_TRUE(all[i].partial);
+  }
+  EXPECT_EQ(Counters("loop").accepted, 1000u);
+}
+
 // --- TTL -------------------------------------------------------------------
 
 TEST_F(AggregatorTest, SeriesIdleLessThanTheTtlIsKept) {

@@ -179,6 +179,198 @@ TEST_F(IngestSessionTest, ConflictingRedefinitionOnTheSameStreamKeepsTheFirstBin
   EXPECT_EQ(Series("loss").spec.window_ms, 1000);
 }
 
+// --- Redefinition: a Stat made again with another spec ----------------------
+
+// Upstream's sequence on one stream, as the client sends it: the first Stat
+// gone (its last samples, then its release), the next one defined in the
+// same batch, before the release, with its samples.
+TEST_F(IngestSessionTest, ADefinitionWaitsForThisStreamsReleaseInTheSameBatch) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "asdf", {v1::SUM, v1::COUNT}, /*window_ms=*/1000, /*max_samples=*/3);
+  AddSamples(first, 1, kT0 * 1000 + 100, {1, 2});
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  AddDefinition(second, 2, "asdf", {v1::SUM, v1::COUNT}, /*window_ms=*/100)->set_after_release(true);
+  AddSamples(second, 1, kT0 * 1000 + 200, {3});                  // the first Stat's last
+  AddSamples(second, 2, kT0 * 1000 + 300'000, {10, 20, 30, 40});  // the second's
+  second.add_released(1);
+  clock_.Set(kT0 + 400);
+  const v1::IngestAck ack = Apply(second);
+  EXPECT_THAT(ack.errors(), IsEmpty());
+  EXPECT_EQ(stats_.series_redefined.load(), 1u);
+  const SeriesSnapshot series = Series("asdf");
+  EXPECT_EQ(series.spec.window_ms, 100);
+  EXPECT_EQ(series.definition, 1u);
+  EXPECT_EQ(series.counters.accepted, 7u);  // nothing lost, nothing capped
+  const auto windows = CloseEverythingDue(kT0 + 400 + kGrace);
+  ASSERT_THAT(windows, SizeIs(2));
+  EXPECT_EQ(windows[0].definition, 0u);
+  EXPECT_TRUE(windows[0].partial);
+  EXPECT_EQ(windows[0].stats.Get(Aggregation::kSum), 6);
+  EXPECT_EQ(windows[1].definition, 1u);
+  EXPECT_EQ(windows[1].start_ms, kT0 + 300);
+  EXPECT_EQ(windows[1].stats.Get(Aggregation::kCount), 4);
+}
+
+TEST_F(IngestSessionTest, ADefinitionWaitsForAReleaseInALaterBatchHoldingItsSamples) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
+  AddSamples(first, 1, kT0 * 1000, {1});
+  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(first, 2, kT0 * 1000 + 10, {5, 6});
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  // Held: neither accepted nor refused yet.
+  EXPECT_EQ(Series("s").counters.accepted, 1u);
+  EXPECT_EQ(stats_.samples_refused.load(), 0u);
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  AddSamples(second, 2, kT0 * 1000 + 20, {7});
+  second.add_released(1);
+  ASSERT_THAT(Apply(second).errors(), IsEmpty());
+  EXPECT_EQ(Series("s").spec.window_ms, 2000);
+  EXPECT_EQ(Series("s").counters.accepted, 4u);
+  // Released: later samples under id 1 are refused, saying so.
+  v1::IngestBatch third;
+  third.set_sequence(3);
+  AddSamples(third, 1, kT0 * 1000 + 30, {9});
+  const v1::IngestAck ack = Apply(third);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kNotFound));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("never defined, or released"));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 1u);
+}
+
+TEST_F(IngestSessionTest, TwoDefinitionsAliveOnOneStreamStillConflictOnceTheWaitIsOver) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
+  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(first, 2, kT0 * 1000, {5, 6});
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  clock_.Set(kT0 + IngestLimits{}.redefinition_wait_ms);
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  const int64_t now_us = (kT0 + IngestLimits{}.redefinition_wait_ms) * 1000;
+  AddSamples(second, 2, now_us, {7});
+  AddSamples(second, 1, now_us, {1});
+  const v1::IngestAck ack = Apply(second);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).stat_id(), 2u);
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("was not released within 10000 ms"));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 3u);
+  EXPECT_EQ(stats_.samples_refused.load(), 3u);
+  EXPECT_EQ(stats_.definitions_refused.load(), 1u);
+  EXPECT_EQ(Series("s").spec.window_ms, 1000);
+  EXPECT_EQ(Series("s").counters.accepted, 1u);
+  // Refused for good, like any conflict.
+  v1::IngestBatch third;
+  third.set_sequence(3);
+  AddSamples(third, 2, kT0 * 1000 + 2, {8});
+  EXPECT_EQ(Apply(third).errors(0).code(), Code(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(IngestSessionTest, ADefinitionNotAfterAReleaseConflictsAtOnceEvenOnOneStream) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::SUM}, 1000);
+  AddDefinition(batch, 2, "s", {v1::SUM}, 2000);  // both Stats alive in the client
+  AddSamples(batch, 2, kT0 * 1000, {1});
+  const v1::IngestAck ack = Apply(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(2));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(ack.errors(1).code(), Code(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(ack.errors(1).samples_refused(), 1u);
+}
+
+TEST_F(IngestSessionTest, ADefinitionHeldByAnotherStreamIsRefusedAtOnce) {
+  IngestSession other(aggregator_, events_, stats_, nullptr);
+  v1::IngestBatch theirs;
+  AddDefinition(theirs, 1, "s", {v1::SUM}, 1000);
+  v1::IngestAck their_ack;
+  other.Apply(theirs, &their_ack);
+  ASSERT_THAT(their_ack.errors(), IsEmpty());
+  v1::IngestBatch mine;
+  AddDefinition(mine, 1, "s", {v1::SUM}, 1000);  // this stream holds it too
+  AddDefinition(mine, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(mine, 2, kT0 * 1000, {1});
+  const v1::IngestAck ack = Apply(mine);
+  ASSERT_THAT(ack.errors(), SizeIs(2));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(ack.errors(1).samples_refused(), 1u);
+}
+
+TEST_F(IngestSessionTest, TheEndOfAStreamReleasesItsDefinitionsAndSettlesWhatWaits) {
+  auto stream = std::make_unique<IngestSession>(aggregator_, events_, stats_, nullptr);
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::SUM}, 1000);
+  AddSamples(batch, 1, kT0 * 1000, {1});
+  AddDefinition(batch, 2, "s", {v1::MAX}, 500)->set_after_release(true);
+  AddSamples(batch, 2, kT0 * 1000 + 1, {2, 3});
+  v1::IngestAck ack;
+  stream->Apply(batch, &ack);
+  ASSERT_THAT(ack.errors(), IsEmpty());
+  stream.reset();  // the stream ends: id 1's release never came
+  EXPECT_EQ(Series("s").spec.window_ms, 500);
+  EXPECT_EQ(Series("s").counters.accepted, 3u);
+  // Nothing holds it now: another stream may define it as it likes.
+  v1::IngestBatch next;
+  AddDefinition(next, 1, "s", {v1::SUM}, 1000);
+  EXPECT_THAT(Apply(next).errors(), IsEmpty());
+  EXPECT_EQ(stats_.series_redefined.load(), 2u);
+}
+
+TEST_F(IngestSessionTest, ADefinitionWaitingHoldsAtMostTheLimitOfSamples) {
+  IngestLimits limits;
+  limits.max_samples_waiting = 3;
+  IngestSession stream(aggregator_, events_, stats_, nullptr, limits);
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::SUM}, 1000);
+  AddDefinition(batch, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(batch, 2, kT0 * 1000, {1, 2, 3});
+  AddSamples(batch, 2, kT0 * 1000, {4});
+  v1::IngestAck ack;
+  stream.Apply(batch, &ack);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("more than 3 samples waited"));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 4u);
+}
+
+TEST_F(IngestSessionTest, ReleasingAnIdNeverBoundOrTwiceIsHarmless) {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  AddDefinition(batch, 1, "s", {v1::SUM}, 1000);
+  batch.add_released(7);
+  batch.add_released(1);
+  batch.add_released(1);
+  EXPECT_THAT(Apply(batch).errors(), IsEmpty());
+  // A re-send after a broken stream may carry a release again.
+  v1::IngestBatch again;
+  again.set_sequence(2);
+  again.add_released(1);
+  EXPECT_THAT(Apply(again).errors(), IsEmpty());
+  EXPECT_TRUE(aggregator_.Define(SeriesKey{"s", {}}, StatSpec{AggregationBit(Aggregation::kMax),
+                                                              1000, 0, {}})
+                  .ok());
+}
+
+TEST_F(IngestSessionTest, AnIdRedefinedWithAnotherSpecIsRefusedAndKeepsItsSeries) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "s", {v1::SUM}, 1000);
+  Apply(batch);
+  v1::IngestBatch other;
+  AddDefinition(other, 1, "s", {v1::SUM}, 2000);
+  AddSamples(other, 1, kT0 * 1000, {1});
+  const v1::IngestAck ack = Apply(other);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(), HasSubstr("a new definition takes a new id"));
+  EXPECT_EQ(Series("s").spec.window_ms, 1000);
+  EXPECT_EQ(Series("s").counters.accepted, 1u);
+}
+
 TEST_F(IngestSessionTest, ConflictingDefinitionIsAlreadyExistsNamingBothAndOtherStatsApply) {
   ASSERT_TRUE(aggregator_
                   .Define(SeriesKey{"train.loss", {{"rank", "0"}}},

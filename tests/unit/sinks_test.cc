@@ -99,7 +99,7 @@ TEST(JsonlTest, WindowLineHasEveryFieldEscapedAndNaNAsAString) {
             "\"labels\":{\"host\":\"gpu\\n7\",\"rank\":\"0\"},"
             "\"start_ms\":1700000000000,\"end_ms\":1700000001000,"
             "\"start\":\"2023-11-14T22:13:20.000Z\",\"end\":\"2023-11-14T22:13:21.000Z\","
-            "\"partial\":true,\"accepted\":3,\"capped\":4,"
+            "\"partial\":true,\"definition\":0,\"accepted\":3,\"capped\":4,"
             "\"aggregates\":{\"mean\":\"NaN\",\"count\":3,\"max\":\"NaN\"}}");
 }
 

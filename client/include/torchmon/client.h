@@ -255,6 +255,12 @@ struct StatOptions {
   // Quantile() among the aggregations. With it the aggregations may be
   // empty: a histogram and nothing per window.
   bool histogram = false;
+  // The window a torch.monitor-shaped Stat was asked for, where the
+  // daemon holds another (protocol::DaemonWindowMs: below 10 ms or above
+  // 31 days) and window_size is that one; 0: none. Only shown with the
+  // series' definition (docs/semantics.md, "Windows the daemon cannot
+  // hold"); must round to window_size, or the Stat is invalid.
+  std::chrono::milliseconds requested_window{0};
 };
 
 // A stat recorded in windows by the daemon (torch.monitor.Stat).

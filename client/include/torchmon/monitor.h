@@ -91,7 +91,7 @@ class Stat {
         aggregations_(std::move(aggregations)),
         daemon_(std::move(name), DaemonAggregations(aggregations_),
                 std::chrono::milliseconds(protocol::DaemonWindowMs(windowSize.count())),
-                maxSamples == std::numeric_limits<int64_t>::max() ? 0 : maxSamples),
+                DaemonOptions(windowSize, maxSamples)),
         windows_(windowSize, maxSamples) {}
 
   Stat(const Stat&) = delete;
@@ -139,6 +139,15 @@ class Stat {
 
  private:
   using Values = typename StatWindows<T>::Values;
+
+  static StatOptions DaemonOptions(std::chrono::milliseconds window, int64_t max_samples) {
+    StatOptions options;
+    // torch::monitor's "no cap" is INT64_MAX; torchmon's is 0.
+    options.max_samples = max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples;
+    // Told to the daemon where it holds another window.
+    options.requested_window = window;
+    return options;
+  }
 
   static std::vector<StatAggregation> DaemonAggregations(const std::vector<Aggregation>& list) {
     std::vector<StatAggregation> out;

@@ -426,7 +426,7 @@ class LocalStat {
         reported_(Reported(aggregations, report_value)),
         stat_(*client_, std::move(name), StatAggregations(aggregations, quantiles),
               std::chrono::milliseconds(protocol::DaemonWindowMs(window_us / 1000)),
-              Options(max_samples, std::move(labels), histogram)),
+              Options(max_samples, std::move(labels), histogram, window_us / 1000)),
         windows_(std::chrono::milliseconds(window_us / 1000), max_samples) {}
 
   // torch.monitor's Stat::add (monitor_windows.h); every sample also goes
@@ -464,8 +464,11 @@ class LocalStat {
     return out;
   }
 
-  static StatOptions Options(int64_t max_samples, Labels labels, bool histogram) {
+  static StatOptions Options(int64_t max_samples, Labels labels, bool histogram,
+                             int64_t window_ms) {
     StatOptions options;
+    // Told to the daemon where it holds another window.
+    options.requested_window = std::chrono::milliseconds(window_ms);
     // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
     options.max_samples = max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples;
     options.labels = std::move(labels);

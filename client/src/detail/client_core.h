@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "detail/error_log.h"
@@ -199,6 +200,13 @@ class ClientCore {
   // that pass kept a closed stat (still pending), and when it ran.
   uint64_t closed_seen_ = 0;
   bool closed_kept_ = false;
+  // A closed stat's release is due after the next complete cycle (its last
+  // samples taken by then): RetireClosedStats looks again at once.
+  uint64_t release_due_at_cycle_ = 0;
+  // Ids of closed stats whose samples have all been taken, for the next
+  // batch's `released` (those of another stream than the current one's are
+  // skipped: its end released them).
+  std::vector<std::pair<uint32_t, uint64_t>> releases_;  // (id, stream generation)
   std::chrono::steady_clock::time_point last_retire_{};
 
   mutable absl::Mutex mu_;
@@ -209,6 +217,10 @@ class ClientCore {
   absl::CondVar progress_cv_;
 
   std::vector<std::shared_ptr<StatState>> stats_ ABSL_GUARDED_BY(mu_);
+  // The registered valid stats by the hash of their name and labels: a
+  // stat made while one of its name and labels is closed, not yet retired,
+  // is defined after_release (torchmon.proto, StatDefinition).
+  absl::flat_hash_map<uint64_t, absl::InlinedVector<StatState*, 1>> by_key_ ABSL_GUARDED_BY(mu_);
   // Valid stats registered since the sender last looked: their definitions
   // go out in the next cycle. Raw pointers: a stat never defined is pending,
   // so it is not retired.

@@ -103,6 +103,11 @@ void OutgoingBatch::AddEventDropReport(const std::string& name, uint64_t dropped
   bytes += size;
 }
 
+void OutgoingBatch::AddRelease(uint32_t id) {
+  batch->add_released(id);
+  bytes += kReleaseBytes;
+}
+
 void SampleGroups::GrowSlots(uint32_t stat_id) {
   slot_of_id.resize(std::max<size_t>(size_t{stat_id} + 1, slot_of_id.size() * 2), 0);
 }

@@ -208,6 +208,10 @@ struct OutgoingBatch {
   void AddDropReport(StatState& stat, uint64_t drops);
   void AddEvent(v1::Event&& event, size_t size);
   void AddEventDropReport(const std::string& name, uint64_t dropped, size_t size);
+  // The stream no longer uses stat `id` (applied after everything else in
+  // the batch).
+  void AddRelease(uint32_t id);
+  static constexpr size_t kReleaseBytes = 5;
   // Adds samples of any stats, keeping each stat's in their order: a stat
   // with at least kMinBlockSamples of them gets a SampleBlock (timestamps
   // as deltas from its base, omitted when all equal the base), the others

@@ -265,11 +265,16 @@ struct StatState {
   std::atomic<bool> ever_defined{false};  // definition written on some stream
 
   // Sender thread only: drop counts put in DropReports, the link in
-  // ClientBuffers' ready stack, and the count of complete send cycles when
-  // the sender first found the stat closed (0: not yet).
+  // ClientBuffers' ready stack, the count of complete send cycles when the
+  // sender first found the stat closed (0: not yet), and its release.
   std::atomic<uint64_t> drops_written{0};
   StatState* ready_next = nullptr;
   uint64_t closed_at_cycle = 0;
+  // The stream generation the stat was released on (IngestBatch.released:
+  // the Stat is gone and its samples are taken), 0 if none.
+  uint64_t released_on = 0;
+  // Of its name and labels (ClientCore::by_key_), set at registration.
+  uint64_t key_hash = 0;
 
   // The name, and the whole definition (id, name, labels, spec)
   // serialized: a third of the parsed message's footprint with its strings

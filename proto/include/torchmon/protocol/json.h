@@ -30,6 +30,7 @@ struct WindowJsonFields {
   int64_t start_ms = 0;
   int64_t end_ms = 0;
   bool partial = false;
+  uint32_t definition = 0;  // v1.WindowSummary.definition
   uint64_t accepted = 0;
   uint64_t capped = 0;
   std::vector<std::pair<std::string, double>> aggregates;  // "mean", "p99", ...
@@ -38,8 +39,8 @@ struct WindowJsonFields {
 // The JSON object of one window, the one writer of it (the daemon's
 // JSON-lines sink and live page, torchmonctl --json), without a newline:
 //   {["type":"window",]"stat":...,"labels":{...},"start_ms":...,"end_ms":...,
-//    ["start":"<RFC 3339>","end":"<RFC 3339>",]"partial":false,"accepted":N,
-//    "capped":N,"aggregates":{"mean":...,...}}
+//    ["start":"<RFC 3339>","end":"<RFC 3339>",]"partial":false,"definition":N,
+//    "accepted":N,"capped":N,"aggregates":{"mean":...,...}}
 // `as_record` adds the bracketed fields, as the sink's lines have them.
 std::string WindowJson(const WindowJsonFields& window, bool as_record);
 
