@@ -132,6 +132,7 @@ TEST_F(TorchMonitorCppTest, AOneMillisecondWindowIsKeptInProcessAndTheDaemonHasT
   ASSERT_TRUE(Client::Default().Flush(std::chrono::seconds(5)).ok());
   const v1::SeriesInfo series = OnlySeries("cpp.ms");
   EXPECT_EQ(series.spec().window_size_ms(), 10);
+  EXPECT_EQ(series.spec().requested_window_size_ms(), 1);  // what was asked, stated
   EXPECT_EQ(series.counters().accepted(), 5u);
 }
 

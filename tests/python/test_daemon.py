@@ -6,11 +6,12 @@ import datetime
 import math
 import os
 import random
+import subprocess
 import threading
 import time
 
 import torchmon
-from conftest import WINDOW_MS, run_python
+from conftest import TORCHMONCTL, WINDOW_MS, run_python
 
 WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
 
@@ -134,25 +135,39 @@ def test_every_window_torch_monitor_takes_reaches_the_daemon_within_its_bounds(d
     (docs/semantics.md): no refusal, every sample accepted."""
     client = torchmon.Client(target=daemon.target, labels={"rank": "0"},
                              labels_from_environment=False)
-    windows = {"w.1ms": (datetime.timedelta(milliseconds=1), 10),
-               "w.9ms": (datetime.timedelta(milliseconds=9), 10),
-               "w.half_ms": (datetime.timedelta(microseconds=500), 10),
-               "w.10ms": (datetime.timedelta(milliseconds=10), 10),
-               "w.100h": (datetime.timedelta(hours=100), 360_000_000),
-               "w.31d": (datetime.timedelta(days=31), 2_678_400_000),
-               "w.31d1ms": (datetime.timedelta(days=31, milliseconds=1), 2_678_400_000),
-               "w.365d": (datetime.timedelta(days=365), 2_678_400_000)}
+    # name: (window, the daemon's, the one asked for as the daemon states it)
+    windows = {"w.1ms": (datetime.timedelta(milliseconds=1), 10, 1),
+               "w.9ms": (datetime.timedelta(milliseconds=9), 10, 9),
+               "w.half_ms": (datetime.timedelta(microseconds=500), 10, 1),  # 1 ms in process
+               "w.10ms": (datetime.timedelta(milliseconds=10), 10, 10),
+               "w.100h": (datetime.timedelta(hours=100), 360_000_000, 360_000_000),
+               "w.31d": (datetime.timedelta(days=31), 2_678_400_000, 2_678_400_000),
+               "w.31d1ms": (datetime.timedelta(days=31, milliseconds=1), 2_678_400_000,
+                            2_678_400_001),
+               "w.365d": (datetime.timedelta(days=365), 2_678_400_000, 31_536_000_000)}
     stats = [torchmon.Stat(name, [torchmon.COUNT], window, client=client)
-             for name, (window, _) in windows.items()]
+             for name, (window, _, _) in windows.items()]
     for stat in stats:
         for v in (1.0, 2.0, 3.0):
             stat.add(v)
     assert client.flush(5)
     assert client.errors() == []
-    for name, (_, daemon_ms) in windows.items():
+    scrape = daemon.scrape()
+    table = subprocess.run([TORCHMONCTL, "--target", daemon.target, "series", "--stat", "w.*"],
+                           capture_output=True, text=True, timeout=30, check=True).stdout
+    for name, (_, daemon_ms, asked_ms) in windows.items():
         (series,) = daemon.series(name)
         assert series["window_ms"] == daemon_ms, (name, series)
         assert series["counters"]["accepted"] == 3, (name, series)
+        # The definition says what was asked where the daemon rounded it.
+        assert series["requested_window_ms"] == asked_ms, (name, series)
+        requested = [l for l in scrape.splitlines()
+                     if l.startswith(f'torchmon_window_requested_size_seconds{{stat="{name}"')]
+        if asked_ms == daemon_ms:
+            assert requested == [], requested
+        else:
+            assert [float(l.split()[-1]) for l in requested] == [asked_ms / 1000], requested
+    assert "10ms (asked 1ms)" in table and "744h (asked 8760h)" in table, table
     # Not a window at all: refused when the Stat is made, before any add().
     for window in (datetime.timedelta(0), datetime.timedelta(milliseconds=-5)):
         try:

@@ -426,7 +426,8 @@ class LocalStat {
         reported_(Reported(aggregations, report_value)),
         stat_(*client_, std::move(name), StatAggregations(aggregations, quantiles),
               std::chrono::milliseconds(protocol::DaemonWindowMs(window_us / 1000)),
-              Options(max_samples, std::move(labels), histogram, window_us / 1000)),
+              Options(max_samples, std::move(labels), histogram,
+                      std::max<int64_t>(window_us / 1000, 1))),
         windows_(std::chrono::milliseconds(window_us / 1000), max_samples) {}
 
   // torch.monitor's Stat::add (monitor_windows.h); every sample also goes
