@@ -5,7 +5,7 @@
 #   tests/release/roots.sh bullseye       # minbase: apt, passwd, glibc 2.31
 #   tests/release/roots.sh bullseye-cxx   # minbase + g++ 10, cmake, make, pkg-config
 #   tests/release/roots.sh trixie         # minbase + python3, python3-venv
-#   tests/release/roots.sh trixie-torch   # + python3-torch 2.6, libtorch-dev 2.6, pytest, g++, pkg-config
+#   tests/release/roots.sh trixie-torch   # + python3-torch 2.6, libtorch-dev 2.6, pytest, g++, pkg-config, GoogleTest
 #
 # Cache: ${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}/roots/
 #   <name>-<hash>/root    the root (printed)
@@ -36,8 +36,8 @@ case "$name" in
                 check="g++ --version && cmake --version && pkg-config --version" ;;
   trixie)       recipe="trixie python3,python3-venv"
                 check="python3 -c 'import ensurepip, venv'" ;;
-  trixie-torch) recipe="trixie python3,python3-venv,python3-torch,python3-pytest,libtorch-dev,g++,make,pkg-config"
-                check="python3 -c 'import torch.monitor, pytest, venv' && g++ --version && pkg-config --version" ;;
+  trixie-torch) recipe="trixie python3,python3-venv,python3-torch,python3-pytest,libtorch-dev,g++,make,pkg-config,libgtest-dev,libgmock-dev"
+                check="python3 -c 'import torch.monitor, pytest, venv' && g++ --version && pkg-config --version && test -f /usr/include/gmock/gmock.h" ;;
   *) usage ;;
 esac  # end of the table of roots
 read -r suite include <<<"$recipe"

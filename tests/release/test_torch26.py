@@ -16,8 +16,12 @@ sequence.cc built twice with trixie's g++ 14, against libtorch 2.6's own
 torch::monitor (its headers from Debian's pytorch source package of the
 installed version, tests/release/torch_headers.sh: libtorch-dev does not
 ship them) and against the tarball's torchmon (pkg-config), its outputs
-compared line by line. Needs what test_roots.py needs (root, debootstrap,
-the artefacts of deploy/release/build.sh).
+compared line by line; and tests/integration/torch_monitor_cpp_test.cc,
+the GoogleTest case the suite runs against torchmon and a daemon, built with
+-DTORCHMON_AGAINST_TORCH against libtorch's torch::monitor (Debian's
+GoogleTest) and run: every in-process assertion holds there too. Needs what
+test_roots.py needs (root, debootstrap, the artefacts of
+deploy/release/build.sh).
 """
 
 import os
@@ -91,6 +95,18 @@ def test_cxx_torch_monitor_and_torchmons_observe_the_same_on_torch_2_6():
                                 "/src/with-torchmon", *flags, check=False, timeout=600)
         assert torchmon_build.returncode == 0, show(torchmon_build)
 
+        # tests/integration's torch::monitor-shaped test, as it runs in the
+        # suite against torchmon, built against libtorch's torch::monitor:
+        # its in-process assertions (all but the daemon's side) hold there.
+        shutil.copy(os.path.join(REPO, "tests", "integration", "torch_monitor_cpp_test.cc"),
+                    root + "/src/")
+        gtest_build = chroot(root, "g++", "-std=c++17", "-O1", "-DTORCHMON_AGAINST_TORCH",
+                             "-I/src/torch-headers", "/src/torch_monitor_cpp_test.cc", "-o",
+                             "/src/integration-with-torch", "-lgmock", "-lgtest_main", "-lgtest",
+                             "-ltorch_cpu", "-lc10", "-pthread", check=False, timeout=600)
+        assert gtest_build.returncode == 0, show(gtest_build)
+        integration = chroot(root, "/src/integration-with-torch", check=False, timeout=120)
+
         with_torch = chroot(root, "/src/with-torch", timeout=60)
         with chroot_daemon(root, prefix) as daemon:
             with_torchmon = chroot(root, "env", f"TORCHMON_TARGET=unix://{daemon.socket}",
@@ -101,6 +117,10 @@ def test_cxx_torch_monitor_and_torchmons_observe_the_same_on_torch_2_6():
                           lambda s: len(s) == 1 and s[0]["counters"]["accepted"]
                           + s[0]["counters"]["capped"] == 9, 10, "cpp.all's 9 samples")
             daemon.stop()
+    assert integration.returncode == 0, show(integration)
+    with open(os.path.join(REPO, "tests", "integration", "torch_monitor_cpp_test.cc")) as f:
+        cases = len(re.findall(r"^TEST_F\(TorchMonitorCppTest, ", f.read(), re.M))
+    assert cases >= 5 and f"[  PASSED  ] {cases} tests." in integration.stdout, show(integration)
     assert series[0]["counters"]["accepted"] == 3, series
     lines = with_torch.stdout.splitlines()
     # What is compared is not trivial: windows logged by the cap, the
