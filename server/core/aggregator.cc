@@ -733,7 +733,7 @@ void Aggregator::ForEachSeries(absl::FunctionRef<void(const SeriesView&)> fn) co
                                           s->history.back().quantiles.size()))
                                     : absl::Span<const double>(),
                     s->distribution != nullptr ? &s->distribution->histogram : nullptr,
-                    s->created_ms});
+                    s->created_ms, s->definition});
     }
   }
 }

@@ -280,6 +280,8 @@ class Aggregator {
     // When the series was created (daemon clock, Unix ms): where its
     // counters started from 0.
     int64_t created_ms;
+    // Which definition `spec` is (SeriesSnapshot::definition).
+    uint32_t definition;
   };
   // Calls `fn` for every series, in no particular order, holding the lock
   // shared, one chunk of series (kWalkChunk) at a time, and letting waiting

@@ -62,6 +62,8 @@ class IngestSession {
   void Apply(const v1::IngestBatch& batch, v1::IngestAck* ack);
 
   const std::string& client_name() const { return client_name_; }
+  // Samples held for definitions that wait (neither accepted nor refused).
+  size_t samples_waiting() const { return samples_waiting_; }
 
  private:
   struct Binding {

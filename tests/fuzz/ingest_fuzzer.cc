@@ -19,7 +19,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -52,10 +54,16 @@ using server::SeriesSnapshot;
 // Everything the checks remember about one series since it was created.
 struct SeriesModel {
   server::StatSpec spec;
+  uint32_t definition = 0;          // of spec, as last observed
+  // Every definition observed (a window of one never observed, made and
+  // replaced between two looks, is checked without its spec).
+  absl::flat_hash_map<uint32_t, server::StatSpec> specs;
   server::SeriesCounters counters;  // as last observed
   uint64_t window_accepted = 0;     // summed over its closed windows
   uint64_t window_capped = 0;
-  int64_t last_window_start = std::numeric_limits<int64_t>::min();
+  // The last window closed, by (definition, start): a series' windows come
+  // in that order.
+  std::pair<uint32_t, int64_t> last_window{0, std::numeric_limits<int64_t>::min()};
 };
 
 uint64_t Counted(const server::SeriesCounters& c) {
@@ -111,7 +119,9 @@ class IngestHarness {
         CloseAll();
         break;
       case kReconnect:
+        // The stream's end releases its definitions: what waited is settled.
         Reconnect(step.argument.empty() ? 0 : step.argument[0] & 1);
+        Observe(false);
         break;
       case kManyStats: {
         const absl::string_view arg = step.argument;
@@ -177,6 +187,8 @@ class IngestHarness {
     const uint64_t events_refused = stats_.events_refused.load();
     const uint64_t events_appended = events_.total_appended();
     const uint64_t batches_with_errors = stats_.batches_with_errors.load();
+    // Held samples of a definition that waited may be refused with this batch.
+    const uint64_t waiting_before = stream.session->samples_waiting();
 
     // As IngestReactor does: the pending ack carries the last sequence on.
     v1::IngestAck ack;
@@ -201,7 +213,7 @@ class IngestHarness {
       FUZZ_CHECK(e.sequence() == batch.sequence(), "error names batch ", e.sequence(),
                  " in batch ", batch.sequence(), ": ", e.message());
       FUZZ_CHECK(!e.message().empty(), "error without a message");
-      FUZZ_CHECK(!(absl::StrContains(e.message(), "was never defined") &&
+      FUZZ_CHECK(!(absl::StrContains(e.message(), "is not defined on this stream") &&
                    stream.defined_ids.contains(e.stat_id())),
                  "stat id ", e.stat_id(), " was defined on this stream, yet: ", e.message());
       refused_in_ack += e.samples_refused();
@@ -209,7 +221,9 @@ class IngestHarness {
     FUZZ_CHECK(stats_.samples_received.load() - received == values, "samples received");
     FUZZ_CHECK(stats_.samples_refused.load() - refused == refused_in_ack, "samples refused ",
                stats_.samples_refused.load() - refused, " but the ack says ", refused_in_ack);
-    FUZZ_CHECK(refused_in_ack <= values, "more samples refused than sent");
+    FUZZ_CHECK(refused_in_ack <= values + waiting_before, "more samples refused than sent");
+    // Released last: their later samples are an unknown id's.
+    for (const uint32_t id : batch.released()) stream.defined_ids.erase(id);
     FUZZ_CHECK(stats_.batches_with_errors.load() - batches_with_errors ==
                    (ack.errors_size() > 0 ? 1u : 0u),
                "batches_with_errors");
@@ -231,11 +245,15 @@ class IngestHarness {
       FUZZ_CHECK(listed.insert(*s.key).second, "series ", s.key->ToString(), " visited twice");
       auto [it, created] = series_.try_emplace(*s.key);
       SeriesModel& m = it->second;
-      if (created) {
-        m.spec = s.spec;
-      } else {
+      if (!created && s.definition == m.definition) {
         FUZZ_CHECK(m.spec == s.spec, "spec of ", s.key->ToString(), " changed from ",
-                   m.spec.ToString(), " to ", s.spec.ToString());
+                   m.spec.ToString(), " to ", s.spec.ToString(), " without a redefinition");
+      } else {
+        FUZZ_CHECK(created || s.definition > m.definition, "definition of ", s.key->ToString(),
+                   " went back from ", m.definition, " to ", s.definition);
+        m.spec = s.spec;
+        m.definition = s.definition;
+        m.specs[s.definition] = s.spec;
       }
       const server::SeriesCounters& c = s.counters;
       FUZZ_CHECK(c.accepted >= m.counters.accepted && c.capped >= m.counters.capped &&
@@ -246,8 +264,10 @@ class IngestHarness {
                  m.counters.late, "->", c.late, " skewed ", m.counters.skewed, "->", c.skewed,
                  " client_dropped ", m.counters.client_dropped, "->", c.client_dropped);
       m.counters = c;
-      if (s.last_window != nullptr) {
-        FUZZ_CHECK(s.last_window->start_ms == m.last_window_start, "last window of ",
+      // (A redefinition closes windows at once; they are handed out, and
+      // checked, at the next close.)
+      if (s.last_window != nullptr && s.definition == 0) {
+        FUZZ_CHECK(s.last_window->start_ms == m.last_window.second, "last window of ",
                    s.key->ToString(), " is not the last one closed");
       }
     });
@@ -268,37 +288,54 @@ class IngestHarness {
   void CheckConservation() {
     uint64_t counted = gone_counted_;
     for (const auto& [key, m] : series_) counted += Counted(m.counters);
-    const uint64_t kept = stats_.samples_received.load() - stats_.samples_refused.load();
+    uint64_t waiting = 0;
+    for (const Stream& stream : streams_) waiting += stream.session->samples_waiting();
+    const uint64_t kept =
+        stats_.samples_received.load() - stats_.samples_refused.load() - waiting;
     FUZZ_CHECK(counted == kept, "series count ", counted, " samples, but ", kept,
-               " were received and not refused");
+               " were received and neither refused nor waiting");
   }
 
   void CheckWindow(const ClosedWindow& w, bool partial) {
     auto it = series_.find(*w.series);
     FUZZ_CHECK(it != series_.end(), "window of unknown series ", w.series->ToString());
     SeriesModel& m = it->second;
-    const std::string name = absl::StrCat(w.series->ToString(), " [", w.start_ms, ", ", w.end_ms, ")");
-    FUZZ_CHECK(w.partial == partial, "window ", name, " partial=", w.partial);
-    FUZZ_CHECK(w.aggregations == m.spec.aggregations, "window ", name, " aggregations");
-    FUZZ_CHECK(w.end_ms - w.start_ms == m.spec.window_ms, "window ", name, " is not ",
-               m.spec.window_ms, " ms long");
-    FUZZ_CHECK(FloorMod(w.start_ms, m.spec.window_ms) == 0, "window ", name, " not aligned");
-    FUZZ_CHECK(w.stats.accepted >= 1, "empty window ", name, " reported");
-    if (m.spec.max_samples > 0) {
-      const auto cap = static_cast<uint64_t>(m.spec.max_samples);
-      FUZZ_CHECK(w.stats.accepted <= cap, "window ", name, " over max_samples");
-      FUZZ_CHECK(w.stats.capped == 0 || w.stats.accepted == cap, "window ", name,
-                 " capped before max_samples");
+    const std::string name = absl::StrCat(w.series->ToString(), " [", w.start_ms, ", ", w.end_ms,
+                                          ") of definition ", w.definition);
+    FUZZ_CHECK(w.definition <= m.definition, "window ", name, " of a definition not yet seen");
+    // A redefinition closes the old definition's windows at once: partial
+    // unless they had ended.
+    const bool redefined = w.definition < m.definition;
+    if (redefined) {
+      FUZZ_CHECK(w.partial || w.end_ms <= clock_.NowMs(), "window ", name,
+                 " closed by a redefinition before its end, not partial");
     } else {
-      FUZZ_CHECK(w.stats.capped == 0, "window ", name, " capped without max_samples");
+      FUZZ_CHECK(w.partial == partial, "window ", name, " partial=", w.partial);
     }
-    if (!partial) {
+    const int64_t length = w.end_ms - w.start_ms;
+    FUZZ_CHECK(length > 0 && FloorMod(w.start_ms, length) == 0, "window ", name, " not aligned");
+    FUZZ_CHECK(w.stats.accepted >= 1, "empty window ", name, " reported");
+    if (auto spec = m.specs.find(w.definition); spec != m.specs.end()) {
+      const server::StatSpec& s = spec->second;
+      FUZZ_CHECK(w.aggregations == s.aggregations, "window ", name, " aggregations");
+      FUZZ_CHECK(length == s.window_ms, "window ", name, " is not ", s.window_ms, " ms long");
+      if (s.max_samples > 0) {
+        const auto cap = static_cast<uint64_t>(s.max_samples);
+        FUZZ_CHECK(w.stats.accepted <= cap, "window ", name, " over max_samples");
+        FUZZ_CHECK(w.stats.capped == 0 || w.stats.accepted == cap, "window ", name,
+                   " capped before max_samples");
+      } else {
+        FUZZ_CHECK(w.stats.capped == 0, "window ", name, " capped without max_samples");
+      }
+    }
+    if (!partial && !redefined) {
       FUZZ_CHECK(w.end_ms + kIngestGraceMs <= clock_.NowMs(), "window ", name,
                  " closed before its end + grace");
     }
-    FUZZ_CHECK(w.start_ms > m.last_window_start, "window ", name,
-               " closed out of order or twice (last start ", m.last_window_start, ")");
-    m.last_window_start = w.start_ms;
+    const std::pair<uint32_t, int64_t> at{w.definition, w.start_ms};
+    FUZZ_CHECK(at > m.last_window, "window ", name, " closed out of order or twice (last: ",
+               m.last_window.first, ", ", m.last_window.second, ")");
+    m.last_window = at;
     if (!w.stats.saw_nan) {
       FUZZ_CHECK(w.stats.Get(Aggregation::kMin) <= w.stats.Get(Aggregation::kMax), "window ",
                  name, " min > max");
@@ -313,10 +350,18 @@ class IngestHarness {
     std::vector<ClosedWindow> closed;
     const size_t n = aggregator_.CloseDueWindows([&](const ClosedWindow& w) { closed.push_back(w); });
     FUZZ_CHECK(n == closed.size(), "CloseDueWindows count");
-    for (size_t i = 0; i < closed.size(); ++i) {
-      FUZZ_CHECK(i == 0 || closed[i - 1].end_ms <= closed[i].end_ms,
-                 "windows not closed in order of end");
-      CheckWindow(closed[i], /*partial=*/false);
+    // Those a redefinition closed come first, in no order of end; then the
+    // windows that were due, in order of end.
+    const ClosedWindow* previous_due = nullptr;
+    for (const ClosedWindow& w : closed) {
+      auto it = series_.find(*w.series);
+      const bool redefined = it != series_.end() && w.definition < it->second.definition;
+      if (!redefined) {
+        FUZZ_CHECK(previous_due == nullptr || previous_due->end_ms <= w.end_ms,
+                   "windows not closed in order of end");
+        previous_due = &w;
+      }
+      CheckWindow(w, /*partial=*/false);
     }
   }
 
@@ -364,8 +409,9 @@ class IngestHarness {
       FUZZ_CHECK(it->second == static_cast<double>(s.counters.accepted), "scrape shows ",
                  it->second, " accepted for ", s.key->ToString());
       if (s.has_last_window) {
+        // As the window was aggregated: its definition's aggregations.
         for (Aggregation a : server::kAllAggregations) {
-          if (server::Contains(s.spec.aggregations, a)) ++expected_stat_lines;
+          if (server::Contains(s.last_window.aggregations, a)) ++expected_stat_lines;
         }
       }
     }
@@ -388,7 +434,9 @@ class IngestHarness {
       run = same ? run + 1 : 1;
       FUZZ_CHECK(run <= kIngestHistoryWindows, "more windows kept than history_windows");
       if (same) {
-        FUZZ_CHECK(windows[i - 1].start_ms < w.start_ms, "windows of a series not oldest first");
+        FUZZ_CHECK(std::make_pair(windows[i - 1].definition, windows[i - 1].start_ms) <
+                       std::make_pair(w.definition, w.start_ms),
+                   "windows of a series not in order of definition, then start");
       } else if (i > 0) {
         FUZZ_CHECK(*windows[i - 1].series < *w.series, "GetWindows groups not sorted");
       }

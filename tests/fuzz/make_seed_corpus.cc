@@ -230,6 +230,40 @@ std::string ExpiryWhileStreaming() {
   return s.text();
 }
 
+// A stat made again with another spec once the old Stat is gone: in the
+// batch that releases the old one (the new definition waits for it), after
+// a stream's end, while another stream holds it (refused), and a wait that
+// runs out (two Stats alive on one stream).
+std::string Redefinitions() {
+  Script s;
+  v1::IngestBatch first = Seq(1);
+  Hello(first, kRank0);
+  Define(first, 1, "asdf", {v1::SUM, v1::COUNT}, 10);
+  Samples(first, 1, kT0Us, {2, 3, 3});
+  s.Batch(0, first);
+  v1::IngestBatch second = Seq(2);
+  Define(second, 2, "asdf", {v1::SUM, v1::COUNT}, 360'000'000, 3)->set_after_release(true);
+  Samples(second, 1, kT0Us + 5000, {3});
+  Samples(second, 2, kT0Us + 20'000, {1, 2, 3, 4});
+  second.add_released(1);
+  s.Batch(0, second).Tick(100).Scrape();
+  v1::IngestBatch other = Seq(1);
+  Hello(other, kRank0);
+  Define(other, 7, "asdf", {v1::MAX}, 1000)->set_after_release(true);
+  Samples(other, 7, kT0Us + 30'000, {9});
+  s.Batch(1, other);
+  v1::IngestBatch alive = Seq(3);
+  Define(alive, 3, "asdf", {v1::MIN}, 1000)->set_after_release(true);
+  Samples(alive, 3, kT0Us + 40'000, {5});
+  s.Batch(0, alive).Tick(11'000);
+  v1::IngestBatch later = Seq(4);
+  Samples(later, 3, kT0Us + 11'050'000, {6});
+  later.add_released(2);
+  later.add_released(1);
+  s.Batch(0, later).Reconnect(0).Tick(3000).Scrape().CloseAll();
+  return s.text();
+}
+
 // What a daemon must refuse, each named in the ack.
 std::string Refusals() {
   Script s;
@@ -368,6 +402,7 @@ int main(int argc, char** argv) {
       {"counted_not_accepted", CountedNotAccepted()},
       {"expiry_while_streaming", ExpiryWhileStreaming()},
       {"refusals", Refusals()},
+      {"redefinitions", Redefinitions()},
       {"escaping", Escaping()},
       {"many_stats", ManyStats()},
       {"many_stats_shorthand", ManyStatsShorthand()},

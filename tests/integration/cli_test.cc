@@ -215,8 +215,34 @@ TEST_F(CliTest, WindowsJsonShowsANaNSampleInEveryAggregateButCountAndValue) {
   EXPECT_EQ(String(At(aggregates, "min")), "NaN");
 }
 
+// A Stat alive in this process, defined as `torchmonctl push STAT ...`
+// defines it (the identity labels ChildEnvironment gives torchmonctl, the
+// six aggregations): while it lives, another definition conflicts; once
+// every Stat of a definition is gone (a push's ends with its process),
+// another redefines the series (docs/semantics.md).
+class HeldLikeAPush {
+ public:
+  HeldLikeAPush(ClientOptions options, const std::string& stat, std::chrono::milliseconds window,
+                StatOptions stat_options = {})
+      : client_([&] {
+          options.labels = {{"host", kHost}};
+          return options;
+        }()),
+        stat_(client_, stat,
+              {Aggregation::VALUE, Aggregation::MEAN, Aggregation::COUNT, Aggregation::SUM,
+               Aggregation::MAX, Aggregation::MIN},
+              window, std::move(stat_options)) {
+    stat_.add(1);
+    EXPECT_TRUE(client_.Flush(std::chrono::seconds(5)).ok());
+  }
+
+ private:
+  Client client_;
+  Stat stat_;
+};
+
 TEST_F(CliTest, ConflictingPushExitsOneAndStderrNamesBothDefinitions) {
-  Push({"cli.conflict", "1", "--window", "500ms"});
+  HeldLikeAPush held(Options(), "cli.conflict", std::chrono::milliseconds(500));
   const CommandResult r = Ctl({"push", "cli.conflict", "2", "--window", "1s"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, StartsWith("torchmonctl: torchmond refused: "));
@@ -224,6 +250,20 @@ TEST_F(CliTest, ConflictingPushExitsOneAndStderrNamesBothDefinitions) {
   EXPECT_THAT(r.err, HasSubstr("window=500ms"));
   EXPECT_THAT(r.err, HasSubstr("window=1s"));
   EXPECT_EQ(OnlySeries("cli.conflict").counters().accepted(), 1u);
+}
+
+TEST_F(CliTest, APushWhoseDefinitionNothingHoldsRedefinesTheSeries) {
+  Push({"cli.redefined", "1", "--window", "500ms"});
+  Push({"cli.redefined", "2", "3", "--window", "1s", "--max-samples", "5"});
+  const v1::SeriesInfo series = OnlySeries("cli.redefined");
+  EXPECT_EQ(series.spec().window_size_ms(), 1000);
+  EXPECT_EQ(series.spec().max_samples(), 5);
+  EXPECT_EQ(series.definition(), 1u);
+  EXPECT_EQ(series.counters().accepted(), 3u);  // both pushes', nothing refused
+  const std::vector<Value> json =
+      Elements(At(CtlJson({"series", "--stat", "cli.redefined"}), "series"));
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(Number(At(json[0], "definition")), 1.0);
 }
 
 TEST_F(CliTest, PushToAnUnreachableDaemonExitsThreeNamingTheTarget) {
@@ -412,8 +452,12 @@ TEST_F(CliTest, PushWithHistogramDefinesASeriesWithAHistogram) {
   EXPECT_FALSE(Bool(At(series[1], "histogram")));  // cli.plain
   EXPECT_TRUE(Bool(At(series[2], "histogram")));   // cli.quantile
 
-  // It is part of the definition: pushing without it is refused.
-  const CommandResult refused = Ctl({"push", "cli.hist", "3", "--agg", "mean"});
+  // It is part of the definition: pushing without it while a Stat with it
+  // lives is refused.
+  StatOptions with_histogram;
+  with_histogram.histogram = true;
+  HeldLikeAPush held(Options(), "cli.held", std::chrono::seconds(10), with_histogram);
+  const CommandResult refused = Ctl({"push", "cli.held", "3"});
   EXPECT_EQ(refused.exit_code, 1) << refused.err;
   EXPECT_THAT(refused.err, HasSubstr("histogram"));
   const CommandResult usage = Ctl({"push", "cli.hist", "3", "--histogram=yes"});

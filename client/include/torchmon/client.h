@@ -265,7 +265,10 @@ struct StatOptions {
 
 // A stat recorded in windows by the daemon (torch.monitor.Stat).
 // Stats with the same name and labels, in any process, feed one series if
-// their definitions agree; the daemon refuses a conflicting definition.
+// their definitions agree; the daemon refuses a conflicting definition
+// while a Stat of the first is alive, and takes it as the series' new
+// definition once none is (docs/semantics.md, "Redefining a stat"): a Stat
+// made again with another window or cap after the old one is destroyed.
 class Stat {
  public:
   // max_samples: cap per window; 0 = unlimited. aggregations may mix the
@@ -278,9 +281,10 @@ class Stat {
   // added()), and the reason is kept as "INVALID_ARGUMENT: stat ... is
   // invalid ..." for Client::TakeErrors() (and printed once to stderr when
   // ClientOptions::log_to_stderr). A definition the daemon refuses (one
-  // that conflicts with the series' existing definition) is sent and
-  // refused there: its samples count as delivered here and as refused on
-  // the daemon, and the refusal reaches Client::TakeErrors().
+  // that conflicts with the series' definition while a Stat of that is
+  // alive) is sent and refused there: its samples count as delivered here
+  // and as refused on the daemon, and the refusal reaches
+  // Client::TakeErrors().
   Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
   // Uses Client::Default().
@@ -296,6 +300,8 @@ class Stat {
   // Uses Client::Default().
   Stat(std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, StatOptions options);
+  // The stat's samples already added still go out; once they have, the
+  // client releases its definition on the daemon (IngestBatch.released).
   ~Stat();
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;
