@@ -2,6 +2,7 @@
 the same names, the same documented usage, the same event handler model."""
 
 import datetime
+import os
 import sys
 import time
 import weakref
@@ -354,5 +355,7 @@ def test_a_stat_made_again_in_a_loop_with_another_window_loses_nothing(daemon):
     assert scraped(daemon, "torchmon_daemon_series_redefined_total") == [23_999]
     # 12 000 more definitions, each closing a window: the history keeps 120,
     # the past definitions only those it uses, the stream only the ids in
-    # use. A leak of 200 bytes a definition would show as 2.3 MiB.
-    assert after - before < 2048, (before, after)
+    # use. A leak of 200 bytes a definition would show as 2.3 MiB. (Not
+    # under a sanitizer: ASan keeps freed memory in quarantine, 256 MiB.)
+    if not os.environ.get("TORCHMON_SANITIZER"):
+        assert after - before < 2048, (before, after)
