@@ -98,7 +98,7 @@ int RunPush(const GlobalOptions& global, const PushCommand& command) {
 
   std::vector<StatAggregation> aggregations;
   for (int aggregation : command.spec.aggregations()) {
-    aggregations.push_back(static_cast<Aggregation>(aggregation));
+    aggregations.push_back(protocol::AggregationAs<Aggregation>(aggregation));
   }
   for (double q : command.spec.quantiles()) aggregations.push_back(Quantile(q));
   StatOptions options;

@@ -65,7 +65,7 @@ std::string AggregateName(const v1::AggregateValue& aggregate) {
 std::vector<std::string> SpecAggregationNames(const v1::StatSpec& spec) {
   std::vector<std::string> names;
   for (int aggregation : spec.aggregations()) {
-    names.emplace_back(protocol::AggregationName(static_cast<v1::Aggregation>(aggregation)));
+    names.emplace_back(protocol::AggregationName(protocol::AggregationAs<v1::Aggregation>(aggregation)));
   }
   for (double q : spec.quantiles()) names.push_back(protocol::QuantileName(q));
   return names;
@@ -340,7 +340,7 @@ Table WindowsTable(const v1::GetWindowsResponse& response) {
   std::vector<Table::Column> columns = {{"STAT"}, {"LABELS"}, {"START"}, {"END"}};
   for (const auto& [aggregation, quantile] : present) {
     columns.push_back({absl::AsciiStrToUpper(protocol::AggregationName(protocol::NamedAggregation{
-                           static_cast<v1::Aggregation>(aggregation), quantile})),
+                           protocol::AggregationAs<v1::Aggregation>(aggregation), quantile})),
                        true});
   }
   columns.push_back({"ACCEPTED", true});

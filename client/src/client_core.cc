@@ -21,6 +21,15 @@
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::detail {
+
+// torchmon::Aggregation is the wire's, number for number (protocol::AggregationAs).
+static_assert(static_cast<int>(Aggregation::VALUE) == v1::VALUE);
+static_assert(static_cast<int>(Aggregation::MEAN) == v1::MEAN);
+static_assert(static_cast<int>(Aggregation::COUNT) == v1::COUNT);
+static_assert(static_cast<int>(Aggregation::SUM) == v1::SUM);
+static_assert(static_cast<int>(Aggregation::MAX) == v1::MAX);
+static_assert(static_cast<int>(Aggregation::MIN) == v1::MIN);
+static_assert(static_cast<int>(Aggregation::QUANTILE) == v1::QUANTILE);
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -203,7 +212,7 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(
     if (a.aggregation == Aggregation::QUANTILE) {
       spec->add_quantiles(a.quantile);
     } else {
-      spec->add_aggregations(static_cast<v1::Aggregation>(static_cast<int>(a.aggregation)));
+      spec->add_aggregations(protocol::AggregationAs<v1::Aggregation>(a.aggregation));
     }
   }
   spec->set_window_size_ms(window_size.count());

@@ -50,7 +50,9 @@ absl::StatusOr<Labels> MergeLabels(const Labels& identity, const Labels& own) {
 absl::StatusOr<StatSpec> SpecFromProto(const v1::StatSpec& spec) {
   if (absl::Status s = protocol::ValidateSpec(spec); !s.ok()) return s;
   StatSpec out;
-  for (int a : spec.aggregations()) out.aggregations |= AggregationBit(static_cast<Aggregation>(a));
+  for (int a : spec.aggregations()) {
+    out.aggregations |= AggregationBit(protocol::AggregationAs<Aggregation>(a));
+  }
   std::vector<double> quantiles;
   for (double q : spec.quantiles()) quantiles.push_back(*protocol::CanonicalQuantile(q));
   std::sort(quantiles.begin(), quantiles.end());
@@ -67,7 +69,7 @@ absl::StatusOr<StatSpec> SpecFromProto(const v1::StatSpec& spec) {
 
 void SpecToProto(const StatSpec& spec, v1::StatSpec* out) {
   for (Aggregation a : kAllAggregations) {
-    if (Contains(spec.aggregations, a)) out->add_aggregations(static_cast<v1::Aggregation>(a));
+    if (Contains(spec.aggregations, a)) out->add_aggregations(protocol::AggregationAs<v1::Aggregation>(a));
   }
   for (double q : spec.quantiles) out->add_quantiles(q);
   out->set_window_size_ms(spec.window_ms);
@@ -114,7 +116,7 @@ void WindowToProto(const ClosedWindow& window, v1::WindowSummary* out) {
   out->set_end_ms(window.end_ms);
   ForEachAggregate(window, [out](const AggregateRef& ref, double value) {
     v1::AggregateValue* aggregate = out->add_aggregates();
-    aggregate->set_aggregation(static_cast<v1::Aggregation>(ref.aggregation));
+    aggregate->set_aggregation(protocol::AggregationAs<v1::Aggregation>(ref.aggregation));
     aggregate->set_quantile(ref.quantile);
     aggregate->set_value(value);
   });

@@ -10,8 +10,18 @@
 #include "server/core/selector.h"
 #include "server/core/types.h"
 #include "torchmon/v1/torchmon.pb.h"
+#include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
+
+// server::Aggregation is the wire's, number for number (protocol::AggregationAs).
+static_assert(static_cast<int>(Aggregation::kValue) == v1::VALUE);
+static_assert(static_cast<int>(Aggregation::kMean) == v1::MEAN);
+static_assert(static_cast<int>(Aggregation::kCount) == v1::COUNT);
+static_assert(static_cast<int>(Aggregation::kSum) == v1::SUM);
+static_assert(static_cast<int>(Aggregation::kMax) == v1::MAX);
+static_assert(static_cast<int>(Aggregation::kMin) == v1::MIN);
+static_assert(static_cast<int>(Aggregation::kQuantile) == v1::QUANTILE);
 
 using ProtoLabels = google::protobuf::Map<std::string, std::string>;
 

@@ -220,7 +220,7 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
                    absl::StrCat("torchmond: /api/ranks?agg=: ", parsed.status().message(), "\n"));
           return true;
         }
-        options.aggregate = AggregateRef{static_cast<Aggregation>(parsed->aggregation),
+        options.aggregate = AggregateRef{protocol::AggregationAs<Aggregation>(parsed->aggregation),
                                          parsed->quantile};
       }
       if (std::string key = Query(request, "rank_label"); !key.empty()) {

@@ -354,7 +354,7 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
           InvalidArgument(absl::StrCat("aggregation ", request->aggregation(), " is unknown")));
       return reactor;
     }
-    options.aggregate.aggregation = static_cast<Aggregation>(request->aggregation());
+    options.aggregate.aggregation = protocol::AggregationAs<Aggregation>(request->aggregation());
     if (request->aggregation() == v1::QUANTILE) {
       absl::StatusOr<double> q = protocol::CanonicalQuantile(request->quantile());
       if (!q.ok()) {

@@ -35,7 +35,14 @@
 namespace torchmon::monitor {
 
 // torch::monitor::Aggregation, with its numbering.
-enum class Aggregation { NONE = 0, VALUE = 1, MEAN = 2, COUNT = 3, SUM = 4, MAX = 5, MIN = 6 };
+// Aggregation (torchmon/monitor_windows.h) is the client's, number for
+// number (protocol::AggregationAs converts).
+static_assert(static_cast<int>(Aggregation::VALUE) == static_cast<int>(torchmon::Aggregation::VALUE));
+static_assert(static_cast<int>(Aggregation::MEAN) == static_cast<int>(torchmon::Aggregation::MEAN));
+static_assert(static_cast<int>(Aggregation::COUNT) == static_cast<int>(torchmon::Aggregation::COUNT));
+static_assert(static_cast<int>(Aggregation::SUM) == static_cast<int>(torchmon::Aggregation::SUM));
+static_assert(static_cast<int>(Aggregation::MAX) == static_cast<int>(torchmon::Aggregation::MAX));
+static_assert(static_cast<int>(Aggregation::MIN) == static_cast<int>(torchmon::Aggregation::MIN));
 
 struct AggregationHash {
   template <typename T>
@@ -81,12 +88,12 @@ class Stat {
  public:
   Stat(std::string name, std::initializer_list<Aggregation> aggregations,
        std::chrono::milliseconds windowSize,
-       int64_t maxSamples = std::numeric_limits<int64_t>::max())
+       int64_t maxSamples = kNoCap)
       : Stat(std::move(name), std::vector<Aggregation>(aggregations), windowSize, maxSamples) {}
 
   Stat(std::string name, std::vector<Aggregation> aggregations,
        std::chrono::milliseconds windowSize,
-       int64_t maxSamples = std::numeric_limits<int64_t>::max())
+       int64_t maxSamples = kNoCap)
       : name_(name),
         aggregations_(std::move(aggregations)),
         daemon_(std::move(name), DaemonAggregations(aggregations_),
@@ -142,8 +149,7 @@ class Stat {
 
   static StatOptions DaemonOptions(std::chrono::milliseconds window, int64_t max_samples) {
     StatOptions options;
-    // torch::monitor's "no cap" is INT64_MAX; torchmon's is 0.
-    options.max_samples = max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples;
+    options.max_samples = DaemonMaxSamples(max_samples);
     // Told to the daemon where it holds another window.
     options.requested_window = window;
     return options;
@@ -152,7 +158,7 @@ class Stat {
   static std::vector<StatAggregation> DaemonAggregations(const std::vector<Aggregation>& list) {
     std::vector<StatAggregation> out;
     for (Aggregation a : list) {
-      if (a != Aggregation::NONE) out.emplace_back(static_cast<torchmon::Aggregation>(a));
+      if (a != Aggregation::NONE) out.emplace_back(protocol::AggregationAs<torchmon::Aggregation>(a));
     }
     return out;
   }
@@ -160,15 +166,7 @@ class Stat {
   std::unordered_map<Aggregation, T, AggregationHash> aggregates(const Values& v) const {
     std::unordered_map<Aggregation, T, AggregationHash> out;
     for (Aggregation a : aggregations_) {
-      switch (a) {
-        case Aggregation::VALUE: out.emplace(a, v.value); break;
-        case Aggregation::MEAN: out.emplace(a, v.count == 0 ? T{0} : static_cast<T>(v.sum / v.count)); break;
-        case Aggregation::COUNT: out.emplace(a, static_cast<T>(v.count)); break;
-        case Aggregation::SUM: out.emplace(a, v.sum); break;
-        case Aggregation::MAX: out.emplace(a, v.max); break;
-        case Aggregation::MIN: out.emplace(a, v.min); break;
-        case Aggregation::NONE: break;
-      }
+      if (a != Aggregation::NONE) out.emplace(a, v.Get(a));
     }
     return out;
   }

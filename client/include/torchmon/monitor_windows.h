@@ -18,8 +18,20 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 
 namespace torchmon::monitor {
+
+// torch::monitor::Aggregation, numbered as the wire is (checked in
+// torchmon/monitor.h; protocol::AggregationAs converts).
+enum class Aggregation { NONE = 0, VALUE = 1, MEAN = 2, COUNT = 3, SUM = 4, MAX = 5, MIN = 6 };
+
+// torch.monitor's "no cap", its max_samples default (INT64_MAX), and what
+// the daemon is sent for a cap (StatOptions::max_samples: 0 is none).
+inline constexpr int64_t kNoCap = std::numeric_limits<int64_t>::max();
+inline constexpr int64_t DaemonMaxSamples(int64_t max_samples) {
+  return max_samples == kNoCap ? 0 : max_samples;
+}
 
 template <typename T>
 class StatWindows {
@@ -38,6 +50,22 @@ class StatWindows {
       if (max < v || count == 0) max = v;
       if (min > v || count == 0) min = v;
       count += 1;
+    }
+
+    // Aggregation `a` of this window as torch::monitor reports it: MEAN 0
+    // for an empty window, and an integer division for integer stats;
+    // NONE is 0.
+    T Get(Aggregation a) const {
+      switch (a) {
+        case Aggregation::VALUE: return value;
+        case Aggregation::MEAN: return count == 0 ? T{0} : static_cast<T>(sum / count);
+        case Aggregation::COUNT: return static_cast<T>(count);
+        case Aggregation::SUM: return sum;
+        case Aggregation::MAX: return max;
+        case Aggregation::MIN: return min;
+        case Aggregation::NONE: break;
+      }
+      return T{0};
     }
   };
 

@@ -388,23 +388,15 @@ PyType_Spec client_spec = {"torchmon._torchmon.Client", sizeof(ClientObject), 0,
 using LocalWindow = monitor::StatWindows<double>::Values;
 
 double Get(const LocalWindow& w, Aggregation a) {
-  switch (a) {
-    case Aggregation::VALUE: return w.value;
-    case Aggregation::MEAN: return w.count == 0 ? 0.0 : w.sum / static_cast<double>(w.count);
-    case Aggregation::COUNT: return static_cast<double>(w.count);
-    case Aggregation::SUM: return w.sum;
-    case Aggregation::MAX: return w.max;
-    case Aggregation::MIN: return w.min;
-    case Aggregation::QUANTILE: break;  // the daemon's alone: never mirrored here
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  // QUANTILE is the daemon's alone: never mirrored here.
+  if (a == Aggregation::QUANTILE) return std::numeric_limits<double>::quiet_NaN();
+  return w.Get(protocol::AggregationAs<monitor::Aggregation>(a));
 }
 
 const char* AggregationLowerName(Aggregation a) {
-  // The six are numbered as torch::monitor's (torchmon/monitor.h).
   return a == Aggregation::QUANTILE
              ? "quantile"
-             : monitor::aggregationName(static_cast<monitor::Aggregation>(static_cast<int>(a)));
+             : monitor::aggregationName(protocol::AggregationAs<monitor::Aggregation>(a));
 }
 
 // torch.monitor.Stat's shape over torchmon::Stat. Methods run with the GIL
@@ -470,8 +462,7 @@ class LocalStat {
     StatOptions options;
     // Told to the daemon where it holds another window.
     options.requested_window = std::chrono::milliseconds(window_ms);
-    // torch.monitor's "no cap" default is INT64_MAX; ours is 0.
-    options.max_samples = max_samples == std::numeric_limits<int64_t>::max() ? 0 : max_samples;
+    options.max_samples = monitor::DaemonMaxSamples(max_samples);
     options.labels = std::move(labels);
     options.histogram = histogram;
     return options;
@@ -546,7 +537,7 @@ bool ParseAggregations(PyObject* sequence, std::vector<Aggregation>* six,
       if (parsed->aggregation == v1::QUANTILE) {
         quantiles->push_back(parsed->quantile);
       } else {
-        six->push_back(static_cast<Aggregation>(static_cast<int>(parsed->aggregation)));
+        six->push_back(protocol::AggregationAs<Aggregation>(parsed->aggregation));
       }
     } else if (PyLong_Check(item) && !PyBool_Check(item)) {
       const long value = PyLong_AsLong(item);

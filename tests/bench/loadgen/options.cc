@@ -128,7 +128,7 @@ absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
       LOADGEN_ASSIGN(parsed, protocol::ParseAggregationList(text));
       options.aggregations.clear();
       for (const protocol::NamedAggregation& a : parsed) {
-        options.aggregations.emplace_back(static_cast<Aggregation>(static_cast<int>(a.aggregation)),
+        options.aggregations.emplace_back(protocol::AggregationAs<Aggregation>(a.aggregation),
                                           a.quantile);
       }
     } else if (arg == "--max-samples") {

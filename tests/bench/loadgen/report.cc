@@ -59,7 +59,7 @@ std::string AggregationNames(const LoadgenOptions& options) {
   std::vector<std::string> names;
   for (const StatAggregation& a : options.aggregations) {
     names.push_back(protocol::AggregationName(protocol::NamedAggregation{
-        static_cast<v1::Aggregation>(static_cast<int>(a.aggregation)), a.quantile}));
+        protocol::AggregationAs<v1::Aggregation>(a.aggregation), a.quantile}));
   }
   return absl::StrJoin(names, ",");
 }

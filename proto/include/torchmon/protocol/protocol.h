@@ -106,6 +106,19 @@ absl::StatusOr<double> CanonicalQuantile(double q);
 // "p50", "p99", "p99.9" for 0.5, 0.99, 0.999. `q` must be canonical.
 std::string QuantileName(double q);
 
+// The one conversion between torchmon's four Aggregation enums: the wire's
+// v1::Aggregation, the daemon's server::Aggregation, the client's
+// torchmon::Aggregation and torch::monitor's shape, torchmon::monitor::
+// Aggregation. All number VALUE..MIN 1..6 as the wire does (QUANTILE 7 where
+// they have it; monitor's NONE is 0); each enum's values are checked
+// against the wire's with static_asserts where it meets it
+// (server/core/convert.h, client/src/client_core.cc,
+// torchmon/monitor_windows.h), so a renumbering does not compile.
+template <typename To, typename From>
+constexpr To AggregationAs(From aggregation) {
+  return static_cast<To>(static_cast<int>(aggregation));
+}
+
 // One aggregation as named on command lines, in the exposition and in the
 // sinks: one of the six, or QUANTILE with its quantile.
 struct NamedAggregation {
