@@ -141,7 +141,8 @@ struct ClientOptions {
   // Batches written but not yet acknowledged are kept, up to about this many
   // bytes, and re-sent on the next stream if the connection breaks first (the
   // daemon applies each batch once). At the bound the sender waits for acks
-  // while add() keeps filling the per-Stat buffers, then drops and counts.
+  // while add() keeps filling the sample budget (buffer_bytes, shared by the
+  // adding threads' logs), then drops and counts.
   size_t max_unacked_bytes = size_t{16} << 20;
   // Reconnect backoff: starts at initial_backoff, doubles up to max_backoff,
   // each delay drawn with +-20% jitter so that the ranks of a job spread out.
@@ -198,6 +199,12 @@ struct StatCounters {
 // stops the sender; Stats created on it stay valid but stop delivering.
 class Client {
  public:
+  // Starts the sender thread, which connects in the background: never
+  // waits for the daemon. Throws std::invalid_argument for a buffer_bytes
+  // outside [kMinBufferBytes, the most one process may reserve]; any other
+  // option that cannot work (an unparsable target, credentials that cannot
+  // be read) is kept for TakeErrors() and printed once, and the client then
+  // buffers, drops and counts as with a daemon that is down.
   explicit Client(ClientOptions options = {});
   ~Client();
   Client(const Client&) = delete;
@@ -212,12 +219,18 @@ class Client {
   // meanwhile. OK on success; DeadlineExceeded if `timeout` passed first
   // (nothing is lost: buffered samples stay queued); Unauthenticated or
   // PermissionDenied at once if the daemon refused this client's token or
-  // certificate. Never waits longer than `timeout`. Releases no locks held by callers of add().
+  // certificate. Never waits longer than `timeout`. Blocks the calling
+  // thread only: add() on any thread goes on meanwhile, and what is added
+  // after the call is not waited for. Thread-safe.
   absl::Status Flush(std::chrono::milliseconds timeout);
 
   // Logs an event (torch.monitor.log_event). Never blocks on I/O.
   void LogEvent(const Event& event);
 
+  // The client's counters, consistent with one another (see ClientStats).
+  // Takes the client's lock and walks every stat ever registered on it:
+  // O(stats), for reports and tests, not for a training step's hot path.
+  // Thread-safe.
   ClientStats Stats() const;
 
   // Messages of the daemon's refusals (IngestError) not yet taken, oldest
@@ -300,8 +313,11 @@ class Stat {
   // Uses Client::Default().
   Stat(std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, StatOptions options);
-  // The stat's samples already added still go out; once they have, the
-  // client releases its definition on the daemon (IngestBatch.released).
+  // Never blocks. The samples already added still go out; once they have,
+  // the client releases its definition on the daemon
+  // (IngestBatch.released), so a Stat made again under the same name and
+  // labels may define the series anew. No add() on this Stat may be running
+  // or start on another thread (as for any object being destroyed).
   ~Stat();
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;

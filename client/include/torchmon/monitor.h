@@ -71,7 +71,20 @@ class EventHandler {
   virtual void handle(const Event& e) = 0;
 };
 
-// Calls every registered handler, then sends the event to torchmond.
+// Handlers, as torch::monitor's: every registered handler receives every
+// event logged in the process (logEvent, and each Stat's window events), on
+// the logging thread, in order of registration. They are called outside
+// the registry's lock, so a handler may log events or (un)register
+// handlers; one unregistered while an event is being handed out may still
+// receive that event. A handler registered twice is called twice;
+// unregistering removes every registration of it. All three functions are
+// thread-safe. An exception a handler throws goes to the caller of
+// logEvent or Stat::add, after the sample was counted and sent (from a
+// Stat's destructor it ends the program), and the handlers after it miss
+// that event.
+
+// Calls every registered handler, then sends the event to torchmond (never
+// blocks on I/O: Client::LogEvent).
 void logEvent(const Event& e);
 void registerEventHandler(std::shared_ptr<EventHandler> p);
 void unregisterEventHandler(const std::shared_ptr<EventHandler>& p);
