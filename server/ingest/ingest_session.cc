@@ -450,13 +450,9 @@ absl::Status IngestSession::Redefine(uint32_t stat_id, Binding& b) {
   if (held != holds_.end() && --held->second == 0) holds_.erase(held);
   Aggregator::DefineDetail detail;
   auto id = DefineSeries(b.key, b.spec, &detail);
-  if (!id.ok()) {
-    b.id = 0;
-    b.refusal = std::string(id.status().message());
-    --series_bound_;
-    bindings_.Sync(stat_id);
-    return id.status();
-  }
+  // Refused (the daemon full, another definition in place): the binding
+  // keeps the id that finds nothing, so its next samples try again.
+  if (!id.ok()) return id.status();
   b.id = *id;
   bindings_.Sync(stat_id);
   return absl::OkStatus();
