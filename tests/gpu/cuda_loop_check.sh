@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Device check (not run by CI): the portable tarball's torchmond and the
+# portable wheel on a GPU host's own OS, beside a CUDA training loop of the
+# host's torch. Usage, from the repository root on the GPU host:
+#   tests/gpu/cuda_loop_check.sh DIST_DIR [OUT_DIR]
+# DIST_DIR holds what `deploy/release/build.sh DIST_DIR` made. Needs no
+# network: the wheel is installed with --no-index into a venv that sees the
+# host's torch. Prints each step and a JSON summary (also OUT_DIR/summary.json).
+set -uo pipefail
+dist=$(cd "${1:?DIST_DIR}" && pwd)
+out=${2:-${OUT:-/tmp/torchmon-gpu-check}}
+mkdir -p "$out"
+work=$(mktemp -d)
+daemon=
+cleanup() { [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"; rm -rf "$work"; }
+trap cleanup EXIT
+
+echo "== host"
+uname -srm; grep -E '^(PRETTY_NAME)=' /etc/os-release; ldd --version | head -1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+py=
+for p in python3 python /opt/conda/bin/python /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import torch' 2>/dev/null; then py=$(command -v "$p"); break; fi
+done
+[ -n "$py" ] || { echo "no python with torch found"; exit 1; }
+"$py" -c 'import sys, torch; print(sys.executable, sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+
+echo "== the tarball's daemon"
+tar xzf "$dist"/torchmon-*-linux-x86_64.tar.gz -C "$work"
+root=$(echo "$work"/torchmon-*-linux-x86_64)
+"$root/bin/torchmond" --version --verbose || exit 1
+"$root/bin/torchmond" --listen "unix://$work/d.sock" --metrics-listen 127.0.0.1:0 \
+  --grace 200ms > "$work/ready" 2> "$out/daemon.log" &
+daemon=$!
+for _ in $(seq 100); do grep -q '^torchmond ready' "$work/ready" && break; sleep 0.1; done
+cat "$work/ready"; grep -q '^torchmond ready' "$work/ready" || { cat "$out/daemon.log"; exit 1; }
+
+echo "== the wheel in a venv that sees the host's torch"
+if "$py" -m venv --system-site-packages "$work/venv" 2>"$work/venv.err"; then
+  vpy=$work/venv/bin/python
+  # Where the host's torch is itself in a venv, --system-site-packages sees
+  # the base interpreter's packages only: name the host's as well.
+  "$py" -c 'import site, sysconfig; print("\n".join(dict.fromkeys(
+      [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])))' \
+    > "$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-torch.pth"
+  "$vpy" -m pip install -q --no-index --no-deps "$dist"/torchmon-*.whl || exit 1
+else
+  echo "no venv ($(tail -1 "$work/venv.err")): pip install --target instead"
+  "$py" -m pip install -q --no-index --no-deps --target "$work/site" "$dist"/torchmon-*.whl || exit 1
+  export PYTHONPATH=$work/site
+  vpy=$py
+fi
+"$vpy" -c 'import torchmon; print("torchmon", torchmon.__version__, torchmon.__file__)'
+
+echo "== the CUDA loop"
+"$vpy" "$(dirname "$0")/cuda_loop.py" --ctl "$root/bin/torchmonctl" \
+  --target "unix://$work/d.sock" --summary "$out/summary.json" ${CHECK_ARGS:-}
+rc=$?
+kill -TERM "$daemon"; wait "$daemon"; echo "torchmond exited $?"; daemon=
+
+# tests/python's side-by-side tests need pytest: the host's, or one named in
+# CHECK_PYTEST_PATH (pure Python, e.g. Debian's python3-pytest copied over).
+echo "== torch.monitor side by side, on the host's torch"
+if "$vpy" -c 'import pytest' 2>/dev/null; then
+  CHECK_PYTEST_PATH=  # the host's own
+fi
+if PYTHONPATH=${CHECK_PYTEST_PATH:-}${PYTHONPATH:+:$PYTHONPATH} "$vpy" -c 'import pytest' 2>/dev/null; then
+  "$vpy" -m pytest --version
+  mkdir -p "$work/b/server" "$work/b/client/cli"
+  ln -s "$root/bin/torchmond" "$work/b/server/torchmond"
+  ln -s "$root/bin/torchmonctl" "$work/b/client/cli/torchmonctl"
+  site=$("$vpy" -c 'import os, torchmon; print(os.path.dirname(os.path.dirname(torchmon.__file__)))')
+  (cd "$(dirname "$0")/../python" &&
+   TORCHMON_BUILD_DIR=$work/b TORCHMON_PYTHON_DIR=$site \
+   PYTHONPATH=${CHECK_PYTEST_PATH:-}${PYTHONPATH:+:$PYTHONPATH} \
+   "$vpy" -m pytest -q -p no:cacheprovider -o junit_family=xunit2 \
+     --junitxml="$out/torch-mirror.xml" test_monitor_mirror.py test_dropin.py) | tail -25
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+else
+  echo "skipped: no pytest for $vpy"
+fi
+exit $rc
