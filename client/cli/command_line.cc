@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 
 namespace torchmon::cli {
@@ -39,52 +40,141 @@ enum class Flag {
   kCount
 };
 
+// One flag: how it is parsed and how its usage shows it. The usage text of
+// torchmonctl and of each command is written from these tables (UsageText),
+// so what --help lists is what the parser accepts.
 struct FlagSpec {
-  absl::string_view name;
+  absl::string_view name;  // "--stat"
   Flag flag;
-  bool takes_value;
+  // The value's placeholder in the usage ("GLOB"); empty: takes no value.
+  absl::string_view value = "";
+  // The help beside the flag; '\n' starts a line at the help column.
+  absl::string_view help = "";
+  // Shown as "[--label k=v]..." in a synopsis.
+  bool repeatable = false;
+  // Another spelling, shown first ("-h, --help").
+  absl::string_view alias = "";
+  // The flag in the tool's synopsis, if not "[--name VALUE]"; kHidden: absent.
+  absl::string_view synopsis = "";
+
+  bool takes_value() const { return !value.empty(); }
 };
 
+constexpr absl::string_view kHidden = "-";
+
+// In the order of their usage. The tool's synopsis shows the first five.
 constexpr FlagSpec kGlobalFlags[] = {
-    {"--target", Flag::kTarget, true},   {"--json", Flag::kJson, false},
-    {"--timeout", Flag::kTimeout, true}, {"--help", Flag::kHelp, false},
-    {"-h", Flag::kHelp, false},          {"--token-file", Flag::kTokenFile, true},
-    {"--tls-ca", Flag::kTlsCa, true},    {"--tls-cert", Flag::kTlsCert, true},
-    {"--tls-key", Flag::kTlsKey, true},  {"--tls-server-name", Flag::kTlsServerName, true},
+    {"--target", Flag::kTarget, "ADDR",
+     "daemon address: unix:///path, /path or host:port\n"
+     "(default: $TORCHMON_TARGET, else the default socket)"},
+    {"--json", Flag::kJson, "", "machine-readable JSON output (see docs/cli.md)"},
+    {"--timeout", Flag::kTimeout, "DURATION",
+     "deadline of each request, and how long push/event wait\n"
+     "for the daemon's acknowledgement (default 5s)"},
+    {"--token-file", Flag::kTokenFile, "FILE",
+     "the daemon's bearer token (default: $TORCHMON_TOKEN_FILE)"},
+    {"--tls-ca", Flag::kTlsCa, "FILE",
+     "TLS to a TCP target, verified with this CA (default:\n"
+     "$TORCHMON_TLS_CA; no TLS when neither it nor --tls-cert)",
+     false, "", "[--tls-ca FILE [--tls-cert FILE --tls-key FILE]]"},
+    {"--tls-cert", Flag::kTlsCert, "FILE",
+     "client certificate for a daemon that asks for one, with", false, "", kHidden},
+    {"--tls-key", Flag::kTlsKey, "FILE",
+     "its key (default: $TORCHMON_TLS_CERT, $TORCHMON_TLS_KEY)", false, "", kHidden},
+    {"--tls-server-name", Flag::kTlsServerName, "NAME",
+     "name the daemon's certificate must carry, if not the\n"
+     "target's host (default: $TORCHMON_TLS_SERVER_NAME)",
+     false, "", kHidden},
+    {"--help", Flag::kHelp, "", "show this help", false, "-h", kHidden},
 };
 
-constexpr FlagSpec kLabelFlag = {"--label", Flag::kLabel, true};
-constexpr FlagSpec kLastFlag = {"--last", Flag::kLast, true};
+constexpr FlagSpec kSeriesLabelFlag = {"--label", Flag::kLabel, "k=v",
+                                       "only series whose label k equals v; repeatable", true};
+constexpr FlagSpec kAggComparedFlag = {
+    "--agg", Flag::kAgg, "AGG", "the aggregation compared, e.g. max or p99 (default mean)"};
 
 struct CommandSpec {
   absl::string_view name;
+  // The positional arguments in its synopsis ("STAT VALUE...").
+  absl::string_view arguments;
+  // The line under it in the tool's usage.
+  absl::string_view summary;
+  // The paragraph under its synopsis in its own usage.
+  absl::string_view description;
+  // In the order of its synopsis and of its usage's list.
   std::vector<FlagSpec> flags;
 };
 
 const std::vector<CommandSpec>& Commands() {
   static const auto* commands = new std::vector<CommandSpec>{
-      {"series", {{"--stat", Flag::kStat, true}, kLabelFlag}},
-      {"windows", {kLabelFlag, kLastFlag, {"--since", Flag::kSince, true}}},
-      {"events", {kLabelFlag, kLastFlag}},
-      {"watch", {kLabelFlag}},
-      {"top",
-       {{"--agg", Flag::kAgg, true},
-        {"--interval", Flag::kInterval, true},
-        {"--count", Flag::kCount, true},
-        kLabelFlag}},
-      {"ranks",
-       {{"--agg", Flag::kAgg, true},
-        {"--rank-label", Flag::kRankLabel, true},
-        {"--window-start", Flag::kWindowStart, true},
-        kLabelFlag}},
-      {"push",
-       {{"--agg", Flag::kAgg, true},
-        {"--window", Flag::kWindow, true},
-        {"--max-samples", Flag::kMaxSamples, true},
-        {"--histogram", Flag::kHistogram, false},
-        {"--at", Flag::kAt, true},
-        kLabelFlag}},
-      {"event", {kLabelFlag}},
+      {"series", "", "list series: definition, counters, last window",
+       "Lists the series matching the selector: definition, counters and last window.",
+       {{"--stat", Flag::kStat, "GLOB",
+         "stat name, exact or a glob (* any run, ? one character)"},
+        kSeriesLabelFlag}},
+      {"windows", "STAT", "closed windows of the matching series",
+       "Shows closed windows of the series whose stat matches STAT (exact or glob),\n"
+       "oldest first within each series.",
+       {kSeriesLabelFlag,
+        {"--last", Flag::kLast, "N", "only the N most recent windows of each series"},
+        {"--since", Flag::kSince, "DURATION",
+         "only windows that started at most DURATION ago (e.g. 10m)"}}},
+      {"events", "[NAME]", "events from the daemon's event log",
+       "Shows events from the daemon's event log, oldest first. NAME is exact or a glob.",
+       {{"--label", Flag::kLabel, "k=v", "only events whose label k equals v; repeatable", true},
+        {"--last", Flag::kLast, "N", "only the N most recent events"}}},
+      {"watch", "[STAT]", "print windows as they close, until Ctrl-C",
+       "Prints each window of the matching series as it closes, one line each (one JSON\n"
+       "object per line with --json), until Ctrl-C or the daemon ends the stream.",
+       {kSeriesLabelFlag}},
+      {"ranks", "STAT", "compare the ranks in one window: slowest first, spread, missing ranks",
+       "Compares the ranks of each matching stat in one window: every rank's value,\n"
+       "largest (slowest) first, the median, max/median, and the ranks missing that\n"
+       "window; with a quantile (--agg p99), also that quantile of all the ranks'\n"
+       "samples together. Series are grouped by stat and their labels other than the\n"
+       "rank label, local_rank and host.",
+       {kAggComparedFlag,
+        {"--rank-label", Flag::kRankLabel, "KEY", "the label naming a rank (default rank)"},
+        {"--window-start", Flag::kWindowStart, "MS",
+         "the window starting at MS, Unix milliseconds (default: the\n"
+         "newest window any rank has closed)"},
+        kSeriesLabelFlag}},
+      {"top", "", "live view: the widest rank spreads and the series dropping samples",
+       "A live view of the node, refreshed every DURATION until Ctrl-C: the stats whose\n"
+       "ranks are furthest apart (slowest rank, max/median, missing ranks; as `ranks`)\n"
+       "and the series that dropped samples since the previous refresh, by reason.",
+       {{"--interval", Flag::kInterval, "DURATION",
+         "time between refreshes, at least 100ms (default 2s)"},
+        {"--count", Flag::kCount, "N", "stop after N refreshes (default: until Ctrl-C)"},
+        kAggComparedFlag, kSeriesLabelFlag}},
+      {"push", "STAT VALUE...", "send samples of a stat",
+       "Sends each VALUE as a sample of STAT, stamped now, and waits until the daemon\n"
+       "has acknowledged them. VALUE is a decimal number, nan, inf or -inf.",
+       {{"--agg", Flag::kAgg, "LIST",
+         "aggregations, comma-separated from value, mean, count,\n"
+         "sum, max, min and quantiles pNN (p50, p99, p99.9);\n"
+         "default: the six of torch.monitor"},
+        {"--window", Flag::kWindow, "DURATION",
+         "window length, 10ms to 744h (31 days; default 10s)"},
+        {"--max-samples", Flag::kMaxSamples, "N",
+         "samples accepted per window; 0 = unlimited (default 0)"},
+        {"--histogram", Flag::kHistogram, "",
+         "keep a native histogram of the series' samples for\n"
+         "Prometheus (implied by a quantile)"},
+        {"--at", Flag::kAt, "MS",
+         "stamp the samples MS, Unix milliseconds, instead of now\n"
+         "(the daemon counts a stamp past its window's grace as\n"
+         "late, one too far ahead as skewed)"},
+        {"--label", Flag::kLabel, "k=v",
+         "a label of the stat, added to the identity labels taken\n"
+         "from the environment; repeatable",
+         true}}},
+      {"event", "NAME [key=value]...", "log an event",
+       "Logs an event and waits until the daemon has acknowledged it. Each value is\n"
+       "an int64 if it is an integer literal, a double if it is another number\n"
+       "(including nan, inf, -inf), a bool if it is true or false, else a string.",
+       {{"--label", Flag::kLabel, "k=v",
+         "a label of the event, merged over the identity labels;\nrepeatable", true}}},
   };
   return *commands;
 }
@@ -98,7 +188,7 @@ const CommandSpec* FindCommand(absl::string_view name) {
 
 const FlagSpec* FindFlag(absl::Span<const FlagSpec> flags, absl::string_view name) {
   for (const FlagSpec& flag : flags) {
-    if (flag.name == name) return &flag;
+    if (flag.name == name || (!flag.alias.empty() && flag.alias == name)) return &flag;
   }
   return nullptr;
 }
@@ -510,7 +600,7 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
       return UsageError(absl::StrCat("unknown flag ", name, " for command ", command->name));
     }
     std::string value;
-    if (spec->takes_value) {
+    if (spec->takes_value()) {
       if (eq != std::string::npos) {
         value = arg.substr(eq + 1);
       } else if (i + 1 < args.size()) {
@@ -575,142 +665,102 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
 
 bool IsCommand(absl::string_view name) { return FindCommand(name) != nullptr; }
 
-std::string UsageText(absl::string_view command) {
-  constexpr absl::string_view kGlobal =
-      "Global flags (before or after the command):\n"
-      "  --target ADDR       daemon address: unix:///path, /path or host:port\n"
-      "                      (default: $TORCHMON_TARGET, else the default socket)\n"
-      "  --json              machine-readable JSON output (see docs/cli.md)\n"
-      "  --timeout DURATION  deadline of each request, and how long push/event wait\n"
-      "                      for the daemon's acknowledgement (default 5s)\n"
-      "  --token-file FILE   the daemon's bearer token (default: $TORCHMON_TOKEN_FILE)\n"
-      "  --tls-ca FILE       TLS to a TCP target, verified with this CA (default:\n"
-      "                      $TORCHMON_TLS_CA; no TLS when neither it nor --tls-cert)\n"
-      "  --tls-cert FILE     client certificate for a daemon that asks for one, with\n"
-      "  --tls-key FILE      its key (default: $TORCHMON_TLS_CERT, $TORCHMON_TLS_KEY)\n"
-      "  --tls-server-name NAME\n"
-      "                      name the daemon's certificate must carry, if not the\n"
-      "                      target's host (default: $TORCHMON_TLS_SERVER_NAME)\n"
-      "  -h, --help          show this help\n";
-  constexpr absl::string_view kLabels =
-      "  --label k=v         only series whose label k equals v; repeatable\n";
+namespace {
 
-  if (command == "series") {
-    return absl::StrCat(
-        "Usage: torchmonctl series [--stat GLOB] [--label k=v]...\n\n"
-        "Lists the series matching the selector: definition, counters and last window.\n\n"
-        "  --stat GLOB         stat name, exact or a glob (* any run, ? one character)\n",
-        kLabels, "\n", kGlobal);
+constexpr size_t kUsageWidth = 80;
+// Where a flag's help starts: "  --stat GLOB         stat name, ...".
+constexpr size_t kHelpColumn = 22;
+
+// `first` followed by `items`, wrapped at kUsageWidth; continuation lines
+// start under the first item.
+std::string WrapSynopsis(absl::string_view first, const std::vector<std::string>& items,
+                         size_t indent) {
+  std::string out(first);
+  size_t line_start = 0;
+  bool line_empty = absl::EndsWith(first, " ");
+  for (const std::string& item : items) {
+    if (!line_empty && out.size() - line_start + 1 + item.size() > kUsageWidth) {
+      out.push_back('\n');
+      line_start = out.size();
+      out.append(indent, ' ');
+      line_empty = true;
+    }
+    if (!line_empty) out.push_back(' ');
+    out += item;
+    line_empty = false;
   }
-  if (command == "windows") {
-    return absl::StrCat(
-        "Usage: torchmonctl windows STAT [--label k=v]... [--last N] [--since DURATION]\n\n"
-        "Shows closed windows of the series whose stat matches STAT (exact or glob),\n"
-        "oldest first within each series.\n\n",
-        kLabels,
-        "  --last N            only the N most recent windows of each series\n"
-        "  --since DURATION    only windows that started at most DURATION ago (e.g. 10m)\n\n",
-        kGlobal);
+  return out;
+}
+
+// The synopsis items of a command: its arguments, then "[--flag VALUE]" each.
+std::vector<std::string> SynopsisItems(const CommandSpec& command) {
+  std::vector<std::string> items;
+  if (!command.arguments.empty()) items.emplace_back(command.arguments);
+  for (const FlagSpec& flag : command.flags) {
+    items.push_back(absl::StrCat("[", flag.name, flag.takes_value() ? " " : "", flag.value, "]",
+                                 flag.repeatable ? "..." : ""));
   }
-  if (command == "events") {
-    return absl::StrCat(
-        "Usage: torchmonctl events [NAME] [--label k=v]... [--last N]\n\n"
-        "Shows events from the daemon's event log, oldest first. NAME is exact or a glob.\n\n",
-        "  --label k=v         only events whose label k equals v; repeatable\n"
-        "  --last N            only the N most recent events\n\n",
-        kGlobal);
+  return items;
+}
+
+// "  --flag VALUE        help", one line per line of help.
+std::string FlagList(absl::Span<const FlagSpec> flags) {
+  std::string out;
+  for (const FlagSpec& flag : flags) {
+    std::string shown = absl::StrCat("  ", flag.alias, flag.alias.empty() ? "" : ", ", flag.name,
+                                     flag.takes_value() ? " " : "", flag.value);
+    if (shown.size() < kHelpColumn) {
+      shown.append(kHelpColumn - shown.size(), ' ');
+    } else {
+      absl::StrAppend(&shown, "\n", std::string(kHelpColumn, ' '));
+    }
+    out += shown;
+    bool first_line = true;
+    for (absl::string_view line : absl::StrSplit(flag.help, '\n')) {
+      if (!first_line) out.append(kHelpColumn, ' ');
+      absl::StrAppend(&out, line, "\n");
+      first_line = false;
+    }
   }
-  if (command == "watch") {
-    return absl::StrCat(
-        "Usage: torchmonctl watch [STAT] [--label k=v]...\n\n"
-        "Prints each window of the matching series as it closes, one line each (one JSON\n"
-        "object per line with --json), until Ctrl-C or the daemon ends the stream.\n\n",
-        kLabels, "\n", kGlobal);
+  return out;
+}
+
+std::string GlobalFlagsText() {
+  return absl::StrCat("Global flags (before or after the command):\n", FlagList(kGlobalFlags));
+}
+
+}  // namespace
+
+std::string UsageText(absl::string_view command) {
+  if (const CommandSpec* spec = FindCommand(command); spec != nullptr) {
+    const std::string first = absl::StrCat("Usage: torchmonctl ", spec->name, " ");
+    return absl::StrCat(WrapSynopsis(first, SynopsisItems(*spec), first.size()), "\n\n",
+                        spec->description, "\n\n", FlagList(spec->flags), "\n",
+                        GlobalFlagsText());
   }
-  if (command == "top") {
-    return absl::StrCat(
-        "Usage: torchmonctl top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...\n\n"
-        "A live view of the node, refreshed every DURATION until Ctrl-C: the stats whose\n"
-        "ranks are furthest apart (slowest rank, max/median, missing ranks; as `ranks`)\n"
-        "and the series that dropped samples since the previous refresh, by reason.\n\n",
-        kLabels,
-        "  --interval DURATION time between refreshes, at least 100ms (default 2s)\n"
-        "  --count N           stop after N refreshes (default: until Ctrl-C)\n"
-        "  --agg AGG           the aggregation compared, e.g. max or p99 (default mean)\n\n",
-        kGlobal);
+  std::vector<std::string> global;
+  for (const FlagSpec& flag : kGlobalFlags) {
+    if (flag.synopsis == kHidden) continue;
+    global.push_back(flag.synopsis.empty()
+                         ? absl::StrCat("[", flag.name, flag.takes_value() ? " " : "",
+                                        flag.value, "]")
+                         : std::string(flag.synopsis));
   }
-  if (command == "ranks") {
-    return absl::StrCat(
-        "Usage: torchmonctl ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS]\n"
-        "                         [--label k=v]...\n\n"
-        "Compares the ranks of each matching stat in one window: every rank's value,\n"
-        "largest (slowest) first, the median, max/median, and the ranks missing that\n"
-        "window; with a quantile (--agg p99), also that quantile of all the ranks'\n"
-        "samples together. Series are grouped by stat and their labels other than the\n"
-        "rank label, local_rank and host.\n\n",
-        kLabels,
-        "  --agg AGG           the aggregation compared, e.g. max or p99 (default mean)\n"
-        "  --rank-label KEY    the label naming a rank (default rank)\n"
-        "  --window-start MS   the window starting at MS, Unix milliseconds (default: the\n"
-        "                      newest window any rank has closed)\n\n",
-        kGlobal);
+  global.emplace_back("COMMAND ...");
+  constexpr absl::string_view kTool = "Usage: torchmonctl ";
+  std::string out = absl::StrCat(WrapSynopsis(kTool, global, kTool.size()), "\n\n",
+                                 "Queries and feeds torchmond, the torchmon daemon.\n\n",
+                                 "Commands:\n");
+  for (const CommandSpec& spec : Commands()) {
+    const std::string first = absl::StrCat("  ", spec.name, " ");
+    absl::StrAppend(&out, WrapSynopsis(first, SynopsisItems(spec), first.size()), "\n      ",
+                    spec.summary, "\n");
   }
-  if (command == "push") {
-    return absl::StrCat(
-        "Usage: torchmonctl push STAT VALUE... [--agg LIST] [--window DURATION]\n"
-        "                        [--max-samples N] [--histogram] [--at MS] [--label k=v]...\n\n"
-        "Sends each VALUE as a sample of STAT, stamped now, and waits until the daemon\n"
-        "has acknowledged them. VALUE is a decimal number, nan, inf or -inf.\n\n"
-        "  --agg LIST          aggregations, comma-separated from value, mean, count, sum,\n"
-        "                      max, min and quantiles pNN (p50, p99, p99.9); default: the\n"
-        "                      six of torch.monitor\n"
-        "  --window DURATION   window length, 10ms to 744h (31 days; default 10s)\n"
-        "  --max-samples N     samples accepted per window; 0 = unlimited (default 0)\n"
-        "  --histogram         keep a native histogram of the series' samples for\n"
-        "                      Prometheus (implied by a quantile)\n"
-        "  --at MS             stamp the samples MS, Unix milliseconds, instead of now\n"
-        "                      (the daemon counts a stamp past its window's grace as\n"
-        "                      late, one too far ahead as skewed)\n"
-        "  --label k=v         a label of the stat, added to the identity labels taken\n"
-        "                      from the environment; repeatable\n\n",
-        kGlobal);
-  }
-  if (command == "event") {
-    return absl::StrCat(
-        "Usage: torchmonctl event NAME [key=value]... [--label k=v]...\n\n"
-        "Logs an event and waits until the daemon has acknowledged it. Each value is\n"
-        "an int64 if it is an integer literal, a double if it is another number\n"
-        "(including nan, inf, -inf), a bool if it is true or false, else a string.\n\n"
-        "  --label k=v         a label of the event, merged over the identity labels;\n"
-        "                      repeatable\n\n",
-        kGlobal);
-  }
-  return absl::StrCat(
-      "Usage: torchmonctl [--target ADDR] [--json] [--timeout DURATION] [--token-file FILE]\n"
-      "                   [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] COMMAND ...\n\n"
-      "Queries and feeds torchmond, the torchmon daemon.\n\n"
-      "Commands:\n"
-      "  series [--stat GLOB] [--label k=v]...\n"
-      "      list series: definition, counters, last window\n"
-      "  windows STAT [--label k=v]... [--last N] [--since DURATION]\n"
-      "      closed windows of the matching series\n"
-      "  events [NAME] [--label k=v]... [--last N]\n"
-      "      events from the daemon's event log\n"
-      "  watch [STAT] [--label k=v]...\n"
-      "      print windows as they close, until Ctrl-C\n"
-      "  ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS] [--label k=v]...\n"
-      "      compare the ranks in one window: slowest first, spread, missing ranks\n"
-      "  top [--interval DURATION] [--count N] [--agg AGG] [--label k=v]...\n"
-      "      live view: the widest rank spreads and the series dropping samples\n"
-      "  push STAT VALUE... [--agg LIST] [--window DURATION] [--max-samples N] [--histogram]\n"
-      "       [--at MS] [--label k=v]...\n"
-      "      send samples of a stat\n"
-      "  event NAME [key=value]... [--label k=v]...\n"
-      "      log an event\n\n",
-      kGlobal,
-      "\nExit status: 0 success; 1 the daemon answered with an error or refused\n"
-      "something; 2 usage error; 3 the daemon could not be reached in time.\n"
-      "Run 'torchmonctl COMMAND --help' for a command's flags.\n");
+  absl::StrAppend(&out, "\n", GlobalFlagsText(),
+                  "\nExit status: 0 success; 1 the daemon answered with an error or refused\n"
+                  "something; 2 usage error; 3 the daemon could not be reached in time.\n"
+                  "Run 'torchmonctl COMMAND --help' for a command's flags.\n");
+  return out;
 }
 
 }  // namespace torchmon::cli
