@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -74,7 +75,8 @@ std::string EncodePageToken(const PageToken& token) {
     case PageToken::Kind::kSeries:
     case PageToken::Kind::kEventTotals:
       PutU64(raw, static_cast<uint64_t>(token.after_start_ms));
-      PutU64(raw, 0);
+      // Zero in tokens from before redefinitions: definition 0, as then.
+      PutU64(raw, token.after_definition);
       v1::SeriesKey key;
       if (token.series != nullptr) {
         key.set_stat(token.series->stat);
@@ -109,6 +111,8 @@ absl::StatusOr<PageToken> DecodePageToken(const std::string& text, PageToken::Ki
     return token;
   }
   token.after_start_ms = static_cast<int64_t>(a);
+  if (b > std::numeric_limits<uint32_t>::max()) return NotOurs("is not one this daemon issued");
+  token.after_definition = static_cast<uint32_t>(b);
   v1::SeriesKey key;
   if (!key.ParseFromArray(raw.data() + kHeaderBytes, static_cast<int>(raw.size() - kHeaderBytes))) {
     return NotOurs("is not one this daemon issued");

@@ -29,8 +29,10 @@ struct PageToken {
   // series of the last window listed; kEventTotals: the event name and
   // labels).
   std::shared_ptr<const SeriesKey> series;
-  // kWindows: the start of the last window listed (Unix ms).
+  // kWindows: the start of the last window listed (Unix ms), and the
+  // definition it was aggregated under (WindowRecord::definition).
   int64_t after_start_ms = 0;
+  uint32_t after_definition = 0;
   // kEvents: the last sequence looked at, and the events `limit` still
   // allows (0: no limit).
   uint64_t after_sequence = 0;

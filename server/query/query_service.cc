@@ -225,7 +225,10 @@ grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* 
   }
   using Cursor = Aggregator::WindowCursor;
   std::optional<Cursor> from;
-  if (paging->token) from = Cursor{paging->token->series, paging->token->after_start_ms};
+  if (paging->token) {
+    from = Cursor{paging->token->series, paging->token->after_start_ms,
+                  paging->token->after_definition};
+  }
   const Selector selector = SelectorFromProto(request->selector());
   const Aggregator::WindowFilter filter{request->start_ms(), request->end_ms(),
                                         static_cast<size_t>(request->limit_per_series())};
@@ -237,13 +240,14 @@ grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* 
         return std::make_pair(std::move(chunk.windows), std::move(chunk.resume));
       },
       [](const ClosedWindow& w, v1::WindowSummary* out) { WindowToProto(w, out); },
-      [](const ClosedWindow& w) { return Cursor{w.series, w.start_ms}; });
+      [](const ClosedWindow& w) { return Cursor{w.series, w.start_ms, w.definition}; });
   if (next.has_value()) {
     PageToken token;
     token.kind = PageToken::Kind::kWindows;
     token.fingerprint = paging->fingerprint;
     token.series = next->series;
     token.after_start_ms = next->after_start_ms;
+    token.after_definition = next->after_definition;
     response->set_next_page_token(EncodePageToken(token));
   }
   reactor->Finish(grpc::Status::OK);

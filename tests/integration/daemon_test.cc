@@ -594,6 +594,51 @@ TEST_F(DaemonTest, EveryListingComesInPagesUnderTheDefaultReceiveLimit) {
   EXPECT_EQ(pages, 4u);
 }
 
+// A series redefined with another window lists its windows in order of
+// definition, then of start; paged one window at a time, each page resumes
+// in the definition of the last window listed, so every window comes once.
+TEST_F(DaemonTest, WindowPagesResumeAcrossARedefinition) {
+  StartDaemon();
+  Client client(Options());
+  const int64_t t0 = NextWindowStartUs();
+  {
+    Stat first(client, "redef.paged", {Aggregation::COUNT}, std::chrono::milliseconds(kWindowMs));
+    for (int i = 0; i < 3; ++i) first.add(1, t0 + int64_t{i} * kWindowMs * 1000);
+    ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  }
+  // Made once the first is gone: the daemon redefines the series when the
+  // client's release of the first arrives.
+  Stat second(client, "redef.paged", {Aggregation::COUNT},
+              std::chrono::milliseconds(2 * kWindowMs));
+  const int64_t later = (t0 / 1000 / (2 * kWindowMs) + 3) * (2 * kWindowMs) * 1000;
+  second.add(1, later);
+  second.add(1, later + 2 * kWindowMs * 1000);
+  ASSERT_TRUE(client.Flush(std::chrono::seconds(5)).ok());
+  const std::vector<v1::WindowSummary> all = WaitForWindows("redef.paged", 5);
+  ASSERT_EQ(all.size(), 5u);
+  ASSERT_EQ(all.front().definition(), 0u);
+  ASSERT_EQ(all.back().definition(), 1u);
+
+  auto stub = daemon_->QueryStub();
+  v1::GetWindowsRequest request;
+  request.mutable_selector()->set_stat("redef.paged");
+  request.set_page_size(1);
+  std::vector<std::pair<uint32_t, int64_t>> paged;
+  for (int page = 0; page < 10; ++page) {
+    v1::GetWindowsResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->GetWindows(&context, request, &response).ok());
+    for (const v1::WindowSummary& w : response.windows()) {
+      paged.emplace_back(w.definition(), w.start_ms());
+    }
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  std::vector<std::pair<uint32_t, int64_t>> expected;
+  for (const v1::WindowSummary& w : all) expected.emplace_back(w.definition(), w.start_ms());
+  EXPECT_EQ(paged, expected);
+}
+
 TEST_F(DaemonTest, APageTokenIsGoodOnlyForItsOwnRequest) {
   StartDaemon();
   Client client(Options());

@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/unit/parse_daemon_flags.h"
+#include "parse_daemon_flags.h"
 #include "server/daemon/options.h"
 
 namespace torchmon::server {

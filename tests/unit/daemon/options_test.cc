@@ -13,7 +13,7 @@
 #include "server/daemon/build_info.h"
 #include "gtest/gtest.h"
 #include "torchmon/protocol/protocol.h"
-#include "tests/unit/parse_daemon_flags.h"
+#include "parse_daemon_flags.h"
 
 namespace torchmon::server {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "server/exposition/gzip_stream.h"
-#include "tests/support/gunzip.h"
+#include "support/gunzip.h"
 
 namespace torchmon::server {
 namespace {

@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/daemon/options.h"
-#include "tests/unit/parse_daemon_flags.h"
+#include "parse_daemon_flags.h"
 
 namespace torchmon::server {
 namespace {
