@@ -74,9 +74,13 @@ class StatWindows {
 
   // Adds `v` at the steady clock's now. Returns how many windows with
   // samples were logged (0 to 2), oldest first in logged(0..n).
-  int Add(T v) {
+  int Add(T v) { return AddAt(v, SteadyNowMs()); }
+
+  // Add at `now_ms` on the steady clock (tests drive time through it).
+  // Calls must not go back in time.
+  int AddAt(T v, int64_t now_ms) {
     logged_count_ = 0;
-    const uint64_t window = CurrentWindowId();
+    const uint64_t window = static_cast<uint64_t>(now_ms / window_ms_) + 1;
     MaybeLog(window);
     if (last_logged_ != window) {
       current_.Add(v);
@@ -101,11 +105,10 @@ class StatWindows {
   const Values& logged(int i) const { return logged_[i]; }
 
  private:
-  uint64_t CurrentWindowId() const {
-    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
-    return static_cast<uint64_t>(now_ms / window_ms_) + 1;
+  static int64_t SteadyNowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
 
   void MaybeLog(uint64_t window) {
