@@ -101,11 +101,18 @@ def test_event_handler(monitor):
 
 
 @pytest.mark.parametrize("monitor", MODULES)
-def test_wait_counter(monitor):
+def test_wait_counter(monitor, daemon, default_client_for):
+    """Upstream's case (a guard entered and left), which asserts nothing
+    there; here: the guard gives None, as torch's does, and torchmon's wait
+    reaches the daemon."""
     if not hasattr(monitor, "_WaitCounter"):
         pytest.skip(f"{monitor.__name__} {torch.__version__} has no _WaitCounter (torch >= 2.4)")
-    with monitor._WaitCounter("mirror.wait_counter").guard():
-        pass
+    with monitor._WaitCounter("mirror.wait_counter").guard() as entered:
+        assert entered is None
+    if monitor is torchmon:
+        assert default_client_for.flush(5)
+        (wait,) = daemon.series("mirror.wait_counter.wait_s")
+        assert wait["counters"]["accepted"] == 1
 
 
 def wait_counter_behaviour(monitor):
