@@ -1,11 +1,14 @@
 #include "detail/error_log.h"
 
+#include <cstdio>
 #include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace torchmon::detail {
+
+void ErrorLog::Print(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
 void ErrorLog::Record(std::string message) {
   errors_.push_back(std::move(message));

@@ -33,6 +33,9 @@ class ErrorLog {
   std::string ShouldPrint(const std::string& line);
   // The kept errors, oldest first; clears them.
   std::vector<std::string> Take();
+  // Writes `line` and a newline to stderr: what ShouldPrint returned, once
+  // the caller has let go of its mutex.
+  static void Print(const std::string& line);
 
  private:
   const bool print_;

@@ -22,9 +22,9 @@ struct alignas(64) StatCounts {
   std::atomic<StatState*> state{nullptr};
   // Producers (any thread; fetch_add): samples add() could not buffer.
   std::atomic<uint64_t> rejected{0};
-  // Ack thread, under the client's mutex (written only by ClientCore's
-  // *Locked counting functions, which require it): samples and drop
-  // counts in acknowledged batches, ever and from the daemon process of now.
+  // Ack thread, under the client's mutex (written only by AckLedger, which
+  // ClientCore holds ABSL_GUARDED_BY it): samples and drop counts in
+  // acknowledged batches, ever and from the daemon process of now.
   std::atomic<uint64_t> delivered{0};
   std::atomic<uint64_t> drops_acked{0};
   std::atomic<uint64_t> delivered_current{0};

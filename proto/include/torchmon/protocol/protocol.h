@@ -112,7 +112,7 @@ std::string QuantileName(double q);
 // Aggregation. All number VALUE..MIN 1..6 as the wire does (QUANTILE 7 where
 // they have it; monitor's NONE is 0); each enum's values are checked
 // against the wire's with static_asserts where it meets it
-// (server/core/convert.h, client/src/client_core.cc,
+// (server/core/convert.h, client/src/detail/option_checks.cc,
 // torchmon/monitor_windows.h), so a renumbering does not compile.
 template <typename To, typename From>
 constexpr To AggregationAs(From aggregation) {

@@ -1,0 +1,101 @@
+// What a send cycle puts in a stream's batches: the definitions of new
+// stats, the samples waiting in the logs, the drop reports of listed stats,
+// events and releases, each kind in the order the daemon needs.
+#ifndef TORCHMON_CLIENT_DETAIL_BATCH_FILLER_H_
+#define TORCHMON_CLIENT_DETAIL_BATCH_FILLER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "detail/event_queue.h"
+#include "detail/outgoing_batch.h"
+#include "detail/stat_state.h"
+
+namespace torchmon::detail {
+
+// Sender thread only: the sole consumer of the client's sample logs and of
+// its stats' drop lists. Each Add* appends to `out`, calling `write` first
+// whenever `out` is full; `write` writes `out` to the stream and leaves it
+// empty, or returns false if the stream broke, and then the Add* returns
+// false at once (what it had not yet put in a batch stays where it was,
+// except what the caller took from the EventQueue, for it to requeue).
+// `generation` names the stream: a stat is defined once per stream, before
+// the first batch that uses its id.
+class BatchFiller {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Write = absl::FunctionRef<bool()>;
+  // A log that has taken nothing for this long, and has been drained, gives
+  // its chunk back. Long enough that a thread adding every few hundred ms
+  // keeps its chunk (a chunk change costs two CAS and a cache miss or two),
+  // short enough that a burst's memory, or an exited thread's, returns to
+  // the budget soon after.
+  static constexpr std::chrono::milliseconds kIdleRelease{1000};
+
+  explicit BatchFiller(ClientBuffers& buffers) : buffers_(buffers) {}
+
+  // The memory batches are made in (recycled across batches).
+  const std::shared_ptr<BatchMemory>& memory() const { return memory_; }
+
+  // The definitions of `fresh` stats not yet defined on this stream.
+  bool AddDefinitions(const std::vector<StatState*>& fresh, uint64_t generation,
+                      OutgoingBatch& out, Write write);
+
+  struct LogsTaken {
+    // False if a sample buffered at the start could not be taken yet (a
+    // producer was mid-push): the cycle does not complete a flush.
+    bool complete = true;
+    // The largest fraction of a log, or of the client's budget, found
+    // occupied, for pacing.
+    double max_fill = 0;
+  };
+  // Every log's samples, up to what it held when looked at (samples pushed
+  // later wait for the next cycle, so a busy producer cannot keep a cycle,
+  // and the flush it serves, going), defining on the stream any stat not
+  // yet defined there. Gives idle logs' chunks, and idle batch memory, back
+  // (kIdleRelease after their last add, as of `now`).
+  bool AddSamples(uint64_t generation, Clock::time_point now, OutgoingBatch& out, Write write,
+                  LogsTaken* taken);
+  // The drop reports of the stats listed since the last cycle (a stat that
+  // dropped a sample lists itself, StatState::Wake), each unlisted once all
+  // its drops so far are written.
+  bool AddDropReports(uint64_t generation, OutgoingBatch& out, Write write);
+  // Events, oldest first, then event drop reports (after the events: a
+  // report counts what the client could not send). Those written leave
+  // `taken`.
+  static bool AddEvents(EventQueue::Taken& taken, OutgoingBatch& out, Write write);
+  // Releases (IngestBatch.released), last in a cycle: the daemon applies
+  // them after the rest of the batch.
+  static bool AddReleases(const std::vector<uint32_t>& ids, OutgoingBatch& out, Write write);
+
+  // True if a log, or all of them against the budget, are full enough that
+  // the sender should not wait for its next cycle (SendPacer::IsBurst).
+  // Cheap: loads only.
+  bool LookForBurst() const;
+
+ private:
+  // Adds the definition of `stat` to `out` unless it went out on this
+  // stream already (then the daemon knows it before `out`).
+  void DefineOnStream(StatState& stat, uint64_t generation, OutgoingBatch& out);
+  // Takes up to `max` samples from `log` into `out`, counts them to their
+  // stats and defines any stat not yet defined on the stream. Returns how
+  // many (0: none published yet).
+  size_t TakeSamples(SampleLog& log, uint64_t max, uint64_t generation, OutgoingBatch& out);
+
+  ClientBuffers& buffers_;
+  // The listed stats (StatState::listed): those with drops to report. Raw
+  // pointers: a listed stat is never retired.
+  std::vector<StatState*> listed_;
+  // Scratch for TakeSamples.
+  SampleGroups groups_;
+  // Freed once no thread has added for kIdleRelease (as idle logs give
+  // their chunks back).
+  const std::shared_ptr<BatchMemory> memory_ = std::make_shared<BatchMemory>();
+};
+
+}  // namespace torchmon::detail
+
+#endif  // TORCHMON_CLIENT_DETAIL_BATCH_FILLER_H_
