@@ -7,7 +7,10 @@
 //   torchmon::log_event(torchmon::Event("epoch_end", {{"epoch", int64_t{3}}}));
 //
 // Thread-safety: Client, Stat and log_event may be used from any number of
-// threads. Stat::add from several threads on the same Stat is safe.
+// threads. Stat::add from several threads on the same Stat is safe. Nothing
+// here throws but the Client constructor (a buffer_bytes out of bounds); the
+// rest reports trouble through counts (dropped samples and events) and
+// Client::TakeErrors().
 #ifndef TORCHMON_CLIENT_H_
 #define TORCHMON_CLIENT_H_
 
@@ -57,10 +60,12 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 // torch.monitor's data_value_t: str, float, int or bool.
 using EventValue = std::variant<std::string, double, int64_t, bool>;
 
-// A named, timestamped event with typed data (torch.monitor.Event).
+// A named, timestamped event with typed data (torch.monitor.Event). A plain
+// value: copy it, move it, share it read-only between threads.
 struct Event {
   Event() = default;
-  // Timestamp defaults to now.
+  // Timestamp defaults to now (system_clock). Checks nothing: an event the
+  // daemon would refuse is dropped when logged (Client::LogEvent).
   Event(std::string name, std::map<std::string, EventValue> data,
         std::chrono::system_clock::time_point timestamp = std::chrono::system_clock::now());
 
@@ -194,9 +199,9 @@ struct StatCounters {
   uint64_t drops_reported_to_current_daemon = 0;
 };
 
-// Owns the connection to torchmond and the sender thread.
-// Thread-safe. Destruction flushes (bounded by destructor_flush_timeout) and
-// stops the sender; Stats created on it stay valid but stop delivering.
+// Owns the connection to torchmond, the sample budget, and the threads that
+// send batches (one) and read acknowledgements (one per stream). Thread-safe:
+// every member may be called from any thread at once.
 class Client {
  public:
   // Starts the sender thread, which connects in the background: never
@@ -206,12 +211,21 @@ class Client {
   // be read) is kept for TakeErrors() and printed once, and the client then
   // buffers, drops and counts as with a daemon that is down.
   explicit Client(ClientOptions options = {});
+  // Flushes what is buffered (waiting at most destructor_flush_timeout),
+  // stops the threads and counts whatever is still undelivered as dropped.
+  // Stats created on it stay valid: their add() counts every sample as
+  // dropped from then on. No other member of this Client may be running or
+  // start on another thread. In a child forked from the process that made
+  // the Client, whose threads fork did not copy, it neither flushes nor
+  // joins: the client's memory is left to the child's exit.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
   // The process-wide client used by Stat and log_event when none is given,
-  // created on first use from the environment and flushed at exit.
+  // made with default ClientOptions (target, security and labels from the
+  // environment) on first use, thread-safely, and destroyed, so flushed, at
+  // exit (static destruction). Never throws.
   static Client& Default();
 
   // Waits until everything added or logged before the call has been
@@ -224,7 +238,13 @@ class Client {
   // after the call is not waited for. Thread-safe.
   absl::Status Flush(std::chrono::milliseconds timeout);
 
-  // Logs an event (torch.monitor.log_event). Never blocks on I/O.
+  // Logs an event (torch.monitor.log_event): checks it against the daemon's
+  // limits (name, data keys and values, labels, at most 1 MiB encoded),
+  // converts it and queues it for the sender, under the client's lock.
+  // Never blocks on I/O. An event the daemon would refuse is dropped and
+  // counted (ClientStats::events_dropped) with the reason kept for
+  // TakeErrors(); one that finds max_buffered_events queued is dropped and
+  // counted, and the drop is reported to the daemon by name. Thread-safe.
   void LogEvent(const Event& event);
 
   // The client's counters, consistent with one another (see ClientStats).
@@ -233,11 +253,15 @@ class Client {
   // Thread-safe.
   ClientStats Stats() const;
 
-  // Messages of the daemon's refusals (IngestError) not yet taken, oldest
-  // first, as "code: message". At most the 1000 most recent are kept.
+  // The errors not yet taken, oldest first, as "CODE: message": the
+  // daemon's refusals (IngestError), a stream refused for its credentials,
+  // and what the client refused itself (an invalid Stat, event or label, a
+  // target or credentials it will not use). At most the 1000 most recent
+  // are kept. Thread-safe; each error is returned once.
   std::vector<std::string> TakeErrors();
 
-  // The resolved target and identity labels.
+  // The resolved target and identity labels. Fixed at construction, so
+  // thread-safe and free.
   const std::string& target() const;
   const Labels& labels() const;
 
@@ -276,7 +300,8 @@ struct StatOptions {
   std::chrono::milliseconds requested_window{0};
 };
 
-// A stat recorded in windows by the daemon (torch.monitor.Stat).
+// A stat recorded in windows by the daemon (torch.monitor.Stat). Thread-safe:
+// add() and the counts may be called from any number of threads at once.
 // Stats with the same name and labels, in any process, feed one series if
 // their definitions agree; the daemon refuses a conflicting definition
 // while a Stat of the first is alive, and takes it as the series' new
@@ -322,19 +347,32 @@ class Stat {
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;
 
-  // Records a sample stamped now. Never blocks, throws, allocates or makes a
-  // syscall; when the buffer is full the sample is dropped and counted.
+  // Records a sample stamped now: writes it to the calling thread's log in
+  // the client's budget (a few ns; docs/performance.md). Never blocks,
+  // throws, allocates or makes a syscall; when the budget is full, the
+  // client stopped or the Stat is invalid, the sample is dropped and
+  // counted (dropped(), reported to the daemon). Any value goes, NaN and
+  // infinities included.
   void add(double value) noexcept;
   // Records a sample with an explicit timestamp (Unix microseconds; see
-  // WallMicros for the clock add(value) uses).
+  // WallMicros for the clock add(value) uses), with add(value)'s cost and
+  // guarantees. The daemon counts a stamp past its window's grace as late
+  // and one too far ahead as skewed.
   void add(double value, int64_t timestamp_us) noexcept;
 
+  // The name given. Free.
   const std::string& name() const;
   // Samples added through this Stat, and how many of them were dropped by
-  // the client so far.
+  // the client so far. added() walks the samples still buffered in the
+  // client's logs under the sender's drain lock (O(buffered samples), and it
+  // holds the sender off meanwhile): for reports and tests, not a training
+  // step. dropped() is a few atomic loads, and the same walk only once the
+  // client has stopped.
   uint64_t added() const;
   uint64_t dropped() const;
-  // Every count at once (not one atomic snapshot while add() runs).
+  // Every count at once, with added()'s cost (not one atomic snapshot
+  // while add() runs: the acknowledged counts are read first, so they never
+  // exceed the others).
   StatCounters counters() const;
 
  private:
@@ -346,13 +384,16 @@ class Stat {
   uint32_t id_;
 };
 
-// Logs an event on Client::Default().
+// Logs an event on Client::Default(): Client::LogEvent's cost, failures and
+// thread-safety.
 void log_event(const Event& event);
 
 // Identity labels from the environment, in increasing precedence:
 // host (hostname); SLURM_JOB_ID→job, SLURM_PROCID→rank, SLURM_LOCALID→local_rank;
 // TORCHELASTIC_RUN_ID→job, RANK→rank, LOCAL_RANK→local_rank; TORCHMON_LABELS (k=v,k=v).
 // An invalid TORCHMON_LABELS entry is reported on stderr once and ignored.
+// Reads the environment each call (getenv: not safe against a setenv on
+// another thread meanwhile, as any getenv).
 Labels IdentityLabelsFromEnvironment();
 
 }  // namespace torchmon

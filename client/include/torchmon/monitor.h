@@ -51,11 +51,12 @@ struct AggregationHash {
   }
 };
 
-// "value", "mean", ...
+// "value", "mean", ... ("none" for NONE): a static string. Thread-safe.
 const char* aggregationName(Aggregation agg);
 
 using data_value_t = std::variant<std::string, double, int64_t, bool>;
 
+// torch::monitor::Event: a plain value, compared field by field.
 struct Event {
   std::string name;
   std::chrono::system_clock::time_point timestamp;
@@ -95,10 +96,20 @@ namespace detail {
 void callHandlers(const Event& e);
 }  // namespace detail
 
-// torch::monitor::Stat<T>, T double or int64_t. Thread-safe.
+// torch::monitor::Stat<T>, T double or int64_t. Thread-safe: add(), count()
+// and get() may be called from any number of threads; each takes the
+// Stat's mutex, and handlers run outside it.
 template <typename T>
 class Stat {
  public:
+  // As torch::monitor's: never throws for a bad definition. Any window is
+  // kept in process as asked; the daemon's stat (daemon_stat()) gets the
+  // window the daemon holds (protocol::DaemonWindowMs) with the one asked
+  // for beside it, and the cap (kNoCap: none). A name or aggregation the
+  // daemon would refuse makes that stat invalid (its samples dropped and
+  // counted, the reason in Client::TakeErrors()); the in-process windows
+  // work all the same. NONE among the aggregations is kept in process and
+  // not sent.
   Stat(std::string name, std::initializer_list<Aggregation> aggregations,
        std::chrono::milliseconds windowSize,
        int64_t maxSamples = kNoCap)
@@ -117,6 +128,10 @@ class Stat {
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;
 
+  // Logs the window being filled, if it holds samples, as torch::monitor
+  // does (a handler's exception here ends the program); the samples already
+  // sent still reach the daemon (torchmon::Stat::~Stat). No other member
+  // may be running or start on another thread.
   virtual ~Stat() {
     Values logged;
     {
@@ -127,6 +142,11 @@ class Stat {
     log(logged);  // what remains, as torch::monitor does
   }
 
+  // Adds `v` to the window being filled, after logging the windows that
+  // ended (an event to every handler for each that held samples, on this
+  // thread, after the lock is let go), and sends it to torchmond
+  // (torchmon::Stat::add: never blocks on I/O). A handler's exception comes
+  // out of add() after the sample was counted and sent.
   void add(T v) {
     Values logged[2];
     int n = 0;
@@ -142,19 +162,24 @@ class Stat {
 
   const std::string& name() const noexcept { return name_; }
 
-  // Samples in the window being filled.
+  // Samples in the window being filled (it may have ended: the next add()
+  // logs it).
   int64_t count() noexcept {
     std::lock_guard<std::mutex> guard(mu_);
     return windows_.count();
   }
 
-  // The last logged window's aggregations.
+  // The last logged window's aggregations, one entry per aggregation asked
+  // for but NONE; zeros before a window was logged, or when the last logged
+  // one was empty. As torch::monitor's, noexcept: a failed
+  // allocation ends the program.
   std::unordered_map<Aggregation, T, AggregationHash> get() noexcept {
     std::lock_guard<std::mutex> guard(mu_);
     return aggregates(windows_.last_logged());
   }
 
-  // The stat as torchmond receives it (added(), dropped(), ...).
+  // The stat as torchmond receives it (added(), dropped(), ...), with its
+  // costs (torchmon::Stat). Not in torch::monitor.
   const torchmon::Stat& daemon_stat() const { return daemon_; }
 
  private:

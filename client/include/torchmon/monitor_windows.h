@@ -69,6 +69,8 @@ class StatWindows {
     }
   };
 
+  // Windows of `window` (one below 1 ms is taken as 1 ms), each closed
+  // early once it holds `max_samples` (kNoCap: never). Every member is O(1).
   StatWindows(std::chrono::milliseconds window, int64_t max_samples)
       : window_ms_(window.count() > 0 ? window.count() : 1), max_samples_(max_samples) {}
 
