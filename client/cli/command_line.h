@@ -136,10 +136,6 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
 // True if `name` is one of the commands ("series", "push", ...).
 bool IsCommand(absl::string_view name);
 
-// The usage text of `command` ("" for the tool), ending in a newline.
-// Unknown commands get the tool's usage.
-std::string UsageText(absl::string_view command);
-
 // Parses a sample value: a decimal number ("1", "-2.5", "1e-3", ".5") or,
 // case-insensitively, "nan", "inf", "infinity", each with an optional sign.
 // Hexadecimal and out-of-range numbers are refused.

@@ -11,6 +11,7 @@
 
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "cli/usage_text.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::cli {

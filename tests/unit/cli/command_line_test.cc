@@ -1,6 +1,7 @@
 // torchmonctl's usage text, written from the parser's flag tables: what
 // --help shows is what ParseCommandLine accepts, in 80 columns.
 #include "cli/command_line.h"
+#include "cli/usage_text.h"
 
 #include <algorithm>
 #include <string>
