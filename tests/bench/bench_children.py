@@ -10,6 +10,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from torchmond import LaunchedDaemon  # noqa: E402  (the one launcher)
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
 # Where the child imports torchmon from: the build tree, or (as in
 # python_add_bench.py) the site-packages of a venv or another build.
@@ -33,16 +35,12 @@ def torchmond(prefix):
     """Runs a torchmond on a temporary Unix socket; yields its target."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         sock = os.path.join(tmp, "torchmond.sock")
-        daemon = subprocess.Popen(
-            [os.path.join(BUILD, "server", "torchmond"), "--listen", "unix://" + sock,
-             "--metrics-listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
+        daemon = LaunchedDaemon([os.path.join(BUILD, "server", "torchmond"), "--listen",
+                                 "unix://" + sock, "--metrics-listen", "127.0.0.1:0"])
         try:
-            assert daemon.stdout.readline().startswith("torchmond ready")
             yield "unix://" + sock
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=30)
+            daemon.stop(timeout=30)
 
 
 def run_child(code, what, timeout):

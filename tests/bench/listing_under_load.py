@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 
-from bench_children import machine_line
+from bench_children import LaunchedDaemon, machine_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
@@ -81,16 +81,12 @@ def main():
         os.chmod(tmp, 0o700)
         sock = os.path.join(tmp, "torchmond.sock")
         target = "unix://" + sock
-        daemon = subprocess.Popen(
+        daemon = LaunchedDaemon(
             [TORCHMOND, "--listen", target, "--metrics-listen", "127.0.0.1:0",
              "--grace", "1s", "--history", "1", "--max-series", str(series + 1000),
-             "--max-series-per-client", str(args.stats + 1000)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             "--max-series-per-client", str(args.stats + 1000)])
         loadgen = None
         try:
-            ready = daemon.stdout.readline()
-            if not ready.startswith("torchmond ready"):
-                raise RuntimeError("torchmond did not start: " + ready)
             sampler = RssSampler(daemon.pid)
             sampler.start()
             # Long enough to outlast both phases and the filling.
@@ -145,11 +141,7 @@ def main():
                     loadgen.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     loadgen.kill()
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+            daemon.stop(timeout=120)
     print("machine: %s" % machine_line())
     print("series: %d (%d ranks x %d), filled in %.0f s, loadgen at %d samples/s throughout"
           % (series, args.ranks, args.stats, fill_s, args.rate))

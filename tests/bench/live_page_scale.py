@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from bench_children import machine_line
+from bench_children import LaunchedDaemon, machine_line
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,14 +71,12 @@ def main():
     with tempfile.TemporaryDirectory(prefix="torchmon-livepage.") as tmp, Browser() as browser:
         os.chmod(tmp, 0o700)
         target = "unix://" + os.path.join(tmp, "torchmond.sock")
-        daemon = subprocess.Popen(
+        daemon = LaunchedDaemon(
             [TORCHMOND, "--listen", target, "--metrics-listen", "127.0.0.1:0", "--grace", "1s",
-             "--max-series", str(series + 1000), "--max-series-per-client", str(args.stats + 1000)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             "--max-series", str(series + 1000), "--max-series-per-client", str(args.stats + 1000)])
         loadgen = None
         try:
-            ready = daemon.stdout.readline()
-            metrics = dict(f.split("=", 1) for f in ready.split()[2:])["metrics"]
+            metrics = daemon.ready.metrics
             # --max-samples 1: a series given two samples in a window caps one,
             # so the accounting panel has thousands of dropping series to rank.
             loadgen = subprocess.Popen(
@@ -161,8 +159,7 @@ def main():
             if loadgen is not None:
                 loadgen.send_signal(signal.SIGTERM)
                 loadgen.wait(timeout=60)
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(timeout=120)
+            daemon.stop(timeout=120)
     print("machine: %s" % machine_line())
     print("series: %d, loadgen at %d samples/s throughout" % (series, args.rate))
     print("first full render: %.0f ms" % first_render_ms)

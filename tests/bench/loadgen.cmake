@@ -2,8 +2,11 @@
 # checks exact accounting (docs/loadgen.md). Built by default, never run by
 # the test command.
 
+# The daemon it spawns (--spawn-daemon) is started as the tests start theirs.
+if(NOT TARGET torchmon_daemon_launch)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/tests/support ${PROJECT_BINARY_DIR}/tests/support)
+endif()
 add_executable(torchmon-loadgen
-  loadgen/daemon_launcher.cc
   loadgen/forked_ranks.cc
   loadgen/main.cc
   loadgen/options.cc
@@ -13,7 +16,7 @@ add_executable(torchmon-loadgen
 # Headers are included as "loadgen/<name>.h".
 target_include_directories(torchmon-loadgen PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(torchmon-loadgen PRIVATE
-  torchmon::client torchmon::proto gRPC::grpc++ torchmon_bench_machine
+  torchmon::client torchmon::proto gRPC::grpc++ torchmon_bench_machine torchmon_daemon_launch
   absl::status absl::statusor absl::strings absl::str_format
   Threads::Threads)
 torchmon_strict(torchmon-loadgen)

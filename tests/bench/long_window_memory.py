@@ -8,6 +8,8 @@ building into build/:
     /usr/bin/python3 tests/bench/long_window_memory.py
 """
 import json, os, subprocess, sys, tempfile, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_children import LaunchedDaemon  # noqa: E402
 B = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")
 TORCHMOND = B + "/server/torchmond"
 LOADGEN = B + "/tests/bench/torchmon-loadgen"
@@ -19,11 +21,9 @@ def run(window, history):
     with tempfile.TemporaryDirectory(prefix="tm-long.") as tmp:
         os.chmod(tmp, 0o700)
         sock = os.path.join(tmp, "d.sock")
-        d = subprocess.Popen([TORCHMOND, "--listen", "unix://" + sock, "--metrics-listen", "127.0.0.1:0",
-                              "--grace", "1s", "--history", str(history)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        d = LaunchedDaemon([TORCHMOND, "--listen", "unix://" + sock, "--metrics-listen", "127.0.0.1:0",
+                            "--grace", "1s", "--history", str(history)])
         try:
-            assert d.stdout.readline().startswith("torchmond ready")
             time.sleep(0.2)
             before = rss(d.pid)
             out = subprocess.run([LOADGEN, "--target", "unix://" + sock, "--daemon-pid", str(d.pid),
@@ -36,7 +36,7 @@ def run(window, history):
             after = rss(d.pid)
             return (after - before) / 100000, j["exact"], j["accepted"] if "accepted" in j else None
         finally:
-            d.terminate(); d.wait()
+            d.stop()
 for rep in range(2):
     for window in ("2s", "744h"):
         print(window, "history 120: %.0f B/series, exact=%s" % run(window, 120)[:2], flush=True)

@@ -29,7 +29,6 @@ import argparse
 import datetime
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ sys.path.insert(0, os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "cl
 import torch  # noqa: E402
 import torch.monitor  # noqa: E402
 import torchmon  # noqa: E402
-from bench_children import machine_line  # noqa: E402
+from bench_children import LaunchedDaemon, machine_line  # noqa: E402
 
 
 def time_calls(fn, calls):
@@ -59,11 +58,10 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="torchmon-bench.") as tmp:
         sock = os.path.join(tmp, "torchmond.sock")
-        daemon = subprocess.Popen(
+        daemon = LaunchedDaemon(
             [os.path.join(BUILD, "server", "torchmond"), "--listen", "unix://" + sock,
-             "--metrics-listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+             "--metrics-listen", "127.0.0.1:0"])
         try:
-            assert daemon.stdout.readline().startswith("torchmond ready")
             client = torchmon.Client(target="unix://" + sock, labels_from_environment=False)
             aggs_tm = [torchmon.MEAN, torchmon.MAX]
             aggs_torch = [torch.monitor.Aggregation.MEAN, torch.monitor.Aggregation.MAX]
@@ -81,8 +79,7 @@ def main():
             delivered = client.flush(30)
             stats = client.stats()
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=10)
+            daemon.stop(timeout=10)
 
     med = {k: statistics.median(v) for k, v in samples.items()}
     print(f"machine: {machine_line()}")

@@ -25,14 +25,13 @@ Columns:
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench_children import machine_line
+from bench_children import LaunchedDaemon, machine_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
@@ -55,15 +54,11 @@ def run_one(series, clients, rate, duration_s):
     stats_per_client = series // clients
     with tempfile.TemporaryDirectory(prefix="torchmon-scaling.") as tmp:
         sock = os.path.join(tmp, "torchmond.sock")
-        daemon = subprocess.Popen(
+        daemon = LaunchedDaemon(
             [TORCHMOND, "--listen", "unix://" + sock, "--metrics-listen", "127.0.0.1:0",
-             "--grace", "%ds" % GRACE_S, "--history", "1"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             "--grace", "%ds" % GRACE_S, "--history", "1"])
         try:
-            ready = daemon.stdout.readline()
-            if not ready.startswith("torchmond ready"):
-                raise RuntimeError("torchmond did not start: " + ready)
-            metrics = dict(f.split("=", 1) for f in ready.split()[2:])["metrics"]
+            metrics = daemon.ready.metrics
             time.sleep(0.2)
             rss_before = rss_bytes(daemon.pid)
             cmd = [LOADGEN, "--target", "unix://" + sock, "--daemon-pid", str(daemon.pid),
@@ -93,12 +88,7 @@ def run_one(series, clients, rate, duration_s):
                 scrapes.append(float(t))
             rss_after = rss_bytes(daemon.pid)
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+            daemon.stop(timeout=60)
     lost = j["client_dropped"] + j["capped"] + j["late"] + j["skewed"]
     return {
         "accepted_per_s": j["accepted_per_second"],

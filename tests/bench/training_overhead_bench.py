@@ -37,7 +37,6 @@ import datetime
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,7 +51,7 @@ import torch.monitor  # noqa: E402
 from torch import nn  # noqa: E402
 
 import torchmon  # noqa: E402
-from bench_children import machine_line  # noqa: E402
+from bench_children import LaunchedDaemon, machine_line  # noqa: E402
 
 STATS_PER_STEP = 20
 def thread_cpu_seconds(pid, exclude_tid=None):
@@ -119,12 +118,9 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="torchmon-overhead.") as tmp:
         sock = os.path.join(tmp, "torchmond.sock")
-        daemon = subprocess.Popen([os.path.join(BUILD, "server", "torchmond"), "--listen",
-                                   "unix://" + sock, "--metrics-listen", "127.0.0.1:0"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        daemon = LaunchedDaemon([os.path.join(BUILD, "server", "torchmond"), "--listen",
+                                 "unix://" + sock, "--metrics-listen", "127.0.0.1:0"])
         try:
-            if not daemon.stdout.readline().startswith("torchmond ready"):
-                sys.exit("torchmond did not start")
             client = torchmon.Client(target="unix://" + sock, labels_from_environment=False)
             window = datetime.timedelta(seconds=10)
             stats = [torchmon.Stat(f"train.stat{i}", [torchmon.MEAN, torchmon.MAX], window,
@@ -189,8 +185,7 @@ def main():
             threads = thread_names(me)
             client_stats = client.stats()
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=10)
+            daemon.stop(timeout=10)
 
     steps_recorded = args.rounds * args.steps
     step = statistics.median(wall["none"])

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -315,15 +316,9 @@ TEST_F(DaemonTest, LateAndSkewedSamplesAreCountedAndNeverMovedToAnotherWindow) {
 }
 
 // Until `done()`, at most 30 s of real time (a bound for a broken build, not
-// a measurement).
-template <typename Done>
-bool EventuallyTrue(Done done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
+// a measurement), looking every millisecond.
+bool EventuallyTrue(const std::function<bool()>& done) {
+  return WaitFor(done, std::chrono::seconds(30), std::chrono::milliseconds(1));
 }
 
 TEST_F(DaemonTest, TheSenderSendsByItsClocksPaceNotByRealTime) {

@@ -14,6 +14,8 @@ import time
 import urllib.request
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from torchmond import LaunchedDaemon, wait_for  # noqa: E402  (the one launcher)
 BUILD_DIR = os.environ.get(
     "TORCHMON_BUILD_DIR",
     os.path.join(os.path.dirname(__file__), "..", "..", "build"))
@@ -31,23 +33,18 @@ class Daemon:
     def __init__(self, tmpdir, *flags):
         self.socket = os.path.join(tmpdir, "torchmond.sock")
         self.stderr = open(os.path.join(tmpdir, "torchmond.stderr"), "w+")
-        self.proc = subprocess.Popen(
+        self.launched = LaunchedDaemon(
             [TORCHMOND, "--listen", "unix://" + self.socket, "--metrics-listen", "127.0.0.1:0",
-             "--grace", "500ms", *flags],
-            stdout=subprocess.PIPE, stderr=self.stderr, text=True)
-        line = self.proc.stdout.readline()  # the daemon prints it once bound
-        assert line.startswith("torchmond ready "), line + self.read_stderr()
-        fields = dict(part.split("=", 1) for part in line.split()[2:])
+             "--grace", "500ms", *flags], stderr=self.stderr)
+        self.proc = self.launched.proc
         self.target = "unix://" + self.socket
-        self.metrics = fields["metrics"]
+        self.metrics = self.launched.ready.metrics
         # A TCP listener, if the flags asked for one.
-        self.tcp_target = next(
-            (a for a in fields["grpc"].split(",") if not a.startswith("unix:")), None)
+        self.tcp_target = self.launched.ready.tcp_target
         self.ctl_flags = []  # given to every torchmonctl run, e.g. --token-file
 
     def read_stderr(self):
-        self.stderr.seek(0)
-        return self.stderr.read()
+        return self.launched.read_stderr()
 
     def ctl(self, *args, check=True):
         out = subprocess.run([TORCHMONCTL, "--target", self.target, "--json", *self.ctl_flags,
@@ -67,28 +64,28 @@ class Daemon:
         return self.ctl(*args)["windows"]
 
     def wait_windows(self, stat, count, *labels, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            windows = self.windows(stat, *labels)
-            if len(windows) >= count or time.monotonic() > deadline:
-                return windows
-            time.sleep(0.02)
+        """The closed windows once there are `count` (or all there are after
+        `timeout` seconds)."""
+        windows = []
+
+        def enough():
+            windows[:] = self.windows(stat, *labels)
+            return len(windows) >= count
+
+        wait_for(enough, timeout)
+        return windows
 
     def scrape(self):
         with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5) as r:
             return r.read().decode()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+        status = self.launched.stop(timeout=10)
         # A daemon that crashed, or whose sanitizer runtime reported an error
         # at shutdown, fails the test.
         stderr = self.read_stderr()
-        self.proc.stdout.close()
         self.stderr.close()
-        assert self.proc.returncode == 0, (
-            f"torchmond exited with {self.proc.returncode}; stderr:\n{stderr}")
+        assert status == 0, f"torchmond exited with {status}; stderr:\n{stderr}"
 
 
 def next_window_start_s():

@@ -42,16 +42,18 @@ import glob
 import json
 import os
 import re
-import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
-import time
 import urllib.request
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from torchmond import LaunchedDaemon, wait_for  # noqa: E402  (the shared helpers)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -195,29 +197,11 @@ def unpack_tarball(root):
 
 # --- A daemon inside a root ---------------------------------------------------
 
-def read_line(stream, timeout):
-    """One line of a binary pipe, waiting at most `timeout` seconds; what
-    came before EOF or the deadline if no full line did."""
-    deadline = time.monotonic() + timeout
-    data = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)
-        while b"\n" not in data:
-            left = deadline - time.monotonic()
-            if left <= 0 or not selector.select(left):
-                break
-            chunk = os.read(stream.fileno(), 4096)
-            if not chunk:
-                break
-            data += chunk
-    return data.decode(errors="replace")
-
-
 class ChrootDaemon:
     """The tarball's torchmond in `root`, on a Unix socket in a temp folder of
     the root, a loopback TCP port and a loopback metrics port (port 0: the
     daemon binds free ports and names them in its ready line, as
-    tests/python/torchmon_testing.py reads it). Short grace, so that a 1 s
+    tests/support/torchmond.py reads it). Short grace, so that a 1 s
     window closes 1.1 s after its end."""
 
     def __init__(self, root, prefix):
@@ -226,34 +210,27 @@ class ChrootDaemon:
         self.socket = self.run_dir[len(root):] + "/torchmond.sock"  # path inside the root
         self.stderr = open(os.path.join(self.run_dir, "stderr"), "w+")
         # chroot(8) execs torchmond: the child's pid is the daemon's.
-        self.proc = subprocess.Popen(
-            ["chroot", root, f"{prefix}/bin/torchmond", "--listen", f"unix://{self.socket}",
-             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--grace", "100ms"],
-            stdout=subprocess.PIPE, stderr=self.stderr, env=CHROOT_ENV)
         try:
-            # "torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>"
-            line = read_line(self.proc.stdout, 30)
-            if not line.startswith("torchmond ready "):
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(timeout=2)  # at EOF it has exited, or is about to
-            status = self.proc.poll()
-            assert line.startswith("torchmond ready "), (
-                f"no ready line within 30 s ("
-                f"{'still running' if status is None else f'exited {status}'}): {line!r}; "
-                f"stderr:\n{self.read_stderr()}")
-            fields = dict(part.split("=", 1) for part in line.split()[2:])
-            grpc = fields["grpc"].split(",")
-            assert f"unix://{self.socket}" in grpc, line
-            (self.tcp,) = [a for a in grpc if not a.startswith("unix:")]
-            self.metrics = fields["metrics"]
-            assert self.tcp.startswith("127.0.0.1:") and self.metrics.startswith("127.0.0.1:"), line
+            self.launched = LaunchedDaemon(
+                ["chroot", root, f"{prefix}/bin/torchmond", "--listen", f"unix://{self.socket}",
+                 "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--grace",
+                 "100ms"], stderr=self.stderr, timeout=30, env=CHROOT_ENV)
+        except RuntimeError as e:
+            self.stderr.close()
+            pytest.fail(str(e))
+        self.proc = self.launched.proc
+        ready = self.launched.ready
+        try:
+            assert f"unix://{self.socket}" in ready.grpc, ready.line
+            self.tcp, self.metrics = ready.tcp_target, ready.metrics
+            assert self.tcp.startswith("127.0.0.1:") and self.metrics.startswith("127.0.0.1:"), (
+                ready.line)
         except BaseException:
             self.kill()
             raise
 
     def read_stderr(self):
-        self.stderr.seek(0)
-        return self.stderr.read()
+        return self.launched.read_stderr()
 
     def ctl(self, *args, target=None, check=True, timeout=60):
         """The tarball's torchmonctl in the root, on the Unix socket unless
@@ -279,7 +256,6 @@ class ChrootDaemon:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
-        self.proc.stdout.close()
         self.stderr.close()
 
 
@@ -296,14 +272,15 @@ def chroot_daemon(root, prefix):
 def poll(fetch, done, timeout, what):
     """Calls fetch() until done(result), every 50 ms, for at most `timeout`
     seconds; returns the last result, failing with it past the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = fetch()
-        if done(result):
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout} s; last: {result!r}")
-        time.sleep(0.05)
+    last = [None]  # fetch()'s latest result: returned, or shown in the failure
+
+    def fetched_and_done():
+        last[0] = fetch()
+        return done(last[0])
+
+    if not wait_for(fetched_and_done, timeout, 0.05):
+        pytest.fail(f"{what}: not within {timeout} s; last: {last[0]!r}")
+    return last[0]
 
 
 # --- The tests ----------------------------------------------------------------

@@ -18,7 +18,6 @@ Only the standard library is used.
 import argparse
 import json
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -28,6 +27,8 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from torchmond import LaunchedDaemon  # noqa: E402  (the one launcher)
 
 
 def rss_kib(pid):
@@ -44,16 +45,15 @@ def open_fds(pid):
 
 class Daemon:
     def __init__(self, build, workdir, socket):
-        self.proc = subprocess.Popen(
-            [os.path.join(build, "server/torchmond"), "--listen", f"unix://{socket}",
-             "--metrics-listen", "127.0.0.1:0", "--grace", "1s", "--series-ttl", "1m"],
-            stdout=subprocess.PIPE, stderr=open(os.path.join(workdir, "torchmond.stderr"), "a"),
-            text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"metrics=(\S+)", line)
-        if not m:
-            raise SystemExit(f"torchmond did not start: {line!r}")
-        self.metrics = m.group(1)
+        try:
+            launched = LaunchedDaemon(
+                [os.path.join(build, "server/torchmond"), "--listen", f"unix://{socket}",
+                 "--metrics-listen", "127.0.0.1:0", "--grace", "1s", "--series-ttl", "1m"],
+                stderr=open(os.path.join(workdir, "torchmond.stderr"), "a+"))
+        except RuntimeError as e:
+            raise SystemExit(str(e))
+        self.proc = launched.proc
+        self.metrics = launched.ready.metrics
 
     def scrape(self):
         with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10) as r:

@@ -1,21 +1,15 @@
 #include "tests/support/daemon_process.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -29,136 +23,52 @@ namespace torchmon::testing {
 
 std::string TorchmondPath() { return TORCHMOND_PATH; }
 
-TempDir::TempDir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/torchmon-test.XXXXXX");
-  if (mkdtemp(templ.data()) == nullptr) std::abort();
-  path_ = templ;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    if (condition()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
     const TempDir& dir, const std::vector<std::string>& extra_flags) {
   std::unique_ptr<DaemonProcess> d(new DaemonProcess());
   d->socket_path_ = dir.path() + "/torchmond.sock";
-  d->stderr_path_ = dir.path() + "/torchmond.stderr";
-  std::vector<std::string> args = {TorchmondPath(), "--listen", "unix://" + d->socket_path_,
-                                   "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"};
+  std::vector<std::string> args = {"--listen", "unix://" + d->socket_path_, "--listen",
+                                   "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"};
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
-
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    const int err = open(d->stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (err >= 0) dup2(err, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out[1]);
-  d->pid_ = pid;
-
-  // Read the ready line, bounded in time.
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  fcntl(out[0], F_SETFL, O_NONBLOCK);
-  while (line.find('\n') == std::string::npos) {
-    char buf[512];
-    const ssize_t n = read(out[0], buf, sizeof(buf));
-    if (n > 0) {
-      line.append(buf, static_cast<size_t>(n));
-      continue;
-    }
-    if (n == 0 || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  close(out[0]);
-  line = line.substr(0, line.find('\n'));
-  if (!absl::StartsWith(line, "torchmond ready ")) {
-    // Tests that expect a refusal at start get it here; it is no failure.
-    d->expect_clean_exit_ = false;
-    return absl::UnavailableError(
-        absl::StrCat("torchmond did not become ready; stdout: \"", line, "\" stderr: ", d->Stderr()));
-  }
-  d->ready_line_ = line;
-  for (absl::string_view part : absl::StrSplit(line.substr(16), ' ')) {
-    if (absl::ConsumePrefix(&part, "grpc=")) {
-      for (absl::string_view addr : absl::StrSplit(part, ',')) {
-        if (absl::StartsWith(addr, "unix:")) {
-          d->unix_target_ = std::string(addr);
-        } else {
-          d->tcp_target_ = std::string(addr);
-        }
-      }
-    } else if (absl::ConsumePrefix(&part, "metrics=")) {
-      d->metrics_address_ = std::string(part);
-    }
-  }
+  // Tests that expect a refusal at start get it as this error; it is no
+  // failure.
+  absl::StatusOr<std::unique_ptr<LaunchedDaemon>> launched = LaunchedDaemon::Start(
+      TorchmondPath(), args, dir.path() + "/torchmond.stderr", std::chrono::seconds(10));
+  if (!launched.ok()) return launched.status();
+  d->launched_ = *std::move(launched);
+  d->unix_target_ = d->launched_->ready().UnixTarget();
+  d->tcp_target_ = d->launched_->ready().TcpTarget();
   return d;
 }
 
 DaemonProcess::~DaemonProcess() {
-  if (pid_ <= 0) return;
-  auto status = Stop(SIGTERM, std::chrono::seconds(10));
+  if (launched_ == nullptr || launched_->pid() <= 0) return;  // never started, or stopped
+  absl::StatusOr<int> status = launched_->Stop(SIGTERM, std::chrono::seconds(10));
   if (!status.ok()) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
     ADD_FAILURE() << "torchmond did not exit within 10 s of SIGTERM; stderr:\n" << Stderr();
-    return;
+    return;  // ~LaunchedDaemon kills it
   }
   // A daemon that crashed, or whose sanitizer runtime found a leak or an
   // error at shutdown, fails the test that started it.
-  if (expect_clean_exit_ && (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)) {
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
     ADD_FAILURE() << "torchmond ended with wait status " << *status
                   << " after SIGTERM instead of exiting 0; stderr:\n" << Stderr();
   }
 }
 
 absl::StatusOr<int> DaemonProcess::Stop(int signal, std::chrono::milliseconds timeout) {
-  if (pid_ <= 0) return absl::FailedPreconditionError("not running");
-  kill(pid_, signal);
-  int status = 0;
-  const bool exited = WaitFor(
-      [&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
-  if (!exited) return absl::DeadlineExceededError("torchmond did not exit in time");
-  pid_ = -1;
-  return status;
+  return launched_->Stop(signal, timeout);
 }
 
-std::string DaemonProcess::Stderr() const {
-  std::ifstream in(stderr_path_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string DaemonProcess::Stderr() const { return launched_->Stderr(); }
 
-void DaemonProcess::Signal(int signal) const {
-  if (pid_ > 0) kill(pid_, signal);
-}
+void DaemonProcess::Signal(int signal) const { launched_->Signal(signal); }
 
 std::unique_ptr<v1::Query::Stub> DaemonProcess::QueryStub() const {
   return v1::Query::NewStub(grpc::CreateChannel(unix_target_, grpc::InsecureChannelCredentials()));

@@ -1,18 +1,19 @@
 // Test support: runs the real torchmond binary as a child process on a
-// private temp Unix socket and loopback port 0, and talks to it over real
-// sockets. Every wait is bounded; the destructor always reaps the child.
+// private temp Unix socket and loopback port 0 (through LaunchedDaemon), and
+// talks to it over real sockets. Every wait is bounded; the destructor
+// always reaps the child.
 #ifndef TORCHMON_TESTS_SUPPORT_DAEMON_PROCESS_H_
 #define TORCHMON_TESTS_SUPPORT_DAEMON_PROCESS_H_
 
 #include <sys/types.h>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tests/support/daemon_launch.h"
 #include "torchmon/client.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
@@ -21,31 +22,23 @@ namespace torchmon::testing {
 // Path of the torchmond binary under test (set by CMake).
 std::string TorchmondPath();
 
-// A fresh private directory under $TMPDIR, removed with its contents by the
-// destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
+// A torchmond for one test, started by LaunchedDaemon (daemon_launch.h).
 class DaemonProcess {
  public:
   // Starts torchmond with a Unix socket in `dir`, a TCP listener on
   // 127.0.0.1:0, metrics on 127.0.0.1:0 and `extra_flags`; waits (≤ 10 s)
-  // for its ready line.
+  // for its ready line. Unavailable, with its stderr, if it exits first (a
+  // refusal at start) or stays silent.
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(
       const TempDir& dir, const std::vector<std::string>& extra_flags = {});
+  // SIGTERM, then fails the running test (ADD_FAILURE) unless the daemon
+  // exits 0 within 10 s (it is killed if it does not exit).
   ~DaemonProcess();
 
   const std::string& unix_target() const { return unix_target_; }
   const std::string& tcp_target() const { return tcp_target_; }
-  const std::string& metrics_address() const { return metrics_address_; }
-  const std::string& ready_line() const { return ready_line_; }
+  const std::string& metrics_address() const { return launched_->ready().metrics; }
+  const std::string& ready_line() const { return launched_->ready().line; }
   const std::string& socket_path() const { return socket_path_; }
 
   // Sends `signal` and waits (≤ timeout) for exit. Returns the exit status
@@ -58,15 +51,12 @@ class DaemonProcess {
 
   std::unique_ptr<v1::Query::Stub> QueryStub() const;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return launched_->pid(); }
 
  private:
   DaemonProcess() = default;
-  pid_t pid_ = -1;
-  // False for a daemon that never became ready (a refusal at start).
-  bool expect_clean_exit_ = true;
-  std::string stderr_path_;
-  std::string unix_target_, tcp_target_, metrics_address_, ready_line_, socket_path_;
+  std::unique_ptr<LaunchedDaemon> launched_;
+  std::string socket_path_, unix_target_, tcp_target_;
 };
 
 // GET http://address/path over a real TCP connection (HTTP/1.0, ≤ 5 s).
@@ -98,9 +88,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> SecureChannel(const std::string& 
 // A Query stub on SecureChannel(target, security).
 absl::StatusOr<std::unique_ptr<v1::Query::Stub>> SecureQueryStub(const std::string& target,
                                                                  const ClientSecurity& security);
-
-// Polls `condition` every 10 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
 // The value of the first sample line in a Prometheus text scrape whose
 // metric name is `name` and which carries every `labels` pair

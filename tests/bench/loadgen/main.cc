@@ -14,13 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
-#include "loadgen/daemon_launcher.h"
 #include "loadgen/forked_ranks.h"
 #include "loadgen/options.h"
 #include "loadgen/process_metrics.h"
 #include "loadgen/rank_worker.h"
 #include "loadgen/report.h"
 #include "machine/machine.h"
+#include "tests/support/daemon_launch.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::loadgen {
@@ -98,7 +98,9 @@ int Run(int argc, char** argv) {
   const std::string job = RandomJob();
   const std::chrono::milliseconds query_timeout(options.query_timeout_ms);
 
-  std::unique_ptr<SpawnedDaemon> daemon;
+  // The spawned daemon, and its directory (which outlives it).
+  std::unique_ptr<testing::TempDir> daemon_dir;
+  std::unique_ptr<testing::LaunchedDaemon> daemon;
   Measurements measurements;
   measurements.target = options.target;
   const bench::Machine machine = bench::DescribeMachine();
@@ -106,11 +108,17 @@ int Run(int argc, char** argv) {
   measurements.machine_json = bench::MachineJson(machine);
   measurements.daemon_pid = options.daemon_pid;
   if (!options.spawn_daemon.empty()) {
-    absl::StatusOr<std::unique_ptr<SpawnedDaemon>> started =
-        SpawnedDaemon::Start(options.spawn_daemon, options.daemon_args, kDaemonReadyTimeout);
+    daemon_dir = std::make_unique<testing::TempDir>("torchmon-loadgen");
+    std::vector<std::string> args = {"--listen", "unix://" + daemon_dir->path() + "/torchmond.sock",
+                                     "--metrics-listen", "127.0.0.1:0"};
+    args.insert(args.end(), options.daemon_args.begin(), options.daemon_args.end());
+    absl::StatusOr<std::unique_ptr<testing::LaunchedDaemon>> started =
+        testing::LaunchedDaemon::Start(options.spawn_daemon, args,
+                                       daemon_dir->path() + "/torchmond.stderr",
+                                       kDaemonReadyTimeout);
     if (!started.ok()) return Fail(kExitUnreachable, std::string(started.status().message()));
     daemon = std::move(*started);
-    measurements.target = daemon->target();
+    measurements.target = daemon->ready().UnixTarget();
     measurements.daemon_pid = daemon->pid();
   }
   const std::string& target = measurements.target;
@@ -192,7 +200,7 @@ int Run(int argc, char** argv) {
 
   workers.clear();
   if (daemon) {
-    absl::StatusOr<int> stopped = daemon->Stop(kDaemonStopTimeout);
+    absl::StatusOr<int> stopped = daemon->Stop(SIGTERM, kDaemonStopTimeout);
     if (!stopped.ok()) {
       std::fprintf(stderr, "torchmon-loadgen: warning: %s\n",
                    std::string(stopped.status().message()).c_str());
