@@ -201,12 +201,11 @@ def daemon():
 def pushed(daemon):
     """PUSHED sent by torchmonctl into one window, which has closed; the
     series as torchmonctl (the real client) reports it."""
-    # Start just after a window boundary, so that all four samples, stamped
-    # within milliseconds of each other, fall into the same window.
-    now = time.time()
-    time.sleep(WINDOW_S - now % WINDOW_S + 0.05)
+    # One stamp for all four samples (--at), so that they fall into one
+    # window wherever the window boundaries are.
     daemon.ctl("push", STAT, *[str(v) for v in PUSHED], "--agg", "value,mean,count,sum,max,min",
-               "--window", f"{WINDOW_S}s", "--label", "phase=tooling")
+               "--window", f"{WINDOW_S}s", "--label", "phase=tooling",
+               "--at", str(int(time.time() * 1000)))
     windows = daemon.wait_windows(STAT, 1, timeout=WINDOW_S + 10)
     assert len(windows) == 1, windows
     [series] = daemon.series(STAT)

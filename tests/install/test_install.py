@@ -19,7 +19,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -28,7 +27,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 import torchmon_testing  # noqa: E402
-from torchmon_testing import load_source, project_version  # noqa: E402
+from torchmon_testing import load_source, project_version, wait_for  # noqa: E402
 
 deploy_conftest = load_source("deploy_conftest", "tests/deploy/conftest.py")
 
@@ -82,13 +81,12 @@ def check_consumer_run(consumer, bindir, stat_name):
                 assert out.stdout.strip() == "added=100 dropped=0", out.stdout
                 # The samples fall into one window, or two if a window edge
                 # passed while they were added: wait until every one is closed.
-                deadline = time.monotonic() + 10
-                while True:
+                def all_closed():
                     windows = daemon.windows(stat_name)
-                    if sum(w["accepted"] for w in windows) >= len(VALUES):
-                        break
-                    assert time.monotonic() < deadline, windows
-                    time.sleep(0.05)
+                    return windows if sum(w["accepted"] for w in windows) >= len(VALUES) else []
+
+                windows = wait_for(all_closed, 10, 0.05)
+                assert windows, daemon.windows(stat_name)
                 assert 1 <= len(windows) <= 2, windows
                 assert all(w["labels"] == {"built_with": "installed"} for w in windows), windows
                 assert all(not w["partial"] and w["capped"] == 0 for w in windows), windows

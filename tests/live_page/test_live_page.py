@@ -16,7 +16,7 @@ import zlib
 
 import pytest
 
-from torchmon_testing import Daemon
+from torchmon_testing import Daemon, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -37,26 +37,26 @@ def fed(tmp_path_factory):
     """A daemon holding two stats of two ranks over several closed windows, and an event."""
     tmp = tmp_path_factory.mktemp("live")
     daemon = Daemon(str(tmp), "--grace", "100ms")
+    # Each step stamped (--at) in a 200 ms window of its own, the next three
+    # windows (well within the daemon's 60 s of allowed skew): every
+    # train.loss series gets three, however slow the pushes.
+    first_ms = (int(time.time() * 1000) // 200 + 1) * 200
     for step in range(3):
-        # Each step in a window of its own: every train.loss series gets three.
-        start = int(time.time() * 1000) // 200
-        while int(time.time() * 1000) // 200 == start:
-            time.sleep(0.005)
+        at = str(first_ms + 200 * step + 50)
         for rank in (0, 1):
             base = 4 - step + rank / 10
             daemon.ctl("push", "train.loss", str(base), str(base + 1), "--agg", "mean,min,max",
-                       "--window", "200ms", "--label", f"rank={rank}")
-            # Longer windows: both ranks' samples share one (a sanitizer build
-            # is slow enough for two pushes to straddle 200 ms windows).
+                       "--window", "200ms", "--label", f"rank={rank}", "--at", at)
+            # Longer windows: both ranks' samples share one.
             daemon.ctl("push", "train.step_ms", str(100 + 10 * rank), "--agg", "value,max,p50,p99",
-                       "--window", "2s", "--label", f"rank={rank}")
+                       "--window", "2s", "--label", f"rank={rank}", "--at", str(first_ms))
     daemon.ctl("event", "epoch_end", "epoch=1", "note=warm <b>")
     # Every sample in a closed window (12 of train.loss, 6 of train.step_ms).
-    deadline = time.monotonic() + 10
-    while (sum(w["accepted"] for w in daemon.windows("train.loss")) < 12 or
-           sum(w["accepted"] for w in daemon.windows("train.step_ms")) < 6):
-        assert time.monotonic() < deadline, "windows did not close"
-        time.sleep(0.05)
+    def all_closed():
+        return (sum(w["accepted"] for w in daemon.windows("train.loss")) >= 12
+                and sum(w["accepted"] for w in daemon.windows("train.step_ms")) >= 6)
+
+    assert wait_for(all_closed, 10, 0.05), "windows did not close"
     yield daemon
     daemon.stop()
 

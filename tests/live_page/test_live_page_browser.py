@@ -19,7 +19,7 @@ import zoneinfo
 import pytest
 
 from browser import Browser
-from torchmon_testing import Daemon
+from torchmon_testing import Daemon, wait_for
 
 WINDOW = datetime.timedelta(milliseconds=500)
 STEP_MS = {0: 100.0, 1: 104.0, 2: 310.0, 3: 98.0}  # rank 2 is the straggler
@@ -112,10 +112,11 @@ def job(tmp_path_factory):
     daemon = Daemon(str(tmp_path_factory.mktemp("browser")), "--grace", "1s")
     j = Job(daemon)
     # Enough windows for lines, the NaN, and rank 3's last window behind.
-    deadline = time.monotonic() + 60
-    while len(daemon.windows("train.step_ms", "rank=0")) < 20 or j.steps < RANK_3_STOPS_AT_STEP + 20:
-        assert time.monotonic() < deadline, "windows did not close"
-        time.sleep(0.1)
+    def enough():
+        return (len(daemon.windows("train.step_ms", "rank=0")) >= 20
+                and j.steps >= RANK_3_STOPS_AT_STEP + 20)
+
+    assert wait_for(enough, 60, 0.1), "windows did not close"
     daemon.ctl("event", "epoch_end", "epoch=1")
     yield j
     j.close()

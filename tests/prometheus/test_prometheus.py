@@ -22,6 +22,7 @@ import yaml
 
 import prom_cluster as pc
 from prom_cluster import CAPPED, EVAL_STEP, NAN_EVAL_LOSS, NODES, RANKS_PER_NODE
+from torchmon_testing import wait_for
 
 STEP = 'stat="train.step_time_ms"'
 EVAL = f'job="promtest",stat="{EVAL_STEP}"'
@@ -432,13 +433,13 @@ def test_prometheus_without_native_histograms_gets_openmetrics(cluster):
     values = {rank: pc.eval_step_times(node, r) for rank, r in ranks.items()}
     # It started before the cluster's Prometheus; wait (bounded) until it
     # has scraped every eval sample too.
-    deadline = time.monotonic() + 30
-    while True:
-        total = om.query(f"sum(torchmon_stat_distribution_count{{{EVAL}}})")
-        if total and total[0][1] == sum(map(len, values.values())):
-            break
-        assert time.monotonic() < deadline, (total, om.read_log())
-        time.sleep(0.25)
+    count = f"sum(torchmon_stat_distribution_count{{{EVAL}}})"
+
+    def scraped_all():
+        total = om.query(count)
+        return total and total[0][1] == sum(map(len, values.values()))
+
+    assert wait_for(scraped_all, 30, 0.25), (om.query(count), om.read_log())
 
     assert by(om.query("up"), "job", "instance") == {("torchmond", instance): 1.0}
     # The same torchmon_stat values as the native-histogram Prometheus sees,

@@ -12,7 +12,7 @@ import threading
 import time
 
 import torchmon
-from conftest import TORCHMONCTL, WINDOW_MS, Daemon, run_python
+from conftest import TORCHMONCTL, WINDOW_MS, Daemon, run_python, wait_for
 
 WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
 
@@ -21,12 +21,14 @@ def windows_holding(daemon, stat, accepted, timeout=10.0):
     """The closed windows of `stat` once they hold `accepted` samples
     between them, oldest first: a burst of adds may cross a window boundary,
     and the tests check the windows whichever way it fell."""
-    deadline = time.monotonic() + timeout
-    while True:
-        windows = daemon.windows(stat)
-        if sum(w["accepted"] for w in windows) >= accepted or time.monotonic() > deadline:
-            return sorted(windows, key=lambda w: w["start_ms"])
-        time.sleep(0.02)
+    windows = []
+
+    def enough():
+        windows[:] = daemon.windows(stat)
+        return sum(w["accepted"] for w in windows) >= accepted
+
+    wait_for(enough, timeout)
+    return sorted(windows, key=lambda w: w["start_ms"])
 
 
 def expected(values):

@@ -11,6 +11,7 @@ import pytest
 import torch.monitor
 import torchmon
 from conftest import run_python
+from torchmon_testing import wait_for
 
 
 def documented_usage(monitor, client_kwargs):
@@ -257,11 +258,13 @@ def wait_for_series(daemon, stat, accepted, timeout=10.0):
     """The series once `accepted` samples are in it: a redefinition's samples
     wait on the daemon until the release of the old definition comes, one
     send cycle after flush() (torchmon.proto, StatDefinition)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def series_once_in():
         (series,) = daemon.series(stat)
-        if series["counters"]["accepted"] >= accepted or time.monotonic() > deadline:
-            return series
+        return series if series["counters"]["accepted"] >= accepted else None
+
+    # Past the timeout, the series as it is then: the caller's asserts say
+    # what is missing.
+    return wait_for(series_once_in, timeout) or daemon.series(stat)[0]
 
 
 def scraped(daemon, name):

@@ -19,7 +19,7 @@ import urllib.parse
 
 import pytest
 
-from torchmon_testing import TORCHMOND, Daemon
+from torchmon_testing import TORCHMOND, Daemon, wait_for
 
 AGGS = "mean,max,min,count,sum,p50,p99"
 
@@ -151,11 +151,9 @@ def read_jsonl(path):
     return [json.loads(line) for line in text.splitlines()]
 
 
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+def wait_until(predicate, timeout=10.0):
+    """Fails the test unless `predicate` holds within `timeout` seconds."""
+    assert wait_for(predicate, timeout), "timed out"
 
 
 @pytest.fixture
@@ -181,20 +179,20 @@ def test_every_window_and_event_reaches_both_sinks_exactly(sink_daemon):
                        "--label", f"rank={rank}", "--label", "job=run/1 \"x\"")
         pushed[str(rank)] = values
     # A window far longer than the test: closed only by the shutdown. Windows
-    # are aligned to the epoch, so one that would end within the test (the
-    # last half minute of an hour) is waited out first.
+    # are aligned to the epoch, so in the last half minute of an hour the
+    # samples are stamped (--at) at the start of the next one, within the
+    # daemon's 60 s of allowed skew.
     hour_ms = 3_600_000
-    until_end_ms = hour_ms - int(time.time() * 1000) % hour_ms
-    if until_end_ms < 30_000:
-        time.sleep(until_end_ms / 1000 + 0.1)
+    now_ms = int(time.time() * 1000)
+    at_ms = now_ms if hour_ms - now_ms % hour_ms >= 30_000 else (now_ms // hour_ms + 1) * hour_ms
     daemon.ctl("push", "slow.stat", "1", "2", "4", "--agg", "sum,count", "--window", "1h",
-               "--label", "rank=0")
+               "--label", "rank=0", "--at", str(at_ms))
     daemon.ctl("event", "epoch_end", "epoch=3", "lr=0.25", "ok=true", "note=a b")
 
     # The windows closed on time, as the query API reports them.
     def closed():
         return [w for r in ("0", "1") for w in daemon.windows("train.loss", f"rank={r}")]
-    wait_for(lambda: sum(w["accepted"] for w in closed()) == 8)
+    wait_until(lambda: sum(w["accepted"] for w in closed()) == 8)
     queried = closed()
     scrape = daemon.scrape()
     daemon.stop()
@@ -273,7 +271,7 @@ def test_a_missing_tensorboard_dir_is_created_when_its_parent_exists(tmp_path):
         assert tb.is_dir()
         assert os.stat(tb).st_mode & 0o777 == 0o750
         daemon.ctl("push", "tb.created", "1", "--window", "500ms")
-        wait_for(lambda: any(tb.rglob("events.out.tfevents.*")))
+        wait_until(lambda: any(tb.rglob("events.out.tfevents.*")))
     finally:
         daemon.stop()
 
@@ -281,13 +279,13 @@ def test_a_missing_tensorboard_dir_is_created_when_its_parent_exists(tmp_path):
 def test_sighup_reopens_the_jsonl_file_for_rotation(sink_daemon, tmp_path):
     daemon, jsonl, _ = sink_daemon
     daemon.ctl("event", "before", "n=1")
-    wait_for(lambda: jsonl.exists() and len(read_jsonl(jsonl)) == 1)
+    wait_until(lambda: jsonl.exists() and len(read_jsonl(jsonl)) == 1)
     rotated = tmp_path / "out.jsonl.1"
     os.rename(jsonl, rotated)  # logrotate's default (create) mode
     daemon.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: "sink jsonl: reopened" in daemon.read_stderr())
+    wait_until(lambda: "sink jsonl: reopened" in daemon.read_stderr())
     daemon.ctl("event", "after", "n=2")
-    wait_for(lambda: jsonl.exists() and len(read_jsonl(jsonl)) == 1)
+    wait_until(lambda: jsonl.exists() and len(read_jsonl(jsonl)) == 1)
     daemon.ctl("event", "later", "n=3")
     daemon.stop()  # SIGHUP did not stop it: it exits 0 on SIGTERM
     old, new = read_jsonl(rotated), read_jsonl(jsonl)
@@ -302,7 +300,7 @@ def test_write_errors_are_counted_and_logged_once(tmp_path):
     try:
         for i in range(3):
             daemon.ctl("event", "e", f"n={i}")
-        wait_for(lambda: 'torchmon_daemon_sink_errors_total{sink="jsonl"} 3' in daemon.scrape())
+        wait_until(lambda: 'torchmon_daemon_sink_errors_total{sink="jsonl"} 3' in daemon.scrape())
         assert 'torchmon_daemon_sink_records_total{sink="jsonl"} 0' in daemon.scrape()
     finally:
         daemon.stop()
