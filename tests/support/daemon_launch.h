@@ -3,7 +3,7 @@
 // GoogleTest: the load generator links it before it forks its ranks.
 //
 // The ready line is the first line torchmond prints on stdout, once every
-// listener is bound (docs/operating.md, "What the daemon prints"):
+// listener is bound (docs/operating.md, "Logs"):
 //
 //   torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>
 //

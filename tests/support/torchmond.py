@@ -3,7 +3,7 @@ line and wait for a condition: the Python twin of daemon_launch.h, by the
 same rule.
 
 The ready line is the first line torchmond prints on stdout, once every
-listener is bound (docs/operating.md, "What the daemon prints"):
+listener is bound (docs/operating.md, "Logs"):
 
     torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>
 
