@@ -159,7 +159,7 @@ void IngestSession::RefuseWaiting(uint32_t stat_id, Binding& b, std::string why,
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), stat_id), waiting_.end());
 }
 
-void IngestSession::Release(const v1::IngestBatch& batch, v1::IngestAck* ack) {
+void IngestSession::Release(const v1::IngestBatch& batch) {
   for (const uint32_t stat_id : batch.released()) {
     Binding* b = bindings_.Find(stat_id);
     if (b == nullptr) continue;  // never bound, or released already
@@ -176,7 +176,6 @@ void IngestSession::Release(const v1::IngestBatch& batch, v1::IngestAck* ack) {
     --series_bound_;
     bindings_.Erase(stat_id);
   }
-  static_cast<void>(ack);
 }
 
 void IngestSession::SettleWaiting(uint64_t sequence, v1::IngestAck* ack, bool final) {
@@ -294,7 +293,7 @@ void IngestSession::ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack)
   for (const auto& drops : batch.drops()) AddDrops(drops, seq, ack);
   for (const auto& event : batch.events()) AddEvent(event, seq, ack);
   for (const auto& drops : batch.event_drops()) AddEventDrops(drops, seq, ack);
-  Release(batch, ack);
+  Release(batch);
 }
 
 void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1::IngestAck* ack) {
@@ -458,12 +457,13 @@ absl::Status IngestSession::Redefine(uint32_t stat_id, Binding& b) {
   return absl::OkStatus();
 }
 
-SeriesId IngestSession::SeriesFor(uint32_t stat_id, uint64_t samples, uint64_t sequence,
-                                  v1::IngestAck* ack) {
-  if (const SeriesId id = bindings_.UsableId(stat_id); id != 0) return id;
+IngestSession::Destination IngestSession::DestinationOf(uint32_t stat_id, uint64_t samples,
+                                                       uint64_t sequence, v1::IngestAck* ack) {
+  if (const SeriesId id = bindings_.UsableId(stat_id); id != 0) return {id, nullptr};
+  if (Binding* waiting = Waiting(stat_id); waiting != nullptr) return {0, waiting};
   // Unknown, refused, or kept in the map: Bound reports the first two.
   const Binding* b = Bound(stat_id, samples, sequence, ack);
-  return b == nullptr ? 0 : b->id;
+  return {b == nullptr ? 0 : b->id, nullptr};
 }
 
 namespace {
@@ -498,9 +498,7 @@ void IngestSession::AddBlocks(const v1::IngestBatch& batch, uint64_t sequence,
   for (const v1::SampleBlock& block : batch.samples()) {
     const uint64_t n = static_cast<uint64_t>(block.values_size());
     stats_.samples_received.fetch_add(n, std::memory_order_relaxed);
-    Binding* waiting =
-        bindings_.UsableId(block.stat_id()) == 0 ? Waiting(block.stat_id()) : nullptr;
-    const SeriesId id = waiting != nullptr ? 0 : SeriesFor(block.stat_id(), n, sequence, ack);
+    const auto [id, waiting] = DestinationOf(block.stat_id(), n, sequence, ack);
     if (id == 0 && waiting == nullptr) continue;
     if (block.time_deltas_us_size() != 0 &&
         static_cast<uint64_t>(block.time_deltas_us_size()) != n) {
@@ -583,10 +581,10 @@ void IngestSession::QueueColumns(const v1::SampleColumns& columns, uint64_t sequ
     uint64_t end = i + 1;
     while (end < n && stat_ids[end] == stat_id) ++end;
     const uint64_t len = end - i;
-    if (Binding* waiting = bindings_.UsableId(stat_id) == 0 ? Waiting(stat_id) : nullptr) {
+    if (const auto [id, waiting] = DestinationOf(stat_id, len, sequence, ack); waiting != nullptr) {
       Hold(stat_id, *waiting, absl::MakeConstSpan(values + i, len),
            absl::MakeConstSpan(timestamps_.data() + first + i, len), sequence, ack);
-    } else if (const SeriesId id = SeriesFor(stat_id, len, sequence, ack); id != 0) {
+    } else if (id != 0) {
       pending_.push_back({stat_id, first + i});
       runs_.push_back({id, absl::MakeConstSpan(values + i, len), {}});
     }

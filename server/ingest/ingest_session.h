@@ -130,8 +130,15 @@ class IngestSession {
   // AddBlocks' part for the columns: checks them, decodes their timestamps
   // and queues a run per stretch of consecutive entries of one stat.
   void QueueColumns(const v1::SampleColumns& columns, uint64_t sequence, v1::IngestAck* ack);
-  // The series to add `samples` samples of `stat_id` to, or 0 (reported).
-  SeriesId SeriesFor(uint32_t stat_id, uint64_t samples, uint64_t sequence, v1::IngestAck* ack);
+  // Where `samples` samples of `stat_id` go: the series to add them to
+  // (`id`), or the waiting binding to hold them with (`waiting`), or
+  // neither (refused, and reported). The binding table is read once.
+  struct Destination {
+    SeriesId id = 0;
+    Binding* waiting = nullptr;
+  };
+  Destination DestinationOf(uint32_t stat_id, uint64_t samples, uint64_t sequence,
+                            v1::IngestAck* ack);
   void AddDrops(const v1::DropReport& drops, uint64_t sequence, v1::IngestAck* ack);
   void AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack);
   void AddEventDrops(const v1::EventDropReport& drops, uint64_t sequence, v1::IngestAck* ack);
@@ -153,7 +160,7 @@ class IngestSession {
   void Hold(uint32_t stat_id, Binding& b, absl::Span<const double> values,
             absl::Span<const int64_t> timestamps_us, uint64_t sequence, v1::IngestAck* ack);
   // The batch's releases: the stream no longer uses those ids.
-  void Release(const v1::IngestBatch& batch, v1::IngestAck* ack);
+  void Release(const v1::IngestBatch& batch);
   // Defines what waits once nothing else holds its series, adding its
   // samples; refuses it when another stream holds it or it waited too
   // long (`final`: the stream ended, nothing will be released any more).
