@@ -55,8 +55,10 @@ def test_the_mirror_and_dropin_tests_pass_against_torch_2_6():
         for tool, place in (("torchmond", "server"), ("torchmonctl", "client/cli")):
             os.makedirs(f"{root}/build/{place}")
             os.symlink(f"{prefix}/bin/{tool}", f"{root}/build/{place}/{tool}")
-        shutil.copytree(os.path.join(REPO, "tests", "python"), root + "/tests/python",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        # And the launcher its fixtures start the daemon with.
+        for part in ("python", "support"):
+            shutil.copytree(os.path.join(REPO, "tests", part), f"{root}/tests/{part}",
+                            ignore=shutil.ignore_patterns("__pycache__"))
         site = chroot(root, "/venv/bin/python", "-c",
                       "import os, torchmon; print(os.path.dirname(os.path.dirname(torchmon.__file__)))"
                       ).stdout.strip()
