@@ -201,11 +201,14 @@ def daemon():
 def pushed(daemon):
     """PUSHED sent by torchmonctl into one window, which has closed; the
     series as torchmonctl (the real client) reports it."""
-    # One stamp for all four samples (--at), so that they fall into one
-    # window wherever the window boundaries are.
+    # One stamp for all four samples (--at), in the next window: they fall
+    # into one window, and however long the push takes (a sanitizer build
+    # is slow) they arrive before that window closes, within the daemon's
+    # 60 s of allowed skew.
+    window_ms = WINDOW_S * 1000
+    at_ms = (int(time.time() * 1000) // window_ms + 1) * window_ms + 50
     daemon.ctl("push", STAT, *[str(v) for v in PUSHED], "--agg", "value,mean,count,sum,max,min",
-               "--window", f"{WINDOW_S}s", "--label", "phase=tooling",
-               "--at", str(int(time.time() * 1000)))
+               "--window", f"{WINDOW_S}s", "--label", "phase=tooling", "--at", str(at_ms))
     windows = daemon.wait_windows(STAT, 1, timeout=WINDOW_S + 10)
     assert len(windows) == 1, windows
     [series] = daemon.series(STAT)

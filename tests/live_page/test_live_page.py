@@ -37,19 +37,22 @@ def fed(tmp_path_factory):
     """A daemon holding two stats of two ranks over several closed windows, and an event."""
     tmp = tmp_path_factory.mktemp("live")
     daemon = Daemon(str(tmp), "--grace", "100ms")
-    # Each step stamped (--at) in a 200 ms window of its own, the next three
-    # windows (well within the daemon's 60 s of allowed skew): every
-    # train.loss series gets three, however slow the pushes.
-    first_ms = (int(time.time() * 1000) // 200 + 1) * 200
     for step in range(3):
-        at = str(first_ms + 200 * step + 50)
+        # Each step in a window of its own: every train.loss series gets
+        # three. Pushed at now, not stamped (--at) ahead: under a sanitizer
+        # a push takes long enough that a stamp made before it is late by
+        # the time it arrives (the grace is 100 ms).
+        start = int(time.time() * 1000) // 200
+        while int(time.time() * 1000) // 200 == start:
+            time.sleep(0.005)
         for rank in (0, 1):
             base = 4 - step + rank / 10
             daemon.ctl("push", "train.loss", str(base), str(base + 1), "--agg", "mean,min,max",
-                       "--window", "200ms", "--label", f"rank={rank}", "--at", at)
-            # Longer windows: both ranks' samples share one.
+                       "--window", "200ms", "--label", f"rank={rank}")
+            # Longer windows: both ranks' samples share one (a sanitizer build
+            # is slow enough for two pushes to straddle 200 ms windows).
             daemon.ctl("push", "train.step_ms", str(100 + 10 * rank), "--agg", "value,max,p50,p99",
-                       "--window", "2s", "--label", f"rank={rank}", "--at", str(first_ms))
+                       "--window", "2s", "--label", f"rank={rank}")
     daemon.ctl("event", "epoch_end", "epoch=1", "note=warm <b>")
     # Every sample in a closed window (12 of train.loss, 6 of train.step_ms).
     def all_closed():
