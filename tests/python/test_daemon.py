@@ -12,7 +12,7 @@ import threading
 import time
 
 import torchmon
-from conftest import TORCHMONCTL, WINDOW_MS, Daemon, run_python, wait_for
+from conftest import TORCHMONCTL, WINDOW_MS, Daemon, run_python
 
 WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
 
@@ -21,13 +21,8 @@ def windows_holding(daemon, stat, accepted, timeout=10.0):
     """The closed windows of `stat` once they hold `accepted` samples
     between them, oldest first: a burst of adds may cross a window boundary,
     and the tests check the windows whichever way it fell."""
-    windows = []
-
-    def enough():
-        windows[:] = daemon.windows(stat)
-        return sum(w["accepted"] for w in windows) >= accepted
-
-    wait_for(enough, timeout)
+    windows = daemon.windows_when(lambda ws: sum(w["accepted"] for w in ws) >= accepted, stat,
+                                  timeout=timeout)
     return sorted(windows, key=lambda w: w["start_ms"])
 
 

@@ -66,13 +66,19 @@ class Daemon:
     def wait_windows(self, stat, count, *labels, timeout=10.0):
         """The closed windows once there are `count` (or all there are after
         `timeout` seconds)."""
+        return self.windows_when(lambda windows: len(windows) >= count, stat, *labels,
+                                 timeout=timeout)
+
+    def windows_when(self, done, stat, *labels, timeout=10.0):
+        """The closed windows once done(windows) holds (or all there are after
+        `timeout` seconds)."""
         windows = []
 
-        def enough():
+        def fetched_and_done():
             windows[:] = self.windows(stat, *labels)
-            return len(windows) >= count
+            return done(windows)
 
-        wait_for(enough, timeout)
+        wait_for(fetched_and_done, timeout)
         return windows
 
     def scrape(self):
