@@ -28,6 +28,7 @@
 #include "tests/support/daemon_process.h"
 #include "torchmon/client.h"
 #include "torchmon/v1/torchmon.pb.h"
+#include "torchmon/wait_counter.h"
 
 namespace torchmon {
 namespace {
@@ -248,6 +249,27 @@ BENCHMARK(BM_StatAdd_SeparateStats)
     ->Iterations(kRunSamples)
     ->UseRealTime();
 BENCHMARK(BM_StatAdd_SameStat)->Threads(2)->Iterations(kRunSamples / 2)->UseRealTime();
+
+// --- A wait counter's begin/end pair ------------------------------------------
+//
+// What each of PyTorch's own waits costs once torchmon records them
+// (torchmon::WaitCounter, behind the c10 backend in _torchmon: one atomic
+// load more there): three samples, the in-flight count at begin and end and
+// the wait at end. Both calls on one thread, as c10's guard makes them.
+void BM_WaitCounterBeginEnd(benchmark::State& state) {
+  DaemonFixture& f = Daemon();
+  if (!f.client->Flush(std::chrono::seconds(10)).ok()) {
+    state.SkipWithError("Flush before the run failed");
+  }
+  static WaitCounter* counter = new WaitCounter(*f.client, "bench.wait");
+  for (auto _ : state) {
+    counter->Begin();
+    counter->End(std::chrono::nanoseconds(1500));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+// 3 samples per pair: a run stays within kRunSamples per stat's log.
+BENCHMARK(BM_WaitCounterBeginEnd)->Iterations(kRunSamples / 3)->UseRealTime();
 
 // --- Memory of a defined stat ----------------------------------------------
 //
