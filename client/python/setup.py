@@ -20,6 +20,7 @@ import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -70,10 +71,25 @@ class CMakeBuild(build_ext):
         shutil.copyfile(built, target)
 
 
+# Beside the package, not in it: `site` runs it at every interpreter start
+# (TORCHMON_TORCH_METRICS=1 enables PyTorch's own metrics; without it, one
+# environment read and nothing loaded).
+PTH = "torchmon-torch-metrics.pth"
+
+
+class BuildPyWithPth(build_py):
+    def run(self) -> None:
+        super().run()
+        self.copy_file(os.path.join(HERE, PTH), os.path.join(self.build_lib, PTH))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list:
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, PTH)]
+
+
 setup(
     version=project_version(),
     ext_modules=[CMakeExtension("torchmon._torchmon")],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithPth},
     # One wheel for every CPython >= 3.10: cp310-abi3.
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -113,6 +113,7 @@ def test_wait_counter_guards_become_daemon_series(daemon, default_client_for):
     (wait,) = daemon.series("test.loader.wait_s")
     assert wait["counters"]["accepted"] == 2
     assert wait["aggregations"] == ["count", "sum", "max"]
+    assert wait["histogram"]  # the waits' distribution, as torch's own counters get
     (active,) = daemon.series("test.loader.active")
     assert active["counters"]["accepted"] == 4  # 1, 2 on entering; 1, 0 on leaving
     windows = daemon.wait_windows("test.loader.wait_s", 1, timeout=30)

@@ -11,7 +11,9 @@ it must:
   - ask for no symbol version above GLIBC_<glibc>, and for no GLIBCXX_,
     CXXABI_ or GCC_ version (the C++ runtime and libgcc are linked in);
   - if it is a shared object (the Python extension), export nothing but its
-    PyInit_ function.
+    PyInit_ function and the backend of c10's wait counters
+    (c10_monitor_wait_counter_dynamic_backend_init_v1, which torch finds by
+    name: client/python/src/wait_counters.h).
 Prints one line per ELF file and every violation; exits 1 if any.
 Needs readelf (binutils), dpkg-deb and rpm2cpio/cpio for the packages.
 """
@@ -82,6 +84,11 @@ def glibc_version(name: str) -> Tuple[int, ...] | None:
     return tuple(int(p) for p in match.group(1).split(".")) if match else None
 
 
+# What an extension may export besides its PyInit_ function: the entry
+# point c10 looks up with dlsym (client/python/src/wait_counters.h).
+ALLOWED_EXPORTS = ("c10_monitor_wait_counter_dynamic_backend_init_v1",)
+
+
 def audit_file(path: str, floor: Tuple[int, ...]) -> List[str]:
     problems = []
     for lib in needed(path):
@@ -97,10 +104,11 @@ def audit_file(path: str, floor: Tuple[int, ...]) -> List[str]:
     # executable is DYN too, but names ld-linux as its interpreter).
     if elf_type(path) == "DYN" and not re.search(r"^\s*INTERP\s", readelf("-l", path), re.M):
         exports = exported_symbols(path)
-        extra = [s for s in exports if not s.startswith("PyInit_")]
+        extra = [s for s in exports if not s.startswith("PyInit_") and s not in ALLOWED_EXPORTS]
         if extra:
             shown = ", ".join(extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
-            problems.append(f"exports {len(extra)} symbols besides PyInit_*: {shown}")
+            problems.append(f"exports {len(extra)} symbols besides PyInit_* and the wait-counter "
+                            f"backend: {shown}")
         if not any(s.startswith("PyInit_") for s in exports):
             problems.append("a shared object that exports no PyInit_ function")
     return problems

@@ -37,7 +37,7 @@ from test_roots import (HERE, RELEASE_DIR, REPO, artefact, chroot, chroot_daemon
 if not RELEASE_DIR:  # test_roots skips its module; this one must skip too
     pytest.skip("TORCHMON_RELEASE_DIR is not set", allow_module_level=True)
 
-SUITES = ("test_monitor_mirror.py", "test_dropin.py")
+SUITES = ("test_monitor_mirror.py", "test_dropin.py", "test_torch_metrics.py")
 
 
 def test_the_mirror_and_dropin_tests_pass_against_torch_2_6():

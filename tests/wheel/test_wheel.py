@@ -102,6 +102,9 @@ def test_metadata(wheel):
     assert re.search(r"^Tag: cp310-abi3-manylinux_2_\d+_x86_64$", tags, re.M), tags
     assert "torchmon/_torchmon.abi3.so" in names
     assert "torchmon/py.typed" in names and "torchmon/__init__.pyi" in names
+    # Beside the package, where `site` runs it: the TORCHMON_TORCH_METRICS switch.
+    assert "torchmon-torch-metrics.pth" in names
+    assert "torchmon/_torch_metrics.py" in names
 
 
 def test_every_needed_library_is_inside_the_wheel_or_glibc_or_the_cxx_runtime(wheel, tmp_path):
@@ -122,12 +125,13 @@ def test_every_needed_library_is_inside_the_wheel_or_glibc_or_the_cxx_runtime(wh
                                  check=True).stdout
         assert "$ORIGIN" in dynamic, (path, dynamic)
     assert unresolved == [], unresolved
-    # The extension exports its init function and nothing of the static
-    # client, gRPC templates included.
+    # The extension exports its init function and the backend torch looks
+    # up by name, nothing of the static client, gRPC templates included.
     extension = str(tmp_path / "torchmon" / "_torchmon.abi3.so")
     symbols = subprocess.run(["nm", "-D", "--defined-only", extension], capture_output=True,
                              text=True, check=True).stdout.splitlines()
-    assert [line.split()[-1] for line in symbols] == ["PyInit__torchmon"], symbols
+    assert sorted(line.split()[-1] for line in symbols) == [
+        "PyInit__torchmon", "c10_monitor_wait_counter_dynamic_backend_init_v1"], symbols
 
 
 @pytest.mark.parametrize("name", sorted(interpreters()))

@@ -12,7 +12,8 @@
 // each entry point that may throw converts to a Python exception.
 //
 // The parts: py_support (references, conversions), client_type (Client),
-// stat_type (Stat and its in-process windows); this file makes the module.
+// stat_type (Stat and its in-process windows), wait_counters (WaitCounter
+// and the backend of torch's own); this file makes the module.
 #ifndef Py_LIMITED_API
 #error "_torchmon is built against the limited C API: define Py_LIMITED_API"
 #endif
@@ -20,6 +21,7 @@
 #include "client_type.h"
 #include "py_support.h"
 #include "stat_type.h"
+#include "wait_counters.h"
 
 #ifndef TORCHMON_VERSION
 #error "TORCHMON_VERSION must be defined by the build"
@@ -31,6 +33,16 @@ namespace {
 PyMethodDef module_methods[] = {
     {"report_open_windows", ReportOpenWindows, METH_NOARGS,
      "report_open_windows()\n\nreport_open_window() on every live Stat."},
+    {"wait_counter", NewWaitCounter, METH_VARARGS,
+     "wait_counter(client, key)\n\nA torchmon::WaitCounter of `key` on `client`, as a capsule."},
+    {"wait_counter_begin", WaitCounterBegin, METH_O,
+     "wait_counter_begin(counter)\n\nA wait begins."},
+    {"wait_counter_end", WaitCounterEnd, METH_VARARGS,
+     "wait_counter_end(counter, waited_ns)\n\nA wait ends, having lasted waited_ns."},
+    {"enable_torch_wait_counters", EnableTorchWaitCounters, METH_O,
+     "enable_torch_wait_counters(client)\n\nRecord torch's wait counters on `client`."},
+    {"torch_wait_counter_backend", TorchWaitCounterBackend, METH_NOARGS,
+     "torch_wait_counter_backend()\n\nWhat the backend of torch's wait counters has seen."},
     {nullptr, nullptr, 0, nullptr}};
 
 // ---------------------------------------------------------------------------

@@ -229,23 +229,18 @@ class _WaitCounter:
             batch = next(it)
 
     Each key is two stats in the daemon, in windows of 10 s:
-    ``<key>.wait_s`` (COUNT: calls, SUM: total and MAX: longest wait, in
-    seconds) and ``<key>.active`` (VALUE and MAX of the guards open at
-    once). A key is named as a stat is, with the same limits and errors
+    ``<key>.wait_s`` (COUNT: waits, SUM: total and MAX: longest wait, in
+    seconds, and a native histogram of the waits) and ``<key>.active``
+    (VALUE and MAX of the guards open at once): the series PyTorch's own
+    wait counters become with ``torchmon.torch.enable_metrics()`` (one
+    rule, C++'s ``torchmon::WaitCounter``; docs/torch-metrics.md). A key
+    is named as a stat is, with the same limits and errors
     (``Client.errors()``). With ``TORCH_DISABLE_WAIT_COUNTERS=1`` in the
     environment when it is made, as with torch, it records nothing.
     """
 
-    _WINDOW = _dt.timedelta(seconds=10)
     _keys_lock = threading.Lock()
-    _keys: Dict[str, "_WaitCounter._Key"] = {}
-
-    class _Key:
-        def __init__(self, key: str) -> None:
-            self.lock = threading.Lock()
-            self.active = 0
-            self.wait = Stat(f"{key}.wait_s", [COUNT, SUM, MAX], _WaitCounter._WINDOW)
-            self.open = Stat(f"{key}.active", [VALUE, MAX], _WaitCounter._WINDOW)
+    _keys: Dict[str, object] = {}
 
     class _Guard:
         """What guard() returns (torch's _WaitCounterTracker): enters and
@@ -253,31 +248,26 @@ class _WaitCounter:
         the guard goes on, one guard may be entered again (nested, or after
         it exited), and an exit without an enter does nothing."""
 
-        __slots__ = ("_key", "_starts")
+        __slots__ = ("_counter", "_starts")
 
-        def __init__(self, key: Optional["_WaitCounter._Key"]) -> None:
-            self._key = key
+        def __init__(self, counter: object) -> None:
+            self._counter = counter
             self._starts: List[int] = []
 
         def __enter__(self) -> None:
-            key = self._key
-            if key is not None:
-                with key.lock:
-                    key.active += 1
-                    key.open.add(key.active)
+            counter = self._counter
+            if counter is not None:
+                _torchmon.wait_counter_begin(counter)
                 self._starts.append(_time.monotonic_ns())
 
         def __exit__(self, *exc_info: object) -> None:
-            key = self._key
-            if key is None or not self._starts:
+            counter = self._counter
+            if counter is None or not self._starts:
                 return
-            key.wait.add((_time.monotonic_ns() - self._starts.pop()) / 1e9)
-            with key.lock:
-                key.active -= 1
-                key.open.add(key.active)
+            _torchmon.wait_counter_end(counter, _time.monotonic_ns() - self._starts.pop())
 
     def __init__(self, key: str) -> None:
-        self._key: Optional[_WaitCounter._Key] = None
+        self._counter: object = None
         # torch takes a str, or bytes as UTF-8 (pybind11's std::string).
         if isinstance(key, bytes):
             key = key.decode("utf-8")
@@ -289,12 +279,13 @@ class _WaitCounter:
         with _WaitCounter._keys_lock:
             found = _WaitCounter._keys.get(key)
             if found is None:
-                found = _WaitCounter._keys[key] = _WaitCounter._Key(key)
-        self._key = found
+                found = _WaitCounter._keys[key] = _torchmon.wait_counter(
+                    default_client()._native, key)
+        self._counter = found
 
     def guard(self) -> "_WaitCounter._Guard":
         """A context manager timing one wait."""
-        return _WaitCounter._Guard(self._key)
+        return _WaitCounter._Guard(self._counter)
 
 
 # torch's name for what guard() returns (torch._C._monitor._WaitCounterTracker).

@@ -12,17 +12,22 @@ to the daemon as an event with the same name, timestamp and data. The
 daemon keeps them queryable (``torchmonctl events``) and exposes each
 numeric field as ``torchmon_event_value{event=..., field=...}``, e.g.
 ``field="train.loss.mean"`` for a torch.monitor Stat named ``train.loss``.
+
+And what PyTorch measures itself, with no Stat calls: ``enable_metrics()``
+(or ``TORCHMON_TORCH_METRICS=1`` in the job's environment) reports c10's
+wait counters, torch.compile's compilations, DDP's timings, optimizer steps
+and CUDA memory per process and window (docs/torch-metrics.md).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 import torch.monitor as _monitor
 
-from . import Client, Event, default_client
+from . import Client, Event, _torch_metrics, default_client
 
-__all__ = ["Bridge", "forward_events"]
+__all__ = ["Bridge", "enable_metrics", "forward_events", "metrics_status"]
 
 
 class Bridge:
@@ -54,3 +59,21 @@ def forward_events(client: Optional[Client] = None) -> Bridge:
     """Registers a torch.monitor event handler that forwards every event to
     torchmond through ``client`` (default: torchmon's default client)."""
     return Bridge(client)
+
+
+def enable_metrics(client: Optional[Client] = None) -> Dict[str, str]:
+    """Reports PyTorch's own metrics through ``client`` (default: torchmon's
+    default client) in windows of 10 s: c10's wait counters (torch ≥
+    2.6), torch.compile's compilations (≥ 2.0), DDP's forward, backward and
+    communication times, the wall time between optimizer steps (≥ 2.0) and
+    CUDA memory where CUDA is in use. What ``TORCHMON_TORCH_METRICS=1`` does
+    at interpreter start. Call it before torch.distributed or torch.compile
+    first run: c10 looks for the wait-counter backend only once. What this
+    torch lacks is printed once on stderr. Idempotent; returns each
+    source's state: ``"on"`` or why not (docs/torch-metrics.md)."""
+    return _torch_metrics.enable(client)
+
+
+def metrics_status() -> Dict[str, str]:
+    """What enable_metrics() reported, per source ({} before it ran)."""
+    return _torch_metrics.status()

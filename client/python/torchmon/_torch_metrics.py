@@ -1,0 +1,428 @@
+"""PyTorch's own metrics, with no code (docs/torch-metrics.md).
+
+``torchmon.torch.enable_metrics()`` (or ``TORCHMON_TORCH_METRICS=1`` in the
+environment, read by the ``torchmon-torch-metrics.pth`` the wheel installs)
+reports, per process and window, what PyTorch measures itself:
+
+- c10's wait counters (torch >= 2.6), through the backend in ``_torchmon``;
+- torch.compile's compilations, their seconds, failures, graph breaks and
+  guards (torch >= 2.0);
+- DDP's sampled forward compute, backward compute, backward communication
+  and overlap times (``DistributedDataParallel._get_ddp_logging_data()``);
+- optimizer steps: the wall time between steps, per optimizer class
+  (torch >= 2.0's global step hooks);
+- CUDA memory: allocated, reserved and peak bytes per device, and
+  out-of-memory events, where CUDA is in use.
+
+What the running torch lacks is reported once on stderr, never per call;
+CUDA is left out without a word where torch has none.
+
+This module does not import torch at import: ``boot()``, run at interpreter
+start by the .pth file, only puts the backend where c10 finds it and waits
+for torch to be imported.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+from . import _torchmon
+
+ENV_SWITCH = "TORCHMON_TORCH_METRICS"
+# The windows of every series here, the wait counters' (torchmon::WaitCounter).
+WINDOW = _dt.timedelta(seconds=10)
+
+# c10 asks for this key's backend once torchmon probes it (wait_counters.h):
+# whether it asked tells whether torch found the backend.
+_PROBE_KEY = "torchmon.backend_probe"
+
+# DDP refreshes its logging data at iterations 1..10 and then every
+# DDP_SAMPLE_RATE (torch's kDDPRuntimeLoggingSampleRate); reading it costs
+# microseconds, so it is read only where it may have changed.
+_DDP_EARLY_ITERATIONS = 12
+_DDP_POLL_EVERY = 25
+_DDP_TIMES = (
+    ("forward_compute_time", "torch.ddp.forward_compute_s"),
+    ("backward_compute_time", "torch.ddp.backward_compute_s"),
+    ("backward_comm_time", "torch.ddp.backward_comm_s"),
+    ("backward_compute_comm_overlap_time", "torch.ddp.backward_overlap_s"),
+)
+
+_CUDA_SAMPLE_EVERY_S = 1.0
+
+_lock = threading.Lock()
+_metrics: Optional["_Metrics"] = None
+_finder: Optional["_PostImportFinder"] = None
+_booted = False
+
+
+def _report(message: str) -> None:
+    print(f"torchmon: {message}", file=sys.stderr, flush=True)
+
+
+def enabled() -> bool:
+    """Whether the switch is set in this process's environment."""
+    return os.environ.get(ENV_SWITCH, "") not in ("", "0")
+
+
+def _make_backend_global() -> None:
+    """Puts _torchmon in the process's global symbol scope, where c10's
+    dlsym(RTLD_DEFAULT, ...) finds the wait-counter backend it exports.
+    Python loaded it RTLD_LOCAL; dlopen of the same file with RTLD_NOLOAD |
+    RTLD_GLOBAL promotes it without loading anything."""
+    import ctypes
+    ctypes.CDLL(_torchmon.__file__, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+
+
+def boot() -> None:
+    """Run by torchmon-torch-metrics.pth at interpreter start when the
+    switch is set: the backend goes global now, before torch can make its
+    first wait counter, and the rest is enabled once torch is imported.
+    Never raises: a failure is reported once and the process goes on.
+    Runs once, however often `site` is asked to process the .pth."""
+    global _finder, _booted
+    if _booted:
+        return
+    _booted = True
+    try:
+        _make_backend_global()
+        if "torch" in sys.modules:
+            enable()
+            return
+        _finder = _PostImportFinder({"torch": lambda _module: enable()})
+        sys.meta_path.insert(0, _finder)
+    except Exception as e:  # noqa: BLE001 - never break the interpreter's start
+        _report(f"{ENV_SWITCH}: PyTorch's metrics are off: {type(e).__name__}: {e}")
+
+
+def enable(client: Any = None) -> Dict[str, str]:
+    """Reports PyTorch's own metrics on ``client`` (default: torchmon's
+    default client) from now on; see the module's docstring. Idempotent: a
+    second call changes nothing and returns the same status. Returns what
+    is reported: source -> "on", or why not."""
+    global _metrics
+    with _lock:
+        if _metrics is None:
+            from . import default_client
+            _make_backend_global()
+            _metrics = _Metrics(client if client is not None else default_client())
+            _metrics.install()
+        return dict(_metrics.status)
+
+
+def status() -> Dict[str, str]:
+    """What enable() reported: source -> "on", or why not ({} before)."""
+    with _lock:
+        return dict(_metrics.status) if _metrics is not None else {}
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Calls hooks[name](module) once the module `name` has been executed,
+    however it is imported. Sits first in sys.meta_path, finds the spec
+    through the finders after it and wraps the loader's exec_module."""
+
+    def __init__(self, hooks: Dict[str, Callable[[Any], None]]) -> None:
+        self._hooks = dict(hooks)
+        self._busy = threading.local()
+
+    def add(self, name: str, hook: Callable[[Any], None]) -> None:
+        self._hooks[name] = hook
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        hook = self._hooks.get(fullname)
+        if hook is None or getattr(self._busy, "name", None) == fullname:
+            return None
+        self._busy.name = fullname
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.name = None
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        del self._hooks[fullname]
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            try:
+                hook(module)
+            except Exception as e:  # noqa: BLE001 - an import must not fail for us
+                _report(f"after importing {fullname}: {type(e).__name__}: {e}")
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+class _Once:
+    """A source that failed while running: reported once, then off."""
+
+    def __init__(self, status: Dict[str, str], source: str) -> None:
+        self._status, self._source = status, source
+        self.on = True
+
+    def fail(self, e: BaseException) -> None:
+        if self.on:
+            self.on = False
+            self._status[self._source] = f"off after an error: {type(e).__name__}: {e}"
+            _report(f"{self._source} metrics stopped: {type(e).__name__}: {e}")
+
+
+class _Metrics:
+    """The hooks of one process. Installed once, under _lock."""
+
+    def __init__(self, client: Any, torch: Any = None) -> None:
+        if torch is None:
+            import torch
+        self._torch = torch
+        self._client = client
+        self._stats: Dict[Any, Any] = {}
+        self._stats_lock = threading.Lock()
+        self.status: Dict[str, str] = {}
+        # Ends the CUDA sampler (tests; a process just exits).
+        self.stopped = threading.Event()
+
+    # --- helpers -----------------------------------------------------------
+
+    def _stat(self, name: str, aggregations: Iterable[str], labels: Optional[Dict[str, str]] = None,
+              histogram: bool = False) -> Any:
+        """The stat of this name and labels, made at first use."""
+        key = (name, tuple(sorted((labels or {}).items())))
+        stat = self._stats.get(key)
+        if stat is None:
+            from . import Stat
+            with self._stats_lock:
+                stat = self._stats.get(key)
+                if stat is None:
+                    stat = self._stats[key] = Stat(name, list(aggregations), WINDOW,
+                                                   labels=labels, client=self._client,
+                                                   histogram=histogram)
+        return stat
+
+    def _version(self) -> str:
+        return str(self._torch.__version__)
+
+    def _at_least(self, major: int, minor: int) -> bool:
+        numbers: List[int] = []
+        for part in self._version().split("+")[0].split(".")[:2]:
+            digits = "".join(c for c in part if c.isdigit())
+            numbers.append(int(digits) if digits else 0)
+        return tuple(numbers) >= (major, minor)
+
+    def install(self) -> None:
+        for source, install in (("wait_counters", self._install_wait_counters),
+                                ("compile", self._install_compile),
+                                ("ddp", self._install_ddp),
+                                ("optimizer", self._install_optimizer),
+                                ("cuda", self._install_cuda)):
+            try:
+                self.status[source] = install()
+            except Exception as e:  # noqa: BLE001 - one source failing leaves the others
+                self.status[source] = f"off: {type(e).__name__}: {e}"
+        missing = [f"{source} ({why})" for source, why in self.status.items()
+                   if why != "on" and source != "cuda"]
+        if missing:
+            _report(f"torch {self._version()}: not reported: " + "; ".join(missing))
+
+    # --- wait counters -----------------------------------------------------
+
+    def _install_wait_counters(self) -> str:
+        _torchmon.enable_torch_wait_counters(self._client._native)
+        monitor = getattr(self._torch._C, "_monitor", None)
+        counter = getattr(monitor, "_WaitCounter", None)
+        if counter is None or not self._at_least(2, 6):
+            return "needs torch >= 2.6"
+        # c10 looks the backend up once, at the process's first counter:
+        # making one now tells whether that lookup found it.
+        counter(_PROBE_KEY)
+        if _torchmon.torch_wait_counter_backend()["probed"]:
+            return "on"
+        return ("torch made its first wait counter before torchmon was loaded: set "
+                f"{ENV_SWITCH}=1, or call enable_metrics() before torch.distributed or "
+                "torch.compile run")
+
+    # --- torch.compile ----------------------------------------------------
+
+    def _install_compile(self) -> str:
+        if importlib.util.find_spec("torch._dynamo") is None:
+            return "needs torch >= 2.0 (torch.compile)"
+        utils = sys.modules.get("torch._dynamo.utils")
+        if utils is not None:
+            return self._hook_compile(utils)
+        # torch._dynamo is heavy and imported by torch.compile's first use:
+        # hook it then rather than import it now.
+        global _finder
+        if _finder is None:
+            _finder = _PostImportFinder({})
+            sys.meta_path.insert(0, _finder)
+        _finder.add("torch._dynamo.utils", self._hook_compile)
+        return "on"
+
+    def _hook_compile(self, utils: Any) -> str:
+        original = getattr(utils, "log_compilation_event", None)
+        if original is None:
+            self.status["compile"] = "this torch._dynamo has no log_compilation_event"
+            _report(f"torch {self._version()}: not reported: compile ({self.status['compile']})")
+            return self.status["compile"]
+        once = _Once(self.status, "compile")
+        counters = utils.counters
+        seen_breaks = [sum(counters["graph_break"].values())]
+
+        def log_compilation_event(metrics: Any) -> None:
+            original(metrics)
+            if not once.on:
+                return
+            try:
+                self._record_compilation(metrics, counters, seen_breaks)
+            except Exception as e:  # noqa: BLE001
+                once.fail(e)
+
+        utils.log_compilation_event = log_compilation_event
+        return "on"
+
+    def _record_compilation(self, metrics: Any, counters: Any, seen_breaks: List[int]) -> None:
+        duration_us = getattr(metrics, "duration_us", None)
+        seconds = (duration_us / 1e6 if duration_us is not None
+                   else getattr(metrics, "entire_frame_compile_time_s", None) or 0.0)
+        breaks = sum(counters["graph_break"].values())
+        new_breaks, seen_breaks[0] = breaks - seen_breaks[0], breaks
+        failed = getattr(metrics, "fail_type", None) is not None
+        self._stat("torch.compile.time_s", ("count", "sum", "max"), histogram=True).add(seconds)
+        self._stat("torch.compile.failures", ("sum",)).add(1.0 if failed else 0.0)
+        self._stat("torch.compile.graph_breaks", ("sum",)).add(float(max(new_breaks, 0)))
+        guards = getattr(metrics, "guard_count", None)
+        if guards is not None:
+            self._stat("torch.compile.guards", ("mean", "max")).add(float(guards))
+
+    # --- DDP -----------------------------------------------------------------
+
+    def _install_ddp(self) -> str:
+        parallel = getattr(self._torch.nn, "parallel", None)
+        ddp = getattr(parallel, "DistributedDataParallel", None)
+        if ddp is None or not hasattr(ddp, "_get_ddp_logging_data"):
+            return "this torch's DistributedDataParallel has no logging data"
+        once = _Once(self.status, "ddp")
+        metrics = self
+
+        def forward_pre_hook(module: Any, _inputs: Any) -> None:
+            if once.on:
+                try:
+                    metrics._poll_ddp(module)
+                except Exception as e:  # noqa: BLE001
+                    once.fail(e)
+
+        original_init = ddp.__init__
+
+        def __init__(module: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(module, *args, **kwargs)
+            module._torchmon_ddp = [0, None]  # forwards seen, the iteration recorded
+            module.register_forward_pre_hook(forward_pre_hook)
+
+        __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+        ddp.__init__ = __init__
+        return "on"
+
+    def _poll_ddp(self, module: Any) -> None:
+        state = module._torchmon_ddp
+        state[0] += 1
+        forwards = state[0]
+        if forwards > _DDP_EARLY_ITERATIONS and forwards % _DDP_POLL_EVERY:
+            return
+        data = module._get_ddp_logging_data()
+        iteration = data.get("iteration")
+        if not iteration or iteration == state[1]:
+            return
+        state[1] = iteration
+        for field, name in _DDP_TIMES:
+            value = data.get(field)
+            if isinstance(value, int):
+                self._stat(name, ("value", "mean", "max")).add(value / 1e9)
+
+    # --- optimizer steps ----------------------------------------------------
+
+    def _install_optimizer(self) -> str:
+        try:
+            optimizer = importlib.import_module("torch.optim.optimizer")
+        except ImportError:
+            optimizer = None
+        register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+        if register is None:
+            return "needs torch >= 2.0 (global optimizer step hooks)"
+        once = _Once(self.status, "optimizer")
+        # Per optimizer: [monotonic time of its last step, its stat].
+        steps: "weakref.WeakKeyDictionary[Any, List[Any]]" = weakref.WeakKeyDictionary()
+
+        def step_post_hook(optimizer: Any, _args: Any, _kwargs: Any) -> None:
+            if not once.on:
+                return
+            try:
+                now = time.monotonic()
+                state = steps.get(optimizer)
+                if state is None:
+                    steps[optimizer] = [now, self._stat(
+                        "torch.optim.step_interval_s", ("count", "mean", "max"),
+                        {"optimizer": type(optimizer).__name__}, histogram=True)]
+                    return
+                state[1].add(now - state[0])
+                state[0] = now
+            except Exception as e:  # noqa: BLE001
+                once.fail(e)
+
+        register(step_post_hook)
+        return "on"
+
+    # --- CUDA memory ------------------------------------------------------------
+
+    def _install_cuda(self) -> str:
+        cuda = self._torch.cuda
+        if not cuda.is_available():
+            return "no CUDA"
+        threading.Thread(target=self._sample_cuda, name="torchmon-cuda-memory",
+                         daemon=True).start()
+        return "on"
+
+    def _sample_cuda(self, every_s: float = _CUDA_SAMPLE_EVERY_S) -> None:
+        cuda = self._torch.cuda
+        once = _Once(self.status, "cuda")
+        observing = False
+        while once.on and not self.stopped.wait(every_s):
+            try:
+                if not cuda.is_initialized():
+                    continue  # never made here: CUDA is the job's to start
+                if not observing:
+                    observing = True
+                    attach = getattr(self._torch._C, "_cuda_attach_out_of_memory_observer", None)
+                    if attach is not None:
+                        attach(self._out_of_memory)
+                for device in range(cuda.device_count()):
+                    reserved = cuda.memory_reserved(device)
+                    if reserved == 0:
+                        continue  # a device this process does not use
+                    labels = {"device": str(device)}
+                    self._stat("torch.cuda.memory.allocated_bytes", ("value", "max"),
+                               labels).add(float(cuda.memory_allocated(device)))
+                    self._stat("torch.cuda.memory.reserved_bytes", ("value", "max"),
+                               labels).add(float(reserved))
+                    self._stat("torch.cuda.memory.peak_allocated_bytes", ("value", "max"),
+                               labels).add(float(cuda.max_memory_allocated(device)))
+            except Exception as e:  # noqa: BLE001
+                once.fail(e)
+
+    def _out_of_memory(self, device: int, alloc: int, device_allocated: int,
+                       device_free: int) -> None:
+        from . import Event
+        self._stat("torch.cuda.out_of_memory_bytes", ("count", "max"),
+                   {"device": str(device)}).add(float(alloc))
+        self._client.log_event(Event("torch.cuda.out_of_memory", _dt.datetime.now(), {
+            "device": int(device), "requested_bytes": int(alloc),
+            "allocated_bytes": int(device_allocated), "free_bytes": int(device_free)}))
