@@ -8,6 +8,13 @@ every number Prometheus computes from them is known in advance.
 Also defines eval.step_time_ms (with quantiles, hence a native histogram) at
 start, and sends the given values to it once, as soon as PATH exists.
 
+Also sends, as constants, the series torchmon.torch.enable_metrics() makes of
+PyTorch's own metrics (client/python/torchmon/_torch_metrics.py: same names,
+aggregations and labels, in this file's 1 s windows), so that the dashboard's
+"PyTorch's own metrics" panels have data; PyTorch itself is tested in
+tests/python. Without their native histograms, which no panel reads: the
+quantile rules' test expects those of the stats above only.
+
 Runs for SECONDS at most (then flushes and exits), so a test that dies
 leaves nothing behind for long."""
 
@@ -21,6 +28,36 @@ import torchmon
 
 WINDOW = datetime.timedelta(seconds=1)
 PERIOD_S = 0.05
+
+
+def torch_metrics(client):
+    """(Stat, value) of the series enable_metrics() reports (out-of-memory ones
+    aside), values exact in binary."""
+    M = torchmon.Aggregation
+
+    def stat(name, aggregations, value, labels=None):
+        return (torchmon.Stat(name, aggregations, WINDOW, labels=labels, client=client), value)
+
+    ddp = [M.VALUE, M.MEAN, M.MAX]
+    wait_counter = "pytorch.wait_counter.TCPStore__get"
+    cuda = {"device": "0"}
+    return [
+        stat("torch.ddp.forward_compute_s", ddp, 0.25),
+        stat("torch.ddp.backward_compute_s", ddp, 0.5),
+        stat("torch.ddp.backward_comm_s", ddp, 0.125),
+        stat("torch.ddp.backward_overlap_s", ddp, 0.0625),
+        stat("torch.optim.step_interval_s", [M.COUNT, M.MEAN, M.MAX], 0.125,
+             {"optimizer": "SGD"}),
+        stat("torch.compile.time_s", [M.COUNT, M.SUM, M.MAX], 1.5),
+        stat("torch.compile.graph_breaks", [M.SUM], 1.0),
+        stat("torch.compile.failures", [M.SUM], 0.0),
+        stat("torch.compile.guards", [M.MEAN, M.MAX], 12.0),
+        stat(wait_counter + ".wait_s", [M.COUNT, M.SUM, M.MAX], 0.0078125),
+        stat(wait_counter + ".active", [M.VALUE, M.MAX], 1.0),
+        stat("torch.cuda.memory.allocated_bytes", [M.VALUE, M.MAX], 2.0 ** 30, cuda),
+        stat("torch.cuda.memory.reserved_bytes", [M.VALUE, M.MAX], 2.0 ** 31, cuda),
+        stat("torch.cuda.memory.peak_allocated_bytes", [M.VALUE, M.MAX], 2.0 ** 30, cuda),
+    ]
 
 
 def main():
@@ -55,6 +92,7 @@ def main():
          args.step_time_ms),
         (torchmon.Stat("train.loss", [M.MEAN, M.VALUE], WINDOW, client=client), args.loss),
     ]
+    stats += torch_metrics(client)
     if args.capped:
         stats.append((torchmon.Stat("data.capped", [M.MEAN], WINDOW, 1, client=client), 1.0))
     if args.nan_eval_loss:
