@@ -6,6 +6,10 @@
 # DIST_DIR holds what `deploy/release/build.sh DIST_DIR` made. Needs no
 # network: the wheel is installed with --no-index into a venv that sees the
 # host's torch. Prints each step and a JSON summary (also OUT_DIR/summary.json).
+# Then PyTorch's own metrics on CUDA (torch_metrics_cuda.py: memory, an
+# out-of-memory, the keys CUDA's torch counts; OUT_DIR/torch-metrics.json) and
+# what the switch costs a step (tests/bench/torch_metrics_overhead.py,
+# CHECK_OVERHEAD_ROUNDS rounds, default 8).
 set -uo pipefail
 dist=$(cd "${1:?DIST_DIR}" && pwd)
 out=${2:-${OUT:-/tmp/torchmon-gpu-check}}
@@ -56,11 +60,22 @@ echo "== the CUDA loop"
 "$vpy" "$(dirname "$0")/cuda_loop.py" --ctl "$root/bin/torchmonctl" \
   --target "unix://$work/d.sock" --summary "$out/summary.json" ${CHECK_ARGS:-}
 rc=$?
+
+echo "== PyTorch's own metrics on CUDA (TORCHMON_TORCH_METRICS=1)"
+TORCHMON_TORCH_METRICS=1 "$vpy" "$(dirname "$0")/torch_metrics_cuda.py" \
+  --ctl "$root/bin/torchmonctl" --target "unix://$work/d.sock" \
+  --summary "$out/torch-metrics.json" || rc=1
 kill -TERM "$daemon"; wait "$daemon"; echo "torchmond exited $?"; daemon=
+
+echo "== what the switch costs a training step (tests/bench/torch_metrics_overhead.py)"
+site=$("$vpy" -c 'import os, torchmon; print(os.path.dirname(os.path.dirname(torchmon.__file__)))')
+"$vpy" "$(dirname "$0")/../bench/torch_metrics_overhead.py" --rounds "${CHECK_OVERHEAD_ROUNDS:-8}" \
+  --torchmond "$root/bin/torchmond" --python-dir "$site" | tee "$out/torch-metrics-overhead.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
 # tests/python's side-by-side tests need pytest: the host's, or one named in
 # CHECK_PYTEST_PATH (pure Python, e.g. Debian's python3-pytest copied over).
-echo "== torch.monitor side by side, on the host's torch"
+echo "== torch.monitor side by side, and PyTorch's own metrics, on the host's torch"
 if "$vpy" -c 'import pytest' 2>/dev/null; then
   CHECK_PYTEST_PATH=  # the host's own
 fi
@@ -74,7 +89,8 @@ if PYTHONPATH=${CHECK_PYTEST_PATH:-}${PYTHONPATH:+:$PYTHONPATH} "$vpy" -c 'impor
    TORCHMON_BUILD_DIR=$work/b TORCHMON_PYTHON_DIR=$site \
    PYTHONPATH=${CHECK_PYTEST_PATH:-}${PYTHONPATH:+:$PYTHONPATH} \
    "$vpy" -m pytest -q -p no:cacheprovider -o junit_family=xunit2 \
-     --junitxml="$out/torch-mirror.xml" test_monitor_mirror.py test_dropin.py) | tail -25
+     --junitxml="$out/torch-mirror.xml" test_monitor_mirror.py test_dropin.py \
+     test_torch_metrics.py) | tail -25
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 else
   echo "skipped: no pytest for $vpy"
