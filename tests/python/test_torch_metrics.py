@@ -221,6 +221,8 @@ DDP_RANK = """
     print("errors", torchmon.default_client().errors())
 """
 
+C10D_INIT = "pytorch.wait_counter.c10d.init_process_group"
+
 DDP_STATS = ("torch.ddp.forward_compute_s", "torch.ddp.backward_compute_s",
              "torch.ddp.backward_comm_s", "torch.ddp.backward_overlap_s")
 
@@ -248,9 +250,10 @@ def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemo
     if TORCH_2_6:
         assert sorted(s["labels"]["rank"] for s in steps) == ["0", "1"], steps
         assert all(s["counters"]["accepted"] == 49 for s in steps), steps
-        # c10d's own waits: the rendezvous through the TCPStore.
+        # c10d's own waits: the rendezvous through the TCPStore, and the
+        # process group's creation.
         keys = {s["stat"] for s in daemon.series("pytorch.wait_counter.*")}
-        assert {k + ".wait_s" for k in TCPSTORE_KEYS} <= keys, sorted(keys)
+        assert {k + ".wait_s" for k in TCPSTORE_KEYS + (C10D_INIT,)} <= keys, sorted(keys)
     else:
         assert steps == []
 
@@ -262,11 +265,28 @@ def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemo
     assert sorted(r["rank"] for r in comparison[0]["ranks"]) == ["0", "1"], comparison
     assert all(r["value"] > 0 for r in comparison[0]["ranks"]), comparison
     scrape = daemon.scrape()
-    for stat in DDP_STATS:
-        for rank in ("0", "1"):
-            assert re.search(rf'^torchmon_stat\{{(?=[^}}]*stat="{re.escape(stat)}")'
-                             rf'(?=[^}}]*agg="mean")(?=[^}}]*rank="{rank}")[^}}]*\}} [0-9.e+-]+$',
-                             scrape, re.M), (stat, rank)
+
+    def scraped(metric, stat, rank, agg=None):
+        labels = rf'(?=[^}}]*stat="{re.escape(stat)}")(?=[^}}]*rank="{rank}")'
+        if agg:
+            labels += rf'(?=[^}}]*agg="{agg}")'
+        found = re.search(rf'^{metric}\{{{labels}[^}}]*\}} ([0-9.e+-]+)$', scrape, re.M)
+        assert found, (metric, stat, rank, agg)
+        return float(found.group(1))
+
+    for rank in ("0", "1"):
+        for stat in DDP_STATS:
+            mean = scraped("torchmon_stat", stat, rank, "mean")
+            # Overlap may be nothing; compute and communication take time.
+            assert mean >= 0 if stat == "torch.ddp.backward_overlap_s" else mean > 0, (stat, mean)
+        if TORCH_2_6:
+            # The step rate's counter, and c10d's wait of that rank.
+            assert scraped("torchmon_samples_accepted_total", "torch.optim.step_interval_s",
+                           rank) == 49
+            assert scraped("torchmon_samples_accepted_total", C10D_INIT + ".wait_s", rank) == 1
+    if TORCH_2_6:
+        steps = daemon.ctl("ranks", "torch.optim.step_interval_s")["comparisons"]
+        assert steps and sorted(r["rank"] for r in steps[0]["ranks"]) == ["0", "1"], steps
 
 
 def test_torch_compile_with_a_graph_break_gives_the_compile_series(daemon, python_env):

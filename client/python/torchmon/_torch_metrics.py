@@ -70,11 +70,6 @@ def _report(message: str) -> None:
     print(f"torchmon: {message}", file=sys.stderr, flush=True)
 
 
-def enabled() -> bool:
-    """Whether the switch is set in this process's environment."""
-    return os.environ.get(ENV_SWITCH, "") not in ("", "0")
-
-
 def _make_backend_global() -> None:
     """Puts _torchmon in the process's global symbol scope, where c10's
     dlsym(RTLD_DEFAULT, ...) finds the wait-counter backend it exports.
