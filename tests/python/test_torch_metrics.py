@@ -13,6 +13,7 @@ process-wide) against a real daemon: TCPStore operations, a two-rank gloo
 job wrapping a model in DDP, torch.compile with a graph break.
 """
 
+import json
 import os
 import re
 import socket
@@ -21,6 +22,7 @@ import sys
 import textwrap
 import threading
 import types
+import urllib.request
 
 import pytest
 import torch
@@ -264,6 +266,12 @@ def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemo
     assert comparison, comparison
     assert sorted(r["rank"] for r in comparison[0]["ranks"]) == ["0", "1"], comparison
     assert all(r["value"] > 0 for r in comparison[0]["ranks"]), comparison
+    # The live page's stragglers panel asks the same of /api/ranks.
+    with urllib.request.urlopen(f"http://{daemon.metrics}/api/ranks?stat=torch.ddp.backward_comm_s",
+                                timeout=10) as r:
+        panel = json.load(r)["comparisons"]
+    assert [sorted(x["rank"] for x in c["ranks"]) for c in panel] == [["0", "1"]], panel
+    assert panel[0]["slowest_rank"] in ("0", "1"), panel
     scrape = daemon.scrape()
 
     def scraped(metric, stat, rank, agg=None):
