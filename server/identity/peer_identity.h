@@ -1,0 +1,56 @@
+// Who is at the other end of a Unix socket, as the kernel says, and the
+// labels that follow from it (docs/security.md): the peer's user, and what
+// its cgroup vouches for (cgroup_labels.h). Nothing here can be set by the
+// client: SO_PEERCRED is recorded by the kernel at connect(), and a
+// process cannot leave the cgroup its Slurm step or pod put it in.
+//
+// Thread-safe: no shared state.
+#ifndef TORCHMON_SERVER_IDENTITY_PEER_IDENTITY_H_
+#define TORCHMON_SERVER_IDENTITY_PEER_IDENTITY_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/identity/cgroup_labels.h"
+
+namespace torchmon::server {
+
+struct PeerCredentials {
+  int64_t pid = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+// SO_PEERCRED of a connected AF_UNIX socket. InvalidArgument for an fd
+// that is no Unix socket, naming the error.
+absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd);
+
+// The labels the daemon vouches for. `user` is the uid's name, or the uid
+// in decimal when the system has no name for it.
+struct VouchedLabels {
+  std::string user;
+  CgroupLabels cgroup;
+};
+
+// The peer's labels: its user, and what <proc_root>/<pid>/cgroup vouches
+// for. proc_root is "/proc", or a tree laid out as /proc is (tests).
+// NotFound when the process is gone (or its cgroup file is unreadable),
+// naming the file.
+absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
+                                              absl::string_view proc_root = "/proc");
+
+// The label names the daemon derives, which no client may send.
+inline constexpr absl::string_view kVouchedLabelNames[] = {
+    "user", "slurm_job_id", "slurm_step", "k8s_pod_uid", "container_id", "systemd_unit"};
+
+// `labels` as (name, value) pairs in kVouchedLabelNames' order, without
+// the empty ones: a label that could not be derived is absent.
+std::vector<std::pair<std::string, std::string>> AsLabelPairs(const VouchedLabels& labels);
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_IDENTITY_PEER_IDENTITY_H_

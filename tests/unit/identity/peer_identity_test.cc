@@ -1,0 +1,114 @@
+// The peer of a Unix socket as the kernel reports it, and the labels read
+// from its /proc entry: the real /proc for this process, and a /proc tree
+// made here for the layouts this machine does not have (Slurm, a pod).
+#include "server/identity/peer_identity.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace torchmon::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+class SocketPair {
+ public:
+  SocketPair() { EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds_), 0); }
+  ~SocketPair() {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  int server() const { return fds_[0]; }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+TEST(PeerIdentityTest, APeerIsThePidUidAndGidTheKernelRecorded) {
+  SocketPair pair;
+  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(pair.server());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_EQ(peer->pid, ::getpid());
+  EXPECT_EQ(peer->uid, ::getuid());
+  EXPECT_EQ(peer->gid, ::getgid());
+}
+
+TEST(PeerIdentityTest, AnFdThatIsNoUnixSocketHasNoPeer) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(pipe_fds[0]);
+  EXPECT_EQ(peer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(peer.status().message(), HasSubstr("SO_PEERCRED"));
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
+TEST(PeerIdentityTest, ThisProcessesLabelsAreItsUserAndWhatItsCgroupFileSays) {
+  SocketPair pair;
+  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(pair.server());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf(*peer);
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  std::ifstream file("/proc/self/cgroup");
+  std::stringstream contents;
+  contents << file.rdbuf();
+  EXPECT_EQ(labels->cgroup, LabelsOfProcCgroup(contents.str()));
+  if (::getuid() == 0) {
+    EXPECT_EQ(labels->user, "root");
+  }
+}
+
+class ProcTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() /
+            ("torchmon-proc-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(root_);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  void AddProcess(int64_t pid, const std::string& cgroup) {
+    std::filesystem::create_directories(root_ / std::to_string(pid));
+    std::ofstream(root_ / std::to_string(pid) / "cgroup") << cgroup;
+  }
+
+  std::filesystem::path root_;
+};
+
+TEST_F(ProcTree, ASlurmStepsTaskIsLabelledWithItsJobStepUnitAndUser) {
+  AddProcess(4321, "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_1\n");
+  absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf({4321, 0, 0}, root_.string());
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_THAT(AsLabelPairs(*labels),
+              ElementsAre(Pair("user", "root"), Pair("slurm_job_id", "4242"),
+                          Pair("slurm_step", "0"), Pair("systemd_unit", "slurmstepd.scope")));
+}
+
+TEST_F(ProcTree, AUidWithoutANameIsItsNumberAndUnderivedLabelsAreAbsent) {
+  AddProcess(99, "0::/\n");
+  absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf({99, 4000000000u, 0}, root_.string());
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_THAT(AsLabelPairs(*labels), ElementsAre(Pair("user", "4000000000")));
+}
+
+TEST_F(ProcTree, AProcessThatIsGoneIsNotFoundNamingTheFile) {
+  absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf({12345, 0, 0}, root_.string());
+  EXPECT_EQ(labels.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(labels.status().message(), HasSubstr("/12345/cgroup"));
+}
+
+}  // namespace
+}  // namespace torchmon::server
