@@ -29,7 +29,12 @@ Reported:
               with torchmon's backend behind it, against none).
 
     /usr/bin/python3 tests/bench/torch_metrics_overhead.py [--rounds 15] [--steps 400]
-        [--torchmond PATH] [--python-dir DIR]
+        [--torchmond PATH] [--python-dir DIR] [--pin]
+
+--pin puts each training process's main thread alone on CPU 0 once it has
+warmed up, and every other thread (torchmon's, gloo's, gRPC's) and the
+daemon on the last CPU, as on a GPU node where a rank's training thread
+has a core of its own.
 
 --python-dir is where torchmon is imported from (default: the build tree;
 a site-packages where the wheel is installed runs its .pth at start, as a
@@ -76,6 +81,11 @@ def step():
 
 for _ in range(50):
     step()
+if {pin}:  # the training thread alone on CPU 0, every other thread on the last CPU
+    main = __import__("threading").get_native_id()
+    last = os.cpu_count() - 1
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {{0}} if int(tid) == main else {{last}})
 times = []
 for _ in range({steps}):
     start = time.perf_counter_ns()
@@ -131,7 +141,8 @@ def run(mode, args, target):
     if mode == "on":
         env["TORCHMON_TORCH_METRICS"] = "1"
     code = textwrap.dedent(CHILD).format(python_dir=args.python_dir, port=free_port(),
-                                         steps=args.steps, client_only=mode == "client")
+                                         steps=args.steps, client_only=mode == "client",
+                                         pin=args.pin)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=600)
     if out.returncode != 0:
@@ -149,6 +160,9 @@ def main():
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--torchmond", default=os.path.join(BUILD, "server", "torchmond"))
     p.add_argument("--python-dir", default=os.path.join(BUILD, "client", "python"))
+    p.add_argument("--pin", action="store_true",
+                   help="training thread alone on CPU 0; the daemon and every other thread "
+                        "on the last CPU")
     args = p.parse_args()
 
     import torch
@@ -158,6 +172,10 @@ def main():
         sock = os.path.join(tmp, "torchmond.sock")
         daemon = LaunchedDaemon([args.torchmond, "--listen", "unix://" + sock],
                                 stderr=subprocess.DEVNULL)
+        if args.pin:
+            last = os.cpu_count() - 1
+            for tid in os.listdir(f"/proc/{daemon.proc.pid}/task"):
+                os.sched_setaffinity(int(tid), {last})
         try:
             for _ in range(args.rounds):
                 order = list(MODES)
@@ -174,7 +192,7 @@ def main():
         return statistics.median(r[key] for r in runs[mode])
 
     print(f"torch {torch.__version__}, {args.rounds} rounds of {args.steps} steps, "
-          f"python {sys.version.split()[0]}")
+          f"python {sys.version.split()[0]}{', pinned' if args.pin else ''}")
     print("step, median over rounds: " + ", ".join(
         f"{mode} {median(mode, 'step_ns') / 1e6:.3f} ms" for mode in MODES))
     for mode, r in ratios.items():
