@@ -21,6 +21,7 @@
 #include "client_type.h"
 #include "py_support.h"
 #include "stat_type.h"
+#include "torchmon/wait_counter.h"
 #include "wait_counters.h"
 
 #ifndef TORCHMON_VERSION
@@ -79,7 +80,11 @@ PyMODINIT_FUNC PyInit__torchmon() {
   // PyModule_AddObjectRef (3.10) leaves our reference to the type alone.
   if (PyModule_AddObjectRef(module.get(), "Client", reinterpret_cast<PyObject*>(client_type)) < 0 ||
       PyModule_AddObjectRef(module.get(), "Stat", reinterpret_cast<PyObject*>(stat_type)) < 0 ||
-      PyModule_AddStringConstant(module.get(), "__version__", TORCHMON_VERSION) < 0) {
+      PyModule_AddStringConstant(module.get(), "__version__", TORCHMON_VERSION) < 0 ||
+      // The windows of a wait counter's series, which torchmon.torch's
+      // other series of PyTorch's own metrics share.
+      PyModule_AddIntConstant(module.get(), "WAIT_COUNTER_WINDOW_MS",
+                              static_cast<long>(torchmon::WaitCounter::kWindow.count())) < 0) {
     return nullptr;
   }
   return module.release();

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as _dt
 import importlib
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -39,8 +38,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 from . import _torchmon
 
 ENV_SWITCH = "TORCHMON_TORCH_METRICS"
-# The windows of every series here, the wait counters' (torchmon::WaitCounter).
-WINDOW = _dt.timedelta(seconds=10)
+# The windows of every series here: the wait counters' (torchmon::WaitCounter).
+WINDOW = _dt.timedelta(milliseconds=_torchmon.WAIT_COUNTER_WINDOW_MS)
 
 # c10 asks for this key's backend once torchmon probes it (wait_counters.h):
 # whether it asked tells whether torch found the backend.
@@ -307,12 +306,11 @@ class _Metrics:
         if ddp is None or not hasattr(ddp, "_get_ddp_logging_data"):
             return "this torch's DistributedDataParallel has no logging data"
         once = _Once(self.status, "ddp")
-        metrics = self
 
         def forward_pre_hook(module: Any, _inputs: Any) -> None:
             if once.on:
                 try:
-                    metrics._poll_ddp(module)
+                    self._poll_ddp(module)
                 except Exception as e:  # noqa: BLE001
                     once.fail(e)
 
