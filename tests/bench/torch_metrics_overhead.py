@@ -44,7 +44,6 @@ user's does). The daemon is started here, on a temp Unix socket.
 import argparse
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,7 @@ import textwrap
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from torchmond import LaunchedDaemon  # noqa: E402
+from torchmond import LaunchedDaemon, free_tcp_port  # noqa: E402
 
 CHILD = """
 import site, sys
@@ -126,12 +125,6 @@ if "torchmon" in sys.modules:
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 MODES = ("off", "client", "on")
 
 
@@ -140,7 +133,7 @@ def run(mode, args, target):
     env.pop("TORCHMON_TORCH_METRICS", None)
     if mode == "on":
         env["TORCHMON_TORCH_METRICS"] = "1"
-    code = textwrap.dedent(CHILD).format(python_dir=args.python_dir, port=free_port(),
+    code = textwrap.dedent(CHILD).format(python_dir=args.python_dir, port=free_tcp_port(),
                                          steps=args.steps, client_only=mode == "client",
                                          pin=args.pin)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

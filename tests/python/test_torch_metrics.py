@@ -16,7 +16,6 @@ job wrapping a model in DDP, torch.compile with a graph break.
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ import urllib.request
 import pytest
 import torch
 from conftest import PYTHON_DIR
+from torchmond import free_tcp_port
 
 TORCH_2_6 = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 6)
 WINDOW_S = 10  # every series of torchmon._torch_metrics
@@ -41,7 +41,7 @@ PRELUDE = textwrap.dedent(f"""\
     """)
 
 
-def child_env(daemon, python_env, switch, **extra):
+def child_env(python_env, switch, **extra):
     env = dict(python_env, USE_LIBUV="0", **extra)
     env.pop("TORCHMON_TORCH_METRICS", None)
     if switch:
@@ -61,12 +61,6 @@ def run_child(*parts, env, timeout=180):
 
 def accepted(daemon, stat):
     return sum(s["counters"]["accepted"] for s in daemon.series(stat))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # A TCPStore server on a free port. Debian's torch 2.6 has no libuv, which
@@ -149,7 +143,7 @@ def test_without_the_switch_nothing_is_loaded(daemon, python_env):
         model = torch.nn.Linear(4, 4)
         torch.optim.SGD(model.parameters(), lr=0.1).step()
         print("clean")
-        """, env=child_env(daemon, python_env, switch=False))
+        """, env=child_env(python_env, switch=False))
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr
     assert out.stderr == ""
     assert daemon.ctl("series")["series"] == []
@@ -158,7 +152,7 @@ def test_without_the_switch_nothing_is_loaded(daemon, python_env):
 def test_the_switch_alone_reports_torch_imported_first(daemon, python_env):
     # The job's code never imports torchmon before torch: the .pth did.
     out = run_child("import torch\n", STORE_AND_STEPS,
-                    env=child_env(daemon, python_env, switch=True))
+                    env=child_env(python_env, switch=True))
     assert_store_and_steps_recorded(daemon, out)
     status = re.search(r"^status (.*)$", out.stdout, re.M).group(1)
     if TORCH_2_6:
@@ -170,7 +164,7 @@ def test_enable_metrics_after_importing_torch(daemon, python_env):
         import torch
         import torchmon.torch
         torchmon.torch.enable_metrics()
-        """, STORE_AND_STEPS, env=child_env(daemon, python_env, switch=False))
+        """, STORE_AND_STEPS, env=child_env(python_env, switch=False))
     assert_store_and_steps_recorded(daemon, out)
 
 
@@ -180,7 +174,7 @@ def test_enable_metrics_before_importing_torch_distributed(daemon, python_env):
         state = torchmon.torch.enable_metrics()
         assert torchmon.torch.enable_metrics() == state  # idempotent
         import torch
-        """, STORE_AND_STEPS, env=child_env(daemon, python_env, switch=False))
+        """, STORE_AND_STEPS, env=child_env(python_env, switch=False))
     assert_store_and_steps_recorded(daemon, out)
 
 
@@ -196,7 +190,7 @@ def test_enabling_after_torchs_first_wait_counter_says_so(daemon, python_env):
         print("status", torchmon.torch.enable_metrics()["wait_counters"])
         store.set("key", "again")
         assert torchmon.flush(10)
-        """, env=child_env(daemon, python_env, switch=False))
+        """, env=child_env(python_env, switch=False))
     assert out.returncode == 0, out.stderr
     assert "status torch made its first wait counter before torchmon was loaded" in out.stdout
     lines = [line for line in out.stderr.splitlines() if "not reported" in line]
@@ -230,10 +224,10 @@ DDP_STATS = ("torch.ddp.forward_compute_s", "torch.ddp.backward_compute_s",
 
 
 def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemon, python_env):
-    init = f"tcp://127.0.0.1:{free_port()}"
+    init = f"tcp://127.0.0.1:{free_tcp_port()}"
     ranks = [subprocess.Popen(
         [sys.executable, "-c", script(DDP_RANK)],
-        env=child_env(daemon, python_env, switch=True, RANK=str(rank), WORLD_SIZE="2",
+        env=child_env(python_env, switch=True, RANK=str(rank), WORLD_SIZE="2",
                       INIT_METHOD=init),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     outputs = [p.communicate(timeout=300) for p in ranks]
@@ -312,7 +306,7 @@ def test_torch_compile_with_a_graph_break_gives_the_compile_series(daemon, pytho
                 compiled(torch.randn(3))
         assert torchmon.flush(10)
         print("errors", torchmon.default_client().errors())
-        """, env=child_env(daemon, python_env, switch=False))
+        """, env=child_env(python_env, switch=False))
     assert out.returncode == 0, out.stderr
     assert "errors []" in out.stdout, out.stdout
     assert_reported_once(out.stderr)

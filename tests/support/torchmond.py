@@ -1,6 +1,6 @@
 """The one way Python tests and benchmarks start a torchmond, read its ready
-line and wait for a condition: the Python twin of daemon_launch.h, by the
-same rule.
+line and wait for a condition (the Python twin of daemon_launch.h, by the
+same rule), and a free loopback port for what they start beside it.
 
 The ready line is the first line torchmond prints on stdout, once every
 listener is bound (docs/operating.md, "Logs"):
@@ -17,6 +17,7 @@ roots and beside a GPU host's own Python.
 import collections
 import os
 import selectors
+import socket
 import subprocess
 import time
 
@@ -79,6 +80,14 @@ def wait_for(condition, timeout, interval=0.02):
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+def free_tcp_port():
+    """A loopback TCP port free now (bound and released: another process may
+    take it before the caller binds it, as with any such helper)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _stderr_text(stderr):
