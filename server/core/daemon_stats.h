@@ -43,6 +43,11 @@ struct DaemonStats {
   // (--auth-token-file), scrapes without valid basic auth (--metrics-auth-file).
   std::atomic<uint64_t> rpcs_unauthenticated{0};
   std::atomic<uint64_t> scrapes_unauthorized{0};
+  // With --peer-labels: labels a client sent that the daemon sets itself
+  // (refused), and Unix connections closed because their peer could not be
+  // identified.
+  std::atomic<uint64_t> labels_refused_vouched{0};
+  std::atomic<uint64_t> connections_unidentified{0};
   std::atomic<int64_t> start_time_ms{0};
   // The daemon's file outputs (the sinks, docs/sinks.md), each under the
   // name it gives itself when it starts (`name` set, then `enabled`); the

@@ -27,6 +27,7 @@
 #include "grpcpp/server_builder.h"
 #include "server/core/rate_limited_log.h"
 #include "server/daemon/privileges.h"
+#include "server/daemon/unix_acceptor.h"
 #include "server/daemon/unix_socket.h"
 
 namespace torchmon::server {
@@ -90,8 +91,19 @@ void GrpcLog(gpr_log_func_args* args) {
   ClientLog().Report(absl::StrCat("grpc error at ", file, ":", args->line), message);
 }
 
-IngestServiceOptions WithClientLog(IngestServiceOptions options) {
+// The ingest options with the daemon's parts: its client log, and with
+// --peer-labels the labels `peers` (the Unix connections the daemon
+// accepted itself) vouch for.
+IngestServiceOptions WithDaemonParts(IngestServiceOptions options, const PeerDirectory* peers) {
   options.client_log = &ClientLog();
+  if (peers != nullptr) {
+    options.vouch = [peers](const std::string& peer) {
+      VouchedIdentity vouched;
+      for (absl::string_view name : kVouchedLabelNames) vouched.reserved.emplace_back(name);
+      if (auto identity = peers->Find(peer)) vouched.labels = identity->labels;
+      return vouched;
+    };
+  }
   return options;
 }
 
@@ -116,7 +128,8 @@ Daemon::Daemon(DaemonOptions options, const Clock& clock)
       aggregator_(options_.aggregator, clock_),
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_,
-                      WithClientLog(options_.ingest)),
+                      WithDaemonParts(options_.ingest,
+                                      options_.security.peer_labels ? &peers_ : nullptr)),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
       health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
@@ -141,6 +154,7 @@ absl::Status CheckStartable(const DaemonOptions& options) {
 }
 
 Daemon::~Daemon() {
+  for (auto& acceptor : acceptors_) acceptor->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now());
 }
 
@@ -188,12 +202,20 @@ absl::Status Daemon::Start() {
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<int>> ports;
   for (const ListenAddress& addr : options_.listen) {
+    ports.push_back(std::make_unique<int>(0));
     if (addr.kind == ListenAddress::Kind::kUnix) {
       std::vector<std::string> warnings;
       if (absl::Status s = PrepareUnixSocket(addr.path, owner, &warnings); !s.ok()) return s;
       for (const std::string& warning : warnings) Log(absl::StrCat("warning: ", warning));
+      if (options_.security.peer_labels) {
+        // Accepted here, each connection's peer looked at, then handed to
+        // gRPC (unix_acceptor.h).
+        auto acceptor = UnixAcceptor::Listen(addr.path, options_.socket_mode, owner);
+        if (!acceptor.ok()) return acceptor.status();
+        acceptors_.push_back(*std::move(acceptor));
+        continue;
+      }
     }
-    ports.push_back(std::make_unique<int>(0));
     builder.AddListeningPort(addr.ToGrpcUri(), security_->CredentialsFor(addr), ports.back().get());
   }
   builder.RegisterService(&ingest_service_);
@@ -216,6 +238,10 @@ absl::Status Daemon::Start() {
   for (size_t i = 0; i < options_.listen.size(); ++i) {
     const ListenAddress& addr = options_.listen[i];
     if (addr.kind == ListenAddress::Kind::kUnix) {
+      if (options_.security.peer_labels) {
+        grpc_addresses_.push_back(addr.ToGrpcUri());  // finished by UnixAcceptor::Listen
+        continue;
+      }
       if (absl::Status s = FinishUnixSocket(addr.path, options_.socket_mode, owner); !s.ok()) {
         return s;
       }
@@ -238,6 +264,12 @@ absl::Status Daemon::Start() {
   // Last: everything that needs root (ports, files, chown) is done.
   if (run_as.has_value()) {
     if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
+  }
+  for (auto& acceptor : acceptors_) {
+    acceptor->Start(server_.get(), &peers_, [this](absl::string_view why) {
+      stats_.connections_unidentified.fetch_add(1, std::memory_order_relaxed);
+      ClientLog().Report("closed a Unix connection whose peer could not be identified", why);
+    });
   }
   metrics_server_->SetServingState(ServingState::kServing);
   health_service_.SetServing(true);
@@ -351,6 +383,8 @@ void Daemon::Shutdown() {
   // /healthz first: whoever a watcher tells NOT_SERVING then finds 503 too.
   metrics_server_->SetServingState(ServingState::kShuttingDown);
   health_service_.SetServing(false);
+  // No connection is handed to gRPC once its server shuts down.
+  for (auto& acceptor : acceptors_) acceptor->Stop();
   // Stop accepting calls. Open ingest streams get drain_timeout to end by
   // themselves (clients finishing), then are ended; watchers end once they
   // have written the partial windows. Shutdown returns when every call has

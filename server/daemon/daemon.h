@@ -23,6 +23,8 @@
 #include "server/core/event_log.h"
 #include "server/daemon/options.h"
 #include "server/daemon/security.h"
+#include "server/daemon/unix_acceptor.h"
+#include "server/identity/peer_directory.h"
 #include "server/core/broadcaster.h"
 #include "server/core/daemon_stats.h"
 #include "server/query/health_service.h"
@@ -106,6 +108,8 @@ class Daemon {
   EventLog events_;
   Broadcaster<ClosedWindow> windows_out_;
   Broadcaster<EventRecord> events_out_;
+  // With --peer-labels: who is on the other end of each Unix connection.
+  PeerDirectory peers_;
   IngestService ingest_service_;
   QueryService query_service_;
   HealthService health_service_;
@@ -115,6 +119,8 @@ class Daemon {
   // Credentials of the listeners; outlives the server that uses them.
   std::unique_ptr<ServerSecurity> security_;
   std::unique_ptr<grpc::Server> server_;
+  // With --peer-labels: the Unix sockets, accepted here (unix_acceptor.h).
+  std::vector<std::unique_ptr<UnixAcceptor>> acceptors_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<SinkWriter> sinks_;  // null without --jsonl-file / --tensorboard-dir
   std::vector<std::string> grpc_addresses_;

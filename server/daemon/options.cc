@@ -302,6 +302,22 @@ const DaemonFlag kDaemonFlags[] = {
      "0660 (owner and group).",
      [](const DaemonOptions&) { return std::string("the daemon's group."); }, false,
      SetSecurity<&SecurityOptions::socket_group>, false, "Security (docs/security.md):"},
+    {"--peer-labels", "on|off",
+     "On Unix sockets, label every series and event with what\n"
+     "the kernel says of the client: user, and from its\n"
+     "cgroup slurm_job_id, slurm_step, k8s_pod_uid,\n"
+     "container_id, systemd_unit. Clients may not send them.",
+     [](const DaemonOptions& d) { return std::string(d.security.peer_labels ? "on" : "off"); },
+     false,
+     [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState&) {
+       if (value != "on" && value != "off") {
+         return absl::InvalidArgumentError(
+             absl::StrCat("--peer-labels \"", value, "\" is neither on nor off"));
+       }
+       options.security.peer_labels = value == "on";
+       return absl::OkStatus();
+     },
+     false, nullptr},
     {"--tls-cert", "FILE",
      "PEM certificate chain; with --tls-key, TCP listeners\n"
      "speak TLS only. Unix sockets stay plain.",

@@ -63,6 +63,17 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
         absl::StrCat("--tls-cert \"", s.tls_cert_file,
                      "\" secures TCP listeners and none is configured (add --listen HOST:PORT)"));
   }
+  if (s.peer_labels && !has_unix) {
+    return absl::InvalidArgumentError(
+        "--peer-labels on labels the clients of Unix sockets and none is configured "
+        "(add --listen unix:///PATH)");
+  }
+  if (s.peer_labels && !s.auth_token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer-labels on with --auth-token-file: not supported yet. On a Unix socket the "
+        "kernel says who the client is, and the socket's mode and --socket-group say who may "
+        "connect; use one or the other (docs/security.md)");
+  }
   if (!s.socket_group.empty() && !has_unix) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--socket-group \"", s.socket_group,

@@ -38,6 +38,11 @@ struct SecurityOptions {
   // --user: user (name or number) to switch to once every listener is
   // bound and every file read, when started as root.
   std::string user;
+  // --peer-labels: torchmond accepts Unix socket connections itself and
+  // labels every series and event of a stream with what the kernel says of
+  // its client (user; Slurm job and step, Kubernetes pod and container,
+  // systemd unit from its cgroup); clients may not send those labels.
+  bool peer_labels = false;
 
   bool tls() const { return !tls_cert_file.empty(); }
 };

@@ -106,6 +106,16 @@ const SelfMetric kSelfMetrics[] = {
      "gRPC calls refused for a missing or wrong bearer token (`--auth-token-file`, "
      "[security](security.md))",
      Plain<&DaemonStats::rpcs_unauthenticated>},
+    {"torchmon_daemon_labels_refused_vouched_total", "counter", "",
+     "Labels a client sent that torchmond sets itself from the kernel's word (--peer-labels).",
+     "labels a client sent that torchmond sets itself from the kernel's word (`--peer-labels`, "
+     "[security](security.md)): each refused with its definition, event or hello label",
+     Plain<&DaemonStats::labels_refused_vouched>},
+    {"torchmon_daemon_connections_unidentified_total", "counter", "",
+     "Unix socket connections closed because their peer could not be identified (--peer-labels).",
+     "Unix socket connections closed because their peer could not be identified (the process "
+     "left before torchmond looked; `--peer-labels`)",
+     Plain<&DaemonStats::connections_unidentified>},
     {"torchmon_daemon_scrapes_unauthorized_total", "counter", "",
      "Requests for /metrics refused for missing or wrong basic auth (--metrics-auth-file).",
      "requests for `/metrics` refused for missing or wrong basic auth (`--metrics-auth-file`)",

@@ -35,7 +35,9 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
       : service_(service),
         peer_(std::move(peer)),
         session_(service.aggregator_, service.events_, service.stats_, &service.events_out_,
-                 service.options_.limits, &service.clients_, service.options_.client_log),
+                 service.options_.limits, &service.clients_, service.options_.client_log,
+                 service.options_.vouch ? std::optional(service.options_.vouch(peer_))
+                                        : std::nullopt),
         stats_(service.stats_) {
     stats_.ingest_streams_total.fetch_add(1, std::memory_order_relaxed);
     {

@@ -6,6 +6,8 @@
 #define TORCHMON_SERVER_INGEST_INGEST_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -36,6 +38,10 @@ struct IngestServiceOptions {
   // Where refused streams and batches with refused parts are logged
   // (rate-limited); none if null. Must outlive the service.
   RateLimitedLog* client_log = nullptr;
+  // With --peer-labels: what the daemon vouches for about the client of a
+  // stream, from its gRPC peer string (IngestSession's VouchedIdentity).
+  // Unset: every stream's labels are the client's alone.
+  std::function<VouchedIdentity(const std::string& peer)> vouch;
 };
 
 // Thread-safe; outlives every stream it serves (the gRPC server is shut down

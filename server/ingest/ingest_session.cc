@@ -77,14 +77,36 @@ void IngestSession::BindingTable::Sync(uint32_t id) {
 
 IngestSession::IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
                              Broadcaster<EventRecord>* events_out, IngestLimits limits,
-                             ClientRegistry* clients, RateLimitedLog* log)
+                             ClientRegistry* clients, RateLimitedLog* log,
+                             std::optional<VouchedIdentity> vouched)
     : aggregator_(aggregator),
       events_(events),
       stats_(stats),
       events_out_(events_out),
       limits_(limits),
       clients_(clients),
-      log_(log) {}
+      log_(log),
+      vouched_(std::move(vouched)) {
+  // A stream that sends no hello is still labelled with what is vouched for.
+  if (vouched_.has_value()) identity_ = vouched_->labels;
+}
+
+std::string IngestSession::VouchedNameIn(const Labels& labels, absl::string_view what) const {
+  if (!vouched_.has_value()) return "";
+  for (const auto& [name, value] : labels) {
+    if (std::find(vouched_->reserved.begin(), vouched_->reserved.end(), name) ==
+        vouched_->reserved.end()) {
+      continue;
+    }
+    std::string vouched = "nothing: it could not be derived for this connection";
+    for (const auto& [own_name, own_value] : vouched_->labels) {
+      if (own_name == name) vouched = absl::StrCat("\"", Quote(own_value), "\"");
+    }
+    return absl::StrCat(what, ": label \"", name, "\" is set by torchmond, from what the kernel "
+                        "says of this connection (here ", vouched, "); a client may not send it");
+  }
+  return "";
+}
 
 IngestSession::~IngestSession() {
   // The stream ended: its Stats hold nothing any more.
@@ -267,8 +289,29 @@ void IngestSession::Hello(const v1::IngestHello& hello, uint64_t sequence, v1::I
            absl::StrCat("hello.labels: ", labels.status().message(),
                         "; the stream continues without identity labels"),
            0);
-  } else {
+  } else if (!vouched_.has_value()) {
     identity_ = *std::move(labels);
+  } else {
+    // Each label the daemon vouches for is refused on its own; the
+    // client's other labels stay, beside the daemon's.
+    Labels own;
+    for (auto& label : *labels) {
+      if (std::string why = VouchedNameIn({label}, "hello.labels"); !why.empty()) {
+        stats_.labels_refused_vouched.fetch_add(1, std::memory_order_relaxed);
+        Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+               absl::StrCat(why, "; the label is ignored"), 0);
+      } else {
+        own.push_back(std::move(label));
+      }
+    }
+    if (auto merged = MergeLabels(vouched_->labels, own); merged.ok()) {
+      identity_ = *std::move(merged);
+    } else {
+      Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+             absl::StrCat("hello.labels: ", merged.status().message(),
+                          "; the stream continues with the daemon's labels only"),
+             0);
+    }
   }
   if (hello.client_name().size() > protocol::kMaxNameBytes ||
       !protocol::IsValidUtf8(hello.client_name())) {
@@ -341,6 +384,12 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
   if (!own.ok()) {
     return refuse(absl::StatusCode::kInvalidArgument,
                   absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", own.status().message()));
+  }
+  if (std::string why =
+          VouchedNameIn(*own, absl::StrCat("definition of stat \"", Quote(def.name()), "\""));
+      !why.empty()) {
+    stats_.labels_refused_vouched.fetch_add(1, std::memory_order_relaxed);
+    return refuse(absl::StatusCode::kInvalidArgument, std::move(why));
   }
   Binding b;
   b.key.stat = def.name();
@@ -635,6 +684,10 @@ void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::Inge
   }
   auto own = LabelsFromProto(event.labels());
   if (!own.ok()) return refuse(own.status().message());
+  if (std::string why = VouchedNameIn(*own, "its labels"); !why.empty()) {
+    stats_.labels_refused_vouched.fetch_add(1, std::memory_order_relaxed);
+    return refuse(why);
+  }
   auto labels = MergeLabels(identity_.get(), *own);
   if (!labels.ok()) return refuse(labels.status().message());
   EventRecord record;

@@ -38,15 +38,30 @@ struct IngestLimits {
   size_t max_samples_waiting = 1 << 18;
 };
 
+// What the daemon says of a stream's client where it can vouch for it
+// (torchmond --peer-labels; docs/security.md): labels no client can forge,
+// taken from the kernel's word on the connection (its user, its cgroup).
+struct VouchedIdentity {
+  // Added to every series and event of the stream; sorted by name. Empty
+  // where nothing could be derived (a TCP client).
+  Labels labels;
+  // Every name the daemon vouches for, derived here or not: a client that
+  // sends one of them is refused, naming it.
+  std::vector<std::string> reserved;
+};
+
 class IngestSession {
  public:
   // `events_out` (may be null) receives every event appended to `events`.
   // `clients` (may be null) is where a client that names its instance in
   // the hello is remembered; without it every batch is applied.
   // `log` (may be null) gets a line when a series is redefined.
+  // `vouched`, when set, is added to every series and event of the stream,
+  // and its reserved names are refused in the client's labels.
   IngestSession(Aggregator& aggregator, EventLog& events, DaemonStats& stats,
                 Broadcaster<EventRecord>* events_out, IngestLimits limits = {},
-                ClientRegistry* clients = nullptr, RateLimitedLog* log = nullptr);
+                ClientRegistry* clients = nullptr, RateLimitedLog* log = nullptr,
+                std::optional<VouchedIdentity> vouched = std::nullopt);
   // Releases the stream's bindings (the stream ended), then applies or
   // refuses the definitions still waiting (see IngestLimits).
   ~IngestSession();
@@ -117,6 +132,9 @@ class IngestSession {
   };
 
   void Hello(const v1::IngestHello& hello, uint64_t sequence, v1::IngestAck* ack);
+  // Why `labels`, sent by the client for `what`, may not be used: the first
+  // name the daemon vouches for among them; empty if none.
+  std::string VouchedNameIn(const Labels& labels, absl::string_view what) const;
   // Definitions, samples, drops and events of `batch`.
   void ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack);
   // Appends an IngestError, or past the per-batch limit counts it for the
@@ -192,7 +210,10 @@ class IngestSession {
   int batch_errors_ = 0;
   uint64_t omitted_errors_ = 0;
   uint64_t omitted_samples_refused_ = 0;
-  // Shared by every series of the stream whose stat adds no labels.
+  // What the daemon vouches for (see the constructor), if it does.
+  const std::optional<VouchedIdentity> vouched_;
+  // Shared by every series of the stream whose stat adds no labels: the
+  // hello's labels and the vouched ones.
   LabelSet identity_;
   std::string client_name_;
   BindingTable bindings_;

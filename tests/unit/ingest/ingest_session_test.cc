@@ -1037,5 +1037,105 @@ TEST_F(IngestSessionTest, ASeriesThatExpiredUnderAStreamIsDefinedAgainByItsNextS
   EXPECT_THAT(aggregator_.ListSeries(stays), IsEmpty());
 }
 
+// With --peer-labels the daemon vouches for some labels (the user, the
+// Slurm job from the cgroup, ...): they are on every series and event of
+// the stream, and a client that sends one is refused, naming it.
+class VouchedIngestSessionTest : public IngestSessionTest {
+ protected:
+  static VouchedIdentity Alice() {
+    return {{{"slurm_job_id", "4242"}, {"user", "alice"}},
+            {"user", "slurm_job_id", "slurm_step", "k8s_pod_uid", "container_id", "systemd_unit"}};
+  }
+  IngestSession vouched_{aggregator_, events_, stats_, nullptr, {}, nullptr, nullptr, Alice()};
+
+  v1::IngestAck ApplyVouched(const v1::IngestBatch& batch) {
+    v1::IngestAck ack;
+    vouched_.Apply(batch, &ack);
+    return ack;
+  }
+};
+
+TEST_F(VouchedIngestSessionTest, VouchedLabelsJoinTheHelloLabelsOnEverySeries) {
+  v1::IngestBatch batch;
+  SetHello(batch, {{"job", "j"}, {"rank", "1"}});
+  AddDefinition(batch, 1, "loss", {v1::MEAN});
+  AddDefinition(batch, 2, "lr", {v1::VALUE})->mutable_labels()->insert({"group", "0"});
+  AddSamples(batch, 1, kT0 * 1000, {1});
+  AddSamples(batch, 2, kT0 * 1000, {2});
+  EXPECT_THAT(ApplyVouched(batch).errors(), IsEmpty());
+  EXPECT_EQ(Series("loss").key->ToString(),
+            "loss{job=\"j\",rank=\"1\",slurm_job_id=\"4242\",user=\"alice\"}");
+  EXPECT_EQ(Series("lr").key->ToString(),
+            "lr{group=\"0\",job=\"j\",rank=\"1\",slurm_job_id=\"4242\",user=\"alice\"}");
+}
+
+TEST_F(VouchedIngestSessionTest, AStreamWithoutHelloIsLabelledToo) {
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "loss", {v1::MEAN});
+  AddSamples(batch, 1, kT0 * 1000, {1});
+  EXPECT_THAT(ApplyVouched(batch).errors(), IsEmpty());
+  EXPECT_EQ(Series("loss").key->ToString(), "loss{slurm_job_id=\"4242\",user=\"alice\"}");
+}
+
+TEST_F(VouchedIngestSessionTest, AVouchedLabelInTheHelloIsRefusedAndTheOthersKept) {
+  v1::IngestBatch batch;
+  SetHello(batch, {{"job", "j"}, {"user", "bob"}});
+  AddDefinition(batch, 1, "loss", {v1::MEAN});
+  AddSamples(batch, 1, kT0 * 1000, {1});
+  const v1::IngestAck ack = ApplyVouched(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ack.errors(0).message(),
+              HasSubstr("hello.labels: label \"user\" is set by torchmond, from what the kernel "
+                        "says of this connection (here \"alice\"); a client may not send it"));
+  EXPECT_EQ(stats_.labels_refused_vouched.load(), 1u);
+  // The samples are not lost: they go to the series with the daemon's user.
+  EXPECT_EQ(Series("loss").key->ToString(),
+            "loss{job=\"j\",slurm_job_id=\"4242\",user=\"alice\"}");
+  EXPECT_EQ(Series("loss").counters.accepted, 1u);
+}
+
+TEST_F(VouchedIngestSessionTest, AVouchedNameNotDerivedHereIsRefusedAllTheSame) {
+  // No pod here: a client cannot fill the gap with a pod of its choosing.
+  v1::IngestBatch batch;
+  AddDefinition(batch, 1, "loss", {v1::MEAN})->mutable_labels()->insert({"k8s_pod_uid", "x"});
+  AddSamples(batch, 1, kT0 * 1000, {1, 2});
+  const v1::IngestAck ack = ApplyVouched(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(2));  // the definition, then its samples
+  EXPECT_THAT(ack.errors(0).message(),
+              HasSubstr("definition of stat \"loss\": label \"k8s_pod_uid\" is set by "
+                        "torchmond, from what the kernel says of this connection (here nothing: "
+                        "it could not be derived for this connection)"));
+  EXPECT_EQ(ack.errors(1).samples_refused(), 2u);
+  EXPECT_EQ(aggregator_.series_count(), 0u);
+  EXPECT_EQ(stats_.definitions_refused.load(), 1u);
+}
+
+TEST_F(VouchedIngestSessionTest, AnEventWithAVouchedLabelIsRefusedAndTheNextLoggedLabelled) {
+  v1::IngestBatch batch;
+  v1::Event* forged = batch.add_events();
+  forged->set_name("checkpoint");
+  forged->mutable_labels()->insert({"slurm_job_id", "1"});
+  batch.add_events()->set_name("epoch_end");
+  const v1::IngestAck ack = ApplyVouched(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(),
+              HasSubstr("event \"checkpoint\": its labels: label \"slurm_job_id\" is set by "
+                        "torchmond"));
+  const auto logged = events_.Get(Selector{}, 0, 0);
+  ASSERT_THAT(logged, SizeIs(1));
+  EXPECT_EQ(logged[0].name, "epoch_end");
+  EXPECT_EQ(logged[0].labels, (Labels{{"slurm_job_id", "4242"}, {"user", "alice"}}));
+}
+
+TEST_F(IngestSessionTest, WithoutVouchingTheSameLabelsAreTheClients) {
+  v1::IngestBatch batch;
+  SetHello(batch, {{"user", "bob"}});
+  AddDefinition(batch, 1, "loss", {v1::MEAN});
+  AddSamples(batch, 1, kT0 * 1000, {1});
+  EXPECT_THAT(Apply(batch).errors(), IsEmpty());
+  EXPECT_EQ(Series("loss").key->ToString(), "loss{user=\"bob\"}");
+}
+
 }  // namespace
 }  // namespace torchmon::server

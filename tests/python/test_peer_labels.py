@@ -1,0 +1,184 @@
+"""torchmond --peer-labels on (docs/security.md, "Labels the daemon vouches
+for"): on a Unix socket the daemon accepts each connection itself, asks the
+kernel who is at the other end (SO_PEERCRED) and labels every series and
+event of that client with its user and with what its cgroup says (Slurm job
+and step, Kubernetes pod and container, systemd unit). A client that sends
+one of those labels is refused, naming it.
+
+The clients run in cgroups this test creates in the machine's cgroup v2
+hierarchy, laid out as Slurm and Kubernetes lay theirs out, so the daemon
+reads real /proc/<pid>/cgroup files. Where no cgroup v2 hierarchy can be
+written (not root, none mounted) those tests are skipped, saying why; the
+parsing of every layout is unit-tested in tests/unit/identity either way.
+"""
+
+import os
+import pwd
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import pytest
+
+from torchmon_testing import PYTHON_DIR, Daemon
+
+USER = pwd.getpwuid(os.getuid()).pw_name
+
+CLIENT = """
+import datetime, sys, torchmon
+labels = dict(arg.split("=", 1) for arg in sys.argv[2:])
+stat = torchmon.Stat(sys.argv[1], [torchmon.Aggregation.MEAN], datetime.timedelta(seconds=1),
+                     labels=labels or None)
+stat.add(1.0)
+stat.add(3.0)
+torchmon.log_event(torchmon.Event("checkpoint", datetime.datetime.now(), {"path": "/ckpt/" + sys.argv[1]}))
+assert torchmon.flush(10)
+"""
+
+
+def cgroup2_root():
+    """Where the cgroup v2 hierarchy is mounted, if this process may create
+    cgroups in it; else None."""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if fields[2] == "cgroup2" and os.access(fields[1], os.W_OK):
+                return fields[1]
+    return None
+
+
+@pytest.fixture
+def peer_daemon():
+    with tempfile.TemporaryDirectory(prefix="torchmon-pytest.") as tmpdir:
+        d = Daemon(tmpdir, "--peer-labels", "on", "--listen", "127.0.0.1:0")
+        try:
+            yield d
+        finally:
+            d.stop()
+
+
+@pytest.fixture
+def made_cgroup():
+    """make(path) creates the cgroup `path` (e.g. "system.slice/x.scope")
+    under the cgroup v2 root and returns it; all are removed afterwards."""
+    root = cgroup2_root()
+    if root is None:
+        pytest.skip("no writable cgroup v2 hierarchy here (needs root and a cgroup2 mount); "
+                    "the cgroup layouts are unit-tested in tests/unit/identity")
+    made = []
+
+    def make(path):
+        # A unique top so that parallel runs and leftovers never collide.
+        full = os.path.join(root, path)
+        os.makedirs(full)
+        made.append(full)
+        return full
+
+    yield make
+    for full in made:
+        # Deepest first, up to the top the test made.
+        while full != root and os.path.isdir(full):
+            try:
+                os.rmdir(full)
+            except OSError:
+                break  # a sibling made by another test is still there
+            full = os.path.dirname(full)
+
+
+def run_client(daemon, target, stat, *labels, cgroup=None):
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, TORCHMON_TARGET=target,
+               TORCHMON_LABELS="job=pytest")
+
+    def join_cgroup():
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write("0")  # this process
+
+    out = subprocess.run([sys.executable, "-c", CLIENT, stat, *labels], env=env,
+                         capture_output=True, text=True, timeout=60,
+                         preexec_fn=join_cgroup if cgroup else None)
+    return out
+
+
+def series_labels(daemon, stat):
+    series = daemon.series(stat)
+    assert len(series) == 1, series
+    assert series[0]["counters"]["accepted"] == 2, series
+    return series[0]["labels"]
+
+
+def event_labels(daemon, stat):
+    events = [e for e in daemon.ctl("events", "checkpoint")["events"]
+              if e["data"]["path"] == "/ckpt/" + stat]
+    assert len(events) == 1, events
+    return events[0]["labels"]
+
+
+def test_a_unix_client_is_labelled_with_its_user(peer_daemon):
+    out = run_client(peer_daemon, peer_daemon.target, "peer.plain")
+    assert out.returncode == 0, out.stderr
+    labels = series_labels(peer_daemon, "peer.plain")
+    assert labels["user"] == USER
+    assert labels["job"] == "pytest"  # the client's own labels stay
+    assert event_labels(peer_daemon, "peer.plain")["user"] == USER
+
+
+def test_a_vouched_label_from_the_client_is_refused_naming_it(peer_daemon):
+    out = run_client(peer_daemon, peer_daemon.target, "peer.forged", "user=mallory")
+    # flush() completes: refused samples are settled, not lost in flight.
+    assert out.returncode == 0, out.stderr
+    assert ('definition of stat "peer.forged": label "user" is set by torchmond, from what the '
+            f'kernel says of this connection (here "{USER}"); a client may not send it'
+            in out.stderr), out.stderr
+    assert peer_daemon.series("peer.forged") == []
+    scrape = peer_daemon.scrape()
+    assert "torchmon_daemon_labels_refused_vouched_total 1\n" in scrape, scrape
+
+
+def test_a_tcp_client_gets_no_vouched_labels_and_may_not_send_them(peer_daemon):
+    out = run_client(peer_daemon, peer_daemon.tcp_target, "peer.tcp")
+    assert out.returncode == 0, out.stderr
+    labels = series_labels(peer_daemon, "peer.tcp")
+    assert "user" not in labels, labels
+    out = run_client(peer_daemon, peer_daemon.tcp_target, "peer.tcp_forged", "slurm_job_id=1")
+    assert 'label "slurm_job_id" is set by torchmond' in out.stderr, out.stderr
+    assert "could not be derived for this connection" in out.stderr, out.stderr
+
+
+def test_a_slurm_steps_cgroup_gives_its_job_and_step(peer_daemon, made_cgroup):
+    # Slurm's cgroup v2 layout: slurmstepd's scope, then job, step, task.
+    top = f"torchmon-test-{uuid.uuid4().hex[:8]}"
+    cgroup = made_cgroup(f"{top}/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0")
+    out = run_client(peer_daemon, peer_daemon.target, "peer.slurm", cgroup=cgroup)
+    assert out.returncode == 0, out.stderr
+    labels = series_labels(peer_daemon, "peer.slurm")
+    assert labels["slurm_job_id"] == "4242", labels
+    assert labels["slurm_step"] == "0", labels
+    assert labels["systemd_unit"] == "slurmstepd.scope", labels
+    assert labels["user"] == USER
+    assert "k8s_pod_uid" not in labels, labels  # not a pod: absent, not guessed
+    event = event_labels(peer_daemon, "peer.slurm")
+    assert (event["slurm_job_id"], event["slurm_step"]) == ("4242", "0"), event
+
+
+def test_a_pods_cgroup_gives_its_pod_and_container(peer_daemon, made_cgroup):
+    # The kubelet's systemd driver: the pod's UID with '_' for '-', the
+    # container runtime's scope named for the container id.
+    pod = "6b2c0b9e-8d7f-4c2a-9a51-5c1d2e3f4a5b"
+    container = "0123456789abcdef" * 4
+    top = f"torchmon-test-{uuid.uuid4().hex[:8]}"
+    cgroup = made_cgroup(
+        f"{top}/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope")
+    out = run_client(peer_daemon, peer_daemon.target, "peer.pod", cgroup=cgroup)
+    assert out.returncode == 0, out.stderr
+    labels = series_labels(peer_daemon, "peer.pod")
+    assert labels["k8s_pod_uid"] == pod, labels
+    assert labels["container_id"] == container, labels
+    assert "slurm_job_id" not in labels, labels
+
+
+def test_without_the_flag_a_clients_labels_are_its_own(daemon):
+    out = run_client(daemon, daemon.target, "peer.off", "user=anyone")
+    assert out.returncode == 0, out.stderr
+    assert series_labels(daemon, "peer.off")["user"] == "anyone"
