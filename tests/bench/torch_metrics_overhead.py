@@ -19,9 +19,23 @@ Reported:
               the median of the rounds' ratios client/off and on/off (with
               their range): on/off - client/off is what the switch adds to
               a job that already uses torchmon;
+  CPU         the same for the CPU time the training thread itself spends
+              in a step (time.thread_time_ns): what torchmon adds to the
+              training thread's work, without the time it waits for a core
+              that other threads hold;
+  blocks      in each process, after the timed steps, --blocks blocks of 50
+              steps with torchmon's per-step hooks (the optimizer step
+              post-hook, which also reads DDP's logging data; the DDP
+              forward pre-hook only where no optimizer step ran before, as
+              on torch < 2.0) detached and attached
+              in turn; the ratio of the two kinds' median step. In the on
+              process that is what the hooks add to a step, free of the
+              variance between processes; in off and client, which have no
+              hooks, the same alternation is the control and reads ~1;
   hooks       the hooks' own cost per step, timed on their own: an optimizer
               step with nothing to update, off and on (the step post hook),
-              and torchmon's forward pre-hook on the DDP module; as a share
+              and torchmon's forward pre-hook on the DDP module where it
+              is still there (torch < 2.0); as a share
               of the step: what the ratio above measures, without the
               machine's noise;
   wait pair   torch.monitor._WaitCounter(key).guard() entered and left,
@@ -29,7 +43,7 @@ Reported:
               with torchmon's backend behind it, against none).
 
     /usr/bin/python3 tests/bench/torch_metrics_overhead.py [--rounds 15] [--steps 400]
-        [--torchmond PATH] [--python-dir DIR] [--pin]
+        [--torchmond PATH] [--python-dir DIR] [--pin] [--device cuda]
 
 --pin puts each training process's main thread alone on CPU 0 once it has
 warmed up, and every other thread (torchmon's, gloo's, gRPC's) and the
@@ -66,17 +80,23 @@ if {client_only}:  # torchmon's client and its threads, without the switch
     import datetime, torchmon
     kept = torchmon.Stat("bench.client", [torchmon.Aggregation.MEAN], datetime.timedelta(seconds=10))
     kept.add(1.0)
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+cuda = {device!r} == "cuda"
+dist.init_process_group("nccl" if cuda else "gloo", init_method="tcp://127.0.0.1:{port}",
+                        rank=0, world_size=1)
 torch.manual_seed(0)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-    torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128)))
+width = 4096 if cuda else 256  # a step of a few ms either way
+model = torch.nn.Sequential(torch.nn.Linear(width // 2, width), torch.nn.ReLU(),
+                            torch.nn.Linear(width, width // 2)).to({device!r})
+model = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-data = torch.randn(32, 128)
+data = torch.randn(2048 if cuda else 32, width // 2, device={device!r})
 
 def step():
     optimizer.zero_grad()
     model(data).square().mean().backward()
     optimizer.step()
+    if cuda:  # the step's wall time, its kernels included
+        torch.cuda.synchronize()
 
 for _ in range(50):
     step()
@@ -85,12 +105,42 @@ if {pin}:  # the training thread alone on CPU 0, every other thread on the last 
     last = os.cpu_count() - 1
     for tid in os.listdir("/proc/self/task"):
         os.sched_setaffinity(int(tid), {{0}} if int(tid) == main else {{last}})
-times = []
+times, cpu_times = [], []
 for _ in range({steps}):
-    start = time.perf_counter_ns()
+    start, cpu_start = time.perf_counter_ns(), time.thread_time_ns()
     step()
+    cpu_times.append(time.thread_time_ns() - cpu_start)
     times.append(time.perf_counter_ns() - start)
 print("step_ns", statistics.median(times))
+print("step_cpu_ns", statistics.median(cpu_times))
+# The same process with torchmon's per-step hooks detached and attached
+# again, in alternating blocks: what they add to a step, without the
+# process-to-process variance of the runs above (address layout, which
+# core, the machine's drift). Without hooks (off, client) both kinds of
+# block are the same steps: the control, whose ratio must read ~1.
+def ours(hooks):
+    return {{k: h for k, h in hooks.items()
+            if getattr(h, "__module__", "") == "torchmon._torch_metrics"}}
+global_post = getattr(__import__("importlib").import_module("torch.optim.optimizer"),
+                      "_global_optimizer_post_hooks", {{}})
+attached = {{"ddp": ours(model._forward_pre_hooks), "optimizer": ours(global_post)}}
+blocks = {{True: [], False: []}}
+for block in range({blocks}):
+    on = block % 2 == 0
+    for hooks, mine in ((model._forward_pre_hooks, attached["ddp"]),
+                        (global_post, attached["optimizer"])):
+        for k, h in mine.items():
+            if on:
+                hooks[k] = h
+            else:
+                hooks.pop(k, None)
+    for _ in range(50):
+        start = time.perf_counter_ns()
+        step()
+        blocks[on].append(time.perf_counter_ns() - start)
+for hooks, mine in ((model._forward_pre_hooks, attached["ddp"]), (global_post, attached["optimizer"])):
+    hooks.update(mine)
+print("blocks_ratio", statistics.median(blocks[True]) / statistics.median(blocks[False]))
 # The hooks' own cost per step, which machine noise cannot hide: an
 # optimizer step with nothing to update (its post hooks run), and
 # torchmon's forward pre-hook on the DDP module called as DDP's forward
@@ -135,7 +185,7 @@ def run(mode, args, target):
         env["TORCHMON_TORCH_METRICS"] = "1"
     code = textwrap.dedent(CHILD).format(python_dir=args.python_dir, port=free_tcp_port(),
                                          steps=args.steps, client_only=mode == "client",
-                                         pin=args.pin)
+                                         pin=args.pin, device=args.device, blocks=args.blocks)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=600)
     if out.returncode != 0:
@@ -143,7 +193,8 @@ def run(mode, args, target):
     values = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     if mode == "on" and "'ddp': 'on'" not in values.get("status", ""):
         sys.exit(f"the switch did not enable the metrics: {out.stdout}{out.stderr}")
-    return {key: float(values[key]) for key in ("step_ns", "pair_ns", "idle_step_ns", "ddp_hook_ns")
+    return {key: float(values[key]) for key in ("step_ns", "step_cpu_ns", "pair_ns", "idle_step_ns",
+                                                 "ddp_hook_ns", "blocks_ratio")
             if key in values}
 
 
@@ -156,11 +207,17 @@ def main():
     p.add_argument("--pin", action="store_true",
                    help="training thread alone on CPU 0; the daemon and every other thread "
                         "on the last CPU")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model trains (cuda: one-rank NCCL group, a step's wall time "
+                        "with its kernels)")
+    p.add_argument("--blocks", type=int, default=16,
+                   help="blocks of 50 steps per process, hooks attached and detached in turn")
     args = p.parse_args()
 
     import torch
     runs = {mode: [] for mode in MODES}
     ratios = {mode: [] for mode in MODES if mode != "off"}
+    cpu_ratios = {mode: [] for mode in MODES if mode != "off"}
     with tempfile.TemporaryDirectory(prefix="torchmon-bench.") as tmp:
         sock = os.path.join(tmp, "torchmond.sock")
         daemon = LaunchedDaemon([args.torchmond, "--listen", "unix://" + sock],
@@ -178,6 +235,7 @@ def main():
                     runs[mode].append(got[mode])
                 for mode in ratios:
                     ratios[mode].append(got[mode]["step_ns"] / got["off"]["step_ns"])
+                    cpu_ratios[mode].append(got[mode]["step_cpu_ns"] / got["off"]["step_cpu_ns"])
         finally:
             daemon.stop(timeout=10)
 
@@ -185,12 +243,29 @@ def main():
         return statistics.median(r[key] for r in runs[mode])
 
     print(f"torch {torch.__version__}, {args.rounds} rounds of {args.steps} steps, "
-          f"python {sys.version.split()[0]}{', pinned' if args.pin else ''}")
+          f"python {sys.version.split()[0]}, {args.device}{', pinned' if args.pin else ''}")
     print("step, median over rounds: " + ", ".join(
         f"{mode} {median(mode, 'step_ns') / 1e6:.3f} ms" for mode in MODES))
+    def interval(r):
+        """95 % bootstrap interval of the median of r: how far this run's
+        rounds pin it down."""
+        rng = random.Random(0)
+        medians = sorted(statistics.median(rng.choices(r, k=len(r))) for _ in range(2000))
+        return f"95 % interval of the median {medians[50]:.4f} .. {medians[1949]:.4f}"
+
     for mode, r in ratios.items():
         print(f"ratio {mode}/off, median of rounds: {statistics.median(r):.4f} "
+              f"(min {min(r):.4f}, max {max(r):.4f}; {interval(r)})")
+    print("training thread's CPU time per step, median over rounds: " + ", ".join(
+        f"{mode} {median(mode, 'step_cpu_ns') / 1e6:.3f} ms" for mode in MODES))
+    for mode, r in cpu_ratios.items():
+        print(f"CPU ratio {mode}/off, median of rounds: {statistics.median(r):.4f} "
               f"(min {min(r):.4f}, max {max(r):.4f})")
+    for mode in MODES:
+        r = [run["blocks_ratio"] for run in runs[mode]]
+        print(f"blocks with/without torchmon's hooks in one process, {mode}: median of rounds "
+              f"{statistics.median(r):.4f} (min {min(r):.4f}, max {max(r):.4f})"
+              + ("" if mode == "on" else " (no hooks: the control)"))
     optimizer_hook = median("on", "idle_step_ns") - median("off", "idle_step_ns")
     ddp_hook = median("on", "ddp_hook_ns")
     direct = optimizer_hook + ddp_hook

@@ -9,7 +9,9 @@
 # Then PyTorch's own metrics on CUDA (torch_metrics_cuda.py: memory, an
 # out-of-memory, the keys CUDA's torch counts; OUT_DIR/torch-metrics.json) and
 # what the switch costs a step (tests/bench/torch_metrics_overhead.py,
-# CHECK_OVERHEAD_ROUNDS rounds, default 8).
+# CHECK_OVERHEAD_ROUNDS rounds, default 8, with CHECK_OVERHEAD_ARGS; then a
+# CUDA model's step, CHECK_OVERHEAD_CUDA_ROUNDS rounds, default 4, 0: none).
+# CHECK_LOOP=0 skips the CUDA loop's own check (cuda_loop.py).
 set -uo pipefail
 dist=$(cd "${1:?DIST_DIR}" && pwd)
 out=${2:-${OUT:-/tmp/torchmon-gpu-check}}
@@ -56,10 +58,13 @@ else
 fi
 "$vpy" -c 'import torchmon; print("torchmon", torchmon.__version__, torchmon.__file__)'
 
-echo "== the CUDA loop"
-"$vpy" "$(dirname "$0")/cuda_loop.py" --ctl "$root/bin/torchmonctl" \
-  --target "unix://$work/d.sock" --summary "$out/summary.json" ${CHECK_ARGS:-}
-rc=$?
+rc=0
+if [ "${CHECK_LOOP:-1}" != 0 ]; then
+  echo "== the CUDA loop"
+  "$vpy" "$(dirname "$0")/cuda_loop.py" --ctl "$root/bin/torchmonctl" \
+    --target "unix://$work/d.sock" --summary "$out/summary.json" ${CHECK_ARGS:-}
+  rc=$?
+fi
 
 echo "== PyTorch's own metrics on CUDA (TORCHMON_TORCH_METRICS=1)"
 TORCHMON_TORCH_METRICS=1 "$vpy" "$(dirname "$0")/torch_metrics_cuda.py" \
@@ -69,9 +74,18 @@ kill -TERM "$daemon"; wait "$daemon"; echo "torchmond exited $?"; daemon=
 
 echo "== what the switch costs a training step (tests/bench/torch_metrics_overhead.py)"
 site=$("$vpy" -c 'import os, torchmon; print(os.path.dirname(os.path.dirname(torchmon.__file__)))')
+# shellcheck disable=SC2086  # CHECK_OVERHEAD_ARGS is a list of options
 "$vpy" "$(dirname "$0")/../bench/torch_metrics_overhead.py" --rounds "${CHECK_OVERHEAD_ROUNDS:-8}" \
-  --torchmond "$root/bin/torchmond" --python-dir "$site" | tee "$out/torch-metrics-overhead.txt"
+  --torchmond "$root/bin/torchmond" --python-dir "$site" ${CHECK_OVERHEAD_ARGS:-} \
+  | tee "$out/torch-metrics-overhead.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+if [ "${CHECK_OVERHEAD_CUDA_ROUNDS:-4}" != 0 ] && "$vpy" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+  echo "== the same with a CUDA model's step"
+  "$vpy" "$(dirname "$0")/../bench/torch_metrics_overhead.py" --device cuda \
+    --rounds "${CHECK_OVERHEAD_CUDA_ROUNDS:-4}" --torchmond "$root/bin/torchmond" \
+    --python-dir "$site" | tee "$out/torch-metrics-overhead-cuda.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
 
 # tests/python's side-by-side tests need pytest: the host's, or one named in
 # CHECK_PYTEST_PATH (pure Python, e.g. Debian's python3-pytest copied over).
