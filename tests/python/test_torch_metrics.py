@@ -14,7 +14,6 @@ job wrapping a model in DDP, torch.compile with a graph break.
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -198,6 +197,47 @@ def test_enabling_after_torchs_first_wait_counter_says_so(daemon, python_env):
     assert daemon.series("pytorch.wait_counter.*") == []
 
 
+def test_the_native_step_hook_records_each_optimizers_intervals_and_calls_on_due(
+        daemon, default_client_for):
+    # The hook torch calls after every optimizer step (step_hook.h), called
+    # here as torch calls it, with stand-in optimizers: any torch.
+    import torchmon._torchmon as native
+
+    class SGD:
+        pass
+
+    class Adam:
+        pass
+
+    due, errors = [], []
+    hook = native.step_interval_hook(default_client_for._native, lambda: due.append(1), 2, 3,
+                                     errors.append)
+    assert hook.__module__ == "torchmon._torch_metrics"
+    sgd, adam = SGD(), Adam()
+    for _ in range(4):
+        hook(sgd, (), {})
+        hook(adam, (), {})
+    # 8 steps counted: on_due at steps 1 and 2, then 3 and 6.
+    assert len(due) == 4
+    gone = SGD()
+    hook(gone, (), {})
+    del gone  # held weakly: a new optimizer at the same address is new
+    hook(SGD(), (), {})
+    assert default_client_for.flush(10)
+    series = {s["labels"]["optimizer"]: s for s in daemon.series("torch.optim.step_interval_s")}
+    # Per optimizer: its steps less the first; one series per class.
+    assert series["SGD"]["counters"]["accepted"] == 3, series
+    assert series["Adam"]["counters"]["accepted"] == 3, series
+    assert series["SGD"]["histogram"], series
+    assert sorted(series["SGD"]["aggregations"]) == ["count", "max", "mean"], series
+    assert errors == []
+    # An optimizer that takes no weak reference: reported once, the hook off,
+    # and the step is not disturbed.
+    hook(object(), (), {})
+    hook(object(), (), {})
+    assert len(errors) == 1 and isinstance(errors[0], TypeError), errors
+
+
 DDP_RANK = """
     import os, torch, torch.distributed as dist
     dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"],
@@ -215,6 +255,8 @@ DDP_RANK = """
     import torchmon
     assert torchmon.flush(10)
     print("errors", torchmon.default_client().errors())
+    print("ddp forward hooks", sum(getattr(h, "__module__", "") == "torchmon._torch_metrics"
+                                   for h in model._forward_pre_hooks.values()))
 """
 
 C10D_INIT = "pytorch.wait_counter.c10d.init_process_group"
@@ -235,6 +277,10 @@ def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemo
         assert p.returncode == 0, stderr
         assert "errors []" in stdout, stdout
         assert_reported_once(stderr)
+        # Where the optimizer step hook reads DDP's data (torch >= 2.0), the
+        # forward pre-hook, which slows every forward, has left.
+        global_step_hooks = hasattr(torch.optim.Optimizer, "register_step_post_hook")
+        assert f"ddp forward hooks {0 if global_step_hooks else 1}" in stdout, stdout
 
     # DDP samples its timings at iterations 1 to 10, then every 100th:
     # each rank's 10 samples of each, labelled with its rank.

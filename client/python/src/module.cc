@@ -22,6 +22,7 @@
 #include "py_support.h"
 #include "stat_type.h"
 #include "torchmon/wait_counter.h"
+#include "step_hook.h"
 #include "wait_counters.h"
 
 #ifndef TORCHMON_VERSION
@@ -44,6 +45,9 @@ PyMethodDef module_methods[] = {
      "enable_torch_wait_counters(client)\n\nRecord torch's wait counters on `client`."},
     {"torch_wait_counter_backend", TorchWaitCounterBackend, METH_NOARGS,
      "torch_wait_counter_backend()\n\nWhat the backend of torch's wait counters has seen."},
+    {"step_interval_hook", NewStepIntervalHook, METH_VARARGS,
+     "step_interval_hook(client, on_due, early, every, on_error)\n\n"
+     "The optimizer step post-hook of PyTorch's own metrics (step_hook.h)."},
     {nullptr, nullptr, 0, nullptr}};
 
 // ---------------------------------------------------------------------------

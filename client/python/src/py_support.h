@@ -26,6 +26,11 @@ class Ref {
   explicit Ref(PyObject* o) : o_(o) {}
   Ref(const Ref&) = delete;
   Ref& operator=(const Ref&) = delete;
+  Ref(Ref&& other) noexcept : o_(other.release()) {}
+  Ref& operator=(Ref&& other) noexcept {
+    Py_XDECREF(std::exchange(o_, other.release()));
+    return *this;
+  }
   ~Ref() { Py_XDECREF(o_); }
   PyObject* get() const { return o_; }
   PyObject* release() { return std::exchange(o_, nullptr); }

@@ -31,7 +31,6 @@ import importlib.util
 import os
 import sys
 import threading
-import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -50,6 +49,12 @@ _PROBE_KEY = "torchmon.backend_probe"
 # microseconds, so it is read only where it may have changed.
 _DDP_EARLY_ITERATIONS = 12
 _DDP_POLL_EVERY = 25
+def _ddp_may_have_changed(calls: int) -> bool:
+    """Whether DDP's logging data may hold a new iteration at the
+    `calls`-th forward or step."""
+    return calls <= _DDP_EARLY_ITERATIONS or calls % _DDP_POLL_EVERY == 0
+
+
 _DDP_TIMES = (
     ("forward_compute_time", "torch.ddp.forward_compute_s"),
     ("backward_compute_time", "torch.ddp.backward_compute_s"),
@@ -185,6 +190,12 @@ class _Metrics:
         self.status: Dict[str, str] = {}
         # Ends the CUDA sampler (tests; a process just exits).
         self.stopped = threading.Event()
+        # DDP's logging data is read from the optimizer step hook once it
+        # has run (it runs every step anyway), else from a forward pre-hook
+        # on each DDP module (see _install_ddp): _ddp_read_all reads every
+        # DDP module's.
+        self._ddp_read_all: Optional[Callable[[], None]] = None
+        self._steps_seen = False
 
     # --- helpers -----------------------------------------------------------
 
@@ -306,11 +317,37 @@ class _Metrics:
         if ddp is None or not hasattr(ddp, "_get_ddp_logging_data"):
             return "this torch's DistributedDataParallel has no logging data"
         once = _Once(self.status, "ddp")
+        # The DDP modules made since, weakly: a job's model lives as long as
+        # the job, a test's does not.
+        modules: List["weakref.ReferenceType[Any]"] = []
+
+        def read_all() -> None:
+            if not once.on:
+                return
+            try:
+                for ref in modules:
+                    module = ref()
+                    if module is not None:
+                        self._read_ddp(module)
+            except Exception as e:  # noqa: BLE001
+                once.fail(e)
 
         def forward_pre_hook(module: Any, _inputs: Any) -> None:
+            # Until an optimizer step hook has run: a job that steps a
+            # torch.optim optimizer has DDP polled from that hook, which
+            # runs each step anyway, and this hook leaves: any forward
+            # pre-hook puts every forward of the module on nn.Module's
+            # slower path for hooks, a cost measured at 0.4 to 0.7 % of a
+            # 2.5 ms step (docs/performance.md).
+            if self._steps_seen:
+                module._torchmon_ddp_hook.remove()
+                return
             if once.on:
                 try:
-                    self._poll_ddp(module)
+                    state = module._torchmon_ddp
+                    state[0] += 1
+                    if _ddp_may_have_changed(state[0]):
+                        self._read_ddp(module)
                 except Exception as e:  # noqa: BLE001
                     once.fail(e)
 
@@ -319,18 +356,20 @@ class _Metrics:
         def __init__(module: Any, *args: Any, **kwargs: Any) -> None:
             original_init(module, *args, **kwargs)
             module._torchmon_ddp = [0, None]  # forwards seen, the iteration recorded
-            module.register_forward_pre_hook(forward_pre_hook)
+            if not self._steps_seen:
+                module._torchmon_ddp_hook = module.register_forward_pre_hook(forward_pre_hook)
+            modules[:] = [ref for ref in modules if ref() is not None]
+            modules.append(weakref.ref(module))
 
         __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
         ddp.__init__ = __init__
+        self._ddp_read_all = read_all
         return "on"
 
-    def _poll_ddp(self, module: Any) -> None:
+    def _read_ddp(self, module: Any) -> None:
+        """Records `module`'s DDP logging data if it holds an iteration not
+        recorded yet."""
         state = module._torchmon_ddp
-        state[0] += 1
-        forwards = state[0]
-        if forwards > _DDP_EARLY_ITERATIONS and forwards % _DDP_POLL_EVERY:
-            return
         data = module._get_ddp_logging_data()
         iteration = data.get("iteration")
         if not iteration or iteration == state[1]:
@@ -352,25 +391,19 @@ class _Metrics:
         if register is None:
             return "needs torch >= 2.0 (global optimizer step hooks)"
         once = _Once(self.status, "optimizer")
-        # Per optimizer: [monotonic time of its last step, its stat].
-        steps: "weakref.WeakKeyDictionary[Any, List[Any]]" = weakref.WeakKeyDictionary()
+        ddp_read_all = self._ddp_read_all
 
-        def step_post_hook(optimizer: Any, _args: Any, _kwargs: Any) -> None:
-            if not once.on:
-                return
-            try:
-                now = time.monotonic()
-                state = steps.get(optimizer)
-                if state is None:
-                    steps[optimizer] = [now, self._stat(
-                        "torch.optim.step_interval_s", ("count", "mean", "max"),
-                        {"optimizer": type(optimizer).__name__}, histogram=True)]
-                    return
-                state[1].add(now - state[0])
-                state[0] = now
-            except Exception as e:  # noqa: BLE001
-                once.fail(e)
+        def on_due() -> None:
+            # Steps 1 to 12, then every 25th (as DDP samples): the first
+            # one tells DDP's forward pre-hooks to leave.
+            self._steps_seen = True
+            if ddp_read_all is not None:
+                ddp_read_all()
 
+        # Native (step_hook.h): it runs on the training thread after every
+        # step, where Python code is cold and costs microseconds.
+        step_post_hook = _torchmon.step_interval_hook(
+            self._client._native, on_due, _DDP_EARLY_ITERATIONS, _DDP_POLL_EVERY, once.fail)
         register(step_post_hook)
         return "on"
 

@@ -1,0 +1,154 @@
+#include "step_hook.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client_type.h"
+#include "torchmon/wait_counter.h"
+
+namespace torchmon::python {
+namespace {
+
+constexpr char kCapsuleName[] = "torchmon.step_interval_hook";
+
+struct StepHook {
+  struct Optimizer {
+    Ref ref;  // a weak reference to the optimizer
+    std::chrono::steady_clock::time_point last;
+    std::unique_ptr<Stat> stat;
+  };
+
+  ClientPtr client;
+  Ref on_due;
+  Ref on_error;
+  uint64_t early = 0;
+  uint64_t every = 1;
+  uint64_t steps = 0;
+  bool on = true;
+  // Most jobs step one optimizer (a GAN two): a vector scanned in order.
+  std::vector<Optimizer> optimizers;
+};
+
+StepHook& HookOf(PyObject* capsule) {
+  return *static_cast<StepHook*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+}
+
+// Reports the pending exception to on_error once and turns the hook off.
+void Fail(StepHook& hook) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  Ref owned_type(type), exception(value), owned_traceback(traceback);
+  hook.on = false;
+  if (hook.on_error && exception) {
+    Ref result(PyObject_CallFunctionObjArgs(hook.on_error.get(), exception.get(), nullptr));
+    if (!result) PyErr_Clear();  // the step goes on whatever on_error does
+  }
+}
+
+// The optimizer's entry, made at its first step; null with an exception set
+// on failure. `made` says whether it was made now. Nothing here lets
+// another thread run between the scan and the insertion (no Python code
+// runs once the entry is built), so the entry returned stays valid until
+// the caller calls into Python.
+StepHook::Optimizer* EntryOf(StepHook& hook, PyObject* optimizer, bool* made) {
+  *made = false;
+  for (StepHook::Optimizer& entry : hook.optimizers) {
+    if (PyWeakref_GetObject(entry.ref.get()) == optimizer) return &entry;
+  }
+  // Python code may run here (a class's __name__, a weakref): built first,
+  // inserted after.
+  const std::string optimizer_class = TypeName(optimizer);
+  StepHook::Optimizer entry;
+  entry.ref = Ref(PyWeakref_NewRef(optimizer, nullptr));
+  if (!entry.ref) return nullptr;
+  const bool ok = Guarded([&] {
+    StatOptions options;
+    options.histogram = true;
+    options.labels = {{"optimizer", optimizer_class}};
+    entry.stat = std::make_unique<Stat>(
+        *hook.client, "torch.optim.step_interval_s",
+        std::vector<StatAggregation>{Aggregation::COUNT, Aggregation::MEAN, Aggregation::MAX},
+        WaitCounter::kWindow, std::move(options));
+  });
+  if (!ok) return nullptr;
+  for (auto it = hook.optimizers.begin(); it != hook.optimizers.end();) {
+    // Forget optimizers that are gone.
+    it = PyWeakref_GetObject(it->ref.get()) == Py_None ? hook.optimizers.erase(it) : it + 1;
+  }
+  *made = true;
+  return &hook.optimizers.emplace_back(std::move(entry));
+}
+
+PyObject* CallHook(PyObject* capsule, PyObject* args) {
+  StepHook& hook = HookOf(capsule);
+  if (!hook.on) Py_RETURN_NONE;
+  const auto now = std::chrono::steady_clock::now();
+  if (PyTuple_Size(args) < 1) {
+    PyErr_SetString(PyExc_TypeError, "step hook: expected (optimizer, args, kwargs)");
+    return nullptr;
+  }
+  PyObject* optimizer = PyTuple_GetItem(args, 0);
+  bool made = false;
+  StepHook::Optimizer* entry = EntryOf(hook, optimizer, &made);
+  if (entry == nullptr) {
+    Fail(hook);
+    Py_RETURN_NONE;
+  }
+  if (!made) entry->stat->add(std::chrono::duration<double>(now - entry->last).count());
+  entry->last = now;
+  ++hook.steps;
+  if (hook.on_due && (hook.steps <= hook.early || hook.steps % hook.every == 0)) {
+    Ref result(PyObject_CallNoArgs(hook.on_due.get()));
+    if (!result) Fail(hook);
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef hook_def = {
+    "step_post_hook", CallHook, METH_VARARGS,
+    "step_post_hook(optimizer, args, kwargs)\n\n"
+    "torchmon's optimizer step post-hook: records the time since this optimizer's last step."};
+
+void DeleteHook(PyObject* capsule) {
+  delete static_cast<StepHook*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+}
+
+}  // namespace
+
+PyObject* NewStepIntervalHook(PyObject*, PyObject* args) {
+  PyObject *client, *on_due, *on_error;
+  unsigned long long early, every;
+  if (!PyArg_ParseTuple(args, "OOKKO:step_interval_hook", &client, &on_due, &early, &every,
+                        &on_error)) {
+    return nullptr;
+  }
+  if (!PyObject_TypeCheck(client, client_type)) {
+    PyErr_Format(PyExc_TypeError, "step_interval_hook(): expected a Client, not %s",
+                 TypeName(client).c_str());
+    return nullptr;
+  }
+  if (every == 0) {
+    PyErr_SetString(PyExc_ValueError, "step_interval_hook(): every must be at least 1");
+    return nullptr;
+  }
+  auto hook = std::make_unique<StepHook>();
+  hook->client = ClientPtrOf(client);
+  if (on_due != Py_None) hook->on_due = Ref((Py_INCREF(on_due), on_due));
+  if (on_error != Py_None) hook->on_error = Ref((Py_INCREF(on_error), on_error));
+  hook->early = early;
+  hook->every = every;
+  Ref capsule(PyCapsule_New(hook.get(), kCapsuleName, DeleteHook));
+  if (!capsule) return nullptr;
+  hook.release();  // the capsule owns it now
+  // Named for the module that installs it, as a Python hook of it would be.
+  Ref module(PyUnicode_FromString("torchmon._torch_metrics"));
+  if (!module) return nullptr;
+  return PyCFunction_NewEx(&hook_def, capsule.get(), module.get());
+}
+
+}  // namespace torchmon::python
