@@ -97,9 +97,11 @@ void GrpcLog(gpr_log_func_args* args) {
 IngestServiceOptions WithDaemonParts(IngestServiceOptions options, const PeerDirectory* peers) {
   options.client_log = &ClientLog();
   if (peers != nullptr) {
-    options.vouch = [peers](const std::string& peer) {
+    std::vector<std::string> reserved(std::begin(kVouchedLabelNames),
+                                      std::end(kVouchedLabelNames));
+    options.vouch = [peers, reserved = std::move(reserved)](const std::string& peer) {
       VouchedIdentity vouched;
-      for (absl::string_view name : kVouchedLabelNames) vouched.reserved.emplace_back(name);
+      vouched.reserved = reserved;
       if (auto identity = peers->Find(peer)) vouched.labels = identity->labels;
       return vouched;
     };
@@ -238,12 +240,11 @@ absl::Status Daemon::Start() {
   for (size_t i = 0; i < options_.listen.size(); ++i) {
     const ListenAddress& addr = options_.listen[i];
     if (addr.kind == ListenAddress::Kind::kUnix) {
-      if (options_.security.peer_labels) {
-        grpc_addresses_.push_back(addr.ToGrpcUri());  // finished by UnixAcceptor::Listen
-        continue;
-      }
-      if (absl::Status s = FinishUnixSocket(addr.path, options_.socket_mode, owner); !s.ok()) {
-        return s;
+      // With --peer-labels, UnixAcceptor::Listen finished the socket.
+      if (!options_.security.peer_labels) {
+        if (absl::Status s = FinishUnixSocket(addr.path, options_.socket_mode, owner); !s.ok()) {
+          return s;
+        }
       }
       grpc_addresses_.push_back(addr.ToGrpcUri());
     } else {

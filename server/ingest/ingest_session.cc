@@ -91,19 +91,24 @@ IngestSession::IngestSession(Aggregator& aggregator, EventLog& events, DaemonSta
   if (vouched_.has_value()) identity_ = vouched_->labels;
 }
 
-std::string IngestSession::VouchedNameIn(const Labels& labels, absl::string_view what) const {
+std::string IngestSession::RefusalOfVouched(absl::string_view name) const {
+  if (!vouched_.has_value() ||
+      std::find(vouched_->reserved.begin(), vouched_->reserved.end(), name) ==
+          vouched_->reserved.end()) {
+    return "";
+  }
+  std::string vouched = "nothing: it could not be derived for this connection";
+  for (const auto& [own_name, own_value] : vouched_->labels) {
+    if (own_name == name) vouched = absl::StrCat("\"", Quote(own_value), "\"");
+  }
+  return absl::StrCat("label \"", name, "\" is set by torchmond, from what the kernel says of "
+                      "this connection (here ", vouched, "); a client may not send it");
+}
+
+std::string IngestSession::RefusalOfVouched(const Labels& labels) const {
   if (!vouched_.has_value()) return "";
-  for (const auto& [name, value] : labels) {
-    if (std::find(vouched_->reserved.begin(), vouched_->reserved.end(), name) ==
-        vouched_->reserved.end()) {
-      continue;
-    }
-    std::string vouched = "nothing: it could not be derived for this connection";
-    for (const auto& [own_name, own_value] : vouched_->labels) {
-      if (own_name == name) vouched = absl::StrCat("\"", Quote(own_value), "\"");
-    }
-    return absl::StrCat(what, ": label \"", name, "\" is set by torchmond, from what the kernel "
-                        "says of this connection (here ", vouched, "); a client may not send it");
+  for (const auto& label : labels) {
+    if (std::string why = RefusalOfVouched(label.first); !why.empty()) return why;
   }
   return "";
 }
@@ -296,10 +301,10 @@ void IngestSession::Hello(const v1::IngestHello& hello, uint64_t sequence, v1::I
     // client's other labels stay, beside the daemon's.
     Labels own;
     for (auto& label : *labels) {
-      if (std::string why = VouchedNameIn({label}, "hello.labels"); !why.empty()) {
+      if (std::string why = RefusalOfVouched(label.first); !why.empty()) {
         stats_.labels_refused_vouched.fetch_add(1, std::memory_order_relaxed);
         Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
-               absl::StrCat(why, "; the label is ignored"), 0);
+               absl::StrCat("hello.labels: ", why, "; the label is ignored"), 0);
       } else {
         own.push_back(std::move(label));
       }
@@ -385,11 +390,10 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     return refuse(absl::StatusCode::kInvalidArgument,
                   absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", own.status().message()));
   }
-  if (std::string why =
-          VouchedNameIn(*own, absl::StrCat("definition of stat \"", Quote(def.name()), "\""));
-      !why.empty()) {
+  if (std::string why = RefusalOfVouched(*own); !why.empty()) {
     stats_.labels_refused_vouched.fetch_add(1, std::memory_order_relaxed);
-    return refuse(absl::StatusCode::kInvalidArgument, std::move(why));
+    return refuse(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", why));
   }
   Binding b;
   b.key.stat = def.name();
@@ -684,9 +688,9 @@ void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::Inge
   }
   auto own = LabelsFromProto(event.labels());
   if (!own.ok()) return refuse(own.status().message());
-  if (std::string why = VouchedNameIn(*own, "its labels"); !why.empty()) {
+  if (std::string why = RefusalOfVouched(*own); !why.empty()) {
     stats_.labels_refused_vouched.fetch_add(1, std::memory_order_relaxed);
-    return refuse(why);
+    return refuse(absl::StrCat("its labels: ", why));
   }
   auto labels = MergeLabels(identity_.get(), *own);
   if (!labels.ok()) return refuse(labels.status().message());

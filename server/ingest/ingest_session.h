@@ -132,9 +132,11 @@ class IngestSession {
   };
 
   void Hello(const v1::IngestHello& hello, uint64_t sequence, v1::IngestAck* ack);
-  // Why `labels`, sent by the client for `what`, may not be used: the first
-  // name the daemon vouches for among them; empty if none.
-  std::string VouchedNameIn(const Labels& labels, absl::string_view what) const;
+  // Why the label `name`, sent by the client, may not be used: it is one
+  // the daemon vouches for. Empty if it may (always, without vouching).
+  std::string RefusalOfVouched(absl::string_view name) const;
+  // The same for the first such label among `labels`.
+  std::string RefusalOfVouched(const Labels& labels) const;
   // Definitions, samples, drops and events of `batch`.
   void ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack);
   // Appends an IngestError, or past the per-batch limit counts it for the

@@ -49,6 +49,8 @@ _PROBE_KEY = "torchmon.backend_probe"
 # microseconds, so it is read only where it may have changed.
 _DDP_EARLY_ITERATIONS = 12
 _DDP_POLL_EVERY = 25
+
+
 def _ddp_may_have_changed(calls: int) -> bool:
     """Whether DDP's logging data may hold a new iteration at the
     `calls`-th forward or step."""
