@@ -45,8 +45,10 @@ struct DaemonStats {
   std::atomic<uint64_t> scrapes_unauthorized{0};
   // With --peer-labels: labels a client sent that the daemon sets itself
   // (refused), and Unix connections closed because their peer could not be
-  // identified.
+  // identified; job labels refused because another user's streams hold the
+  // job (JobClaims).
   std::atomic<uint64_t> labels_refused_vouched{0};
+  std::atomic<uint64_t> labels_refused_job{0};
   std::atomic<uint64_t> connections_unidentified{0};
   std::atomic<int64_t> start_time_ms{0};
   // The daemon's file outputs (the sinks, docs/sinks.md), each under the

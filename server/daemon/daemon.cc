@@ -93,20 +93,40 @@ void GrpcLog(gpr_log_func_args* args) {
 
 // The ingest options with the daemon's parts: its client log, and with
 // --peer-labels the labels `peers` (the Unix connections the daemon
-// accepted itself) vouch for.
-IngestServiceOptions WithDaemonParts(IngestServiceOptions options, const PeerDirectory* peers) {
+// accepted itself) vouch for, and `jobs`, which user each job label
+// belongs to.
+IngestServiceOptions WithDaemonParts(IngestServiceOptions options, const PeerDirectory* peers,
+                                     JobClaims* jobs) {
   options.client_log = &ClientLog();
   if (peers != nullptr) {
     std::vector<std::string> reserved(std::begin(kVouchedLabelNames),
                                       std::end(kVouchedLabelNames));
-    options.vouch = [peers, reserved = std::move(reserved)](const std::string& peer) {
+    options.vouch = [peers, jobs, reserved = std::move(reserved)](const std::string& peer) {
       VouchedIdentity vouched;
       vouched.reserved = reserved;
-      if (auto identity = peers->Find(peer)) vouched.labels = identity->labels;
+      vouched.jobs = jobs;
+      if (auto identity = peers->Find(peer)) {
+        vouched.labels = identity->labels;
+        vouched.owner = identity->user;
+      }
       return vouched;
     };
   }
   return options;
+}
+
+// With --peer-labels, who sees what in queries (docs/security.md, "Who sees
+// what"): a client of a Unix socket its own user's series and events; an
+// admin (AdminRule) everything; a client the daemon cannot identify (TCP)
+// only what no identified user sent (no user label).
+QueryService::ScopeOfPeer QueryScope(const PeerDirectory* peers) {
+  if (peers == nullptr) return nullptr;
+  return [peers](const std::string& peer) -> std::optional<LabelMatcher> {
+    const std::shared_ptr<const PeerIdentity> identity = peers->Find(peer);
+    if (identity != nullptr && identity->admin) return std::nullopt;
+    return LabelMatcher{"user", identity != nullptr ? identity->user : "",
+                        LabelMatcher::Op::kEqual};
+  };
 }
 
 }  // namespace
@@ -131,8 +151,9 @@ Daemon::Daemon(DaemonOptions options, const Clock& clock)
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_,
                       WithDaemonParts(options_.ingest,
-                                      options_.security.peer_labels ? &peers_ : nullptr)),
-      query_service_(aggregator_, events_, stats_, windows_out_, events_out_),
+                                      options_.security.peer_labels ? &peers_ : nullptr, &jobs_)),
+      query_service_(aggregator_, events_, stats_, windows_out_, events_out_,
+                     QueryScope(options_.security.peer_labels ? &peers_ : nullptr)),
       health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       live_page_(aggregator_, events_),
@@ -149,8 +170,9 @@ absl::Status CheckStartable(const DaemonOptions& options) {
   if (!options.security.user.empty()) {
     if (auto user = LookUpUser(options.security.user); !user.ok()) return user.status();
   }
-  if (!options.security.socket_group.empty()) {
-    if (auto gid = LookUpGroup(options.security.socket_group); !gid.ok()) return gid.status();
+  for (const std::string* group : {&options.security.socket_group, &options.security.admin_group}) {
+    if (group->empty()) continue;
+    if (auto gid = LookUpGroup(*group); !gid.ok()) return gid.status();
   }
   return SinkWriter::Check(options.sinks);
 }
@@ -193,6 +215,14 @@ absl::Status Daemon::Start() {
     if (!gid.ok()) return gid.status();
     owner.gid = *gid;
     owner.group_given = true;
+  }
+  // Who sees every user's series (--peer-labels): root, the user the
+  // daemon runs as, and --admin-group's members.
+  AdminRule admins{owner.uid, std::nullopt};
+  if (!options_.security.admin_group.empty()) {
+    auto gid = LookUpGroup(options_.security.admin_group);
+    if (!gid.ok()) return gid.status();
+    admins.gid = *gid;
   }
 
   // Health checking and reflection (grpc++'s grpc.reflection.v1alpha, a
@@ -267,7 +297,7 @@ absl::Status Daemon::Start() {
     if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
   }
   for (auto& acceptor : acceptors_) {
-    acceptor->Start(server_.get(), &peers_, [this](absl::string_view why) {
+    acceptor->Start(server_.get(), &peers_, admins, [this](absl::string_view why) {
       stats_.connections_unidentified.fetch_add(1, std::memory_order_relaxed);
       ClientLog().Report("closed a Unix connection whose peer could not be identified", why);
     });

@@ -29,6 +29,7 @@
 #include "server/core/daemon_stats.h"
 #include "server/query/health_service.h"
 #include "server/ingest/ingest_service.h"
+#include "server/ingest/job_claims.h"
 #include "server/exposition/metrics_exposition.h"
 #include "server/exposition/metrics_http_server.h"
 #include "server/query/query_service.h"
@@ -110,6 +111,8 @@ class Daemon {
   Broadcaster<EventRecord> events_out_;
   // With --peer-labels: who is on the other end of each Unix connection.
   PeerDirectory peers_;
+  // With --peer-labels: which user each job label belongs to.
+  JobClaims jobs_;
   IngestService ingest_service_;
   QueryService query_service_;
   HealthService health_service_;

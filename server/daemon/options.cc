@@ -306,7 +306,9 @@ const DaemonFlag kDaemonFlags[] = {
      "On Unix sockets, label every series and event with what\n"
      "the kernel says of the client: user, and from its\n"
      "cgroup slurm_job_id, slurm_step, k8s_pod_uid,\n"
-     "container_id, systemd_unit. Clients may not send them.",
+     "container_id, systemd_unit. Clients may not send them,\n"
+     "see only their own user's series and events, and may\n"
+     "label only their own jobs (job=).",
      [](const DaemonOptions& d) { return std::string(d.security.peer_labels ? "on" : "off"); },
      false,
      [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState&) {
@@ -318,6 +320,12 @@ const DaemonFlag kDaemonFlags[] = {
        return absl::OkStatus();
      },
      false, nullptr},
+    {"--admin-group", "GROUP",
+     "With --peer-labels on: members of GROUP see every user's\n"
+     "series and events in queries; every other client sees\n"
+     "its own user's only.",
+     [](const DaemonOptions&) { return std::string("root and the daemon's own user only"); },
+     false, SetSecurity<&SecurityOptions::admin_group>, false, nullptr},
     {"--tls-cert", "FILE",
      "PEM certificate chain; with --tls-key, TCP listeners\n"
      "speak TLS only. Unix sockets stay plain.",

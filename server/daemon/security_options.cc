@@ -68,6 +68,12 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
         "--peer-labels on labels the clients of Unix sockets and none is configured "
         "(add --listen unix:///PATH)");
   }
+  if (!s.admin_group.empty() && !s.peer_labels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--admin-group \"", s.admin_group,
+        "\" names who sees every user's series, and users are told apart only with "
+        "--peer-labels on (add it)"));
+  }
   if (s.peer_labels && !s.auth_token_file.empty()) {
     return absl::InvalidArgumentError(
         "--peer-labels on with --auth-token-file: not supported yet. On a Unix socket the "

@@ -43,6 +43,9 @@ struct SecurityOptions {
   // its client (user; Slurm job and step, Kubernetes pod and container,
   // systemd unit from its cgroup); clients may not send those labels.
   bool peer_labels = false;
+  // --admin-group: with peer_labels, the group whose members (besides root
+  // and the daemon's own user) see every user's series and events.
+  std::string admin_group;
 
   bool tls() const { return !tls_cert_file.empty(); }
 };

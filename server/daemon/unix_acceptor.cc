@@ -57,11 +57,11 @@ UnixAcceptor::~UnixAcceptor() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-void UnixAcceptor::Start(grpc::Server* server, PeerDirectory* directory, OnRefused on_refused,
-                         std::string proc_root) {
-  thread_ = std::thread([this, server, directory, on_refused = std::move(on_refused),
-                         proc_root = std::move(proc_root)] {
-    Run(server, directory, on_refused, proc_root);
+void UnixAcceptor::Start(grpc::Server* server, PeerDirectory* directory, AdminRule admins,
+                         OnRefused on_refused, std::string proc_root) {
+  thread_ = std::thread([this, server, directory, admins = std::move(admins),
+                         on_refused = std::move(on_refused), proc_root = std::move(proc_root)] {
+    Run(server, directory, admins, on_refused, proc_root);
   });
 }
 
@@ -78,7 +78,7 @@ void UnixAcceptor::Stop() {
   }
 }
 
-void UnixAcceptor::Run(grpc::Server* server, PeerDirectory* directory,
+void UnixAcceptor::Run(grpc::Server* server, PeerDirectory* directory, const AdminRule& admins,
                        const OnRefused& on_refused, const std::string& proc_root) {
   pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   while (true) {
@@ -107,8 +107,17 @@ void UnixAcceptor::Run(grpc::Server* server, PeerDirectory* directory,
         if (on_refused) on_refused(vouched.status().message());
         continue;
       }
+      // Supplementary groups matter only for --admin-group; a peer whose
+      // groups cannot be read is no admin (it may still use its own series).
+      std::vector<uint32_t> groups;
+      if (admins.gid.has_value()) {
+        if (auto read = SupplementaryGroupsOf(credentials->pid, proc_root); read.ok()) {
+          groups = *std::move(read);
+        }
+      }
       auto peer = std::make_shared<PeerIdentity>();
       peer->credentials = *credentials;
+      peer->admin = admins.Admits(*credentials, groups);
       peer->user = vouched->user;
       peer->labels = AsLabelPairs(*vouched);
       std::sort(peer->labels.begin(), peer->labels.end());

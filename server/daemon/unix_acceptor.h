@@ -50,8 +50,9 @@ class UnixAcceptor {
   // is recorded in `directory` (under <proc_root>/<pid>/cgroup), then the
   // connection is added to `server`, which must outlive Stop. `server`,
   // `directory` and `on_refused` must outlive this.
-  void Start(grpc::Server* server, PeerDirectory* directory, OnRefused on_refused,
-             std::string proc_root = "/proc");
+  // `admins` says which peers are marked admin (PeerIdentity::admin).
+  void Start(grpc::Server* server, PeerDirectory* directory, AdminRule admins,
+             OnRefused on_refused, std::string proc_root = "/proc");
 
   // Stops accepting and closes the listening socket; connections already
   // handed to gRPC carry on. Idempotent. Call before the server shuts down.
@@ -63,8 +64,8 @@ class UnixAcceptor {
 
  private:
   UnixAcceptor(int listen_fd, int wake_fd) : listen_fd_(listen_fd), wake_fd_(wake_fd) {}
-  void Run(grpc::Server* server, PeerDirectory* directory, const OnRefused& on_refused,
-           const std::string& proc_root);
+  void Run(grpc::Server* server, PeerDirectory* directory, const AdminRule& admins,
+           const OnRefused& on_refused, const std::string& proc_root);
 
   int listen_fd_;
   int wake_fd_;  // an eventfd: written by Stop to end Run's poll

@@ -111,6 +111,11 @@ const SelfMetric kSelfMetrics[] = {
      "labels a client sent that torchmond sets itself from the kernel's word (`--peer-labels`, "
      "[security](security.md)): each refused with its definition, event or hello label",
      Plain<&DaemonStats::labels_refused_vouched>},
+    {"torchmon_daemon_labels_refused_job_total", "counter", "",
+     "Job labels refused because another user's streams hold that job (--peer-labels).",
+     "`job` labels refused because another user's streams hold that job (`--peer-labels`, "
+     "[security](security.md)): each refused with its definition, event or hello label",
+     Plain<&DaemonStats::labels_refused_job>},
     {"torchmon_daemon_connections_unidentified_total", "counter", "",
      "Unix socket connections closed because their peer could not be identified (--peer-labels).",
      "Unix socket connections closed because their peer could not be identified (the process "

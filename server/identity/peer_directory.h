@@ -36,6 +36,8 @@ struct PeerIdentity {
   std::vector<std::pair<std::string, std::string>> labels;
   // The peer's user: its name, or its uid in decimal.
   std::string user;
+  // Sees every user's series and events in queries (AdminRule).
+  bool admin = false;
 };
 
 class PeerDirectory {

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -11,7 +12,10 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace torchmon::server {
 
@@ -58,6 +62,36 @@ absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
   labels.user = UserName(peer.uid);
   labels.cgroup = LabelsOfProcCgroup(contents.str());
   return labels;
+}
+
+absl::StatusOr<std::vector<uint32_t>> SupplementaryGroupsOf(int64_t pid,
+                                                            absl::string_view proc_root) {
+  const std::string path = absl::StrCat(proc_root, "/", pid, "/status");
+  std::ifstream file(path);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, " (the peer's process is gone?)"));
+  }
+  for (std::string line; std::getline(file, line);) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, "Groups:")) continue;
+    std::vector<uint32_t> groups;
+    for (absl::string_view field : absl::StrSplit(rest, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+      uint32_t gid = 0;
+      if (!absl::SimpleAtoi(field, &gid)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": the Groups line holds \"", field, "\", not a group id"));
+      }
+      groups.push_back(gid);
+    }
+    return groups;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, " has no Groups line"));
+}
+
+bool AdminRule::Admits(const PeerCredentials& peer, const std::vector<uint32_t>& groups) const {
+  if (peer.uid == 0 || peer.uid == daemon_uid) return true;
+  if (!gid.has_value()) return false;
+  return peer.gid == *gid || std::find(groups.begin(), groups.end(), *gid) != groups.end();
 }
 
 std::vector<std::pair<std::string, std::string>> AsLabelPairs(const VouchedLabels& labels) {

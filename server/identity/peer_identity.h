@@ -9,6 +9,7 @@
 #define TORCHMON_SERVER_IDENTITY_PEER_IDENTITY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,23 @@ struct VouchedLabels {
 // naming the file.
 absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
                                               absl::string_view proc_root = "/proc");
+
+// The supplementary groups of process `pid`, from the "Groups:" line of
+// <proc_root>/<pid>/status. NotFound when the process is gone, naming the
+// file; InvalidArgument when the line is missing or malformed.
+absl::StatusOr<std::vector<uint32_t>> SupplementaryGroupsOf(int64_t pid,
+                                                            absl::string_view proc_root = "/proc");
+
+// Who sees every user's series and events in queries (docs/security.md,
+// "Who sees what"): root, the daemon's own user, and, with --admin-group,
+// the members of that group (as primary or supplementary group).
+struct AdminRule {
+  uint32_t daemon_uid = 0;
+  std::optional<uint32_t> gid;
+
+  // `groups`: the peer's supplementary groups; looked at only when `gid` is set.
+  bool Admits(const PeerCredentials& peer, const std::vector<uint32_t>& groups) const;
+};
 
 // The label names the daemon derives, which no client may send.
 inline constexpr absl::string_view kVouchedLabelNames[] = {

@@ -113,12 +113,28 @@ std::string IngestSession::RefusalOfVouched(const Labels& labels) const {
   return "";
 }
 
+std::string IngestSession::RefusalOfJob(const Labels& labels) {
+  if (!vouched_.has_value() || vouched_->jobs == nullptr) return "";
+  auto it = std::lower_bound(labels.begin(), labels.end(), "job",
+                             [](const auto& kv, absl::string_view k) { return kv.first < k; });
+  if (it == labels.end() || it->first != "job") return "";
+  const std::string& job = it->second;
+  if (std::find(jobs_held_.begin(), jobs_held_.end(), job) != jobs_held_.end()) return "";
+  if (absl::Status held = vouched_->jobs->Hold(job, vouched_->owner); !held.ok()) {
+    stats_.labels_refused_job.fetch_add(1, std::memory_order_relaxed);
+    return std::string(held.message());
+  }
+  jobs_held_.push_back(job);
+  return "";
+}
+
 IngestSession::~IngestSession() {
   // The stream ended: its Stats hold nothing any more.
   for (const auto& [id, n] : holds_) {
     for (uint32_t i = 0; i < n; ++i) aggregator_.Release(id);
   }
   holds_.clear();
+  for (const std::string& job : jobs_held_) vouched_->jobs->Release(job, vouched_->owner);
   SettleWaiting(0, nullptr, /*final=*/true);
   if (client_ != nullptr) clients_->Release(client_instance_);
 }
@@ -310,6 +326,12 @@ void IngestSession::Hello(const v1::IngestHello& hello, uint64_t sequence, v1::I
       }
     }
     if (auto merged = MergeLabels(vouched_->labels, own); merged.ok()) {
+      if (std::string why = RefusalOfJob(*merged); !why.empty()) {
+        Report(ack, sequence, 0, absl::StatusCode::kPermissionDenied,
+               absl::StrCat("hello.labels: ", why, "; the label is ignored"), 0);
+        merged->erase(std::find_if(merged->begin(), merged->end(),
+                                   [](const auto& kv) { return kv.first == "job"; }));
+      }
       identity_ = *std::move(merged);
     } else {
       Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
@@ -406,6 +428,10 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
                     absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", labels.status().message()));
     }
     b.key.labels = *std::move(labels);
+  }
+  if (std::string why = RefusalOfJob(b.key.labels.get()); !why.empty()) {
+    return refuse(absl::StatusCode::kPermissionDenied,
+                  absl::StrCat("definition of stat \"", Quote(def.name()), "\": ", why));
   }
   b.spec = *spec;
   Binding* existing = bindings_.Find(def.id());
@@ -676,9 +702,10 @@ void IngestSession::AddEventDrops(const v1::EventDropReport& drops, uint64_t seq
 
 void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::IngestAck* ack) {
   stats_.events_received.fetch_add(1, std::memory_order_relaxed);
-  auto refuse = [&](absl::string_view why) {
+  auto refuse = [&](absl::string_view why,
+                    absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
     stats_.events_refused.fetch_add(1, std::memory_order_relaxed);
-    Report(ack, sequence, 0, absl::StatusCode::kInvalidArgument,
+    Report(ack, sequence, 0, code,
              absl::StrCat("event \"", Quote(event.name()),
                           "\": ", why, "; event refused"),
              0);
@@ -694,6 +721,9 @@ void IngestSession::AddEvent(const v1::Event& event, uint64_t sequence, v1::Inge
   }
   auto labels = MergeLabels(identity_.get(), *own);
   if (!labels.ok()) return refuse(labels.status().message());
+  if (std::string why = RefusalOfJob(*labels); !why.empty()) {
+    return refuse(why, absl::StatusCode::kPermissionDenied);
+  }
   EventRecord record;
   record.name = event.name();
   record.timestamp_us = event.timestamp_us();

@@ -17,6 +17,7 @@
 #include "server/core/event_log.h"
 #include "server/core/broadcaster.h"
 #include "server/ingest/client_registry.h"
+#include "server/ingest/job_claims.h"
 #include "server/core/daemon_stats.h"
 #include "server/core/rate_limited_log.h"
 #include "torchmon/v1/torchmon.pb.h"
@@ -48,6 +49,12 @@ struct VouchedIdentity {
   // Every name the daemon vouches for, derived here or not: a client that
   // sends one of them is refused, naming it.
   std::vector<std::string> reserved;
+  // The stream's user ("" where it cannot be derived), and, when set, the
+  // register of which user each `job` label belongs to: the stream may use
+  // a job only while no other user's stream does (JobClaims). Must
+  // outlive the session.
+  std::string owner;
+  JobClaims* jobs = nullptr;
 };
 
 class IngestSession {
@@ -137,6 +144,9 @@ class IngestSession {
   std::string RefusalOfVouched(absl::string_view name) const;
   // The same for the first such label among `labels`.
   std::string RefusalOfVouched(const Labels& labels) const;
+  // "" if `labels` (sorted) carry no job label, or one this stream may use
+  // (then held until the stream ends); else why not. Counted.
+  std::string RefusalOfJob(const Labels& labels);
   // Definitions, samples, drops and events of `batch`.
   void ApplyParts(const v1::IngestBatch& batch, v1::IngestAck* ack);
   // Appends an IngestError, or past the per-batch limit counts it for the
@@ -217,6 +227,8 @@ class IngestSession {
   // Shared by every series of the stream whose stat adds no labels: the
   // hello's labels and the vouched ones.
   LabelSet identity_;
+  // The job labels this stream holds (VouchedIdentity::jobs).
+  std::vector<std::string> jobs_held_;
   std::string client_name_;
   BindingTable bindings_;
   // AddBlocks' buffers, reused from batch to batch: the decoded

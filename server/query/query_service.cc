@@ -159,12 +159,23 @@ std::optional<Cursor> FillPage(PageBuilder<Proto>& page, std::optional<Cursor> f
 
 QueryService::QueryService(const Aggregator& aggregator, const EventLog& events,
                            DaemonStats& stats, Broadcaster<ClosedWindow>& windows,
-                           Broadcaster<EventRecord>& events_out)
+                           Broadcaster<EventRecord>& events_out, ScopeOfPeer scope)
     : aggregator_(aggregator),
       events_(events),
       stats_(stats),
       windows_out_(windows),
-      events_out_(events_out) {}
+      events_out_(events_out),
+      scope_(std::move(scope)) {}
+
+Selector QueryService::Scoped(const grpc::CallbackServerContext& context,
+                              Selector selector) const {
+  if (scope_) {
+    if (std::optional<LabelMatcher> scope = scope_(context.peer())) {
+      selector.labels.push_back(*std::move(scope));
+    }
+  }
+  return selector;
+}
 
 grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* context,
                                                    const v1::ListSeriesRequest* request,
@@ -178,7 +189,7 @@ grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* 
     return reactor;
   }
   using Cursor = std::shared_ptr<const SeriesKey>;
-  const Selector selector = SelectorFromProto(request->selector());
+  const Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   PageBuilder<v1::SeriesInfo> page(response->mutable_series(), paging->max_items);
   const std::optional<Cursor> next = FillPage(
       page, paging->token ? std::optional<Cursor>(paging->token->series) : std::nullopt,
@@ -229,7 +240,7 @@ grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* 
     from = Cursor{paging->token->series, paging->token->after_start_ms,
                   paging->token->after_definition};
   }
-  const Selector selector = SelectorFromProto(request->selector());
+  const Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   const Aggregator::WindowFilter filter{request->start_ms(), request->end_ms(),
                                         static_cast<size_t>(request->limit_per_series())};
   PageBuilder<v1::WindowSummary> page(response->mutable_windows(), paging->max_items);
@@ -269,7 +280,7 @@ grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* c
     reactor->Finish(InvalidArgument(std::string(paging.status().message())));
     return reactor;
   }
-  const Selector selector = SelectorFromProto(request->selector());
+  const Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   uint64_t after = 0;
   uint64_t remaining = 0;  // 0: no limit
   if (paging->token) {
@@ -318,7 +329,7 @@ grpc::ServerUnaryReactor* QueryService::ListEventTotals(grpc::CallbackServerCont
     reactor->Finish(InvalidArgument(std::string(paging.status().message())));
     return reactor;
   }
-  const Selector selector = SelectorFromProto(request->selector());
+  const Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   PageBuilder<v1::EventTotals> page(response->mutable_events(), paging->max_items);
   using Entry = std::pair<SeriesKey, EventLog::Totals>;
   const std::optional<SeriesKey> next = FillPage(
@@ -376,7 +387,7 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
   }
   options.window_start_ms = request->window_start_ms();
   const std::vector<RankComparison> comparisons = torchmon::server::CompareRanks(
-      aggregator_, SelectorFromProto(request->selector()), options);
+      aggregator_, Scoped(*context, SelectorFromProto(request->selector())), options);
   for (const RankComparison& c : comparisons) {
     v1::RankComparison* out = response->add_comparisons();
     out->set_stat(c.stat);
@@ -403,9 +414,9 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
 }
 
 grpc::ServerWriteReactor<v1::WindowSummary>* QueryService::WatchWindows(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchWindowsRequest* request) {
+    grpc::CallbackServerContext* context, const v1::WatchWindowsRequest* request) {
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
-  Selector selector = SelectorFromProto(request->selector());
+  Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   return new WatchReactor<ClosedWindow, v1::WindowSummary>(
       windows_out_,
       [selector](const ClosedWindow& w) { return selector.Matches(*w.series); },
@@ -413,9 +424,9 @@ grpc::ServerWriteReactor<v1::WindowSummary>* QueryService::WatchWindows(
 }
 
 grpc::ServerWriteReactor<v1::Event>* QueryService::WatchEvents(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchEventsRequest* request) {
+    grpc::CallbackServerContext* context, const v1::WatchEventsRequest* request) {
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
-  Selector selector = SelectorFromProto(request->selector());
+  Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   return new WatchReactor<EventRecord, v1::Event>(
       events_out_,
       [selector](const EventRecord& e) { return selector.Matches(e.name, e.labels); },

@@ -3,10 +3,15 @@
 #ifndef TORCHMON_SERVER_QUERY_QUERY_SERVICE_H_
 #define TORCHMON_SERVER_QUERY_QUERY_SERVICE_H_
 
+#include <functional>
+#include <optional>
+#include <string>
+
 #include "server/core/aggregator.h"
 #include "server/core/event_log.h"
 #include "server/core/broadcaster.h"
 #include "server/core/daemon_stats.h"
+#include "server/core/selector.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {
@@ -24,8 +29,16 @@ class QueryService final : public v1::Query::CallbackService {
   static constexpr size_t kMaxPageSize = 10000;
   static constexpr size_t kPageBytes = 2 << 20;
 
+  // Who a caller is allowed to see, from its gRPC peer string: a matcher
+  // every series and event it is shown must meet as well as its own
+  // selector (with --peer-labels, user="<its user>"), or nothing for a
+  // caller who sees everything.
+  using ScopeOfPeer = std::function<std::optional<LabelMatcher>(const std::string& peer)>;
+
+  // Without `scope` every caller sees everything.
   QueryService(const Aggregator& aggregator, const EventLog& events, DaemonStats& stats,
-               Broadcaster<ClosedWindow>& windows, Broadcaster<EventRecord>& events_out);
+               Broadcaster<ClosedWindow>& windows, Broadcaster<EventRecord>& events_out,
+               ScopeOfPeer scope = nullptr);
 
   grpc::ServerUnaryReactor* ListSeries(grpc::CallbackServerContext* context,
                                        const v1::ListSeriesRequest* request,
@@ -48,11 +61,15 @@ class QueryService final : public v1::Query::CallbackService {
                                          v1::CompareRanksResponse* response) override;
 
  private:
+  // A request's selector, narrowed to what the caller may see.
+  Selector Scoped(const grpc::CallbackServerContext& context, Selector selector) const;
+
   const Aggregator& aggregator_;
   const EventLog& events_;
   DaemonStats& stats_;
   Broadcaster<ClosedWindow>& windows_out_;
   Broadcaster<EventRecord>& events_out_;
+  const ScopeOfPeer scope_;
 };
 
 }  // namespace torchmon::server

@@ -21,6 +21,8 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAreArray;
 using ::testing::Pair;
 
 class SocketPair {
@@ -108,6 +110,44 @@ TEST_F(ProcTree, AProcessThatIsGoneIsNotFoundNamingTheFile) {
   absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf({12345, 0, 0}, root_.string());
   EXPECT_EQ(labels.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(labels.status().message(), HasSubstr("/12345/cgroup"));
+}
+
+TEST_F(ProcTree, SupplementaryGroupsAreTheStatusFilesGroupsLine) {
+  std::filesystem::create_directories(root_ / "7");
+  std::ofstream(root_ / "7" / "status")
+      << "Name:\tpython3\nUid:\t1001\t1001\t1001\t1001\nGroups:\t27 100 1005 \nVmPeak:\t1 kB\n";
+  std::filesystem::create_directories(root_ / "8");
+  std::ofstream(root_ / "8" / "status") << "Name:\tx\nGroups:\t\n";
+  std::filesystem::create_directories(root_ / "9");
+  std::ofstream(root_ / "9" / "status") << "Name:\tx\nGroups:\t27 wheel\n";
+  auto seven = SupplementaryGroupsOf(7, root_.string());
+  ASSERT_TRUE(seven.ok()) << seven.status();
+  EXPECT_THAT(*seven, ElementsAre(27, 100, 1005));
+  auto eight = SupplementaryGroupsOf(8, root_.string());
+  ASSERT_TRUE(eight.ok()) << eight.status();
+  EXPECT_THAT(*eight, IsEmpty());
+  EXPECT_EQ(SupplementaryGroupsOf(9, root_.string()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SupplementaryGroupsOf(10, root_.string()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(PeerIdentityTest, ThisProcessesGroupsAreTheKernels) {
+  std::vector<gid_t> expected(static_cast<size_t>(::getgroups(0, nullptr)));
+  expected.resize(static_cast<size_t>(::getgroups(static_cast<int>(expected.size()), expected.data())));
+  auto groups = SupplementaryGroupsOf(::getpid());
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_THAT(*groups, UnorderedElementsAreArray(expected));
+}
+
+TEST(PeerIdentityTest, AdminsAreRootTheDaemonsUserAndTheAdminGroupsMembers) {
+  const AdminRule no_group{1000, std::nullopt};
+  EXPECT_TRUE(no_group.Admits({1, 0, 0}, {}));
+  EXPECT_TRUE(no_group.Admits({1, 1000, 1000}, {}));
+  EXPECT_FALSE(no_group.Admits({1, 1001, 1001}, {50}));
+  const AdminRule group{1000, 50};
+  EXPECT_TRUE(group.Admits({1, 1001, 1001}, {27, 50}));  // supplementary
+  EXPECT_TRUE(group.Admits({1, 1002, 50}, {}));          // primary
+  EXPECT_FALSE(group.Admits({1, 1003, 1003}, {27}));
 }
 
 }  // namespace

@@ -1042,10 +1042,24 @@ TEST_F(IngestSessionTest, ASeriesThatExpiredUnderAStreamIsDefinedAgainByItsNextS
 // the stream, and a client that sends one is refused, naming it.
 class VouchedIngestSessionTest : public IngestSessionTest {
  protected:
-  static VouchedIdentity Alice() {
-    return {{{"slurm_job_id", "4242"}, {"user", "alice"}},
-            {"user", "slurm_job_id", "slurm_step", "k8s_pod_uid", "container_id", "systemd_unit"}};
+  VouchedIdentity Of(std::string user, std::string slurm_job) {
+    return {{{"slurm_job_id", slurm_job}, {"user", user}},
+            {"user", "slurm_job_id", "slurm_step", "k8s_pod_uid", "container_id", "systemd_unit"},
+            user,
+            &jobs_};
   }
+  VouchedIdentity Alice() { return Of("alice", "4242"); }
+  std::unique_ptr<IngestSession> Stream(VouchedIdentity who) {
+    return std::make_unique<IngestSession>(aggregator_, events_, stats_, nullptr, IngestLimits{},
+                                           nullptr, nullptr, std::move(who));
+  }
+  static v1::IngestAck ApplyTo(IngestSession& session, const v1::IngestBatch& batch) {
+    v1::IngestAck ack;
+    session.Apply(batch, &ack);
+    return ack;
+  }
+
+  JobClaims jobs_;
   IngestSession vouched_{aggregator_, events_, stats_, nullptr, {}, nullptr, nullptr, Alice()};
 
   v1::IngestAck ApplyVouched(const v1::IngestBatch& batch) {
@@ -1126,6 +1140,89 @@ TEST_F(VouchedIngestSessionTest, AnEventWithAVouchedLabelIsRefusedAndTheNextLogg
   ASSERT_THAT(logged, SizeIs(1));
   EXPECT_EQ(logged[0].name, "epoch_end");
   EXPECT_EQ(logged[0].labels, (Labels{{"slurm_job_id", "4242"}, {"user", "alice"}}));
+}
+
+// A job label comes from the client's environment: on a shared node the
+// first user whose streams label a job holds it, and another user's stream
+// that sends it (in its hello, a definition or an event) is refused.
+TEST_F(VouchedIngestSessionTest, AnotherUsersJobIsRefusedWhereverItIsSent) {
+  v1::IngestBatch alice;
+  SetHello(alice, {{"job", "train-a"}});
+  AddDefinition(alice, 1, "loss", {v1::MEAN});
+  AddSamples(alice, 1, kT0 * 1000, {1});
+  ASSERT_THAT(ApplyVouched(alice).errors(), IsEmpty());
+
+  auto bob = Stream(Of("bob", "77"));
+  v1::IngestBatch forged;
+  SetHello(forged, {{"job", "train-a"}, {"rank", "3"}});
+  AddDefinition(forged, 1, "loss", {v1::MEAN});
+  AddDefinition(forged, 2, "lr", {v1::VALUE})->mutable_labels()->insert({"job", "train-a"});
+  AddSamples(forged, 1, kT0 * 1000, {5});
+  AddSamples(forged, 2, kT0 * 1000, {6, 7});
+  v1::Event* event = forged.add_events();
+  event->set_name("checkpoint");
+  event->mutable_labels()->insert({"job", "train-a"});
+  const v1::IngestAck ack = ApplyTo(*bob, forged);
+  ASSERT_THAT(ack.errors(), SizeIs(4));  // the hello's label, lr, lr's samples, the event
+  const std::string why =
+      "job \"train-a\" belongs to user \"alice\", whose streams label it on this daemon; a "
+      "client may label only its own user's jobs";
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(ack.errors(0).message(), absl::StrCat("hello.labels: ", why, "; the label is ignored"));
+  EXPECT_EQ(ack.errors(1).code(), Code(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(ack.errors(1).message(), absl::StrCat("definition of stat \"lr\": ", why));
+  EXPECT_EQ(ack.errors(2).samples_refused(), 2u);
+  EXPECT_EQ(ack.errors(3).code(), Code(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(ack.errors(3).message(), HasSubstr(absl::StrCat("event \"checkpoint\": ", why)));
+  EXPECT_EQ(stats_.labels_refused_job.load(), 3u);
+  // Alice's series is untouched; bob's "loss" is his own, without the job.
+  Selector alices;
+  alices.labels.push_back({"user", "alice", LabelMatcher::Op::kEqual});
+  alices.name = "loss";
+  const auto mine = aggregator_.ListSeries(alices);
+  ASSERT_THAT(mine, SizeIs(1));
+  EXPECT_EQ(mine[0].key->ToString(), "loss{job=\"train-a\",slurm_job_id=\"4242\",user=\"alice\"}");
+  EXPECT_EQ(mine[0].counters.accepted, 1u);
+  Selector bobs;
+  bobs.labels.push_back({"user", "bob", LabelMatcher::Op::kEqual});
+  const auto his = aggregator_.ListSeries(bobs);
+  ASSERT_THAT(his, SizeIs(1));
+  EXPECT_EQ(his[0].key->ToString(), "loss{rank=\"3\",slurm_job_id=\"77\",user=\"bob\"}");
+  EXPECT_THAT(events_.Get(Selector{}, 0, 0), IsEmpty());
+}
+
+TEST_F(VouchedIngestSessionTest, AJobIsFreeOnceNoStreamOfItsUserHoldsIt) {
+  auto first = Stream(Alice());
+  auto second = Stream(Alice());
+  v1::IngestBatch batch;
+  SetHello(batch, {{"job", "train-a"}});
+  ASSERT_THAT(ApplyTo(*first, batch).errors(), IsEmpty());
+  ASSERT_THAT(ApplyTo(*second, batch).errors(), IsEmpty());  // the same user: no conflict
+  EXPECT_EQ(jobs_.size(), 1u);
+  first.reset();
+  EXPECT_THAT(ApplyTo(*Stream(Of("bob", "77")), batch).errors(), SizeIs(1));  // still held
+  second.reset();
+  EXPECT_EQ(jobs_.size(), 0u);
+  auto bob = Stream(Of("bob", "77"));
+  EXPECT_THAT(ApplyTo(*bob, batch).errors(), IsEmpty());
+  EXPECT_THAT(ApplyTo(*Stream(Alice()), batch).errors(), SizeIs(1));  // now bob's
+}
+
+TEST_F(VouchedIngestSessionTest, AClientTheDaemonCannotIdentifyHoldsJobsAsOneOwner) {
+  // A TCP client (no vouched labels, owner "") may not take a user's job,
+  // and a user may not take the job of such clients.
+  auto tcp = Stream(VouchedIdentity{{},
+                                    {"user", "slurm_job_id", "slurm_step", "k8s_pod_uid",
+                                     "container_id", "systemd_unit"},
+                                    "",
+                                    &jobs_});
+  v1::IngestBatch batch;
+  SetHello(batch, {{"job", "shared"}});
+  ASSERT_THAT(ApplyTo(*tcp, batch).errors(), IsEmpty());
+  const v1::IngestAck ack = ApplyVouched(batch);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_THAT(ack.errors(0).message(),
+              HasSubstr("job \"shared\" belongs to clients torchmond cannot identify (TCP)"));
 }
 
 TEST_F(IngestSessionTest, WithoutVouchingTheSameLabelsAreTheClients) {
