@@ -86,6 +86,24 @@ TEST(SecurityOptionsTest, SocketGroupWithoutAUnixListenerIsRefused) {
               HasSubstr("--socket-group \"torchmon\" sets the group of Unix sockets"));
 }
 
+TEST(SecurityOptionsTest, PeerLabelsNeedAUnixListener) {
+  EXPECT_THAT(ErrorOf({"--listen", ":0", "--peer-labels", "on"}),
+              HasSubstr("--peer-labels on labels the clients of Unix sockets and none is "
+                        "configured"));
+  EXPECT_THAT(ErrorOf({"--peer-labels", "yes"}),
+              HasSubstr("--peer-labels \"yes\" is neither on nor off"));
+  EXPECT_TRUE(Parse({"--listen", "unix:///tmp/t.sock", "--peer-labels", "on"}).ok());
+}
+
+TEST(SecurityOptionsTest, AdminGroupNeedsPeerLabels) {
+  EXPECT_THAT(ErrorOf({"--listen", "unix:///tmp/t.sock", "--admin-group", "adm"}),
+              HasSubstr("--admin-group \"adm\" names who sees every user's series, and users "
+                        "are told apart only with --peer-labels on"));
+  EXPECT_TRUE(Parse({"--listen", "unix:///tmp/t.sock", "--peer-labels", "on", "--admin-group",
+                     "adm"})
+                  .ok());
+}
+
 TEST(SecurityOptionsTest, TokenInClearTextToOtherHostsIsRefused) {
   const std::string error = ErrorOf({"--listen", "0.0.0.0:7070", "--auth-token-file", "/t"});
   EXPECT_THAT(error, HasSubstr("--listen 0.0.0.0:7070"));
