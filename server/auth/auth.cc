@@ -52,32 +52,59 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-absl::StatusOr<std::vector<std::string>> ParseTokenFile(absl::string_view text,
+bool IsValidTokenName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxTokenNameLength) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
+        c != '@' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<BearerToken>> ParseTokenFile(absl::string_view text,
                                                         absl::string_view origin) {
-  std::vector<std::string> tokens;
+  std::vector<BearerToken> tokens;
   for (const auto& [number, line] : ContentLines(text)) {
-    if (line.size() < kMinTokenLength) {
+    BearerToken entry;
+    absl::string_view token = line;
+    if (const size_t space = line.find_first_of(" \t"); space != absl::string_view::npos) {
+      const absl::string_view name = line.substr(0, space);
+      if (!IsValidTokenName(name)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, " line ", number, ": \"NAME TOKEN\" needs a NAME of at most ",
+            kMaxTokenNameLength, " letters, digits, '.', '_', '@' or '-'"));
+      }
+      entry.name = std::string(name);
+      token = absl::StripLeadingAsciiWhitespace(line.substr(space));
+    }
+    if (token.size() < kMinTokenLength) {
       return absl::InvalidArgumentError(
           absl::StrCat(origin, " line ", number, ": the token is shorter than ", kMinTokenLength,
                        " characters; generate one with: openssl rand -hex 32"));
     }
-    for (char c : line) {
+    for (char c : token) {
       if (c < 0x21 || c > 0x7e) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(origin, " line ", number,
-                         ": a token may only hold printable ASCII characters without spaces"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, " line ", number,
+            ": a token may only hold printable ASCII characters without spaces (a line is a "
+            "token, or a name and a token)"));
       }
     }
-    tokens.emplace_back(line);
+    entry.token = std::string(token);
+    tokens.push_back(std::move(entry));
   }
   if (tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        origin, " holds no token (one per line; empty lines and '#' comments are skipped)"));
+        origin, " holds no token (one per line, alone or after a name; empty lines and '#' "
+                "comments are skipped)"));
   }
   return tokens;
 }
 
-absl::Status BearerTokenChecker::Check(bool present, absl::string_view authorization) const {
+absl::StatusOr<std::string> BearerTokenChecker::Check(bool present,
+                                                      absl::string_view authorization) const {
   if (!present) {
     return absl::UnauthenticatedError(
         "torchmond requires a bearer token on every call and this one carried none; give the "
@@ -89,33 +116,56 @@ absl::Status BearerTokenChecker::Check(bool present, absl::string_view authoriza
         "torchmond requires \"authorization: Bearer <token>\" metadata; this call carried "
         "another kind of authorization");
   }
-  bool accepted = false;
-  for (const std::string& candidate : tokens_) accepted |= ConstantTimeEquals(token, candidate);
-  if (!accepted) {
+  // Every token is compared, whichever matched.
+  const BearerToken* accepted = nullptr;
+  for (const BearerToken& candidate : tokens_) {
+    if (ConstantTimeEquals(token, candidate.token) && accepted == nullptr) accepted = &candidate;
+  }
+  if (accepted == nullptr) {
     return absl::UnauthenticatedError(
         "torchmond refused the bearer token of this call: it is not one of the daemon's "
         "--auth-token-file tokens");
   }
-  return absl::OkStatus();
+  return accepted->name;
+}
+
+void TokenAuthMetadataProcessor::Replace(std::shared_ptr<const BearerTokenChecker> checker) {
+  absl::MutexLock lock(&mu_);
+  checker_ = std::move(checker);
 }
 
 grpc::Status TokenAuthMetadataProcessor::Process(const InputMetadata& auth_metadata,
                                                  grpc::AuthContext* /*context*/,
-                                                 OutputMetadata* consumed_auth_metadata,
+                                                 OutputMetadata* /*consumed_auth_metadata*/,
                                                  OutputMetadata* /*response_metadata*/) {
   const auto it = auth_metadata.find("authorization");
   const bool present = it != auth_metadata.end();
   const absl::string_view value =
       present ? absl::string_view(it->second.data(), it->second.size()) : absl::string_view();
-  const absl::Status status = checker_->Check(present, value);
-  if (!status.ok()) {
-    refused_.fetch_add(1, std::memory_order_relaxed);
-    if (on_refused_) on_refused_(status.message());
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(status.message()));
+  std::shared_ptr<const BearerTokenChecker> checker;
+  {
+    absl::MutexLock lock(&mu_);
+    checker = checker_;
   }
-  // Handlers have no use for the token; keep it out of their reach.
-  consumed_auth_metadata->emplace("authorization", std::string(value));
+  const absl::StatusOr<std::string> name = checker->Check(present, value);
+  if (!name.ok()) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    if (on_refused_) on_refused_(name.status().message());
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(name.status().message()));
+  }
   return grpc::Status::OK;
+}
+
+std::optional<std::string> TokenAuthMetadataProcessor::TokenNameOf(
+    absl::string_view authorization) const {
+  std::shared_ptr<const BearerTokenChecker> checker;
+  {
+    absl::MutexLock lock(&mu_);
+    checker = checker_;
+  }
+  absl::StatusOr<std::string> name = checker->Check(true, authorization);
+  if (!name.ok()) return std::nullopt;
+  return *std::move(name);
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseBasicAuthFile(

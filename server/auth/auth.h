@@ -12,13 +12,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 
 namespace torchmon::server {
@@ -32,35 +35,53 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 // `openssl rand -hex 32` gives 64 characters.
 inline constexpr size_t kMinTokenLength = 16;
 
+// One token of a token file, and the name of who holds it: with
+// --peer-labels a named token's calls are that identity's
+// (docs/security.md, "Who sees what"). "" for an unnamed token.
+struct BearerToken {
+  std::string name;
+  std::string token;
+};
+
+// Longest token name, and its characters: those of a user name.
+inline constexpr size_t kMaxTokenNameLength = 64;
+bool IsValidTokenName(absl::string_view name);
+
 // The tokens of a token file: every line that is neither empty nor a
-// comment ('#'), with surrounding whitespace removed. Several tokens let an
-// operator rotate without stopping every client at once. InvalidArgument if
-// there is none, or one is shorter than kMinTokenLength or holds a character
-// outside printable ASCII (it travels as an HTTP/2 header value). `origin`
-// names the file in messages; the tokens themselves never appear in one.
-absl::StatusOr<std::vector<std::string>> ParseTokenFile(absl::string_view text,
+// comment ('#'), with surrounding whitespace removed: a token, or "NAME
+// TOKEN" (NAME of letters, digits, '.', '_', '@' and '-'). Several tokens,
+// of one name or none, let an operator rotate without stopping every client
+// at once. InvalidArgument if there is none, or a token is shorter than
+// kMinTokenLength or holds a character outside printable ASCII (it travels
+// as an HTTP/2 header value), or a name is malformed. `origin` names the
+// file in messages; the tokens themselves never appear in one.
+absl::StatusOr<std::vector<BearerToken>> ParseTokenFile(absl::string_view text,
                                                         absl::string_view origin);
 
 // Checks the "authorization" value of a call against a set of tokens.
 // Immutable after construction; thread-safe.
 class BearerTokenChecker {
  public:
-  explicit BearerTokenChecker(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
+  explicit BearerTokenChecker(std::vector<BearerToken> tokens) : tokens_(std::move(tokens)) {}
 
-  // OK if `authorization` is "Bearer <token>" (scheme case-insensitive) for
-  // one of the tokens. Otherwise Unauthenticated with a message that tells a
-  // user what to fix; it never echoes what was sent. `present` is false when
-  // the call carried no authorization header at all.
-  absl::Status Check(bool present, absl::string_view authorization) const;
+  // The name of the token (possibly "") if `authorization` is "Bearer
+  // <token>" (scheme case-insensitive) for one of the tokens. Otherwise
+  // Unauthenticated with a message that tells a user what to fix; it never
+  // echoes what was sent. `present` is false when the call carried no
+  // authorization header at all.
+  absl::StatusOr<std::string> Check(bool present, absl::string_view authorization) const;
 
  private:
-  const std::vector<std::string> tokens_;
+  const std::vector<BearerToken> tokens_;
 };
 
 // Refuses every gRPC call, on every listener and of every service (health
 // and reflection included), that does not carry a token BearerTokenChecker
-// accepts. gRPC runs it in the transport, before any handler sees the call;
-// the token is removed from the metadata handlers see.
+// accepts. gRPC runs it in the transport, before any handler sees the call.
+// The token stays in the metadata handlers see: with --peer-labels its name
+// is the caller's identity (TokenNameOf). Not the AuthContext: gRPC shares
+// one between every call of a connection, and calls of several tokens may
+// share a connection.
 //
 // gRPC applies an AuthMetadataProcessor to secure server credentials only:
 // the daemon gives every listener such credentials when a token is
@@ -76,6 +97,16 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
                              std::atomic<uint64_t>& refused, OnRefused on_refused = nullptr)
       : checker_(std::move(checker)), refused_(refused), on_refused_(std::move(on_refused)) {}
 
+  // Calls from now on are checked against `checker` (a reload); calls
+  // already admitted keep going.
+  void Replace(std::shared_ptr<const BearerTokenChecker> checker) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The name of the token in `authorization` (a call's metadata, which
+  // Process admitted), "" for an unnamed token, or nullopt for one not (or
+  // no longer) among the tokens.
+  std::optional<std::string> TokenNameOf(absl::string_view authorization) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // A comparison of a few strings: run it inline rather than on gRPC's
   // separate thread for blocking processors.
   bool IsBlocking() const override { return false; }
@@ -85,7 +116,8 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* response_metadata) override;
 
  private:
-  const std::shared_ptr<const BearerTokenChecker> checker_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const BearerTokenChecker> checker_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t>& refused_;
   const OnRefused on_refused_;
 };

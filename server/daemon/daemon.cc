@@ -21,8 +21,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "grpc/grpc_security_constants.h"
 #include "grpc/support/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/security/auth_context.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/core/rate_limited_log.h"
@@ -91,41 +93,83 @@ void GrpcLog(gpr_log_func_args* args) {
   ClientLog().Report(absl::StrCat("grpc error at ", file, ":", args->line), message);
 }
 
+// Who is calling, with --peer-labels (docs/security.md, "Who sees what"):
+// on a Unix connection the daemon accepted, the user the kernel names (and
+// the labels its cgroup vouches for); over TCP, the name of the token the
+// call carries ("NAME TOKEN" in --auth-token-file), else the common name of
+// its verified client certificate; else nobody known (user "").
+struct Caller {
+  std::string user;
+  Labels labels;  // sorted
+  bool admin = false;
+};
+
+Caller CallerOf(const PeerDirectory& peers, const ServerSecurity* security,
+                const grpc::CallbackServerContext& call) {
+  Caller caller;
+  if (auto identity = peers.Find(call.peer())) {
+    caller.user = identity->user;
+    caller.labels = identity->labels;
+    caller.admin = identity->admin;
+    return caller;
+  }
+  // The token from the call's own metadata: a connection may carry calls
+  // of several tokens.
+  if (const TokenAuthMetadataProcessor* check =
+          security != nullptr ? security->token_check() : nullptr) {
+    const auto& metadata = call.client_metadata();
+    if (auto it = metadata.find("authorization"); it != metadata.end()) {
+      std::optional<std::string> name =
+          check->TokenNameOf(absl::string_view(it->second.data(), it->second.size()));
+      if (name.has_value() && !name->empty()) caller.user = *std::move(name);
+    }
+  }
+  // The certificate is the connection's, verified in the handshake.
+  if (const auto auth = call.auth_context(); caller.user.empty() && auth != nullptr &&
+                                             auth->IsPeerAuthenticated()) {
+    const std::vector<grpc::string_ref> names =
+        auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+    if (!names.empty()) caller.user.assign(names.front().data(), names.front().size());
+  }
+  if (!caller.user.empty()) caller.labels = {{"user", caller.user}};
+  return caller;
+}
+
 // The ingest options with the daemon's parts: its client log, and with
-// --peer-labels the labels `peers` (the Unix connections the daemon
-// accepted itself) vouch for, and `jobs`, which user each job label
-// belongs to.
+// --peer-labels the labels the daemon vouches for about each stream's
+// caller (`peers`: the Unix connections the daemon accepted itself), and
+// `jobs`, which user each job label belongs to.
 IngestServiceOptions WithDaemonParts(IngestServiceOptions options, const PeerDirectory* peers,
+                                     const std::unique_ptr<ServerSecurity>* security,
                                      JobClaims* jobs) {
   options.client_log = &ClientLog();
   if (peers != nullptr) {
     std::vector<std::string> reserved(std::begin(kVouchedLabelNames),
                                       std::end(kVouchedLabelNames));
-    options.vouch = [peers, jobs, reserved = std::move(reserved)](const std::string& peer) {
+    options.vouch = [peers, security, jobs,
+                     reserved = std::move(reserved)](const grpc::CallbackServerContext& call) {
+      Caller caller = CallerOf(*peers, security->get(), call);
       VouchedIdentity vouched;
       vouched.reserved = reserved;
       vouched.jobs = jobs;
-      if (auto identity = peers->Find(peer)) {
-        vouched.labels = identity->labels;
-        vouched.owner = identity->user;
-      }
+      vouched.labels = std::move(caller.labels);
+      vouched.owner = std::move(caller.user);
       return vouched;
     };
   }
   return options;
 }
 
-// With --peer-labels, who sees what in queries (docs/security.md, "Who sees
-// what"): a client of a Unix socket its own user's series and events; an
-// admin (AdminRule) everything; a client the daemon cannot identify (TCP)
-// only what no identified user sent (no user label).
-QueryService::ScopeOfPeer QueryScope(const PeerDirectory* peers) {
+// With --peer-labels, who sees what in queries: a caller its own user's
+// series and events; an admin (AdminRule) everything; a caller the daemon
+// cannot identify only what no identified one sent (no user label).
+QueryService::ScopeOfCall QueryScope(const PeerDirectory* peers,
+                                     const std::unique_ptr<ServerSecurity>* security) {
   if (peers == nullptr) return nullptr;
-  return [peers](const std::string& peer) -> std::optional<LabelMatcher> {
-    const std::shared_ptr<const PeerIdentity> identity = peers->Find(peer);
-    if (identity != nullptr && identity->admin) return std::nullopt;
-    return LabelMatcher{"user", identity != nullptr ? identity->user : "",
-                        LabelMatcher::Op::kEqual};
+  return [peers, security](const grpc::CallbackServerContext& call) -> std::optional<LabelMatcher> {
+    const Caller caller = CallerOf(*peers, security->get(), call);
+    if (caller.admin) return std::nullopt;
+    return LabelMatcher{"user", caller.user, LabelMatcher::Op::kEqual};
   };
 }
 
@@ -151,9 +195,10 @@ Daemon::Daemon(DaemonOptions options, const Clock& clock)
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_,
                       WithDaemonParts(options_.ingest,
-                                      options_.security.peer_labels ? &peers_ : nullptr, &jobs_)),
+                                      options_.security.peer_labels ? &peers_ : nullptr,
+                                      &security_, &jobs_)),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_,
-                     QueryScope(options_.security.peer_labels ? &peers_ : nullptr)),
+                     QueryScope(options_.security.peer_labels ? &peers_ : nullptr, &security_)),
       health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       live_page_(aggregator_, events_),

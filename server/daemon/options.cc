@@ -339,9 +339,12 @@ const DaemonFlag kDaemonFlags[] = {
      [](const DaemonOptions&) { return std::string("not asked"); }, false,
      SetSecurity<&SecurityOptions::tls_client_ca_file>, false, nullptr},
     {"--auth-token-file", "FILE",
-     "Tokens, one per line: every gRPC call on every listener\n"
+     "Tokens, one per line, each alone or after a name\n"
+     "(\"alice <token>\"): every gRPC call on every listener\n"
      "must carry one (\"authorization: Bearer <token>\"), or\n"
-     "is refused UNAUTHENTICATED. Not readable by others.",
+     "is refused UNAUTHENTICATED. Not readable by others.\n"
+     "With --peer-labels on: TCP listeners only, and a\n"
+     "token's name is its clients' user.",
      [](const DaemonOptions&) { return std::string("no token asked"); }, true,
      SetSecurity<&SecurityOptions::auth_token_file>, false, nullptr},
     {"--metrics-auth-file", "FILE",

@@ -48,6 +48,10 @@ class ServerSecurity {
   // With --auth-token-file every one of them refuses calls without a token.
   std::shared_ptr<grpc::ServerCredentials> CredentialsFor(const ListenAddress& address) const;
 
+  // The check of --auth-token-file, which also names a call's token; null
+  // without a token file.
+  const TokenAuthMetadataProcessor* token_check() const { return token_processor_.get(); }
+
   // What scrapes of /metrics must carry; null when no credentials are asked.
   std::shared_ptr<const BasicAuthChecker> metrics_auth() const { return metrics_auth_; }
 

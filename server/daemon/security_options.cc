@@ -74,12 +74,6 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
         "\" names who sees every user's series, and users are told apart only with "
         "--peer-labels on (add it)"));
   }
-  if (s.peer_labels && !s.auth_token_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--peer-labels on with --auth-token-file: not supported yet. On a Unix socket the "
-        "kernel says who the client is, and the socket's mode and --socket-group say who may "
-        "connect; use one or the other (docs/security.md)");
-  }
   if (!s.socket_group.empty() && !has_unix) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--socket-group \"", s.socket_group,
@@ -94,12 +88,19 @@ std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool run
   for (const ListenAddress& addr : options.listen) {
     if (addr.kind == ListenAddress::Kind::kUnix) {
       if ((options.socket_mode & 0007) != 0) {
-        warnings.push_back(absl::StrCat("--socket-mode ", Octal(options.socket_mode),
-                                        " lets every local user connect to ", addr.path,
-                                        s.auth_token_file.empty()
-                                            ? " and, without --auth-token-file, read and send "
-                                              "every series"
-                                            : ""));
+        warnings.push_back(absl::StrCat(
+            "--socket-mode ", Octal(options.socket_mode), " lets every local user connect to ",
+            addr.path,
+            s.peer_labels ? " (each one sees and labels only its own series: --peer-labels on)"
+            : s.auth_token_file.empty()
+                ? " and, without --auth-token-file, read and send every series"
+                : ""));
+      }
+      if (s.peer_labels && !s.auth_token_file.empty()) {
+        warnings.push_back(absl::StrCat(
+            "with --peer-labels on, clients of ", addr.path,
+            " are admitted by its mode and group and named by the kernel: --auth-token-file is "
+            "checked on TCP listeners only"));
       }
       continue;
     }

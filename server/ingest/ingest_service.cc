@@ -31,12 +31,12 @@ class RefusedReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1:
 
 class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
-  IngestReactor(IngestService& service, std::string peer)
+  IngestReactor(IngestService& service, const grpc::CallbackServerContext& call)
       : service_(service),
-        peer_(std::move(peer)),
+        peer_(call.peer()),
         session_(service.aggregator_, service.events_, service.stats_, &service.events_out_,
                  service.options_.limits, &service.clients_, service.options_.client_log,
-                 service.options_.vouch ? std::optional(service.options_.vouch(peer_))
+                 service.options_.vouch ? std::optional(service.options_.vouch(call))
                                         : std::nullopt),
         stats_(service.stats_) {
     stats_.ingest_streams_total.fetch_add(1, std::memory_order_relaxed);
@@ -174,7 +174,7 @@ grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestService::Stream(
     }
     return new RefusedReactor(options_.max_streams);
   }
-  return new IngestReactor(*this, context->peer());
+  return new IngestReactor(*this, *context);
 }
 
 void IngestService::StopApplying() {

@@ -39,9 +39,10 @@ struct IngestServiceOptions {
   // (rate-limited); none if null. Must outlive the service.
   RateLimitedLog* client_log = nullptr;
   // With --peer-labels: what the daemon vouches for about the client of a
-  // stream, from its gRPC peer string (IngestSession's VouchedIdentity).
-  // Unset: every stream's labels are the client's alone.
-  std::function<VouchedIdentity(const std::string& peer)> vouch;
+  // stream, from its call (the peer string of a Unix connection the daemon
+  // accepted, a named token or a client certificate; IngestSession's
+  // VouchedIdentity). Unset: every stream's labels are the client's alone.
+  std::function<VouchedIdentity(const grpc::CallbackServerContext& call)> vouch;
 };
 
 // Thread-safe; outlives every stream it serves (the gRPC server is shut down

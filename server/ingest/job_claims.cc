@@ -31,7 +31,7 @@ size_t JobClaims::size() const {
 }
 
 std::string DescribeOwner(absl::string_view owner) {
-  if (owner.empty()) return "clients torchmond cannot identify (TCP)";
+  if (owner.empty()) return "TCP clients with no name (no named token, no client certificate)";
   return absl::StrCat("user \"", protocol::Quote(owner), "\"");
 }
 

@@ -22,8 +22,8 @@ namespace torchmon::server {
 
 class JobClaims {
  public:
-  // One more hold of `job` by `owner` (a user name; "" for clients the
-  // daemon cannot identify) if the job is free or already `owner`'s.
+  // One more hold of `job` by `owner` (a user name; "" for TCP clients the
+  // daemon has no name for) if the job is free or already `owner`'s.
   // Otherwise PermissionDenied naming the job and the user holding it;
   // nothing changes.
   absl::Status Hold(absl::string_view job, absl::string_view owner) ABSL_LOCKS_EXCLUDED(mu_);
@@ -44,8 +44,8 @@ class JobClaims {
   absl::flat_hash_map<std::string, Claim> claims_ ABSL_GUARDED_BY(mu_);
 };
 
-// How an owner is named in messages: "user \"alice\"", or for "" the
-// clients the daemon cannot identify.
+// How an owner is named in messages: "user \"alice\"", or for "" the TCP
+// clients the daemon has no name for.
 std::string DescribeOwner(absl::string_view owner);
 
 }  // namespace torchmon::server

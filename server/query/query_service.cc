@@ -159,7 +159,7 @@ std::optional<Cursor> FillPage(PageBuilder<Proto>& page, std::optional<Cursor> f
 
 QueryService::QueryService(const Aggregator& aggregator, const EventLog& events,
                            DaemonStats& stats, Broadcaster<ClosedWindow>& windows,
-                           Broadcaster<EventRecord>& events_out, ScopeOfPeer scope)
+                           Broadcaster<EventRecord>& events_out, ScopeOfCall scope)
     : aggregator_(aggregator),
       events_(events),
       stats_(stats),
@@ -170,7 +170,7 @@ QueryService::QueryService(const Aggregator& aggregator, const EventLog& events,
 Selector QueryService::Scoped(const grpc::CallbackServerContext& context,
                               Selector selector) const {
   if (scope_) {
-    if (std::optional<LabelMatcher> scope = scope_(context.peer())) {
+    if (std::optional<LabelMatcher> scope = scope_(context)) {
       selector.labels.push_back(*std::move(scope));
     }
   }

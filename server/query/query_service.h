@@ -29,16 +29,17 @@ class QueryService final : public v1::Query::CallbackService {
   static constexpr size_t kMaxPageSize = 10000;
   static constexpr size_t kPageBytes = 2 << 20;
 
-  // Who a caller is allowed to see, from its gRPC peer string: a matcher
-  // every series and event it is shown must meet as well as its own
-  // selector (with --peer-labels, user="<its user>"), or nothing for a
-  // caller who sees everything.
-  using ScopeOfPeer = std::function<std::optional<LabelMatcher>(const std::string& peer)>;
+  // What a caller is allowed to see, from its call: a matcher every series
+  // and event it is shown must meet as well as its own selector (with
+  // --peer-labels, user="<its user>"), or nothing for a caller who sees
+  // everything.
+  using ScopeOfCall =
+      std::function<std::optional<LabelMatcher>(const grpc::CallbackServerContext& call)>;
 
   // Without `scope` every caller sees everything.
   QueryService(const Aggregator& aggregator, const EventLog& events, DaemonStats& stats,
                Broadcaster<ClosedWindow>& windows, Broadcaster<EventRecord>& events_out,
-               ScopeOfPeer scope = nullptr);
+               ScopeOfCall scope = nullptr);
 
   grpc::ServerUnaryReactor* ListSeries(grpc::CallbackServerContext* context,
                                        const v1::ListSeriesRequest* request,
@@ -69,7 +70,7 @@ class QueryService final : public v1::Query::CallbackService {
   DaemonStats& stats_;
   Broadcaster<ClosedWindow>& windows_out_;
   Broadcaster<EventRecord>& events_out_;
-  const ScopeOfPeer scope_;
+  const ScopeOfCall scope_;
 };
 
 }  // namespace torchmon::server

@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::Pair;
 
@@ -31,11 +32,46 @@ TEST(ConstantTimeEqualsTest, ComparesWholeStrings) {
   EXPECT_FALSE(ConstantTimeEquals(std::string("a\0b", 3), std::string("a\0c", 3)));
 }
 
+std::vector<BearerToken> Unnamed(std::vector<std::string> tokens) {
+  std::vector<BearerToken> out;
+  for (std::string& token : tokens) out.push_back({"", std::move(token)});
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Pairs(const std::vector<BearerToken>& tokens) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const BearerToken& t : tokens) out.emplace_back(t.name, t.token);
+  return out;
+}
+
 TEST(ParseTokenFileTest, TakesEveryLineButEmptyOnesAndComments) {
   auto tokens =
       ParseTokenFile(absl::StrCat("# rotated 2024-05\n\n  ", kToken, "  \n", kOtherToken), "f");
   ASSERT_TRUE(tokens.ok()) << tokens.status();
-  EXPECT_THAT(*tokens, ElementsAre(kToken, kOtherToken));
+  EXPECT_THAT(Pairs(*tokens), ElementsAre(Pair("", kToken), Pair("", kOtherToken)));
+}
+
+TEST(ParseTokenFileTest, ALineMayNameWhoHoldsItsToken) {
+  auto tokens = ParseTokenFile(
+      absl::StrCat("alice ", kToken, "\n\tci-bot@gpu-01 \t", kOtherToken, "\n", kToken), "f");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_THAT(Pairs(*tokens), ElementsAre(Pair("alice", kToken), Pair("ci-bot@gpu-01", kOtherToken),
+                                          Pair("", kToken)));
+  for (const char* name : {"al/ice", "al:ice", std::string(65, 'a').c_str()}) {
+    auto bad = ParseTokenFile(absl::StrCat(name, " ", kToken), "f");
+    ASSERT_FALSE(bad.ok()) << name;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("line 1: \"NAME TOKEN\" needs a NAME"));
+  }
+}
+
+TEST(BearerTokenCheckerTest, TellsTheNameOfTheTokenGiven) {
+  BearerTokenChecker checker({{"alice", kToken}, {"", kOtherToken}});
+  auto alice = checker.Check(true, absl::StrCat("Bearer ", kToken));
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(*alice, "alice");
+  auto unnamed = checker.Check(true, absl::StrCat("Bearer ", kOtherToken));
+  ASSERT_TRUE(unnamed.ok()) << unnamed.status();
+  EXPECT_EQ(*unnamed, "");
 }
 
 TEST(ParseTokenFileTest, RefusesAFileWithoutToken) {
@@ -54,7 +90,8 @@ TEST(ParseTokenFileTest, RefusesAShortTokenNamingTheLineNotTheToken) {
 }
 
 TEST(ParseTokenFileTest, RefusesSpacesAndControlCharactersInAToken) {
-  EXPECT_FALSE(ParseTokenFile("0123456789 abcdef0123456789", "f").ok());
+  EXPECT_FALSE(ParseTokenFile("name 0123456789 abcdef0123456789", "f").ok());
+  EXPECT_FALSE(ParseTokenFile("0123456789 abcdef", "f").ok());  // a name, a short token
   EXPECT_FALSE(ParseTokenFile("0123456789\x01"
                               "abcdef0123456789",
                               "f")
@@ -62,19 +99,19 @@ TEST(ParseTokenFileTest, RefusesSpacesAndControlCharactersInAToken) {
 }
 
 TEST(BearerTokenCheckerTest, AcceptsAnyOfItsTokens) {
-  BearerTokenChecker checker({kToken, kOtherToken});
+  BearerTokenChecker checker(Unnamed({kToken, kOtherToken}));
   EXPECT_TRUE(checker.Check(true, absl::StrCat("Bearer ", kToken)).ok());
   EXPECT_TRUE(checker.Check(true, absl::StrCat("Bearer ", kOtherToken)).ok());
 }
 
 TEST(BearerTokenCheckerTest, SchemeIsCaseInsensitive) {
-  BearerTokenChecker checker({kToken});
+  BearerTokenChecker checker(Unnamed({kToken}));
   EXPECT_TRUE(checker.Check(true, absl::StrCat("bearer ", kToken)).ok());
   EXPECT_TRUE(checker.Check(true, absl::StrCat("BEARER ", kToken)).ok());
 }
 
 TEST(BearerTokenCheckerTest, MissingTokenIsUnauthenticatedAndSaysHowToGiveOne) {
-  const absl::Status status = BearerTokenChecker({kToken}).Check(false, "");
+  const absl::Status status = BearerTokenChecker(Unnamed({kToken})).Check(false, "").status();
   EXPECT_TRUE(absl::IsUnauthenticated(status));
   EXPECT_THAT(std::string(status.message()), HasSubstr("carried none"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("TORCHMON_TOKEN_FILE"));
@@ -82,14 +119,14 @@ TEST(BearerTokenCheckerTest, MissingTokenIsUnauthenticatedAndSaysHowToGiveOne) {
 
 TEST(BearerTokenCheckerTest, WrongTokenIsUnauthenticatedWithoutEchoingIt) {
   const absl::Status status =
-      BearerTokenChecker({kToken}).Check(true, absl::StrCat("Bearer ", kOtherToken));
+      BearerTokenChecker(Unnamed({kToken})).Check(true, absl::StrCat("Bearer ", kOtherToken)).status();
   EXPECT_TRUE(absl::IsUnauthenticated(status));
   EXPECT_THAT(std::string(status.message()), HasSubstr("refused the bearer token"));
   EXPECT_THAT(std::string(status.message()), Not(HasSubstr(kOtherToken)));
 }
 
 TEST(BearerTokenCheckerTest, PrefixOrExtensionOfATokenIsRefused) {
-  BearerTokenChecker checker({kToken});
+  BearerTokenChecker checker(Unnamed({kToken}));
   const std::string token = kToken;
   EXPECT_FALSE(checker.Check(true, "Bearer " + token.substr(0, token.size() - 1)).ok());
   EXPECT_FALSE(checker.Check(true, "Bearer " + token + "0").ok());
@@ -97,28 +134,60 @@ TEST(BearerTokenCheckerTest, PrefixOrExtensionOfATokenIsRefused) {
 }
 
 TEST(BearerTokenCheckerTest, OtherSchemesAreRefused) {
-  BearerTokenChecker checker({kToken});
+  BearerTokenChecker checker(Unnamed({kToken}));
   EXPECT_FALSE(checker.Check(true, kToken).ok());
   EXPECT_FALSE(checker.Check(true, absl::StrCat("Basic ", kToken)).ok());
   EXPECT_FALSE(checker.Check(true, absl::StrCat("Bearer", kToken)).ok());
 }
 
-TEST(TokenAuthMetadataProcessorTest, RefusalsAreCountedAndTheTokenIsConsumed) {
+TEST(TokenAuthMetadataProcessorTest, RefusalsAreCountedAndTheTokenLeftForTheNameLookUp) {
   std::atomic<uint64_t> refused{0};
   TokenAuthMetadataProcessor processor(
-      std::make_shared<const BearerTokenChecker>(std::vector<std::string>{kToken}), refused);
+      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused);
   const std::string good = absl::StrCat("Bearer ", kToken);
   grpc::AuthMetadataProcessor::InputMetadata with_token = {
       {grpc::string_ref("authorization"), grpc::string_ref(good)}};
   grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
   EXPECT_TRUE(processor.Process(with_token, nullptr, &consumed, &response).ok());
-  EXPECT_THAT(consumed, ElementsAre(Pair("authorization", good)));
+  EXPECT_THAT(consumed, IsEmpty());
+  EXPECT_EQ(processor.TokenNameOf(good), "");
   EXPECT_EQ(refused.load(), 0u);
 
   grpc::AuthMetadataProcessor::InputMetadata without;
   const grpc::Status status = processor.Process(without, nullptr, &consumed, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(refused.load(), 1u);
+}
+
+TEST(TokenAuthMetadataProcessorTest, ReplacedTokensApplyToTheNextCall) {
+  std::atomic<uint64_t> refused{0};
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused);
+  const std::string old_token = absl::StrCat("Bearer ", kToken);
+  const std::string new_token = absl::StrCat("Bearer ", kOtherToken);
+  grpc::AuthMetadataProcessor::InputMetadata with_old = {
+      {grpc::string_ref("authorization"), grpc::string_ref(old_token)}};
+  grpc::AuthMetadataProcessor::InputMetadata with_new = {
+      {grpc::string_ref("authorization"), grpc::string_ref(new_token)}};
+  grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
+  EXPECT_TRUE(processor.Process(with_old, nullptr, &consumed, &response).ok());
+  EXPECT_FALSE(processor.Process(with_new, nullptr, &consumed, &response).ok());
+  processor.Replace(std::make_shared<const BearerTokenChecker>(Unnamed({kOtherToken})));
+  EXPECT_TRUE(processor.Process(with_new, nullptr, &consumed, &response).ok());
+  EXPECT_FALSE(processor.Process(with_old, nullptr, &consumed, &response).ok());
+  EXPECT_EQ(refused.load(), 2u);
+  EXPECT_EQ(processor.TokenNameOf(new_token), "");
+  EXPECT_EQ(processor.TokenNameOf(old_token), std::nullopt);
+}
+
+TEST(TokenAuthMetadataProcessorTest, TheNameOfACallsTokenIsFoundAgain) {
+  std::atomic<uint64_t> refused{0};
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(std::vector<BearerToken>{{"alice", kToken}}),
+      refused);
+  EXPECT_EQ(processor.TokenNameOf(absl::StrCat("Bearer ", kToken)), "alice");
+  EXPECT_EQ(processor.TokenNameOf(absl::StrCat("Bearer ", kOtherToken)), std::nullopt);
+  EXPECT_EQ(refused.load(), 0u);  // a look-up, not a refusal
 }
 
 TEST(ParseBasicAuthFileTest, SplitsAtTheFirstColon) {

@@ -1222,7 +1222,7 @@ TEST_F(VouchedIngestSessionTest, AClientTheDaemonCannotIdentifyHoldsJobsAsOneOwn
   const v1::IngestAck ack = ApplyVouched(batch);
   ASSERT_THAT(ack.errors(), SizeIs(1));
   EXPECT_THAT(ack.errors(0).message(),
-              HasSubstr("job \"shared\" belongs to clients torchmond cannot identify (TCP)"));
+              HasSubstr("job \"shared\" belongs to TCP clients with no name (no named token, no client certificate)"));
 }
 
 TEST_F(IngestSessionTest, WithoutVouchingTheSameLabelsAreTheClients) {
