@@ -196,8 +196,13 @@ bool BasicAuthChecker::Accepts(absl::string_view authorization) const {
   if (colon == std::string::npos) return false;
   const absl::string_view user = absl::string_view(decoded).substr(0, colon);
   const absl::string_view password = absl::string_view(decoded).substr(colon + 1);
+  std::shared_ptr<const Credentials> credentials;
+  {
+    absl::MutexLock lock(&mu_);
+    credentials = credentials_;
+  }
   bool accepted = false;
-  for (const auto& [u, p] : credentials_) {
+  for (const auto& [u, p] : *credentials) {
     // Both compared whatever the user's outcome: no early answer for a
     // known user name.
     const bool user_ok = ConstantTimeEquals(user, u);
@@ -205,6 +210,12 @@ bool BasicAuthChecker::Accepts(absl::string_view authorization) const {
     accepted |= user_ok && password_ok;
   }
   return accepted;
+}
+
+void BasicAuthChecker::Replace(Credentials credentials) {
+  auto replacement = std::make_shared<const Credentials>(std::move(credentials));
+  absl::MutexLock lock(&mu_);
+  credentials_ = std::move(replacement);
 }
 
 }  // namespace torchmon::server

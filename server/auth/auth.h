@@ -130,21 +130,26 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseBasicAuthF
     absl::string_view text, absl::string_view origin);
 
 // Checks the Authorization header of an HTTP request against basic-auth
-// credentials. Immutable after construction; thread-safe.
+// credentials. Thread-safe; the credentials change only by Replace.
 class BasicAuthChecker {
  public:
-  explicit BasicAuthChecker(std::vector<std::pair<std::string, std::string>> credentials)
-      : credentials_(std::move(credentials)) {}
+  using Credentials = std::vector<std::pair<std::string, std::string>>;
+  explicit BasicAuthChecker(Credentials credentials)
+      : credentials_(std::make_shared<const Credentials>(std::move(credentials))) {}
 
   // True if `authorization` is "Basic base64(user:password)" for one of the
   // credentials. Every entry is compared, in constant time, whatever matched.
-  bool Accepts(absl::string_view authorization) const;
+  bool Accepts(absl::string_view authorization) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Requests from now on are checked against `credentials` (a reload).
+  void Replace(Credentials credentials) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The WWW-Authenticate value of a 401 answer.
   static constexpr absl::string_view kChallenge = "Basic realm=\"torchmond\", charset=\"UTF-8\"";
 
  private:
-  const std::vector<std::pair<std::string, std::string>> credentials_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Credentials> credentials_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace torchmon::server

@@ -420,8 +420,12 @@ void Daemon::WaitForHangup() {
       Log("received Hangup; reopening the sink files");
       sinks_->Reopen();
     } else {
-      Log("received Hangup; no sink file to reopen (the configuration is read only at start)");
+      Log("received Hangup (the configuration is read only at start; SIGHUP re-reads the "
+          "credential files and reopens the sink files)");
     }
+    size_t failed = 0;
+    for (const std::string& line : security_->Reload(options_.security, &failed)) Log(line);
+    stats_.reloads_failed.fetch_add(failed, std::memory_order_relaxed);
     WaitForHangup();
   });
 }

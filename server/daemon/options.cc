@@ -406,7 +406,8 @@ std::string DaemonUsage() {
       "When every listener is up, torchmond prints one line to stdout:\n"
       "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
       "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n"
-      "SIGHUP: reopen the --jsonl-file (the configuration is read only at start).\n");
+      "SIGHUP: reopen the --jsonl-file, re-read --auth-token-file and --metrics-auth-file\n"
+      "(the rest of the configuration is read only at start).\n");
   return out;
 }
 

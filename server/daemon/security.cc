@@ -90,6 +90,22 @@ absl::StatusOr<std::string> ReadPublicFile(const std::string& path, absl::string
   return ReadFile(path, flag, /*secret=*/false);
 }
 
+namespace {
+
+absl::StatusOr<std::vector<BearerToken>> LoadTokens(const std::string& path) {
+  auto text = ReadSecretFile(path, "--auth-token-file");
+  if (!text.ok()) return text.status();
+  return ParseTokenFile(*text, absl::StrCat("--auth-token-file ", path));
+}
+
+absl::StatusOr<BasicAuthChecker::Credentials> LoadBasicAuth(const std::string& path) {
+  auto text = ReadSecretFile(path, "--metrics-auth-file");
+  if (!text.ok()) return text.status();
+  return ParseBasicAuthFile(*text, absl::StrCat("--metrics-auth-file ", path));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
     const SecurityOptions& options, DaemonStats& stats, RateLimitedLog* client_log) {
   std::unique_ptr<ServerSecurity> security(new ServerSecurity());
@@ -123,10 +139,7 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
     }
   }
   if (!options.auth_token_file.empty()) {
-    auto text = ReadSecretFile(options.auth_token_file, "--auth-token-file");
-    if (!text.ok()) return text.status();
-    auto tokens =
-        ParseTokenFile(*text, absl::StrCat("--auth-token-file ", options.auth_token_file));
+    auto tokens = LoadTokens(options.auth_token_file);
     if (!tokens.ok()) return tokens.status();
     TokenAuthMetadataProcessor::OnRefused on_refused;
     if (client_log != nullptr) {
@@ -139,14 +152,45 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
         std::move(on_refused));
   }
   if (!options.metrics_auth_file.empty()) {
-    auto text = ReadSecretFile(options.metrics_auth_file, "--metrics-auth-file");
-    if (!text.ok()) return text.status();
-    auto credentials =
-        ParseBasicAuthFile(*text, absl::StrCat("--metrics-auth-file ", options.metrics_auth_file));
+    auto credentials = LoadBasicAuth(options.metrics_auth_file);
     if (!credentials.ok()) return credentials.status();
-    security->metrics_auth_ = std::make_shared<const BasicAuthChecker>(*std::move(credentials));
+    security->metrics_auth_ = std::make_shared<BasicAuthChecker>(*std::move(credentials));
   }
   return security;
+}
+
+
+std::vector<std::string> ServerSecurity::Reload(const SecurityOptions& options, size_t* failed) {
+  std::vector<std::string> lines;
+  *failed = 0;
+  if (token_processor_ != nullptr) {
+    if (auto tokens = LoadTokens(options.auth_token_file); tokens.ok()) {
+      const size_t n = tokens->size();
+      token_processor_->Replace(std::make_shared<const BearerTokenChecker>(*std::move(tokens)));
+      lines.push_back(absl::StrCat("re-read --auth-token-file ", options.auth_token_file, ": ", n,
+                                   n == 1 ? " token" : " tokens", " in force"));
+    } else {
+      ++*failed;
+      lines.push_back(absl::StrCat("error: ", tokens.status().message(),
+                                   "; the tokens read before stay in force"));
+    }
+  }
+  if (metrics_auth_ != nullptr) {
+    if (auto credentials = LoadBasicAuth(options.metrics_auth_file); credentials.ok()) {
+      const size_t n = credentials->size();
+      metrics_auth_->Replace(*std::move(credentials));
+      lines.push_back(absl::StrCat("re-read --metrics-auth-file ", options.metrics_auth_file,
+                                   ": ", n, n == 1 ? " user" : " users", " in force"));
+    } else {
+      ++*failed;
+      lines.push_back(absl::StrCat("error: ", credentials.status().message(),
+                                   "; the users read before stay in force"));
+    }
+  }
+  if (tls_) {
+    lines.push_back("the TLS certificate and key are read at start only: restart to change them");
+  }
+  return lines;
 }
 
 std::shared_ptr<grpc::ServerCredentials> ServerSecurity::CredentialsFor(

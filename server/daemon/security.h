@@ -28,7 +28,7 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, absl::string
 // `flag` and the file.
 absl::StatusOr<std::string> ReadPublicFile(const std::string& path, absl::string_view flag);
 
-// Immutable after Load; thread-safe.
+// Thread-safe; the tokens and passwords change only by Reload.
 class ServerSecurity {
  public:
   // Reads and checks every file `options` names. The error names the flag
@@ -36,6 +36,14 @@ class ServerSecurity {
   // null, logs them (rate-limited); both must outlive this.
   static absl::StatusOr<std::unique_ptr<ServerSecurity>> Load(
       const SecurityOptions& options, DaemonStats& stats, RateLimitedLog* client_log = nullptr);
+
+  // SIGHUP: reads --auth-token-file and --metrics-auth-file again, checked
+  // as at start. Each file that passes replaces the one in force for the
+  // calls and scrapes that follow (those under way are not interrupted);
+  // one that does not leaves the old in force. Returns a line per file
+  // saying which, naming it (never a secret); `failed` counts the files
+  // refused.
+  std::vector<std::string> Reload(const SecurityOptions& options, size_t* failed);
 
   // The credentials of the listener at `address`:
   //   TCP with --tls-cert: TLS, requiring a client certificate signed by
@@ -61,7 +69,7 @@ class ServerSecurity {
   bool tls_ = false;
   grpc::SslServerCredentialsOptions tls_options_;
   std::shared_ptr<TokenAuthMetadataProcessor> token_processor_;
-  std::shared_ptr<const BasicAuthChecker> metrics_auth_;
+  std::shared_ptr<BasicAuthChecker> metrics_auth_;
 };
 
 }  // namespace torchmon::server

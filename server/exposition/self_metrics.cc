@@ -121,6 +121,11 @@ const SelfMetric kSelfMetrics[] = {
      "Unix socket connections closed because their peer could not be identified (the process "
      "left before torchmond looked; `--peer-labels`)",
      Plain<&DaemonStats::connections_unidentified>},
+    {"torchmon_daemon_reload_failures_total", "counter", "",
+     "Credential files SIGHUP could not re-read; the ones read before stay in force.",
+     "credential files (`--auth-token-file`, `--metrics-auth-file`) a SIGHUP could not re-read; "
+     "the ones read before stay in force and the log says why ([security](security.md#reloading))",
+     Plain<&DaemonStats::reloads_failed>},
     {"torchmon_daemon_scrapes_unauthorized_total", "counter", "",
      "Requests for /metrics refused for missing or wrong basic auth (--metrics-auth-file).",
      "requests for `/metrics` refused for missing or wrong basic auth (`--metrics-auth-file`)",
