@@ -212,6 +212,20 @@ bool BasicAuthChecker::Accepts(absl::string_view authorization) const {
   return accepted;
 }
 
+BasicAuthChecker::Admission BasicAuthChecker::Admit(absl::string_view peer,
+                                                    absl::string_view authorization,
+                                                    absl::Time now) const {
+  if (const absl::Duration wait = throttle_.Wait(peer, now); wait > absl::ZeroDuration()) {
+    return {Admission::Kind::kWait, wait};
+  }
+  if (Accepts(authorization)) {
+    throttle_.Succeeded(peer);
+    return {Admission::Kind::kAccepted, absl::ZeroDuration()};
+  }
+  throttle_.Failed(peer, now);
+  return {Admission::Kind::kRefused, absl::ZeroDuration()};
+}
+
 void BasicAuthChecker::Replace(Credentials credentials) {
   auto replacement = std::make_shared<const Credentials>(std::move(credentials));
   absl::MutexLock lock(&mu_);

@@ -22,7 +22,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/security/auth_metadata_processor.h"
+#include "server/auth/failure_throttle.h"
 
 namespace torchmon::server {
 
@@ -144,12 +146,25 @@ class BasicAuthChecker {
   // Requests from now on are checked against `credentials` (a reload).
   void Replace(Credentials credentials) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Accepts, for a request from `peer` (its address) at `now`, unless the
+  // peer failed too often lately (FailureThrottle): then it is turned away
+  // unchecked, `wait` saying for how long.
+  struct Admission {
+    enum class Kind { kAccepted, kRefused, kWait };
+    Kind kind;
+    absl::Duration wait;
+  };
+  Admission Admit(absl::string_view peer, absl::string_view authorization, absl::Time now) const;
+
   // The WWW-Authenticate value of a 401 answer.
   static constexpr absl::string_view kChallenge = "Basic realm=\"torchmond\", charset=\"UTF-8\"";
 
  private:
   mutable absl::Mutex mu_;
   std::shared_ptr<const Credentials> credentials_ ABSL_GUARDED_BY(mu_);
+  // Who failed lately: not the credentials, but kept with them (mutable:
+  // synchronized on its own).
+  mutable FailureThrottle throttle_;
 };
 
 }  // namespace torchmon::server

@@ -43,6 +43,9 @@ struct DaemonStats {
   // (--auth-token-file), scrapes without valid basic auth (--metrics-auth-file).
   std::atomic<uint64_t> rpcs_unauthenticated{0};
   std::atomic<uint64_t> scrapes_unauthorized{0};
+  // Requests for /metrics (and the live page) turned away unchecked: their
+  // peer failed too often lately (FailureThrottle).
+  std::atomic<uint64_t> scrapes_throttled{0};
   // Credential files SIGHUP could not re-read (the old ones stay in force).
   std::atomic<uint64_t> reloads_failed{0};
   // With --peer-labels: labels a client sent that the daemon sets itself

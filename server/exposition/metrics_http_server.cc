@@ -12,6 +12,8 @@
 #include "CivetServer.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "server/core/rank_comparison.h"
 #include "server/exposition/content_negotiation.h"
 #include "server/exposition/gzip_stream.h"
@@ -41,14 +43,40 @@ void SendUnauthorized(mg_connection* conn, absl::string_view body) {
 
 // With `auth`, a request without credentials it accepts is counted, answered
 // 401 (`no_credentials` or `wrong_credentials` as the body) and true is
-// returned; the caller then stops.
+// returned; the caller then stops. A peer that failed too often lately is
+// answered 429 with Retry-After, its credentials unchecked (throttled).
 bool Refused(mg_connection* conn, const BasicAuthChecker* auth, DaemonStats& stats,
              absl::string_view no_credentials, absl::string_view wrong_credentials) {
   if (auth == nullptr) return false;
   const char* authorization = mg_get_header(conn, "Authorization");
-  if (authorization != nullptr && auth->Accepts(authorization)) return false;
-  stats.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
-  SendUnauthorized(conn, authorization == nullptr ? no_credentials : wrong_credentials);
+  if (authorization == nullptr) {
+    // A browser's first request: the challenge, no guess to slow down.
+    stats.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
+    SendUnauthorized(conn, no_credentials);
+    return true;
+  }
+  const std::string peer = mg_get_request_info(conn)->remote_addr;
+  const BasicAuthChecker::Admission admission = auth->Admit(peer, authorization, absl::Now());
+  switch (admission.kind) {
+    case BasicAuthChecker::Admission::Kind::kAccepted:
+      return false;
+    case BasicAuthChecker::Admission::Kind::kRefused:
+      stats.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
+      SendUnauthorized(conn, wrong_credentials);
+      return true;
+    case BasicAuthChecker::Admission::Kind::kWait:
+      break;
+  }
+  stats.scrapes_throttled.fetch_add(1, std::memory_order_relaxed);
+  const int64_t seconds = absl::ToInt64Seconds(absl::Ceil(admission.wait, absl::Seconds(1)));
+  const std::string body =
+      absl::StrCat("torchmond: too many failed attempts from ", peer, "; retry in ", seconds,
+                   " s (credentials are not checked until then)\n");
+  mg_response_header_start(conn, 429);
+  mg_response_header_add(conn, "Retry-After", std::to_string(seconds).c_str(), -1);
+  mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
+  mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
+  if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
   return true;
 }
 

@@ -121,6 +121,11 @@ const SelfMetric kSelfMetrics[] = {
      "Unix socket connections closed because their peer could not be identified (the process "
      "left before torchmond looked; `--peer-labels`)",
      Plain<&DaemonStats::connections_unidentified>},
+    {"torchmon_daemon_scrapes_throttled_total", "counter", "",
+     "Requests for /metrics turned away unchecked (429): their peer failed basic auth too often.",
+     "requests for `/metrics` and the live page turned away unchecked (429, Retry-After): their "
+     "address failed basic auth too often lately ([security](security.md#throttling))",
+     Plain<&DaemonStats::scrapes_throttled>},
     {"torchmon_daemon_reload_failures_total", "counter", "",
      "Credential files SIGHUP could not re-read; the ones read before stay in force.",
      "credential files (`--auth-token-file`, `--metrics-auth-file`) a SIGHUP could not re-read; "

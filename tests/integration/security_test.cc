@@ -388,14 +388,42 @@ TEST_F(MetricsAuthTest, ScrapeWithoutCredentialsIsRefusedWithAChallenge) {
 }
 
 TEST_F(MetricsAuthTest, ScrapeWithWrongCredentialsIsRefused) {
-  StartDaemon({"--metrics-auth-file", auth_file()});
+  // Each on a daemon of its own: a second failure in a row would be
+  // throttled (the next test).
   for (const std::string& header : {Basic("prometheus:wrong"), Basic("someone:s3cret:with:colons"),
                                     std::string("Authorization: Basic not-base64!"),
                                     absl::StrCat("Authorization: Bearer ", kToken)}) {
+    daemon_.reset();
+    StartDaemon({"--metrics-auth-file", auth_file()});
     auto response = Get({header});
     ASSERT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response->status, 401) << header;
   }
+}
+
+TEST_F(MetricsAuthTest, AnAddressThatFailedIsTurnedAwayUncheckedForAWhile) {
+  StartDaemon({"--metrics-auth-file", auth_file()});
+  const auto start = std::chrono::steady_clock::now();
+  auto failed = Get({Basic("prometheus:wrong")});
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->status, 401);
+  // Until the backoff (1 s after one failure) has passed, nothing from this
+  // address is checked: not a guess, not even the right password.
+  for (const std::string& header :
+       {Basic("prometheus:guess"), Basic("prometheus:s3cret:with:colons")}) {
+    auto response = Get({header});
+    ASSERT_TRUE(response.ok()) << response.status();
+    if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(900)) {
+      GTEST_SKIP() << "this machine took most of the 1 s backoff for two requests";
+    }
+    EXPECT_EQ(response->status, 429) << header;
+    EXPECT_THAT(response->head, HasSubstr("Retry-After: 1"));
+    EXPECT_THAT(response->body, HasSubstr("too many failed attempts from 127.0.0.1; retry in 1 s"));
+  }
+  // A request without credentials is no guess: it gets the challenge.
+  auto challenge = Get({});
+  ASSERT_TRUE(challenge.ok());
+  EXPECT_EQ(challenge->status, 401);
 }
 
 TEST_F(MetricsAuthTest, ScrapeWithTheRightCredentialsIsServedAndRefusalsAreCounted) {

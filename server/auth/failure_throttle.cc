@@ -1,0 +1,50 @@
+#include "server/auth/failure_throttle.h"
+
+#include <algorithm>
+
+namespace torchmon::server {
+
+absl::Duration FailureThrottle::Backoff(uint32_t failures) const {
+  if (failures == 0) return absl::ZeroDuration();
+  absl::Duration wait = options_.first;
+  for (uint32_t i = 1; i < failures && wait < options_.longest; ++i) wait *= 2;
+  return std::min(wait, options_.longest);
+}
+
+absl::Duration FailureThrottle::Wait(absl::string_view peer, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return absl::ZeroDuration();
+  const absl::Time allowed = it->second.last_failure + Backoff(it->second.failures);
+  return allowed > now ? allowed - now : absl::ZeroDuration();
+}
+
+void FailureThrottle::Failed(absl::string_view peer, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) {
+    if (peers_.size() >= options_.max_peers) {
+      // Forget the peer whose last failure is oldest: O(n), on the rare
+      // failure of a new peer past the bound only.
+      auto oldest = std::min_element(peers_.begin(), peers_.end(), [](const auto& a, const auto& b) {
+        return a.second.last_failure < b.second.last_failure;
+      });
+      peers_.erase(oldest);
+    }
+    it = peers_.emplace(std::string(peer), Peer{}).first;
+  }
+  ++it->second.failures;
+  it->second.last_failure = now;
+}
+
+void FailureThrottle::Succeeded(absl::string_view peer) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = peers_.find(peer); it != peers_.end()) peers_.erase(it);
+}
+
+size_t FailureThrottle::peers() const {
+  absl::MutexLock lock(&mu_);
+  return peers_.size();
+}
+
+}  // namespace torchmon::server
