@@ -26,9 +26,10 @@ void FailureThrottle::Failed(absl::string_view peer, absl::Time now) {
     if (peers_.size() >= options_.max_peers) {
       // Forget the peer whose last failure is oldest: O(n), on the rare
       // failure of a new peer past the bound only.
-      auto oldest = std::min_element(peers_.begin(), peers_.end(), [](const auto& a, const auto& b) {
-        return a.second.last_failure < b.second.last_failure;
-      });
+      auto oldest =
+          std::min_element(peers_.begin(), peers_.end(), [](const auto& a, const auto& b) {
+            return a.second.last_failure < b.second.last_failure;
+          });
       peers_.erase(oldest);
     }
     it = peers_.emplace(std::string(peer), Peer{}).first;

@@ -75,7 +75,8 @@ absl::StatusOr<std::vector<uint32_t>> SupplementaryGroupsOf(int64_t pid,
     absl::string_view rest = line;
     if (!absl::ConsumePrefix(&rest, "Groups:")) continue;
     std::vector<uint32_t> groups;
-    for (absl::string_view field : absl::StrSplit(rest, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+    for (absl::string_view field :
+         absl::StrSplit(rest, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
       uint32_t gid = 0;
       if (!absl::SimpleAtoi(field, &gid)) {
         return absl::InvalidArgumentError(

@@ -57,10 +57,12 @@ TEST(ParseTokenFileTest, ALineMayNameWhoHoldsItsToken) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_THAT(Pairs(*tokens), ElementsAre(Pair("alice", kToken), Pair("ci-bot@gpu-01", kOtherToken),
                                           Pair("", kToken)));
-  for (const char* name : {"al/ice", "al:ice", std::string(65, 'a').c_str()}) {
+  for (const std::string& name :
+       {std::string("al/ice"), std::string("al:ice"), std::string(65, 'a')}) {
     auto bad = ParseTokenFile(absl::StrCat(name, " ", kToken), "f");
     ASSERT_FALSE(bad.ok()) << name;
-    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("line 1: \"NAME TOKEN\" needs a NAME"));
+    EXPECT_THAT(std::string(bad.status().message()),
+                HasSubstr("line 1: \"NAME TOKEN\" needs a NAME"));
   }
 }
 
