@@ -129,6 +129,11 @@ absl::StatusOr<std::string> BearerTokenChecker::Check(bool present,
   return accepted->name;
 }
 
+std::shared_ptr<const BearerTokenChecker> TokenAuthMetadataProcessor::checker() const {
+  absl::MutexLock lock(&mu_);
+  return checker_;
+}
+
 void TokenAuthMetadataProcessor::Replace(std::shared_ptr<const BearerTokenChecker> checker) {
   absl::MutexLock lock(&mu_);
   checker_ = std::move(checker);
@@ -142,12 +147,7 @@ grpc::Status TokenAuthMetadataProcessor::Process(const InputMetadata& auth_metad
   const bool present = it != auth_metadata.end();
   const absl::string_view value =
       present ? absl::string_view(it->second.data(), it->second.size()) : absl::string_view();
-  std::shared_ptr<const BearerTokenChecker> checker;
-  {
-    absl::MutexLock lock(&mu_);
-    checker = checker_;
-  }
-  const absl::StatusOr<std::string> name = checker->Check(present, value);
+  const absl::StatusOr<std::string> name = checker()->Check(present, value);
   if (!name.ok()) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     if (on_refused_) on_refused_(name.status().message());
@@ -158,12 +158,7 @@ grpc::Status TokenAuthMetadataProcessor::Process(const InputMetadata& auth_metad
 
 std::optional<std::string> TokenAuthMetadataProcessor::TokenNameOf(
     absl::string_view authorization) const {
-  std::shared_ptr<const BearerTokenChecker> checker;
-  {
-    absl::MutexLock lock(&mu_);
-    checker = checker_;
-  }
-  absl::StatusOr<std::string> name = checker->Check(true, authorization);
+  absl::StatusOr<std::string> name = checker()->Check(true, authorization);
   if (!name.ok()) return std::nullopt;
   return *std::move(name);
 }

@@ -118,6 +118,9 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* response_metadata) override;
 
  private:
+  // The tokens in force now; a call checks against one snapshot.
+  std::shared_ptr<const BearerTokenChecker> checker() const ABSL_LOCKS_EXCLUDED(mu_);
+
   mutable absl::Mutex mu_;
   std::shared_ptr<const BearerTokenChecker> checker_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t>& refused_;

@@ -30,10 +30,8 @@ bool GlobMatch(absl::string_view pattern, absl::string_view text) {
 
 namespace {
 absl::string_view LabelValue(const Labels& labels, absl::string_view key) {
-  auto it = std::lower_bound(labels.begin(), labels.end(), key,
-                             [](const auto& kv, absl::string_view k) { return kv.first < k; });
-  return it != labels.end() && it->first == key ? absl::string_view(it->second)
-                                                : absl::string_view();
+  const std::string* value = FindLabel(labels, key);
+  return value != nullptr ? absl::string_view(*value) : absl::string_view();
 }
 
 bool IsGlob(absl::string_view s) { return s.find_first_of("*?") != absl::string_view::npos; }

@@ -8,6 +8,12 @@
 
 namespace torchmon::server {
 
+const std::string* FindLabel(const Labels& labels, absl::string_view key) {
+  auto it = std::lower_bound(labels.begin(), labels.end(), key,
+                             [](const auto& kv, absl::string_view k) { return kv.first < k; });
+  return it != labels.end() && it->first == key ? &it->second : nullptr;
+}
+
 const char* AggregationName(Aggregation a) {
   switch (a) {
     case Aggregation::kValue: return "value";

@@ -12,10 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace torchmon::server {
 
 // Label pairs sorted by key, keys unique.
 using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// The value of label `key` in `labels`, or null where it has none.
+const std::string* FindLabel(const Labels& labels, absl::string_view key);
 
 // An immutable Labels value whose copies share one allocation. The
 // aggregator interns them, so the thousands of series of one rank hold one

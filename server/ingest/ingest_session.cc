@@ -115,10 +115,9 @@ std::string IngestSession::RefusalOfVouched(const Labels& labels) const {
 
 std::string IngestSession::RefusalOfJob(const Labels& labels) {
   if (!vouched_.has_value() || vouched_->jobs == nullptr) return "";
-  auto it = std::lower_bound(labels.begin(), labels.end(), "job",
-                             [](const auto& kv, absl::string_view k) { return kv.first < k; });
-  if (it == labels.end() || it->first != "job") return "";
-  const std::string& job = it->second;
+  const std::string* found = FindLabel(labels, "job");
+  if (found == nullptr) return "";
+  const std::string& job = *found;
   if (std::find(jobs_held_.begin(), jobs_held_.end(), job) != jobs_held_.end()) return "";
   if (absl::Status held = vouched_->jobs->Hold(job, vouched_->owner); !held.ok()) {
     stats_.labels_refused_job.fetch_add(1, std::memory_order_relaxed);
