@@ -5,13 +5,13 @@ the openssl command at test time."""
 
 import datetime
 import os
-import subprocess
 import tempfile
 import time
 
 import pytest
 
 import torchmon
+from certificates import make_certificate
 from conftest import PYTHON_DIR, WINDOW_MS, Daemon, run_python
 
 WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
@@ -98,39 +98,6 @@ def test_token_file_from_the_environment_is_used(token_daemon):
 def test_token_bound_for_another_host_in_clear_text_is_refused():
     client = torchmon.Client(target="192.0.2.1:7070", labels_from_environment=False, token=TOKEN)
     assert any("refusing to send the bearer token" in e for e in client.errors())
-
-
-OPENSSL_CONFIG = """[req]
-distinguished_name = dn
-prompt = no
-[dn]
-[ca_ext]
-basicConstraints = critical,CA:TRUE
-keyUsage = critical,keyCertSign,cRLSign
-[server_ext]
-basicConstraints = critical,CA:FALSE
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost,IP:127.0.0.1
-[client_ext]
-basicConstraints = critical,CA:FALSE
-extendedKeyUsage = clientAuth
-"""
-
-
-def make_certificate(directory, name, extensions, issuer=None):
-    config = os.path.join(directory, "openssl.cnf")
-    with open(config, "w") as f:
-        f.write(OPENSSL_CONFIG)
-    args = ["openssl", "req", "-x509", "-config", config, "-extensions", extensions,
-            "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-            "-subj", "/CN=" + name, "-keyout", os.path.join(directory, name + ".key"),
-            "-out", os.path.join(directory, name + ".pem")]
-    if issuer:
-        args += ["-CA", os.path.join(directory, issuer + ".pem"),
-                 "-CAkey", os.path.join(directory, issuer + ".key")]
-    subprocess.run(args, check=True, capture_output=True, timeout=30)
-    os.chmod(os.path.join(directory, name + ".key"), 0o600)
-    return os.path.join(directory, name + ".pem"), os.path.join(directory, name + ".key")
 
 
 def test_tls_with_a_client_certificate(tmpdir_private):

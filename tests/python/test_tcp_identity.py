@@ -17,7 +17,8 @@ import pytest
 
 import torchmon
 from conftest import TORCHMONCTL, WINDOW_MS, Daemon
-from test_security import make_certificate, write_secret
+from certificates import make_certificate
+from test_security import write_secret
 
 WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
 ALICE = "a1ice0a9e5b7d4c2a8e6f0b1d3c5a7e9"
