@@ -1,5 +1,7 @@
 #include "server/auth/auth.h"
 
+#include <openssl/evp.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -182,35 +184,108 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseBasicAuthF
   return credentials;
 }
 
-bool BasicAuthChecker::Accepts(absl::string_view authorization) const {
+namespace {
+
+// The user and password of a "Basic" authorization value.
+std::optional<std::pair<std::string, std::string>> BasicCredentialsOf(
+    absl::string_view authorization) {
   absl::string_view encoded = authorization;
-  if (!ConsumeScheme("Basic", &encoded)) return false;
+  if (!ConsumeScheme("Basic", &encoded)) return std::nullopt;
   std::string decoded;
-  if (!absl::Base64Unescape(absl::StripTrailingAsciiWhitespace(encoded), &decoded)) return false;
+  if (!absl::Base64Unescape(absl::StripTrailingAsciiWhitespace(encoded), &decoded)) {
+    return std::nullopt;
+  }
   const size_t colon = decoded.find(':');
-  if (colon == std::string::npos) return false;
-  const absl::string_view user = absl::string_view(decoded).substr(0, colon);
-  const absl::string_view password = absl::string_view(decoded).substr(colon + 1);
-  std::shared_ptr<const Credentials> credentials;
-  {
-    absl::MutexLock lock(&mu_);
-    credentials = credentials_;
-  }
+  if (colon == std::string::npos) return std::nullopt;
+  return std::make_pair(decoded.substr(0, colon), decoded.substr(colon + 1));
+}
+
+// SHA-256 of user and password: what is remembered of credentials accepted
+// (never the password itself). Empty if OpenSSL fails: nothing is then
+// remembered.
+std::string DigestOf(absl::string_view user, absl::string_view password) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  const std::string pair = absl::StrCat(user, std::string(1, '\0'), password);
+  if (EVP_Digest(pair.data(), pair.size(), digest, &size, EVP_sha256(), nullptr) != 1) return "";
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+}  // namespace
+
+bool BasicAuthChecker::Users::Remembers(const std::string& digest) const {
+  if (digest.empty()) return false;
+  absl::MutexLock lock(&verified_mu);
+  return verified.contains(digest);
+}
+
+void BasicAuthChecker::Users::Remember(std::string digest) const {
+  if (digest.empty()) return;
+  absl::MutexLock lock(&verified_mu);
+  // A scraper or two use one password each: the bound only stops a flood
+  // of distinct good passwords (which would need every user's) from
+  // growing it.
+  if (verified.size() >= 1024) verified.clear();
+  verified.insert(std::move(digest));
+}
+
+std::shared_ptr<const BasicAuthChecker::Users> BasicAuthChecker::users() const {
+  absl::MutexLock lock(&mu_);
+  return users_;
+}
+
+bool BasicAuthChecker::Accepts(absl::string_view authorization) const {
+  const auto credentials = BasicCredentialsOf(authorization);
+  if (!credentials.has_value()) return false;
+  const auto& [user, password] = *credentials;
+  const std::shared_ptr<const Users> users = this->users();
+  std::string digest = DigestOf(user, password);
   bool accepted = false;
-  for (const auto& [u, p] : *credentials) {
-    // Both compared whatever the user's outcome: no early answer for a
-    // known user name.
-    const bool user_ok = ConstantTimeEquals(user, u);
-    const bool password_ok = ConstantTimeEquals(password, p);
-    accepted |= user_ok && password_ok;
+  if (!users->hashed.empty()) {
+    accepted = AcceptsHashed(*users, user, password, digest);
+  } else {
+    for (const auto& [u, p] : users->plain) {
+      // Both compared whatever the user's outcome: no early answer for a
+      // known user name.
+      const bool user_ok = ConstantTimeEquals(user, u);
+      const bool password_ok = ConstantTimeEquals(password, p);
+      accepted |= user_ok && password_ok;
+    }
   }
+  if (accepted) users->Remember(std::move(digest));
   return accepted;
+}
+
+bool BasicAuthChecker::AcceptsHashed(const Users& users, absl::string_view user,
+                                     absl::string_view password, const std::string& digest) {
+  // Every user name is compared; an unknown user's password is checked
+  // against the first user's hash and refused whatever bcrypt says.
+  const BcryptHash* hash = &users.hashed.front().second;
+  bool known = false;
+  for (const auto& [u, h] : users.hashed) {
+    if (ConstantTimeEquals(user, u) && !known) {
+      hash = &h;
+      known = true;
+    }
+  }
+  if (known && users.Remembers(digest)) return true;
+  return BcryptMatches(*hash, password) && known;
+}
+
+bool BasicAuthChecker::Remembers(absl::string_view authorization) const {
+  const auto credentials = BasicCredentialsOf(authorization);
+  return credentials.has_value() &&
+         users()->Remembers(DigestOf(credentials->first, credentials->second));
 }
 
 BasicAuthChecker::Admission BasicAuthChecker::Admit(absl::string_view peer,
                                                     absl::string_view authorization,
                                                     absl::Time now) const {
   if (const absl::Duration wait = throttle_.Wait(peer, now); wait > absl::ZeroDuration()) {
+    // Credentials accepted before are let through: that tells nothing to
+    // whoever is guessing from the same address (they had to be right
+    // already), and a scraper does not pay for another client's mistakes.
+    if (Remembers(authorization)) return {Admission::Kind::kAccepted, absl::ZeroDuration()};
     return {Admission::Kind::kWait, wait};
   }
   if (Accepts(authorization)) {
@@ -222,9 +297,20 @@ BasicAuthChecker::Admission BasicAuthChecker::Admit(absl::string_view peer,
 }
 
 void BasicAuthChecker::Replace(Credentials credentials) {
-  auto replacement = std::make_shared<const Credentials>(std::move(credentials));
+  auto users = std::make_shared<Users>();
+  users->plain = std::move(credentials);
+  Install(std::move(users));
+}
+
+void BasicAuthChecker::Replace(HashedCredentials credentials) {
+  auto users = std::make_shared<Users>();
+  users->hashed = std::move(credentials);
+  Install(std::move(users));
+}
+
+void BasicAuthChecker::Install(std::shared_ptr<const Users> users) {
   absl::MutexLock lock(&mu_);
-  credentials_ = std::move(replacement);
+  users_ = std::move(users);
 }
 
 }  // namespace torchmon::server

@@ -18,12 +18,14 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/auth_metadata_processor.h"
+#include "server/auth/bcrypt.h"
 #include "server/auth/failure_throttle.h"
 
 namespace torchmon::server {
@@ -135,23 +137,40 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseBasicAuthF
     absl::string_view text, absl::string_view origin);
 
 // Checks the Authorization header of an HTTP request against basic-auth
-// credentials. Thread-safe; the credentials change only by Replace.
+// credentials: plain passwords (--metrics-auth-file) or bcrypt hashes
+// (--web-config-file's basic_auth_users). Thread-safe; the credentials
+// change only by Replace.
 class BasicAuthChecker {
  public:
   using Credentials = std::vector<std::pair<std::string, std::string>>;
-  explicit BasicAuthChecker(Credentials credentials)
-      : credentials_(std::make_shared<const Credentials>(std::move(credentials))) {}
+  using HashedCredentials = std::vector<std::pair<std::string, BcryptHash>>;
+  explicit BasicAuthChecker(Credentials credentials) { Replace(std::move(credentials)); }
+  explicit BasicAuthChecker(HashedCredentials credentials) { Replace(std::move(credentials)); }
 
   // True if `authorization` is "Basic base64(user:password)" for one of the
-  // credentials. Every entry is compared, in constant time, whatever matched.
+  // credentials. Plain passwords: every entry is compared, in constant time,
+  // whatever matched. Hashes: the user's hash is checked with bcrypt (an
+  // unknown user's password against another's hash, so that the time taken
+  // does not tell whether the user exists). Credentials accepted are
+  // remembered (as a SHA-256 digest, never the password) until the next
+  // Replace: a scraper's every request then skips bcrypt's cost (the
+  // exporter toolkit does the same), and Admit lets them through a
+  // throttle.
   bool Accepts(absl::string_view authorization) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True if `authorization` carries credentials accepted before (since the
+  // last Replace).
+  bool Remembers(absl::string_view authorization) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Requests from now on are checked against `credentials` (a reload).
   void Replace(Credentials credentials) ABSL_LOCKS_EXCLUDED(mu_);
+  void Replace(HashedCredentials credentials) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Accepts, for a request from `peer` (its address) at `now`, unless the
   // peer failed too often lately (FailureThrottle): then it is turned away
-  // unchecked, `wait` saying for how long.
+  // unchecked, `wait` saying for how long, unless it carries credentials
+  // this checker accepted before (a scraper sharing an address with a
+  // client that keeps failing is not slowed; a guess is never checked).
   struct Admission {
     enum class Kind { kAccepted, kRefused, kWait };
     Kind kind;
@@ -163,8 +182,23 @@ class BasicAuthChecker {
   static constexpr absl::string_view kChallenge = "Basic realm=\"torchmond\", charset=\"UTF-8\"";
 
  private:
+  // One set of credentials, as read from one file.
+  struct Users {
+    Credentials plain;
+    HashedCredentials hashed;
+    // Digests of credentials accepted; bounded.
+    mutable absl::Mutex verified_mu;
+    mutable absl::flat_hash_set<std::string> verified ABSL_GUARDED_BY(verified_mu);
+    bool Remembers(const std::string& digest) const ABSL_LOCKS_EXCLUDED(verified_mu);
+    void Remember(std::string digest) const ABSL_LOCKS_EXCLUDED(verified_mu);
+  };
+  std::shared_ptr<const Users> users() const ABSL_LOCKS_EXCLUDED(mu_);
+  static bool AcceptsHashed(const Users& users, absl::string_view user,
+                            absl::string_view password, const std::string& digest);
+  void Install(std::shared_ptr<const Users> users) ABSL_LOCKS_EXCLUDED(mu_);
+
   mutable absl::Mutex mu_;
-  std::shared_ptr<const Credentials> credentials_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Users> users_ ABSL_GUARDED_BY(mu_);
   // Who failed lately: not the credentials, but kept with them (mutable:
   // synchronized on its own).
   mutable FailureThrottle throttle_;

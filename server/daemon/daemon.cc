@@ -229,13 +229,14 @@ Daemon::~Daemon() {
 
 absl::Status Daemon::Start() {
   const bool as_root = geteuid() == 0;
-  for (const std::string& warning : SecurityWarnings(options_, as_root)) {
-    Log(absl::StrCat("warning: ", warning));
-  }
   gpr_set_log_function(GrpcLog);
   auto security = ServerSecurity::Load(options_.security, stats_, &ClientLog());
   if (!security.ok()) return security.status();
   security_ = *std::move(security);
+  for (const std::string& warning :
+       SecurityWarnings(options_, as_root, security_->metrics_protection())) {
+    Log(absl::StrCat("warning: ", warning));
+  }
   // The sinks subscribe before anything can be published, and open their
   // files before privileges are dropped.
   if (options_.sinks.any()) {
@@ -334,7 +335,8 @@ absl::Status Daemon::Start() {
 
   auto metrics = MetricsHttpServer::Start(options_.metrics_listen, exposition_, stats_,
                                           security_->metrics_auth(),
-                                          options_.live_page ? &live_page_ : nullptr);
+                                          options_.live_page ? &live_page_ : nullptr,
+                                          security_->metrics_https());
   if (!metrics.ok()) return metrics.status();
   metrics_server_ = *std::move(metrics);
   // Last: everything that needs root (ports, files, chown) is done.

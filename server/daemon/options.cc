@@ -350,9 +350,19 @@ const DaemonFlag kDaemonFlags[] = {
     {"--metrics-auth-file", "FILE",
      "\"user:password\" lines: scrapes of /metrics must carry\n"
      "one as HTTP basic auth, or get 401 (/healthz never\n"
-     "asks). Not readable by others.",
+     "asks). Not readable by others. --web-config-file's\n"
+     "hashed basic_auth_users are to be preferred.",
      [](const DaemonOptions&) { return std::string("no authentication"); }, false,
      SetSecurity<&SecurityOptions::metrics_auth_file>, false, nullptr},
+    {"--web-config-file", "FILE",
+     "The Prometheus exporter toolkit's web configuration\n"
+     "(YAML): tls_server_config (cert_file, key_file,\n"
+     "client_auth_type, client_ca_file, min_version,\n"
+     "max_version) puts /metrics and the live page behind\n"
+     "TLS; basic_auth_users (bcrypt hashes) asks for a\n"
+     "password. Not readable by others.",
+     [](const DaemonOptions&) { return std::string("plain HTTP"); }, true,
+     SetSecurity<&SecurityOptions::web_config_file>, false, nullptr},
     {"--user", "USER",
      "When started as root: switch to USER (and its groups)\n"
      "once every listener is bound and every file read.",
@@ -406,8 +416,9 @@ std::string DaemonUsage() {
       "When every listener is up, torchmond prints one line to stdout:\n"
       "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
       "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n"
-      "SIGHUP: reopen the --jsonl-file, re-read --auth-token-file and --metrics-auth-file\n"
-      "(the rest of the configuration is read only at start).\n");
+      "SIGHUP: reopen the --jsonl-file, re-read --auth-token-file, --metrics-auth-file and\n"
+      "--web-config-file with the files it names (the rest of the configuration is read\n"
+      "only at start).\n");
   return out;
 }
 

@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <cstring>
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/exposition/metrics_http_server.h"
 
 namespace torchmon::server {
 namespace {
@@ -104,6 +107,50 @@ absl::StatusOr<BasicAuthChecker::Credentials> LoadBasicAuth(const std::string& p
   return ParseBasicAuthFile(*text, absl::StrCat("--metrics-auth-file ", path));
 }
 
+// A --web-config-file with the files its tls_server_config names.
+struct WebConfigFiles {
+  WebConfig config;
+  std::optional<HttpsMaterial> tls;
+};
+
+absl::StatusOr<WebConfigFiles> LoadWebConfig(const std::string& path) {
+  constexpr absl::string_view kFlag = "--web-config-file";
+  auto text = ReadSecretFile(path, kFlag);
+  if (!text.ok()) return text.status();
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  auto config = ParseWebConfig(*text, absl::StrCat(kFlag, " ", path), dir);
+  if (!config.ok()) return config.status();
+  WebConfigFiles files{*std::move(config), std::nullopt};
+  if (!files.config.tls.has_value()) return files;
+  const WebTlsConfig& tls = *files.config.tls;
+  const std::string origin = absl::StrCat(kFlag, " ", path, ": tls_server_config.");
+  HttpsMaterial material;
+  material.cert_origin = absl::StrCat(origin, "cert_file ", tls.cert_file);
+  material.key_origin = absl::StrCat(origin, "key_file ", tls.key_file);
+  material.ca_origin = absl::StrCat(origin, "client_ca_file ", tls.client_ca_file);
+  auto cert = ReadPublicFile(tls.cert_file, absl::StrCat(origin, "cert_file"));
+  if (!cert.ok()) return cert.status();
+  auto key = ReadSecretFile(tls.key_file, absl::StrCat(origin, "key_file"));
+  if (!key.ok()) return key.status();
+  material.cert_chain_pem = *std::move(cert);
+  material.key_pem = *std::move(key);
+  if (!tls.client_ca_file.empty()) {
+    auto ca = ReadPublicFile(tls.client_ca_file, absl::StrCat(origin, "client_ca_file"));
+    if (!ca.ok()) return ca.status();
+    material.client_ca_pem = *std::move(ca);
+  }
+  material.client_auth = tls.client_auth;
+  material.min_version = tls.min_version;
+  material.max_version = tls.max_version;
+  files.tls = std::move(material);
+  return files;
+}
+
+bool VerifiesClients(ClientAuthType type) {
+  return type == ClientAuthType::kRequireAndVerifyClientCert;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
@@ -155,6 +202,33 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
     auto credentials = LoadBasicAuth(options.metrics_auth_file);
     if (!credentials.ok()) return credentials.status();
     security->metrics_auth_ = std::make_shared<BasicAuthChecker>(*std::move(credentials));
+    security->metrics_protection_.passwords = true;
+  }
+  if (!options.web_config_file.empty()) {
+    auto web = LoadWebConfig(options.web_config_file);
+    if (!web.ok()) return web.status();
+    if (!web->config.basic_auth_users.empty()) {
+      if (security->metrics_auth_ != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--web-config-file ", options.web_config_file, " has basic_auth_users and "
+            "--metrics-auth-file is given too: keep one list of users (the hashed one)"));
+      }
+      security->metrics_auth_ =
+          std::make_shared<BasicAuthChecker>(std::move(web->config.basic_auth_users));
+      security->metrics_protection_.passwords = true;
+      security->web_users_ = true;
+    }
+    if (web->tls.has_value()) {
+      if (absl::Status s = MetricsHttpServer::CheckTlsAvailable(); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("--web-config-file ", options.web_config_file,
+                                                   ": tls_server_config: ", s.message()));
+      }
+      auto https = HttpsContext::Create(*web->tls);
+      if (!https.ok()) return https.status();
+      security->metrics_https_ = *std::move(https);
+      security->metrics_protection_.tls = true;
+      security->metrics_protection_.verified_clients = VerifiesClients(web->tls->client_auth);
+    }
   }
   return security;
 }
@@ -175,7 +249,7 @@ std::vector<std::string> ServerSecurity::Reload(const SecurityOptions& options, 
                                    "; the tokens read before stay in force"));
     }
   }
-  if (metrics_auth_ != nullptr) {
+  if (!options.metrics_auth_file.empty()) {
     if (auto credentials = LoadBasicAuth(options.metrics_auth_file); credentials.ok()) {
       const size_t n = credentials->size();
       metrics_auth_->Replace(*std::move(credentials));
@@ -187,10 +261,39 @@ std::vector<std::string> ServerSecurity::Reload(const SecurityOptions& options, 
                                    "; the users read before stay in force"));
     }
   }
+  if (!options.web_config_file.empty()) {
+    lines.push_back(ReloadWebConfig(options.web_config_file, failed));
+  }
   if (tls_) {
-    lines.push_back("the TLS certificate and key are read at start only: restart to change them");
+    lines.push_back(
+        "the gRPC listeners' TLS certificate and key (--tls-cert, --tls-key) are read at start "
+        "only: restart to change them");
   }
   return lines;
+}
+
+std::string ServerSecurity::ReloadWebConfig(const std::string& path, size_t* failed) {
+  const auto refuse = [&](absl::string_view why) {
+    ++*failed;
+    return absl::StrCat("error: ", why, "; the web configuration read before stays in force");
+  };
+  auto web = LoadWebConfig(path);
+  if (!web.ok()) return refuse(web.status().message());
+  const bool has_users = !web->config.basic_auth_users.empty();
+  if (has_users != web_users_ || web->tls.has_value() != (metrics_https_ != nullptr)) {
+    return refuse(absl::StrCat("--web-config-file ", path,
+                               " adds or removes tls_server_config or basic_auth_users, which "
+                               "changes what /metrics is: restart torchmond for that"));
+  }
+  // Both parts are checked before either is put in force.
+  if (web->tls.has_value()) {
+    if (absl::Status s = metrics_https_->Replace(*web->tls); !s.ok()) return refuse(s.message());
+  }
+  const size_t users = web->config.basic_auth_users.size();
+  if (has_users) metrics_auth_->Replace(std::move(web->config.basic_auth_users));
+  return absl::StrCat("re-read --web-config-file ", path, ": ",
+                      web->tls.has_value() ? "TLS certificate and client policy, " : "", users,
+                      users == 1 ? " user" : " users", " in force");
 }
 
 std::shared_ptr<grpc::ServerCredentials> ServerSecurity::CredentialsFor(

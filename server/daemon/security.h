@@ -11,7 +11,9 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/security/server_credentials.h"
 #include "server/daemon/options.h"
+#include "server/daemon/security_options.h"
 #include "server/auth/auth.h"
+#include "server/exposition/https_context.h"
 #include "server/core/daemon_stats.h"
 #include "server/core/rate_limited_log.h"
 
@@ -37,12 +39,15 @@ class ServerSecurity {
   static absl::StatusOr<std::unique_ptr<ServerSecurity>> Load(
       const SecurityOptions& options, DaemonStats& stats, RateLimitedLog* client_log = nullptr);
 
-  // SIGHUP: reads --auth-token-file and --metrics-auth-file again, checked
-  // as at start. Each file that passes replaces the one in force for the
-  // calls and scrapes that follow (those under way are not interrupted);
-  // one that does not leaves the old in force. Returns a line per file
-  // saying which, naming it (never a secret); `failed` counts the files
-  // refused.
+  // SIGHUP: reads --auth-token-file, --metrics-auth-file and
+  // --web-config-file (with the certificate, key and CA it names) again,
+  // checked as at start. Each that passes replaces the one in force for the
+  // calls, scrapes and TLS connections that follow (those under way are not
+  // interrupted); one that does not leaves the old in force, whole. A web
+  // configuration that would add or remove tls_server_config or
+  // basic_auth_users is refused: that changes what the listener is, and
+  // needs a restart. Returns a line per file saying which, naming it (never
+  // a secret); `failed` counts the files refused.
   std::vector<std::string> Reload(const SecurityOptions& options, size_t* failed);
 
   // The credentials of the listener at `address`:
@@ -63,13 +68,25 @@ class ServerSecurity {
   // What scrapes of /metrics must carry; null when no credentials are asked.
   std::shared_ptr<const BasicAuthChecker> metrics_auth() const { return metrics_auth_; }
 
+  // The TLS of /metrics (--web-config-file's tls_server_config); null for
+  // plain HTTP.
+  std::shared_ptr<HttpsContext> metrics_https() const { return metrics_https_; }
+
+  // How /metrics is protected, for SecurityWarnings.
+  MetricsProtection metrics_protection() const { return metrics_protection_; }
+
  private:
   ServerSecurity() = default;
+  // Reload's part for --web-config-file: its line.
+  std::string ReloadWebConfig(const std::string& path, size_t* failed);
 
   bool tls_ = false;
   grpc::SslServerCredentialsOptions tls_options_;
   std::shared_ptr<TokenAuthMetadataProcessor> token_processor_;
   std::shared_ptr<BasicAuthChecker> metrics_auth_;
+  std::shared_ptr<HttpsContext> metrics_https_;
+  MetricsProtection metrics_protection_;
+  bool web_users_ = false;  // metrics_auth_ holds --web-config-file's users
 };
 
 }  // namespace torchmon::server

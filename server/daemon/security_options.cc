@@ -83,6 +83,13 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
 }
 
 std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root) {
+  MetricsProtection metrics;
+  metrics.passwords = !options.security.metrics_auth_file.empty();
+  return SecurityWarnings(options, running_as_root, metrics);
+}
+
+std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root,
+                                          MetricsProtection metrics) {
   const SecurityOptions& s = options.security;
   std::vector<std::string> warnings;
   for (const ListenAddress& addr : options.listen) {
@@ -119,15 +126,24 @@ std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool run
     }
   }
   if (!protocol::IsLoopbackHost(MetricsHost(options.metrics_listen))) {
-    warnings.push_back(
-        s.metrics_auth_file.empty()
-            ? absl::StrCat("--metrics-listen ", options.metrics_listen,
-                           " is reachable from other hosts without authentication: anyone who "
-                           "reaches it can read every series (add --metrics-auth-file)")
-            : absl::StrCat("--metrics-listen ", options.metrics_listen,
-                           " is reachable from other hosts over plain HTTP: the basic-auth "
-                           "password crosses the network in clear text (bind a private "
-                           "interface, or put a TLS proxy in front)"));
+    const std::string where = absl::StrCat("--metrics-listen ", options.metrics_listen);
+    if (!metrics.tls && !metrics.passwords) {
+      warnings.push_back(absl::StrCat(
+          where,
+          " is reachable from other hosts without authentication: anyone who reaches it can "
+          "read every series (add --web-config-file with tls_server_config and "
+          "basic_auth_users)"));
+    } else if (!metrics.tls) {
+      warnings.push_back(absl::StrCat(
+          where,
+          " is reachable from other hosts over plain HTTP: the basic-auth password crosses the "
+          "network in clear text (add tls_server_config with --web-config-file)"));
+    } else if (!metrics.passwords && !metrics.verified_clients) {
+      warnings.push_back(absl::StrCat(
+          where,
+          " is reachable from other hosts over TLS and accepts every client (add "
+          "basic_auth_users, or client_auth_type RequireAndVerifyClientCert)"));
+    }
   }
   if (running_as_root && s.user.empty()) {
     warnings.push_back(

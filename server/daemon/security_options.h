@@ -35,6 +35,10 @@ struct SecurityOptions {
   // --metrics-auth-file: "user:password" lines; scrapes of /metrics must
   // carry one of them as HTTP basic auth.
   std::string metrics_auth_file;
+  // --web-config-file: the exporter toolkit's web configuration
+  // (server/auth/web_config.h): TLS and bcrypt-hashed basic-auth users for
+  // /metrics and the live page.
+  std::string web_config_file;
   // --user: user (name or number) to switch to once every listener is
   // bound and every file read, when started as root.
   std::string user;
@@ -57,9 +61,20 @@ struct SecurityOptions {
 // the way could read it). InvalidArgument naming the flags and the value.
 absl::Status ValidateSecurityOptions(const DaemonOptions& options);
 
+// How /metrics is protected once the files are read: --web-config-file's
+// content is not known from the flags alone.
+struct MetricsProtection {
+  bool tls = false;
+  bool passwords = false;
+  bool verified_clients = false;  // TLS client certificates checked against a CA
+};
+
 // Settings that work but expose the daemon, one sentence each, to be logged
 // at start: TCP or /metrics reachable from other hosts without protection,
 // a socket mode open to every user, running as root without --user.
+std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root,
+                                          MetricsProtection metrics);
+// The same, with /metrics protected by --metrics-auth-file or nothing.
 std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool running_as_root);
 
 }  // namespace torchmon::server

@@ -346,16 +346,30 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
-    std::shared_ptr<const BasicAuthChecker> auth, const LivePage* page) {
+    std::shared_ptr<const BasicAuthChecker> auth, const LivePage* page,
+    std::shared_ptr<HttpsContext> https) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  server->https_ = std::move(https);
   if (page != nullptr) server->page_handler_ = std::make_unique<PageHandler>(*page, stats, auth);
   server->handler_ = std::make_unique<Handler>(exposition, stats, std::move(auth));
   server->health_handler_ = std::make_unique<HealthHandler>();
   // Two workers: a scrape of a large daemon takes a while, and a second
   // scraper (or a health check) should not queue behind it.
-  const std::vector<std::string> options = {"listening_ports", address, "num_threads", "2"};
+  // An 's' after the port: TLS on it, with the context HttpsContext
+  // builds (CivetWeb neither changes nor frees one a callback supplies).
+  const std::vector<std::string> options = {
+      "listening_ports", server->https_ != nullptr ? address + "s" : address, "num_threads", "2"};
+  CivetCallbacks callbacks;
+  callbacks.external_ssl_ctx = [](void** ssl_ctx, void* civet_server) {
+    const auto* https = static_cast<const HttpsContext*>(
+        static_cast<CivetServer*>(civet_server)->getUserContext());
+    if (https == nullptr) return 0;
+    *ssl_ctx = https->listening_context();
+    return 1;
+  };
   try {
-    server->server_ = std::make_unique<CivetServer>(options);
+    server->server_ =
+        std::make_unique<CivetServer>(options, &callbacks, server->https_.get());
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
@@ -373,6 +387,18 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   server->address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", ports.front());
   return server;
+}
+
+absl::Status MetricsHttpServer::CheckTlsAvailable() {
+  // Initializes CivetWeb with TLS, which loads OpenSSL if it is loaded at
+  // run time; a failure leaves the bit out of what it reports as done.
+  static const unsigned initialized = mg_init_library(MG_FEATURES_TLS);
+  if ((initialized & MG_FEATURES_TLS) != 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "this torchmond's CivetWeb cannot serve TLS: Debian bookworm's libcivetweb1 1.15 loads "
+      "OpenSSL at run time by OpenSSL 1.1's function names, which OpenSSL 3 lacks. "
+      "tls_server_config needs a torchmond of the release build (its .deb, .rpm or tarball: "
+      "docs/install.md), which links its own; or keep /metrics on loopback behind a TLS proxy");
 }
 
 void MetricsHttpServer::SetServingState(ServingState state) { health_handler_->Set(state); }

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "server/auth/auth.h"
 #include "server/core/daemon_stats.h"
+#include "server/exposition/https_context.h"
 #include "server/exposition/live_page.h"
 #include "server/exposition/metrics_exposition.h"
 
@@ -42,10 +43,19 @@ class MetricsHttpServer {
   // Serves on `address` (HOST:PORT, [IPv6]:PORT; port 0 picks a free one).
   // UnavailableError naming the address if it cannot be bound. `exposition`
   // and `stats` must outlive the server; each scrape, and each request
-  // refused by `auth` (null: none is), is counted in `stats`.
+  // refused by `auth` (null: none is), is counted in `stats`. With `https`
+  // (null: plain HTTP) every connection speaks TLS only, with the
+  // certificate and client policy in force when it starts.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
       const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
-      std::shared_ptr<const BasicAuthChecker> auth = nullptr, const LivePage* page = nullptr);
+      std::shared_ptr<const BasicAuthChecker> auth = nullptr, const LivePage* page = nullptr,
+      std::shared_ptr<HttpsContext> https = nullptr);
+
+  // OK if this build's CivetWeb can serve TLS. FailedPrecondition saying
+  // why not otherwise: Debian bookworm's libcivetweb1 loads OpenSSL at run
+  // time by OpenSSL 1.1's names, which bookworm's OpenSSL 3 lacks; the
+  // release build (deploy/release/build.sh) links its own. Thread-safe.
+  static absl::Status CheckTlsAvailable();
 
   // Stops serving; waits for scrapes in progress.
   ~MetricsHttpServer();
@@ -67,6 +77,7 @@ class MetricsHttpServer {
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<HealthHandler> health_handler_;
   std::unique_ptr<PageHandler> page_handler_;
+  std::shared_ptr<HttpsContext> https_;  // outlives server_, which uses it
   std::unique_ptr<CivetServer> server_;
 };
 

@@ -233,5 +233,78 @@ TEST(BasicAuthCheckerTest, RefusesOtherSchemesAndBadEncodings) {
   EXPECT_FALSE(checker.Accepts(""));
 }
 
+// bcrypt hashes (cost 4) made by libxcrypt: of "secret" and of "other pw".
+constexpr char kSecretHash[] = "$2b$04$zuGHkdPzwb9KCcf8rLNc5eFPSsX10hv.UMzE2ki0Zd/edgTbfr3.a";
+constexpr char kOtherHash[] = "$2b$04$Eo0JjWOeV9BS9XeH9SxKCuVK2JCCxRcbj2G9jYOv1EkNRYP8..Z8y";
+
+BasicAuthChecker::HashedCredentials Hashed(
+    std::initializer_list<std::pair<const char*, const char*>> users) {
+  BasicAuthChecker::HashedCredentials out;
+  for (const auto& [user, hash] : users) {
+    absl::StatusOr<BcryptHash> parsed = ParseBcryptHash(hash);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    out.emplace_back(user, *parsed);
+  }
+  return out;
+}
+
+TEST(BasicAuthCheckerTest, HashedUsersAreCheckedWithBcrypt) {
+  BasicAuthChecker checker(Hashed({{"prometheus", kSecretHash}, {"vm", kOtherHash}}));
+  EXPECT_TRUE(checker.Accepts(Basic("prometheus:secret")));
+  EXPECT_TRUE(checker.Accepts(Basic("vm:other pw")));
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus:other pw")));
+  EXPECT_FALSE(checker.Accepts(Basic("vm:secret")));
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus:Secret")));
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus:")));
+  // An unknown user is refused though its password matches the hash it is
+  // checked against (the first user's).
+  EXPECT_FALSE(checker.Accepts(Basic("nobody:secret")));
+  // The hash itself is not a password.
+  EXPECT_FALSE(checker.Accepts(Basic(std::string("prometheus:") + kSecretHash)));
+}
+
+TEST(BasicAuthCheckerTest, ARememberedPasswordAdmitsOnlyItselfAndGoesWithAReplace) {
+  BasicAuthChecker checker(Hashed({{"prometheus", kSecretHash}}));
+  ASSERT_TRUE(checker.Accepts(Basic("prometheus:secret")));
+  ASSERT_TRUE(checker.Accepts(Basic("prometheus:secret")));  // from the cache
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus:secret2")));
+  EXPECT_FALSE(checker.Accepts(Basic("nobody:secret")));
+  checker.Replace(Hashed({{"prometheus", kOtherHash}}));
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus:secret")));
+  EXPECT_TRUE(checker.Accepts(Basic("prometheus:other pw")));
+  // Back to plain passwords: the hashes are gone.
+  checker.Replace(Credentials{{"prometheus", "plain"}});
+  EXPECT_FALSE(checker.Accepts(Basic("prometheus:other pw")));
+  EXPECT_TRUE(checker.Accepts(Basic("prometheus:plain")));
+}
+
+TEST(BasicAuthCheckerTest, AThrottledAddressIsTurnedAwayUncheckedButForCredentialsAcceptedBefore) {
+  using Kind = BasicAuthChecker::Admission::Kind;
+  BasicAuthChecker checker(Credentials{{"prometheus", "pw"}, {"grafana", "pw2"}});
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  ASSERT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:pw"), now).kind, Kind::kAccepted);
+  ASSERT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:guess"), now).kind, Kind::kRefused);
+  // In the backoff: a guess, even a right one never accepted before, is
+  // not checked; the scraper's known credentials still pass.
+  const BasicAuthChecker::Admission guess =
+      checker.Admit("10.0.0.1", Basic("prometheus:guess2"), now + absl::Milliseconds(10));
+  EXPECT_EQ(guess.kind, Kind::kWait);
+  EXPECT_GT(guess.wait, absl::ZeroDuration());
+  EXPECT_EQ(checker.Admit("10.0.0.1", Basic("grafana:pw2"), now + absl::Milliseconds(20)).kind,
+            Kind::kWait);
+  EXPECT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:pw"), now + absl::Milliseconds(30)).kind,
+            Kind::kAccepted);
+  // ... and did not end the backoff for the guesser.
+  EXPECT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:guess3"), now + absl::Milliseconds(40))
+                .kind,
+            Kind::kWait);
+  // A reload forgets what was accepted.
+  checker.Replace(Credentials{{"prometheus", "pw"}});
+  EXPECT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:pw"), now + absl::Milliseconds(50)).kind,
+            Kind::kWait);
+  EXPECT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:pw"), now + absl::Seconds(2)).kind,
+            Kind::kAccepted);
+}
+
 }  // namespace
 }  // namespace torchmon::server

@@ -1,0 +1,76 @@
+// TLS for /metrics and the live page (--web-config-file's
+// tls_server_config): the OpenSSL context CivetWeb serves HTTPS with, whose
+// certificate, key, client CA and policy can be replaced while it serves.
+//
+// CivetWeb takes one SSL_CTX at start and keeps it. So that SIGHUP can
+// bring a renewed certificate or CA without a restart, the context it is
+// given holds no certificate: a ClientHello callback moves each new
+// connection onto the SSL_CTX of the material in force (SSL_set_SSL_CTX,
+// the call SNI uses), with that material's verification and protocol
+// versions. A connection keeps the context it started with (OpenSSL counts
+// the reference), so Replace never disturbs a scrape under way. Sessions
+// are never resumed: a resumed session skips the client certificate check,
+// and with it a CA that was replaced.
+#ifndef TORCHMON_SERVER_EXPOSITION_HTTPS_CONTEXT_H_
+#define TORCHMON_SERVER_EXPOSITION_HTTPS_CONTEXT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/auth/web_config.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
+
+namespace torchmon::server {
+
+// What one TLS configuration is made of, read from its files: PEM text.
+struct HttpsMaterial {
+  std::string cert_chain_pem;  // the server's certificate, then its chain
+  std::string key_pem;
+  std::string client_ca_pem;  // empty: none
+  ClientAuthType client_auth = ClientAuthType::kNoClientCert;
+  TlsVersion min_version = TlsVersion::kTls12;
+  TlsVersion max_version = TlsVersion::kTls13;
+  // For messages: the files the PEM came from.
+  std::string cert_origin = "certificate";
+  std::string key_origin = "key";
+  std::string ca_origin = "client CA";
+};
+
+// Thread-safe.
+class HttpsContext {
+ public:
+  // InvalidArgument naming the origin if a PEM block does not parse, the
+  // key does not belong to the certificate, or the CA holds no certificate.
+  static absl::StatusOr<std::unique_ptr<HttpsContext>> Create(const HttpsMaterial& material);
+
+  // Connections that start from now on use `material`; on error (as
+  // Create's) nothing changes.
+  absl::Status Replace(const HttpsMaterial& material) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The context to hand CivetWeb (its external_ssl_ctx callback); owned
+  // here, valid while this lives.
+  SSL_CTX* listening_context() const { return listening_; }
+
+  ~HttpsContext();
+  HttpsContext(const HttpsContext&) = delete;
+  HttpsContext& operator=(const HttpsContext&) = delete;
+
+ private:
+  class Configured;  // one material's SSL_CTX and policy
+  HttpsContext() = default;
+  static int OnClientHello(SSL* ssl, int* alert, void* arg);
+  std::shared_ptr<const Configured> current() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  SSL_CTX* listening_ = nullptr;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Configured> current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace torchmon::server
+
+#endif  // TORCHMON_SERVER_EXPOSITION_HTTPS_CONTEXT_H_

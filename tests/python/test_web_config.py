@@ -1,0 +1,126 @@
+"""--web-config-file, the exporter toolkit's web configuration, with this
+build's torchmond (docs/security.md, "/metrics over TLS"): bcrypt-hashed
+basic_auth_users over plain HTTP, their reload, the refusals at start. TLS
+itself, with a real Prometheus, is tests/release/test_web_config.py (the
+release build: Debian's libcivetweb cannot serve TLS, and this build says
+so). Hashes come from Python's crypt module (libxcrypt), never from
+torchmond's own bcrypt."""
+
+import os
+import subprocess
+import tempfile
+import warnings
+
+import pytest
+
+from certificates import make_certificate
+from conftest import Daemon
+from test_reload import hang_up, scrape, scrape_status
+from test_security import write_secret
+from torchmon_testing import TORCHMOND
+from torchmond import wait_for
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.11 still has it
+    import crypt
+
+
+def bcrypt(password, cost=8):
+    return crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=2 ** cost))
+
+
+@pytest.fixture
+def private_dir():
+    with tempfile.TemporaryDirectory(prefix="torchmon-pytest-web.") as tmpdir:
+        yield tmpdir
+
+
+def refusal(*flags):
+    """torchmond's exit status and stderr when it refuses to start."""
+    proc = subprocess.run([TORCHMOND, "--listen", "unix:///nonexistent/torchmond.sock",
+                           "--metrics-listen", "127.0.0.1:0", *flags],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0, proc.stdout
+    return proc.stderr
+
+
+def test_hashed_users_are_asked_for_and_a_reload_replaces_them(private_dir):
+    config = write_secret(os.path.join(private_dir, "web.yml"),
+                          f"basic_auth_users:\n  prometheus: {bcrypt('first pw')}\n"
+                          f"  'grafana agent': {bcrypt('agent pw')}\n")
+    d = Daemon(private_dir, "--web-config-file", config)
+    try:
+        assert scrape_status(d, "prometheus:first pw") == 200
+        assert scrape_status(d, "grafana agent:agent pw") == 200
+        # From here the address is throttled: only credentials accepted
+        # before pass until the backoff ends.
+        assert scrape_status(d, "prometheus:agent pw") == 401
+        status, body = scrape(d, "prometheus:first pw")
+        assert status == 200
+        assert "torchmon_daemon_scrapes_unauthorized_total 1" in body, body[-3000:]
+
+        write_secret(config, f"basic_auth_users:\n  prometheus: {bcrypt('second pw')}\n")
+        log = hang_up(d, "re-read --web-config-file")
+        assert f"re-read --web-config-file {config}: 1 user in force" in log
+        # A reload forgets what was accepted, the throttle does not: 429
+        # until the backoff ends.
+        assert wait_for(lambda: scrape_status(d, "prometheus:second pw") == 200, 5)
+        assert scrape_status(d, "prometheus:first pw") == 401
+        assert scrape_status(d, "grafana agent:agent pw") == 429
+
+        # A bad file is refused and the users in force stay.
+        write_secret(config, "basic_auth_users:\n  prometheus: not-a-hash\n")
+        log = hang_up(d, "the web configuration read before stays in force")
+        assert "basic_auth_users.prometheus" in log and "not-a-hash" not in log
+        assert scrape_status(d, "prometheus:second pw") == 200
+        # So is one that would add TLS: that needs a restart.
+        make_certificate(private_dir, "ca", "ca_ext")
+        make_certificate(private_dir, "server", "server_ext", "ca")
+        write_secret(config, "tls_server_config:\n  cert_file: server.pem\n"
+                             f"  key_file: server.key\nbasic_auth_users:\n  prometheus: {bcrypt('x')}\n")
+        log = hang_up(d, "the web configuration read before stays in force")
+        assert "adds or removes tls_server_config or basic_auth_users" in log, log
+        assert scrape_status(d, "prometheus:second pw") == 200
+    finally:
+        d.stop()
+
+
+def test_tls_is_refused_at_start_by_a_build_whose_civetweb_cannot_serve_it(private_dir):
+    make_certificate(private_dir, "ca", "ca_ext")
+    make_certificate(private_dir, "server", "server_ext", "ca")
+    config = write_secret(os.path.join(private_dir, "web.yml"),
+                          "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n")
+    daemon_config = os.path.join(private_dir, "torchmond.conf")
+    with open(daemon_config, "w") as f:
+        f.write(f"web-config-file = {config}\n")
+    proc = subprocess.run([TORCHMOND, "--check-config", daemon_config],
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode == 0:
+        pytest.skip("this build's CivetWeb serves TLS: tests/release/test_web_config.py covers it")
+    assert "cannot serve TLS" in proc.stderr, proc.stderr
+    assert "release build" in proc.stderr, proc.stderr
+
+
+def test_bad_configurations_are_refused_at_start_naming_the_problem(private_dir):
+    unknown = write_secret(os.path.join(private_dir, "unknown.yml"),
+                           "tls_server_config:\n  cert_file: a\n  key_file: b\n"
+                           "  cipher_suites: x\n")
+    assert "line 4: tls_server_config.cipher_suites is not supported" in refusal(
+        "--web-config-file", unknown)
+
+    plain = write_secret(os.path.join(private_dir, "plain.yml"),
+                         "basic_auth_users:\n  prometheus: hunter2\n")
+    stderr = refusal("--web-config-file", plain)
+    assert "basic_auth_users.prometheus" in stderr and "hunter2" not in stderr, stderr
+
+    readable = os.path.join(private_dir, "readable.yml")
+    with open(readable, "w") as f:
+        f.write(f"basic_auth_users:\n  prometheus: {bcrypt('pw')}\n")
+    os.chmod(readable, 0o644)
+    assert "chmod 600" in refusal("--web-config-file", readable)
+
+    users = write_secret(os.path.join(private_dir, "users"), "prometheus:pw\n")
+    hashed = write_secret(os.path.join(private_dir, "hashed.yml"),
+                          f"basic_auth_users:\n  prometheus: {bcrypt('pw')}\n")
+    assert "keep one list of users" in refusal("--web-config-file", hashed,
+                                               "--metrics-auth-file", users)
