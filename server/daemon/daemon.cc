@@ -341,6 +341,7 @@ absl::Status Daemon::Start() {
   metrics_server_ = *std::move(metrics);
   // Last: everything that needs root (ports, files, chown) is done.
   if (run_as.has_value()) {
+    if (absl::Status s = security_->GiveFilesTo(run_as->uid, run_as->gid); !s.ok()) return s;
     if (absl::Status s = DropPrivileges(*run_as); !s.ok()) return s;
   }
   for (auto& acceptor : acceptors_) {
@@ -502,6 +503,7 @@ void Daemon::Shutdown() {
   for (const ListenAddress& addr : options_.listen) {
     if (addr.kind == ListenAddress::Kind::kUnix) unlink(addr.path.c_str());
   }
+  security_->RemoveFiles();
 }
 
 }  // namespace torchmon::server

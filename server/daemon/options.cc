@@ -416,9 +416,9 @@ std::string DaemonUsage() {
       "When every listener is up, torchmond prints one line to stdout:\n"
       "  torchmond ready grpc=<addr>[,<addr>...] metrics=<host:port>\n"
       "SIGTERM/SIGINT: stop accepting, close every open window (marked partial), exit 0.\n"
-      "SIGHUP: reopen the --jsonl-file, re-read --auth-token-file, --metrics-auth-file and\n"
-      "--web-config-file with the files it names (the rest of the configuration is read\n"
-      "only at start).\n");
+      "SIGHUP: reopen the --jsonl-file, re-read --auth-token-file, --metrics-auth-file,\n"
+      "--web-config-file with the files it names, and --tls-cert, --tls-key and\n"
+      "--tls-client-ca (the rest of the configuration is read only at start).\n");
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <optional>
@@ -147,6 +148,43 @@ absl::StatusOr<WebConfigFiles> LoadWebConfig(const std::string& path) {
   return files;
 }
 
+// --tls-cert, --tls-key and --tls-client-ca, read and checked: PEM, modes,
+// the key belonging to the certificate.
+absl::StatusOr<TlsPem> LoadGrpcTls(const SecurityOptions& options) {
+  auto cert = ReadPublicFile(options.tls_cert_file, "--tls-cert");
+  if (!cert.ok()) return cert.status();
+  if (absl::Status s = ExpectPem(*cert, "CERTIFICATE-----", options.tls_cert_file, "--tls-cert");
+      !s.ok()) {
+    return s;
+  }
+  auto key = ReadSecretFile(options.tls_key_file, "--tls-key");
+  if (!key.ok()) return key.status();
+  if (absl::Status s = ExpectPem(*key, "PRIVATE KEY-----", options.tls_key_file, "--tls-key");
+      !s.ok()) {
+    return s;
+  }
+  TlsPem pem{*std::move(cert), *std::move(key), ""};
+  if (!options.tls_client_ca_file.empty()) {
+    auto ca = ReadPublicFile(options.tls_client_ca_file, "--tls-client-ca");
+    if (!ca.ok()) return ca.status();
+    if (absl::Status s =
+            ExpectPem(*ca, "CERTIFICATE-----", options.tls_client_ca_file, "--tls-client-ca");
+        !s.ok()) {
+      return s;
+    }
+    pem.client_ca = *std::move(ca);
+  }
+  HttpsMaterial material;
+  material.cert_chain_pem = pem.cert_chain;
+  material.key_pem = pem.key;
+  material.client_ca_pem = pem.client_ca;
+  material.cert_origin = absl::StrCat("--tls-cert ", options.tls_cert_file);
+  material.key_origin = absl::StrCat("--tls-key ", options.tls_key_file);
+  material.ca_origin = absl::StrCat("--tls-client-ca ", options.tls_client_ca_file);
+  if (absl::Status s = CheckTlsMaterial(material); !s.ok()) return s;
+  return pem;
+}
+
 bool VerifiesClients(ClientAuthType type) {
   return type == ClientAuthType::kRequireAndVerifyClientCert;
 }
@@ -157,33 +195,19 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
     const SecurityOptions& options, DaemonStats& stats, RateLimitedLog* client_log) {
   std::unique_ptr<ServerSecurity> security(new ServerSecurity());
   if (options.tls()) {
-    auto cert = ReadPublicFile(options.tls_cert_file, "--tls-cert");
-    if (!cert.ok()) return cert.status();
-    if (absl::Status s = ExpectPem(*cert, "CERTIFICATE-----", options.tls_cert_file, "--tls-cert");
-        !s.ok()) {
-      return s;
-    }
-    auto key = ReadSecretFile(options.tls_key_file, "--tls-key");
-    if (!key.ok()) return key.status();
-    if (absl::Status s = ExpectPem(*key, "PRIVATE KEY-----", options.tls_key_file, "--tls-key");
-        !s.ok()) {
-      return s;
-    }
+    auto pem = LoadGrpcTls(options);
+    if (!pem.ok()) return pem.status();
+    const char* tmpdir = std::getenv("TMPDIR");
+    auto files = WatchedTlsFiles::Create(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp",
+                                         *pem);
+    if (!files.ok()) return files.status();
     security->tls_ = true;
-    security->tls_options_.pem_key_cert_pairs.push_back({*std::move(key), *std::move(cert)});
-    security->tls_options_.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
-    if (!options.tls_client_ca_file.empty()) {
-      auto ca = ReadPublicFile(options.tls_client_ca_file, "--tls-client-ca");
-      if (!ca.ok()) return ca.status();
-      if (absl::Status s =
-              ExpectPem(*ca, "CERTIFICATE-----", options.tls_client_ca_file, "--tls-client-ca");
-          !s.ok()) {
-        return s;
-      }
-      security->tls_options_.pem_root_certs = *std::move(ca);
-      security->tls_options_.client_certificate_request =
-          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    }
+    security->tls_client_ca_ = !pem->client_ca.empty();
+    security->tls_files_ = *std::move(files);
+    // Polled every second; the files change only when Reload writes them.
+    security->tls_provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        security->tls_files_->key_path(), security->tls_files_->cert_path(),
+        security->tls_client_ca_ ? security->tls_files_->ca_path() : "", 1);
   }
   if (!options.auth_token_file.empty()) {
     auto tokens = LoadTokens(options.auth_token_file);
@@ -264,12 +288,30 @@ std::vector<std::string> ServerSecurity::Reload(const SecurityOptions& options, 
   if (!options.web_config_file.empty()) {
     lines.push_back(ReloadWebConfig(options.web_config_file, failed));
   }
-  if (tls_) {
-    lines.push_back(
-        "the gRPC listeners' TLS certificate and key (--tls-cert, --tls-key) are read at start "
-        "only: restart to change them");
-  }
+  if (tls_) lines.push_back(ReloadGrpcTls(options, failed));
   return lines;
+}
+
+std::string ServerSecurity::ReloadGrpcTls(const SecurityOptions& options, size_t* failed) {
+  const auto refuse = [&](absl::string_view why) {
+    ++*failed;
+    return absl::StrCat("error: ", why,
+                        "; the gRPC listeners' certificate read before stays in force");
+  };
+  auto pem = LoadGrpcTls(options);
+  if (!pem.ok()) return refuse(pem.status().message());
+  if (pem->client_ca.empty() != !tls_client_ca_) {
+    return refuse("--tls-client-ca cannot be added or removed by a reload: restart torchmond");
+  }
+  if (absl::Status s = tls_files_->Replace(*pem); !s.ok()) return refuse(s.message());
+  return absl::StrCat("re-read --tls-cert ", options.tls_cert_file, " and --tls-key ",
+                      options.tls_key_file, tls_client_ca_ ? " and --tls-client-ca " : "",
+                      tls_client_ca_ ? options.tls_client_ca_file : "",
+                      ": in force for the TLS connections that start a second from now");
+}
+
+absl::Status ServerSecurity::GiveFilesTo(uid_t uid, gid_t gid) {
+  return tls_files_ == nullptr ? absl::OkStatus() : tls_files_->GiveTo(uid, gid);
 }
 
 std::string ServerSecurity::ReloadWebConfig(const std::string& path, size_t* failed) {
@@ -300,7 +342,15 @@ std::shared_ptr<grpc::ServerCredentials> ServerSecurity::CredentialsFor(
     const ListenAddress& address) const {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (address.kind == ListenAddress::Kind::kTcp && tls_) {
-    credentials = grpc::SslServerCredentials(tls_options_);
+    grpc::experimental::TlsServerCredentialsOptions tls(tls_provider_);
+    tls.watch_identity_key_cert_pairs();
+    if (tls_client_ca_) {
+      tls.watch_root_certs();
+      tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    } else {
+      tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    }
+    credentials = grpc::experimental::TlsServerCredentials(tls);
   } else if (token_processor_ == nullptr) {
     return grpc::InsecureServerCredentials();
   } else if (address.kind == ListenAddress::Kind::kUnix) {

@@ -10,8 +10,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
 #include "server/daemon/options.h"
 #include "server/daemon/security_options.h"
+#include "server/daemon/watched_tls_files.h"
 #include "server/auth/auth.h"
 #include "server/exposition/https_context.h"
 #include "server/core/daemon_stats.h"
@@ -39,20 +41,32 @@ class ServerSecurity {
   static absl::StatusOr<std::unique_ptr<ServerSecurity>> Load(
       const SecurityOptions& options, DaemonStats& stats, RateLimitedLog* client_log = nullptr);
 
-  // SIGHUP: reads --auth-token-file, --metrics-auth-file and
-  // --web-config-file (with the certificate, key and CA it names) again,
-  // checked as at start. Each that passes replaces the one in force for the
-  // calls, scrapes and TLS connections that follow (those under way are not
-  // interrupted); one that does not leaves the old in force, whole. A web
-  // configuration that would add or remove tls_server_config or
-  // basic_auth_users is refused: that changes what the listener is, and
-  // needs a restart. Returns a line per file saying which, naming it (never
+  // SIGHUP: reads --auth-token-file, --metrics-auth-file, --web-config-file
+  // (with the certificate, key and CA it names) and --tls-cert, --tls-key
+  // and --tls-client-ca again, checked as at start. Each that passes
+  // replaces the one in force for the calls, scrapes and TLS connections
+  // that follow (for the gRPC listeners, from gRPC's next poll of the
+  // copies, within a second; those under way are not interrupted); one
+  // that does not leaves the old in force, whole. A change of what a
+  // listener is (a web configuration adding or removing tls_server_config
+  // or basic_auth_users, a client CA added or removed) is refused: it needs
+  // a restart. Returns a line per file saying which, naming it (never
   // a secret); `failed` counts the files refused.
   std::vector<std::string> Reload(const SecurityOptions& options, size_t* failed);
 
+  // Gives the files the daemon keeps for itself (the gRPC listeners' TLS
+  // copies) to the user it is about to become, so that Reload can still
+  // write them. Errors name the path.
+  absl::Status GiveFilesTo(uid_t uid, gid_t gid);
+
+  // Removes those files: the daemon exits without running destructors.
+  // Once every listener is shut down.
+  void RemoveFiles() { tls_files_.reset(); }
+
   // The credentials of the listener at `address`:
   //   TCP with --tls-cert: TLS, requiring a client certificate signed by
-  //     --tls-client-ca if given;
+  //     --tls-client-ca if given, its material read from the copies Reload
+  //     rewrites;
   //   otherwise, with --auth-token-file: gRPC's local credentials (Unix
   //     sockets, loopback TCP), the secure kind the token check needs; they
   //     add no handshake and no encryption, and refuse peers from other
@@ -77,11 +91,15 @@ class ServerSecurity {
 
  private:
   ServerSecurity() = default;
-  // Reload's part for --web-config-file: its line.
+  // Reload's parts for --web-config-file and --tls-cert: their lines.
   std::string ReloadWebConfig(const std::string& path, size_t* failed);
+  std::string ReloadGrpcTls(const SecurityOptions& options, size_t* failed);
 
   bool tls_ = false;
-  grpc::SslServerCredentialsOptions tls_options_;
+  bool tls_client_ca_ = false;
+  // What the gRPC listeners' TLS reads: copies Reload rewrites, polled.
+  std::unique_ptr<WatchedTlsFiles> tls_files_;
+  std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> tls_provider_;
   std::shared_ptr<TokenAuthMetadataProcessor> token_processor_;
   std::shared_ptr<BasicAuthChecker> metrics_auth_;
   std::shared_ptr<HttpsContext> metrics_https_;

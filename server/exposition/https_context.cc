@@ -145,6 +145,10 @@ class HttpsContext::Configured {
   int max_version_ = TLS1_3_VERSION;
 };
 
+absl::Status CheckTlsMaterial(const HttpsMaterial& material) {
+  return HttpsContext::Configured::Make(material).status();
+}
+
 absl::StatusOr<std::unique_ptr<HttpsContext>> HttpsContext::Create(const HttpsMaterial& material) {
   std::unique_ptr<HttpsContext> https(new HttpsContext());
   if (absl::Status s = https->Replace(material); !s.ok()) return s;

@@ -41,6 +41,10 @@ struct HttpsMaterial {
   std::string ca_origin = "client CA";
 };
 
+// OK if `material` would make a working server context: Create's errors
+// otherwise. For TLS material used elsewhere (the gRPC listeners').
+absl::Status CheckTlsMaterial(const HttpsMaterial& material);
+
 // Thread-safe.
 class HttpsContext {
  public:
@@ -62,6 +66,7 @@ class HttpsContext {
 
  private:
   class Configured;  // one material's SSL_CTX and policy
+  friend absl::Status CheckTlsMaterial(const HttpsMaterial& material);
   HttpsContext() = default;
   static int OnClientHello(SSL* ssl, int* alert, void* arg);
   std::shared_ptr<const Configured> current() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -128,12 +128,14 @@ const SelfMetric kSelfMetrics[] = {
      Plain<&DaemonStats::scrapes_throttled>},
     {"torchmon_daemon_reload_failures_total", "counter", "",
      "Credential files SIGHUP could not re-read; the ones read before stay in force.",
-     "credential files (`--auth-token-file`, `--metrics-auth-file`) a SIGHUP could not re-read; "
+     "credential files (`--auth-token-file`, `--metrics-auth-file`, `--web-config-file` and the "
+     "files it names, `--tls-cert` and `--tls-key`) a SIGHUP could not re-read; "
      "the ones read before stay in force and the log says why ([security](security.md#reloading))",
      Plain<&DaemonStats::reloads_failed>},
     {"torchmon_daemon_scrapes_unauthorized_total", "counter", "",
-     "Requests for /metrics refused for missing or wrong basic auth (--metrics-auth-file).",
-     "requests for `/metrics` refused for missing or wrong basic auth (`--metrics-auth-file`)",
+     "Requests for /metrics refused for missing or wrong basic auth.",
+     "requests for `/metrics` refused for missing or wrong basic auth (`--web-config-file`'s "
+     "`basic_auth_users` or `--metrics-auth-file`)",
      Plain<&DaemonStats::scrapes_unauthorized>},
     {"torchmon_daemon_scrapes_total", "counter", "", "Scrapes of /metrics served before this one.",
      "scrapes of `/metrics` served before this one", Plain<&DaemonStats::scrapes>},
