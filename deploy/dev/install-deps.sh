@@ -22,7 +22,7 @@ set -euo pipefail
 daemon_packages=(
   build-essential cmake
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcivetweb-dev libboost-dev zlib1g-dev golang-github-prometheus-client-model-dev
+  libcivetweb-dev libboost-dev zlib1g-dev golang-github-prometheus-client-model-dev libssl-dev
 )
 packages=(
   "${daemon_packages[@]}" pkg-config git curl prometheus-cpp-dev
