@@ -13,6 +13,7 @@ add_executable(torchmon_benchmarks
   ${CMAKE_CURRENT_SOURCE_DIR}/ingest_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/quantile_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_latency_bench.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/auth_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/bench_main.cc)
 # client/src for detail/stat_state.h and detail/sample_log.h, measured directly.
 target_include_directories(torchmon_benchmarks PRIVATE ${PROJECT_SOURCE_DIR}/client/src)
@@ -30,3 +31,8 @@ target_link_libraries(torchmon_benchmarks PRIVATE
   Threads::Threads)
 torchmon_strict(torchmon_benchmarks)
 add_dependencies(torchmon_benchmarks torchmond)
+# libxcrypt beside our bcrypt, where tests/CMakeLists.txt found it.
+if(TORCHMON_LIBCRYPT_HAS_GENSALT)
+  target_link_libraries(torchmon_benchmarks PRIVATE ${TORCHMON_LIBCRYPT})
+  target_compile_definitions(torchmon_benchmarks PRIVATE TORCHMON_HAVE_LIBCRYPT=1)
+endif()
