@@ -46,6 +46,10 @@ struct DaemonStats {
   // Requests for /metrics (and the live page) turned away unchecked: their
   // peer failed too often lately (FailureThrottle).
   std::atomic<uint64_t> scrapes_throttled{0};
+  // TLS handshakes on the metrics port that torchmond ended with a fatal
+  // alert (--web-config-file): a client certificate refused, no shared
+  // protocol version.
+  std::atomic<uint64_t> metrics_tls_refused{0};
   // Credential files SIGHUP could not re-read (the old ones stay in force).
   std::atomic<uint64_t> reloads_failed{0};
   // With --peer-labels: labels a client sent that the daemon sets itself

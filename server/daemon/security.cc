@@ -247,7 +247,7 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
         return absl::Status(s.code(), absl::StrCat("--web-config-file ", options.web_config_file,
                                                    ": tls_server_config: ", s.message()));
       }
-      auto https = HttpsContext::Create(*web->tls);
+      auto https = HttpsContext::Create(*web->tls, &stats.metrics_tls_refused);
       if (!https.ok()) return https.status();
       security->metrics_https_ = *std::move(https);
       security->metrics_protection_.tls = true;

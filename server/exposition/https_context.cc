@@ -50,6 +50,20 @@ int ProtocolOf(TlsVersion version) {
   return TLS1_2_VERSION;
 }
 
+// Counts a handshake torchmond ends with a fatal alert, in the counter its
+// SSL_CTX carries (app data; null: none).
+void CountRefusal(const SSL* ssl, int where, int alert) {
+  if ((where & SSL_CB_WRITE_ALERT) != SSL_CB_WRITE_ALERT || SSL_is_init_finished(ssl)) return;
+  if (SSL_alert_type_string(alert)[0] != 'F') return;  // a warning, not an ending
+  auto* refused = static_cast<std::atomic<uint64_t>*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+  if (refused != nullptr) refused->fetch_add(1, std::memory_order_relaxed);
+}
+
+void CountRefusalsIn(SSL_CTX* ctx, std::atomic<uint64_t>* refused) {
+  SSL_CTX_set_app_data(ctx, refused);
+  SSL_CTX_set_info_callback(ctx, &CountRefusal);
+}
+
 // RequestClientCert and RequireAnyClientCert take whatever certificate
 // comes, as Go's crypto/tls does.
 int AcceptAnyCertificate(int /*preverified*/, X509_STORE_CTX* /*store*/) { return 1; }
@@ -58,10 +72,13 @@ int AcceptAnyCertificate(int /*preverified*/, X509_STORE_CTX* /*store*/) { retur
 
 class HttpsContext::Configured {
  public:
-  static absl::StatusOr<std::shared_ptr<const Configured>> Make(const HttpsMaterial& material) {
+  static absl::StatusOr<std::shared_ptr<const Configured>> Make(
+      const HttpsMaterial& material, std::atomic<uint64_t>* refused = nullptr) {
     std::shared_ptr<Configured> c(new Configured());
     c->ctx_ = SSL_CTX_new(TLS_server_method());
     if (c->ctx_ == nullptr) return absl::InternalError("SSL_CTX_new: " + OpenSslError());
+    // The connection's context after the switch: its alerts are counted here.
+    CountRefusalsIn(c->ctx_, refused);
     ERR_clear_error();
     Bio chain = MemoryBio(material.cert_chain_pem);
     Certificate leaf(PEM_read_bio_X509_AUX(chain.get(), nullptr, nullptr, nullptr));
@@ -149,11 +166,15 @@ absl::Status CheckTlsMaterial(const HttpsMaterial& material) {
   return HttpsContext::Configured::Make(material).status();
 }
 
-absl::StatusOr<std::unique_ptr<HttpsContext>> HttpsContext::Create(const HttpsMaterial& material) {
+absl::StatusOr<std::unique_ptr<HttpsContext>> HttpsContext::Create(
+    const HttpsMaterial& material, std::atomic<uint64_t>* refused) {
   std::unique_ptr<HttpsContext> https(new HttpsContext());
+  https->refused_ = refused;
   if (absl::Status s = https->Replace(material); !s.ok()) return s;
   https->listening_ = SSL_CTX_new(TLS_server_method());
   if (https->listening_ == nullptr) return absl::InternalError("SSL_CTX_new: " + OpenSslError());
+  // Before the switch: a ClientHello refused outright.
+  CountRefusalsIn(https->listening_, refused);
   SSL_CTX_set_session_cache_mode(https->listening_, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_options(https->listening_, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_client_hello_cb(https->listening_, &HttpsContext::OnClientHello, https.get());
@@ -161,7 +182,8 @@ absl::StatusOr<std::unique_ptr<HttpsContext>> HttpsContext::Create(const HttpsMa
 }
 
 absl::Status HttpsContext::Replace(const HttpsMaterial& material) {
-  absl::StatusOr<std::shared_ptr<const Configured>> configured = Configured::Make(material);
+  absl::StatusOr<std::shared_ptr<const Configured>> configured =
+      Configured::Make(material, refused_);
   if (!configured.ok()) return configured.status();
   absl::MutexLock lock(&mu_);
   current_ = *std::move(configured);

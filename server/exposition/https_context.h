@@ -14,6 +14,8 @@
 #ifndef TORCHMON_SERVER_EXPOSITION_HTTPS_CONTEXT_H_
 #define TORCHMON_SERVER_EXPOSITION_HTTPS_CONTEXT_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -50,7 +52,11 @@ class HttpsContext {
  public:
   // InvalidArgument naming the origin if a PEM block does not parse, the
   // key does not belong to the certificate, or the CA holds no certificate.
-  static absl::StatusOr<std::unique_ptr<HttpsContext>> Create(const HttpsMaterial& material);
+  // Each handshake torchmond ends with a fatal alert (a client certificate
+  // refused, no common version) is counted in `refused`, if given; it must
+  // outlive this.
+  static absl::StatusOr<std::unique_ptr<HttpsContext>> Create(
+      const HttpsMaterial& material, std::atomic<uint64_t>* refused = nullptr);
 
   // Connections that start from now on use `material`; on error (as
   // Create's) nothing changes.
@@ -71,6 +77,7 @@ class HttpsContext {
   static int OnClientHello(SSL* ssl, int* alert, void* arg);
   std::shared_ptr<const Configured> current() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  std::atomic<uint64_t>* refused_ = nullptr;
   SSL_CTX* listening_ = nullptr;
   mutable absl::Mutex mu_;
   std::shared_ptr<const Configured> current_ ABSL_GUARDED_BY(mu_);

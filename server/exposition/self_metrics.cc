@@ -126,6 +126,14 @@ const SelfMetric kSelfMetrics[] = {
      "requests for `/metrics` and the live page turned away unchecked (429, Retry-After): their "
      "address failed basic auth too often lately ([security](security.md#throttling))",
      Plain<&DaemonStats::scrapes_throttled>},
+    {"torchmon_daemon_metrics_tls_refused_total", "counter", "",
+     "TLS handshakes on the metrics port refused (a client certificate not accepted, no common "
+     "TLS version).",
+     "TLS handshakes on the metrics port that torchmond ended with a fatal alert: a client "
+     "certificate `client_auth_type` did not accept, no TLS version in common "
+     "(`--web-config-file`; [security](security.md#metrics)); plain HTTP gets no alert and "
+     "is not counted",
+     Plain<&DaemonStats::metrics_tls_refused>},
     {"torchmon_daemon_reload_failures_total", "counter", "",
      "Credential files SIGHUP could not re-read; the ones read before stay in force.",
      "credential files (`--auth-token-file`, `--metrics-auth-file`, `--web-config-file` and the "

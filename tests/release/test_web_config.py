@@ -217,8 +217,11 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_a_reload_swaps_both(bin
         error = seen["untrusted_cert"]["lastError"]
         assert "401" not in error and ("tls" in error or "certificate" in error), error
         assert value('up{job="wrong_password"}') == 0 and value('up{job="untrusted_cert"}') == 0
-        # The wrong password was counted; the bad certificate never reached HTTP.
+        # The wrong password was counted; the bad certificate never reached
+        # HTTP, and was counted as a refused handshake.
         assert wait_for(lambda: (value('torchmon_daemon_scrapes_unauthorized_total{job="good"}')
+                                 or 0) >= 1, 15)
+        assert wait_for(lambda: (value('torchmon_daemon_metrics_tls_refused_total{job="good"}')
                                  or 0) >= 1, 15)
 
         # The reload: a renewed certificate and a new password. A client keeps

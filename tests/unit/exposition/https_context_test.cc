@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -227,20 +228,25 @@ TEST_F(HttpsContextTest, ABadReplacementChangesNothing) {
 }
 
 TEST_F(HttpsContextTest, RequireAndVerifyAdmitsOnlyCertificatesTheCaSigned) {
+  std::atomic<uint64_t> refused{0};
   auto https =
       HttpsContext::Create(Material(pem().server_cert, pem().server_key,
-                                    ClientAuthType::kRequireAndVerifyClientCert, pem().ca));
+                                    ClientAuthType::kRequireAndVerifyClientCert, pem().ca),
+                           &refused);
   ASSERT_TRUE(https.ok()) << https.status();
   const Outcome signed_client = Handshake(**https, pem().ca, pem().client_cert, pem().client_key);
   EXPECT_TRUE(signed_client.client_ok);
   EXPECT_TRUE(signed_client.server_ok);
   EXPECT_TRUE(SameCertificate(signed_client.client_cert_seen, pem().client_cert));
+  EXPECT_EQ(refused.load(), 0u);
   const Outcome stranger = Handshake(**https, pem().ca, pem().stranger_cert, pem().stranger_key);
   EXPECT_FALSE(stranger.server_ok);
   EXPECT_FALSE(stranger.client_ok);
+  EXPECT_EQ(refused.load(), 1u);
   const Outcome anonymous = Handshake(**https, pem().ca);
   EXPECT_FALSE(anonymous.server_ok);
   EXPECT_FALSE(anonymous.client_ok);
+  EXPECT_EQ(refused.load(), 2u);
 }
 
 TEST_F(HttpsContextTest, VerifyIfGivenAdmitsAnonymousClientsButNoStranger) {
@@ -275,13 +281,16 @@ TEST_F(HttpsContextTest, AReplacedClientCaAppliesToTheNextConnection) {
   EXPECT_TRUE(Handshake(**https, pem().ca, pem().stranger_cert, pem().stranger_key).server_ok);
 }
 
-TEST_F(HttpsContextTest, TheMinimumVersionIsEnforced) {
+TEST_F(HttpsContextTest, TheMinimumVersionIsEnforcedAndARefusalCounted) {
   HttpsMaterial material = Material(pem().server_cert, pem().server_key);
   material.min_version = TlsVersion::kTls13;
-  auto https = HttpsContext::Create(material);
+  std::atomic<uint64_t> refused{0};
+  auto https = HttpsContext::Create(material, &refused);
   ASSERT_TRUE(https.ok()) << https.status();
   EXPECT_FALSE(Handshake(**https, pem().ca, "", "", TLS1_2_VERSION).server_ok);
+  EXPECT_EQ(refused.load(), 1u);
   EXPECT_TRUE(Handshake(**https, pem().ca, "", "", TLS1_3_VERSION).server_ok);
+  EXPECT_EQ(refused.load(), 1u);
 }
 
 }  // namespace
