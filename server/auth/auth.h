@@ -26,14 +26,10 @@
 #include "absl/time/time.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "server/auth/bcrypt.h"
+#include "server/auth/constant_time.h"
 #include "server/auth/failure_throttle.h"
 
 namespace torchmon::server {
-
-// True if `a` equals `b`. The time taken depends on the lengths only, never
-// on where the first difference is, so that a caller probing a secret learns
-// nothing from the timing but its length.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 // Shortest token --auth-token-file accepts: guessing must be hopeless, and
 // `openssl rand -hex 32` gives 64 characters.

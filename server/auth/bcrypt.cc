@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/auth/constant_time.h"
 
 namespace torchmon::server {
 namespace bcrypt_internal {
@@ -356,14 +357,10 @@ absl::StatusOr<BcryptHash> ParseBcryptHash(absl::string_view hash) {
 bool BcryptMatches(const BcryptHash& hash, absl::string_view password) {
   if (hash.cost < kMinBcryptCost || hash.cost > kMaxBcryptCost) return false;
   const std::array<uint8_t, kDigestBytes> digest = Digest(password, hash.salt, hash.cost);
-  // Every byte is looked at, whatever differs first (auth.h's
-  // ConstantTimeEquals does the same for strings; auth.h builds on this
-  // file, so not the other way round).
-  unsigned diff = 0;
-  for (size_t i = 0; i < digest.size(); ++i) {
-    diff |= static_cast<unsigned>(digest[i] ^ hash.digest[i]);
-  }
-  return diff == 0;
+  const auto bytes = [](const std::array<uint8_t, kDigestBytes>& d) {
+    return absl::string_view(reinterpret_cast<const char*>(d.data()), d.size());
+  };
+  return ConstantTimeEquals(bytes(digest), bytes(hash.digest));
 }
 
 std::string BcryptHashOf(absl::string_view password, absl::string_view salt16, int cost,
