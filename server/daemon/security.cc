@@ -108,6 +108,45 @@ absl::StatusOr<BasicAuthChecker::Credentials> LoadBasicAuth(const std::string& p
   return ParseBasicAuthFile(*text, absl::StrCat("--metrics-auth-file ", path));
 }
 
+// One TLS file to read: its path, and how messages name it ("--tls-cert").
+struct TlsFile {
+  const std::string& path;
+  std::string flag;
+};
+
+// Reads a certificate chain, its private key (a secret file) and, unless
+// `ca.path` is empty, CA certificates, each checked for its PEM block.
+// Errors name the flag and the file. Whether the key belongs to the
+// certificate is checked by whoever builds a context from them.
+absl::StatusOr<HttpsMaterial> ReadTlsMaterial(const TlsFile& cert, const TlsFile& key,
+                                              const TlsFile& ca) {
+  HttpsMaterial material;
+  auto cert_pem = ReadPublicFile(cert.path, cert.flag);
+  if (!cert_pem.ok()) return cert_pem.status();
+  if (absl::Status s = ExpectPem(*cert_pem, "CERTIFICATE-----", cert.path, cert.flag); !s.ok()) {
+    return s;
+  }
+  auto key_pem = ReadSecretFile(key.path, key.flag);
+  if (!key_pem.ok()) return key_pem.status();
+  if (absl::Status s = ExpectPem(*key_pem, "PRIVATE KEY-----", key.path, key.flag); !s.ok()) {
+    return s;
+  }
+  material.cert_chain_pem = *std::move(cert_pem);
+  material.key_pem = *std::move(key_pem);
+  if (!ca.path.empty()) {
+    auto ca_pem = ReadPublicFile(ca.path, ca.flag);
+    if (!ca_pem.ok()) return ca_pem.status();
+    if (absl::Status s = ExpectPem(*ca_pem, "CERTIFICATE-----", ca.path, ca.flag); !s.ok()) {
+      return s;
+    }
+    material.client_ca_pem = *std::move(ca_pem);
+  }
+  material.cert_origin = absl::StrCat(cert.flag, " ", cert.path);
+  material.key_origin = absl::StrCat(key.flag, " ", key.path);
+  material.ca_origin = absl::StrCat(ca.flag, " ", ca.path);
+  return material;
+}
+
 // A --web-config-file with the files its tls_server_config names.
 struct WebConfigFiles {
   WebConfig config;
@@ -125,64 +164,27 @@ absl::StatusOr<WebConfigFiles> LoadWebConfig(const std::string& path) {
   WebConfigFiles files{*std::move(config), std::nullopt};
   if (!files.config.tls.has_value()) return files;
   const WebTlsConfig& tls = *files.config.tls;
-  const std::string origin = absl::StrCat(kFlag, " ", path, ": tls_server_config.");
-  HttpsMaterial material;
-  material.cert_origin = absl::StrCat(origin, "cert_file ", tls.cert_file);
-  material.key_origin = absl::StrCat(origin, "key_file ", tls.key_file);
-  material.ca_origin = absl::StrCat(origin, "client_ca_file ", tls.client_ca_file);
-  auto cert = ReadPublicFile(tls.cert_file, absl::StrCat(origin, "cert_file"));
-  if (!cert.ok()) return cert.status();
-  auto key = ReadSecretFile(tls.key_file, absl::StrCat(origin, "key_file"));
-  if (!key.ok()) return key.status();
-  material.cert_chain_pem = *std::move(cert);
-  material.key_pem = *std::move(key);
-  if (!tls.client_ca_file.empty()) {
-    auto ca = ReadPublicFile(tls.client_ca_file, absl::StrCat(origin, "client_ca_file"));
-    if (!ca.ok()) return ca.status();
-    material.client_ca_pem = *std::move(ca);
-  }
-  material.client_auth = tls.client_auth;
-  material.min_version = tls.min_version;
-  material.max_version = tls.max_version;
-  files.tls = std::move(material);
+  const std::string flag = absl::StrCat(kFlag, " ", path, ": tls_server_config.");
+  auto material = ReadTlsMaterial({tls.cert_file, flag + "cert_file"},
+                                  {tls.key_file, flag + "key_file"},
+                                  {tls.client_ca_file, flag + "client_ca_file"});
+  if (!material.ok()) return material.status();
+  material->client_auth = tls.client_auth;
+  material->min_version = tls.min_version;
+  material->max_version = tls.max_version;
+  files.tls = *std::move(material);
   return files;
 }
 
 // --tls-cert, --tls-key and --tls-client-ca, read and checked: PEM, modes,
 // the key belonging to the certificate.
-absl::StatusOr<TlsPem> LoadGrpcTls(const SecurityOptions& options) {
-  auto cert = ReadPublicFile(options.tls_cert_file, "--tls-cert");
-  if (!cert.ok()) return cert.status();
-  if (absl::Status s = ExpectPem(*cert, "CERTIFICATE-----", options.tls_cert_file, "--tls-cert");
-      !s.ok()) {
-    return s;
-  }
-  auto key = ReadSecretFile(options.tls_key_file, "--tls-key");
-  if (!key.ok()) return key.status();
-  if (absl::Status s = ExpectPem(*key, "PRIVATE KEY-----", options.tls_key_file, "--tls-key");
-      !s.ok()) {
-    return s;
-  }
-  TlsPem pem{*std::move(cert), *std::move(key), ""};
-  if (!options.tls_client_ca_file.empty()) {
-    auto ca = ReadPublicFile(options.tls_client_ca_file, "--tls-client-ca");
-    if (!ca.ok()) return ca.status();
-    if (absl::Status s =
-            ExpectPem(*ca, "CERTIFICATE-----", options.tls_client_ca_file, "--tls-client-ca");
-        !s.ok()) {
-      return s;
-    }
-    pem.client_ca = *std::move(ca);
-  }
-  HttpsMaterial material;
-  material.cert_chain_pem = pem.cert_chain;
-  material.key_pem = pem.key;
-  material.client_ca_pem = pem.client_ca;
-  material.cert_origin = absl::StrCat("--tls-cert ", options.tls_cert_file);
-  material.key_origin = absl::StrCat("--tls-key ", options.tls_key_file);
-  material.ca_origin = absl::StrCat("--tls-client-ca ", options.tls_client_ca_file);
-  if (absl::Status s = CheckTlsMaterial(material); !s.ok()) return s;
-  return pem;
+absl::StatusOr<HttpsMaterial> LoadGrpcTls(const SecurityOptions& options) {
+  auto material = ReadTlsMaterial({options.tls_cert_file, "--tls-cert"},
+                                  {options.tls_key_file, "--tls-key"},
+                                  {options.tls_client_ca_file, "--tls-client-ca"});
+  if (!material.ok()) return material.status();
+  if (absl::Status s = CheckTlsMaterial(*material); !s.ok()) return s;
+  return material;
 }
 
 bool VerifiesClients(ClientAuthType type) {
@@ -202,7 +204,7 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
                                          *pem);
     if (!files.ok()) return files.status();
     security->tls_ = true;
-    security->tls_client_ca_ = !pem->client_ca.empty();
+    security->tls_client_ca_ = !pem->client_ca_pem.empty();
     security->tls_files_ = *std::move(files);
     // Polled every second; the files change only when Reload writes them.
     security->tls_provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -300,7 +302,7 @@ std::string ServerSecurity::ReloadGrpcTls(const SecurityOptions& options, size_t
   };
   auto pem = LoadGrpcTls(options);
   if (!pem.ok()) return refuse(pem.status().message());
-  if (pem->client_ca.empty() != !tls_client_ca_) {
+  if (pem->client_ca_pem.empty() == tls_client_ca_) {
     return refuse("--tls-client-ca cannot be added or removed by a reload: restart torchmond");
   }
   if (absl::Status s = tls_files_->Replace(*pem); !s.ok()) return refuse(s.message());

@@ -40,8 +40,8 @@ absl::Status WritePrivate(const std::string& path, const std::string& content) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WatchedTlsFiles>> WatchedTlsFiles::Create(const std::string& parent,
-                                                                         const TlsPem& pem) {
+absl::StatusOr<std::unique_ptr<WatchedTlsFiles>> WatchedTlsFiles::Create(
+    const std::string& parent, const HttpsMaterial& pem) {
   std::string pattern = parent + "/torchmond-tls.XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) return Failed("cannot create a directory in", parent);
   std::unique_ptr<WatchedTlsFiles> files(new WatchedTlsFiles(pattern));
@@ -49,22 +49,24 @@ absl::StatusOr<std::unique_ptr<WatchedTlsFiles>> WatchedTlsFiles::Create(const s
   return files;
 }
 
-absl::Status WatchedTlsFiles::WriteGeneration(const TlsPem& pem, const std::string& name) {
+absl::Status WatchedTlsFiles::WriteGeneration(const HttpsMaterial& pem,
+                                              const std::string& name) {
   const std::string dir = absl::StrCat(dir_, "/", name);
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);  // a leftover of a failed attempt
   if (mkdir(dir.c_str(), 0700) != 0) return Failed("cannot create", dir);
   // The CA file always exists (empty without a CA), so that the paths the
   // watcher was given stay valid whatever a reload brings.
-  for (const auto& [file, content] : {std::pair<const char*, const std::string*>{"key.pem", &pem.key},
-                                      {"cert.pem", &pem.cert_chain},
-                                      {"ca.pem", &pem.client_ca}}) {
+  for (const auto& [file, content] :
+       {std::pair<const char*, const std::string*>{"key.pem", &pem.key_pem},
+        {"cert.pem", &pem.cert_chain_pem},
+        {"ca.pem", &pem.client_ca_pem}}) {
     if (absl::Status s = WritePrivate(absl::StrCat(dir, "/", file), *content); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-absl::Status WatchedTlsFiles::Replace(const TlsPem& pem) {
+absl::Status WatchedTlsFiles::Replace(const HttpsMaterial& pem) {
   const std::string name = absl::StrCat("gen-", generation_ + 1);
   if (absl::Status s = WriteGeneration(pem, name); !s.ok()) return s;
   // rename(2) of a symlink over the old one: the watcher sees either

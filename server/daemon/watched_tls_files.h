@@ -22,26 +22,23 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/exposition/https_context.h"
 
 namespace torchmon::server {
 
-struct TlsPem {
-  std::string cert_chain;
-  std::string key;
-  std::string client_ca;  // empty: none
-};
-
 class WatchedTlsFiles {
  public:
-  // Creates a private directory (mode 0700) under `parent` and writes `pem`
-  // there. Internal error naming the path if the file system refuses.
+  // Creates a private directory (mode 0700) under `parent` and writes the
+  // PEM of `pem` there (its certificate chain, key and client CA; the rest
+  // is the listener's, not the files'). Internal error naming the path if
+  // the file system refuses.
   static absl::StatusOr<std::unique_ptr<WatchedTlsFiles>> Create(const std::string& parent,
-                                                                 const TlsPem& pem);
+                                                                 const HttpsMaterial& pem);
 
   // Writes `pem` as the next generation and puts it in place; the one
   // before the previous is removed. On error nothing the watcher reads has
   // changed.
-  absl::Status Replace(const TlsPem& pem);
+  absl::Status Replace(const HttpsMaterial& pem);
 
   // Gives the directory and its files to `uid`:`gid` (a daemon about to
   // drop privileges must still be able to write the next generation).
@@ -60,7 +57,7 @@ class WatchedTlsFiles {
 
  private:
   explicit WatchedTlsFiles(std::string dir) : dir_(std::move(dir)) {}
-  absl::Status WriteGeneration(const TlsPem& pem, const std::string& name);
+  absl::Status WriteGeneration(const HttpsMaterial& pem, const std::string& name);
 
   const std::string dir_;
   int generation_ = 0;

@@ -14,6 +14,14 @@
 namespace torchmon::server {
 namespace {
 
+HttpsMaterial Pem(const std::string& cert, const std::string& key, const std::string& ca = "") {
+  HttpsMaterial material;
+  material.cert_chain_pem = cert;
+  material.key_pem = key;
+  material.client_ca_pem = ca;
+  return material;
+}
+
 std::string Read(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -33,7 +41,7 @@ class WatchedTlsFilesTest : public ::testing::Test {
 };
 
 TEST_F(WatchedTlsFilesTest, WritesPrivateCopiesWhereTheWatcherLooks) {
-  auto files = WatchedTlsFiles::Create(parent_, TlsPem{"cert 1", "key 1", "ca 1"});
+  auto files = WatchedTlsFiles::Create(parent_, Pem("cert 1", "key 1", "ca 1"));
   ASSERT_TRUE(files.ok()) << files.status();
   EXPECT_EQ(Read((*files)->cert_path()), "cert 1");
   EXPECT_EQ(Read((*files)->key_path()), "key 1");
@@ -47,13 +55,13 @@ TEST_F(WatchedTlsFilesTest, WritesPrivateCopiesWhereTheWatcherLooks) {
 }
 
 TEST_F(WatchedTlsFilesTest, AReplaceSwapsEveryFileAtOnceAndKeepsOneGenerationBehind) {
-  auto files = WatchedTlsFiles::Create(parent_, TlsPem{"cert 1", "key 1", ""});
+  auto files = WatchedTlsFiles::Create(parent_, Pem("cert 1", "key 1"));
   ASSERT_TRUE(files.ok()) << files.status();
   const std::filesystem::path dir =
       std::filesystem::path((*files)->key_path()).parent_path().parent_path();
   for (int generation = 2; generation <= 4; ++generation) {
     const std::string n = std::to_string(generation);
-    ASSERT_TRUE((*files)->Replace(TlsPem{"cert " + n, "key " + n, ""}).ok());
+    ASSERT_TRUE((*files)->Replace(Pem("cert " + n, "key " + n)).ok());
     EXPECT_EQ(Read((*files)->cert_path()), "cert " + n);
     EXPECT_EQ(Read((*files)->key_path()), "key " + n);
     // "current" is a symlink to the generation: one rename switches all.
@@ -66,7 +74,7 @@ TEST_F(WatchedTlsFilesTest, AReplaceSwapsEveryFileAtOnceAndKeepsOneGenerationBeh
 TEST_F(WatchedTlsFilesTest, GoesWithItsOwnerAndCanBeGivenAway) {
   std::string dir;
   {
-    auto files = WatchedTlsFiles::Create(parent_, TlsPem{"c", "k", ""});
+    auto files = WatchedTlsFiles::Create(parent_, Pem("c", "k"));
     ASSERT_TRUE(files.ok()) << files.status();
     EXPECT_TRUE((*files)->GiveTo(geteuid(), getegid()).ok());
     dir = std::filesystem::path((*files)->key_path()).parent_path().parent_path();
@@ -76,7 +84,7 @@ TEST_F(WatchedTlsFilesTest, GoesWithItsOwnerAndCanBeGivenAway) {
 }
 
 TEST_F(WatchedTlsFilesTest, AnUnwritableParentIsAnErrorNamingIt) {
-  auto files = WatchedTlsFiles::Create(parent_ + "/missing", TlsPem{"c", "k", ""});
+  auto files = WatchedTlsFiles::Create(parent_ + "/missing", Pem("c", "k"));
   ASSERT_FALSE(files.ok());
   EXPECT_NE(files.status().message().find(parent_ + "/missing"), std::string::npos)
       << files.status();
