@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -92,6 +94,9 @@ absl::StatusOr<std::vector<BearerToken>> ParseTokenFile(absl::string_view text,
   return tokens;
 }
 
+BearerTokenChecker::BearerTokenChecker(std::vector<BearerToken> tokens)
+    : tokens_(std::move(tokens)), accepted_(std::make_unique<std::atomic<bool>[]>(tokens_.size())) {}
+
 absl::StatusOr<std::string> BearerTokenChecker::Check(bool present,
                                                       absl::string_view authorization) const {
   if (!present) {
@@ -99,24 +104,46 @@ absl::StatusOr<std::string> BearerTokenChecker::Check(bool present,
         "torchmond requires a bearer token on every call and this one carried none; give the "
         "client the daemon's token (TORCHMON_TOKEN_FILE, torchmonctl --token-file)");
   }
-  absl::string_view token = authorization;
-  if (!ConsumeScheme("Bearer", &token)) {
+  if (!ConsumeScheme("Bearer", &authorization)) {
     return absl::UnauthenticatedError(
         "torchmond requires \"authorization: Bearer <token>\" metadata; this call carried "
         "another kind of authorization");
   }
-  // Every token is compared, whichever matched.
-  const BearerToken* accepted = nullptr;
-  for (const BearerToken& candidate : tokens_) {
-    if (ConstantTimeEquals(token, candidate.token) && accepted == nullptr) accepted = &candidate;
-  }
-  if (accepted == nullptr) {
+  const std::optional<size_t> index = Find(authorization);
+  if (!index.has_value()) {
     return absl::UnauthenticatedError(
         "torchmond refused the bearer token of this call: it is not one of the daemon's "
         "--auth-token-file tokens");
   }
-  return accepted->name;
+  accepted_[*index].store(true, std::memory_order_relaxed);
+  return tokens_[*index].name;
 }
+
+std::optional<size_t> BearerTokenChecker::Find(absl::string_view token) const {
+  // Every token is compared, whichever matched.
+  std::optional<size_t> found;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (ConstantTimeEquals(token, tokens_[i].token) && !found.has_value()) found = i;
+  }
+  return found;
+}
+
+bool BearerTokenChecker::Remembers(absl::string_view authorization) const {
+  if (!ConsumeScheme("Bearer", &authorization)) return false;
+  const std::optional<size_t> index = Find(authorization);
+  return index.has_value() && accepted_[*index].load(std::memory_order_relaxed);
+}
+
+TokenAuthMetadataProcessor::TokenAuthMetadataProcessor(
+    std::shared_ptr<const BearerTokenChecker> checker, std::atomic<uint64_t>& refused,
+    std::atomic<uint64_t>& throttled, OnRefused on_refused,
+    std::vector<std::string> checked_by_handlers, FailureThrottle::Options throttle)
+    : checker_(std::move(checker)),
+      refused_(refused),
+      throttled_(throttled),
+      on_refused_(std::move(on_refused)),
+      checked_by_handlers_(std::move(checked_by_handlers)),
+      throttle_(throttle) {}
 
 std::shared_ptr<const BearerTokenChecker> TokenAuthMetadataProcessor::checker() const {
   absl::MutexLock lock(&mu_);
@@ -128,21 +155,81 @@ void TokenAuthMetadataProcessor::Replace(std::shared_ptr<const BearerTokenChecke
   checker_ = std::move(checker);
 }
 
+bool TokenAuthMetadataProcessor::CheckedByHandlers(absl::string_view path) const {
+  // "/<service>/<method>"
+  if (!absl::ConsumePrefix(&path, "/")) return false;
+  const size_t slash = path.find('/');
+  if (slash == absl::string_view::npos) return false;
+  const absl::string_view service = path.substr(0, slash);
+  return std::find(checked_by_handlers_.begin(), checked_by_handlers_.end(), service) !=
+         checked_by_handlers_.end();
+}
+
+grpc::Status TokenAuthMetadataProcessor::Refuse(absl::string_view why,
+                                                absl::string_view peer) const {
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  if (on_refused_) on_refused_(peer.empty() ? why : absl::StrCat(peer, ": ", why));
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(why));
+}
+
 grpc::Status TokenAuthMetadataProcessor::Process(const InputMetadata& auth_metadata,
                                                  grpc::AuthContext* /*context*/,
                                                  OutputMetadata* /*consumed_auth_metadata*/,
                                                  OutputMetadata* /*response_metadata*/) {
+  // gRPC hands the processor the call's whole initial metadata, ":path"
+  // included.
+  if (const auto path = auth_metadata.find(":path");
+      path != auth_metadata.end() &&
+      CheckedByHandlers(absl::string_view(path->second.data(), path->second.size()))) {
+    return grpc::Status::OK;
+  }
   const auto it = auth_metadata.find("authorization");
   const bool present = it != auth_metadata.end();
   const absl::string_view value =
       present ? absl::string_view(it->second.data(), it->second.size()) : absl::string_view();
   const absl::StatusOr<std::string> name = checker()->Check(present, value);
-  if (!name.ok()) {
-    refused_.fetch_add(1, std::memory_order_relaxed);
-    if (on_refused_) on_refused_(name.status().message());
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(name.status().message()));
-  }
+  if (!name.ok()) return Refuse(name.status().message(), "");
   return grpc::Status::OK;
+}
+
+grpc::Status TokenAuthMetadataProcessor::AdmitCall(absl::string_view peer,
+                                                   std::optional<absl::string_view> authorization,
+                                                   absl::Time now) const {
+  const std::shared_ptr<const BearerTokenChecker> tokens = checker();
+  const bool throttled_peer = !peer.empty();
+  if (const absl::Duration wait =
+          throttled_peer ? throttle_.Wait(peer, now) : absl::ZeroDuration();
+      wait > absl::ZeroDuration()) {
+    // A token accepted before tells nothing to whoever is guessing from
+    // the same peer (they had to be right already).
+    if (authorization.has_value() && tokens->Remembers(*authorization)) return grpc::Status::OK;
+    throttled_.fetch_add(1, std::memory_order_relaxed);
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("torchmond checks no token from ", peer, " for another ",
+                     absl::FormatDuration(absl::Ceil(wait, absl::Milliseconds(100))),
+                     ": calls from there failed the token check too often lately "
+                     "(docs/security.md, \"Throttling\")"));
+  }
+  const absl::StatusOr<std::string> name =
+      tokens->Check(authorization.has_value(), authorization.value_or(absl::string_view()));
+  if (!name.ok()) {
+    if (throttled_peer) throttle_.Failed(peer, now);
+    return Refuse(name.status().message(), peer);
+  }
+  if (throttled_peer) throttle_.Succeeded(peer);
+  return grpc::Status::OK;
+}
+
+std::string TokenAuthMetadataProcessor::ThrottleKeyOf(absl::string_view grpc_peer) {
+  if (absl::StartsWith(grpc_peer, "ipv4:") || absl::StartsWith(grpc_peer, "ipv6:")) {
+    // "ipv4:ADDR:PORT", "ipv6:[ADDR]:PORT" (also "ipv6:%5B...%5D:PORT",
+    // URI-escaped, in some gRPC versions): the port is after the last ':'.
+    if (const size_t colon = grpc_peer.rfind(':'); colon > 5) {
+      return std::string(grpc_peer.substr(0, colon));
+    }
+  }
+  return "";
 }
 
 std::optional<std::string> TokenAuthMetadataProcessor::TokenNameOf(

@@ -62,40 +62,61 @@ absl::StatusOr<std::vector<BearerToken>> ParseTokenFile(absl::string_view text,
 // Immutable after construction; thread-safe.
 class BearerTokenChecker {
  public:
-  explicit BearerTokenChecker(std::vector<BearerToken> tokens) : tokens_(std::move(tokens)) {}
+  explicit BearerTokenChecker(std::vector<BearerToken> tokens);
 
   // The name of the token (possibly "") if `authorization` is "Bearer
-  // <token>" (scheme case-insensitive) for one of the tokens. Otherwise
-  // Unauthenticated with a message that tells a user what to fix; it never
-  // echoes what was sent. `present` is false when the call carried no
-  // authorization header at all.
+  // <token>" (scheme case-insensitive) for one of the tokens, which is then
+  // remembered as accepted. Otherwise Unauthenticated with a message that
+  // tells a user what to fix; it never echoes what was sent. `present` is
+  // false when the call carried no authorization header at all.
   absl::StatusOr<std::string> Check(bool present, absl::string_view authorization) const;
 
+  // True if `authorization` carries a token Check accepted before.
+  bool Remembers(absl::string_view authorization) const;
+
  private:
+  // The index of the token in `authorization`, every token compared.
+  std::optional<size_t> Find(absl::string_view authorization) const;
+
   const std::vector<BearerToken> tokens_;
+  // Which tokens were accepted; set once, never cleared (a reload makes a
+  // new checker).
+  const std::unique_ptr<std::atomic<bool>[]> accepted_;
 };
 
 // Refuses every gRPC call, on every listener and of every service (health
 // and reflection included), that does not carry a token BearerTokenChecker
-// accepts. gRPC runs it in the transport, before any handler sees the call.
+// accepts, in two places:
+//  - in the transport (Process), before any handler sees the call: calls of
+//    services other than `checked_by_handlers`;
+//  - in the handlers of `checked_by_handlers` (AdmitCall), which know the
+//    caller's peer: so that a peer that keeps failing is slowed
+//    (FailureThrottle) and other peers are not, and so that calls on Unix
+//    connections torchmond accepted itself are checked too (gRPC serves
+//    those without transport security, where Process never runs).
 // The token stays in the metadata handlers see: with --peer-labels its name
 // is the caller's identity (TokenNameOf). Not the AuthContext: gRPC shares
 // one between every call of a connection, and calls of several tokens may
 // share a connection.
 //
 // gRPC applies an AuthMetadataProcessor to secure server credentials only:
-// the daemon gives every listener such credentials when a token is
-// configured (TLS, or gRPC's "local" credentials for Unix sockets and
+// the daemon gives every listener gRPC binds such credentials when a token
+// is configured (TLS, or gRPC's "local" credentials for Unix sockets and
 // loopback TCP; see server/daemon/security.h). Thread-safe.
 class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
  public:
   // Called with why, for each refused call (the daemon logs it,
   // rate-limited); thread-safe.
   using OnRefused = std::function<void(absl::string_view why)>;
-  // `refused` counts refused calls; it must outlive the processor.
+  // `refused` counts calls refused after a check, `throttled` calls turned
+  // away unchecked; both must outlive the processor. `checked_by_handlers`:
+  // names of services ("torchmon.v1.Ingest") whose every method calls
+  // AdmitCall first.
   TokenAuthMetadataProcessor(std::shared_ptr<const BearerTokenChecker> checker,
-                             std::atomic<uint64_t>& refused, OnRefused on_refused = nullptr)
-      : checker_(std::move(checker)), refused_(refused), on_refused_(std::move(on_refused)) {}
+                             std::atomic<uint64_t>& refused, std::atomic<uint64_t>& throttled,
+                             OnRefused on_refused = nullptr,
+                             std::vector<std::string> checked_by_handlers = {},
+                             FailureThrottle::Options throttle = {});
 
   // Calls from now on are checked against `checker` (a reload); calls
   // already admitted keep going.
@@ -106,6 +127,22 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
   // no longer) among the tokens.
   std::optional<std::string> TokenNameOf(absl::string_view authorization) const
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The check of a call of a `checked_by_handlers` service from `peer` (a
+  // key naming who is calling: ThrottleKeyOf; "" for a peer that cannot be
+  // told from others, which is never slowed) at `now`. OK if its
+  // `authorization` (nullopt: none sent) carries a token; UNAUTHENTICATED
+  // if not; UNAVAILABLE, unchecked, while `peer` failed too often lately,
+  // unless the token is one accepted before (a client sharing an address
+  // with one that keeps failing is not slowed; a guess is never checked).
+  grpc::Status AdmitCall(absl::string_view peer, std::optional<absl::string_view> authorization,
+                         absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The throttle's key for a gRPC peer string: its address without the
+  // port ("ipv4:10.0.0.7:41234" -> "ipv4:10.0.0.7"); "" for other peers
+  // (every client of a Unix socket gRPC accepted is "unix:"): slowing one
+  // would slow them all.
+  static std::string ThrottleKeyOf(absl::string_view grpc_peer);
 
   // A comparison of a few strings: run it inline rather than on gRPC's
   // separate thread for blocking processors.
@@ -118,11 +155,19 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
  private:
   // The tokens in force now; a call checks against one snapshot.
   std::shared_ptr<const BearerTokenChecker> checker() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the handlers of the method at `path` ("/pkg.Service/Method")
+  // check its calls.
+  bool CheckedByHandlers(absl::string_view path) const;
+  grpc::Status Refuse(absl::string_view why, absl::string_view peer) const;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<const BearerTokenChecker> checker_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t>& refused_;
+  std::atomic<uint64_t>& throttled_;
   const OnRefused on_refused_;
+  const std::vector<std::string> checked_by_handlers_;
+  // Who failed lately (synchronized on its own).
+  mutable FailureThrottle throttle_;
 };
 
 // The credentials of a basic-auth file: one "user:password" per line (the

@@ -43,6 +43,9 @@ struct DaemonStats {
   // (--auth-token-file), scrapes without valid basic auth (--metrics-auth-file).
   std::atomic<uint64_t> rpcs_unauthenticated{0};
   std::atomic<uint64_t> scrapes_unauthorized{0};
+  // gRPC calls turned away unchecked: their peer failed the token check too
+  // often lately (FailureThrottle).
+  std::atomic<uint64_t> rpcs_throttled{0};
   // Requests for /metrics (and the live page) turned away unchecked: their
   // peer failed too often lately (FailureThrottle).
   std::atomic<uint64_t> scrapes_throttled{0};

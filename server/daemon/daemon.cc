@@ -135,14 +135,48 @@ Caller CallerOf(const PeerDirectory& peers, const ServerSecurity* security,
   return caller;
 }
 
-// The ingest options with the daemon's parts: its client log, and with
-// --peer-labels the labels the daemon vouches for about each stream's
-// caller (`peers`: the Unix connections the daemon accepted itself), and
+// The token check of --auth-token-file for the calls of the services that
+// ServicesCheckingTokens names, asked first by each of their handlers,
+// where gRPC's transport cannot: it knows the caller's peer, so that one
+// that keeps failing is slowed and no other is (docs/security.md,
+// "Throttling"), and it sees the calls of Unix connections the daemon
+// accepted itself, which gRPC serves without transport security. A peer is
+// its user on such a connection (the kernel's word: one user's clients share
+// a throttle whatever their process), else its address without the port;
+// the clients of a Unix socket gRPC accepted cannot be told apart and are
+// not slowed.
+CallGate TokenGate(const PeerDirectory* peers, const std::unique_ptr<ServerSecurity>* security) {
+  return [peers, security](const grpc::CallbackServerContext& call) -> grpc::Status {
+    const TokenAuthMetadataProcessor* check =
+        *security != nullptr ? (*security)->token_check() : nullptr;
+    if (check == nullptr) return grpc::Status::OK;
+    const std::string peer = call.peer();
+    std::string key;
+    if (auto identity = peers->Find(peer)) {
+      key = absl::StrCat("uid:", identity->credentials.uid);
+    } else {
+      key = TokenAuthMetadataProcessor::ThrottleKeyOf(peer);
+    }
+    std::optional<absl::string_view> authorization;
+    const auto& metadata = call.client_metadata();
+    if (auto it = metadata.find("authorization"); it != metadata.end()) {
+      authorization = absl::string_view(it->second.data(), it->second.size());
+    }
+    return check->AdmitCall(key, authorization, absl::Now());
+  };
+}
+
+// The ingest options with the daemon's parts: its client log, its token
+// gate (`all_peers`: the Unix connections the daemon accepted itself), and
+// with --peer-labels the labels the daemon vouches for about each stream's
+// caller (`peers`: the same directory, null without --peer-labels), and
 // `jobs`, which user each job label belongs to.
 IngestServiceOptions WithDaemonParts(IngestServiceOptions options, const PeerDirectory* peers,
+                                     const PeerDirectory* all_peers,
                                      const std::unique_ptr<ServerSecurity>* security,
                                      JobClaims* jobs) {
   options.client_log = &ClientLog();
+  options.admit = TokenGate(all_peers, security);
   if (peers != nullptr) {
     std::vector<std::string> reserved(std::begin(kVouchedLabelNames),
                                       std::end(kVouchedLabelNames));
@@ -196,10 +230,12 @@ Daemon::Daemon(DaemonOptions options, const Clock& clock)
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_,
                       WithDaemonParts(options_.ingest,
                                       options_.security.peer_labels ? &peers_ : nullptr,
-                                      &security_, &jobs_)),
+                                      &peers_, &security_, &jobs_)),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_,
-                     QueryScope(options_.security.peer_labels ? &peers_ : nullptr, &security_)),
-      health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()}),
+                     QueryScope(options_.security.peer_labels ? &peers_ : nullptr, &security_),
+                     TokenGate(&peers_, &security_)),
+      health_service_({"", v1::Ingest::service_full_name(), v1::Query::service_full_name()},
+                      TokenGate(&peers_, &security_)),
       exposition_(aggregator_, events_, stats_, TORCHMON_VERSION),
       live_page_(aggregator_, events_),
       timer_(io_),

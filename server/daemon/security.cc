@@ -13,9 +13,17 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "server/exposition/metrics_http_server.h"
+#include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {
+
+std::vector<std::string> ServicesCheckingTokens() {
+  return {v1::Ingest::service_full_name(), v1::Query::service_full_name(),
+          grpc::health::v1::Health::service_full_name()};
+}
+
 namespace {
 
 constexpr size_t kMaxFileBytes = 1 << 20;
@@ -222,7 +230,7 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
     }
     security->token_processor_ = std::make_shared<TokenAuthMetadataProcessor>(
         std::make_shared<const BearerTokenChecker>(*std::move(tokens)), stats.rpcs_unauthenticated,
-        std::move(on_refused));
+        stats.rpcs_throttled, std::move(on_refused), ServicesCheckingTokens());
   }
   if (!options.metrics_auth_file.empty()) {
     auto credentials = LoadBasicAuth(options.metrics_auth_file);

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -31,6 +32,12 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, absl::string
 // Reads a file anyone may see (a certificate), at most 1 MiB. Errors name
 // `flag` and the file.
 absl::StatusOr<std::string> ReadPublicFile(const std::string& path, absl::string_view flag);
+
+// The services whose every handler asks the daemon's token gate first
+// (daemon.cc, TokenAuthMetadataProcessor::AdmitCall), where the caller's
+// peer is known: the transport leaves their calls to it. Any other service
+// (grpc++'s reflection) is checked in the transport.
+std::vector<std::string> ServicesCheckingTokens();
 
 // Thread-safe; the tokens and passwords change only by Reload.
 class ServerSecurity {

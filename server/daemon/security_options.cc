@@ -103,12 +103,6 @@ std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool run
                 ? " and, without --auth-token-file, read and send every series"
                 : ""));
       }
-      if (s.peer_labels && !s.auth_token_file.empty()) {
-        warnings.push_back(absl::StrCat(
-            "with --peer-labels on, clients of ", addr.path,
-            " are admitted by its mode and group and named by the kernel: --auth-token-file is "
-            "checked on TCP listeners only"));
-      }
       continue;
     }
     if (protocol::IsLoopbackHost(addr.host)) continue;

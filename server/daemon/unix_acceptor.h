@@ -6,10 +6,11 @@
 // "fd:<N>" in every call's peer string.
 //
 // gRPC serves connections handed over this way without transport security
-// (grpc_server_add_channel_from_fd takes insecure credentials only), hence
-// without --auth-token-file's check: the daemon refuses that combination
-// (options.cc). The socket's mode and group decide who may connect, as on
-// the sockets gRPC binds.
+// (grpc_server_add_channel_from_fd takes insecure credentials only), where
+// its transport runs no --auth-token-file check: the handlers of
+// torchmond's services check those calls (ServicesCheckingTokens);
+// grpc++'s reflection answers them unchecked. The socket's mode and group
+// decide who may connect, as on the sockets gRPC binds.
 //
 // Thread-safe: Start and Stop from one thread; the acceptor runs on its own.
 #ifndef TORCHMON_SERVER_DAEMON_UNIX_ACCEPTOR_H_

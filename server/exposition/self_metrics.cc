@@ -106,6 +106,12 @@ const SelfMetric kSelfMetrics[] = {
      "gRPC calls refused for a missing or wrong bearer token (`--auth-token-file`, "
      "[security](security.md))",
      Plain<&DaemonStats::rpcs_unauthenticated>},
+    {"torchmon_daemon_rpcs_throttled_total", "counter", "",
+     "gRPC calls turned away unchecked (UNAVAILABLE): their peer failed the token check too "
+     "often.",
+     "gRPC calls turned away unchecked (UNAVAILABLE): their peer (address, or user on a Unix "
+     "socket) failed the token check too often lately ([security](security.md#throttling))",
+     Plain<&DaemonStats::rpcs_throttled>},
     {"torchmon_daemon_labels_refused_vouched_total", "counter", "",
      "Labels a client sent that torchmond sets itself from the kernel's word (--peer-labels).",
      "labels a client sent that torchmond sets itself from the kernel's word (`--peer-labels`, "

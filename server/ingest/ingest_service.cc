@@ -17,13 +17,10 @@ uint64_t DrawInstance() {
 }
 
 // Ends a stream at once: the daemon holds --max-streams already.
+// A stream that ends at once with `status`, having read nothing.
 class RefusedReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
-  explicit RefusedReactor(int64_t max_streams) {
-    Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("torchmond already has ", max_streams,
-                                     " ingest streams open (--max-streams); retry later")));
-  }
+  explicit RefusedReactor(grpc::Status status) { Finish(std::move(status)); }
   void OnDone() override { delete this; }
 };
 
@@ -162,6 +159,11 @@ IngestService::IngestService(Aggregator& aggregator, EventLog& events, DaemonSta
 
 grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestService::Stream(
     grpc::CallbackServerContext* context) {
+  if (options_.admit) {
+    if (grpc::Status refused = options_.admit(*context); !refused.ok()) {
+      return new RefusedReactor(std::move(refused));
+    }
+  }
   // Counted before the check so that concurrent opens cannot all slip in.
   const int64_t open = stats_.ingest_streams_active.fetch_add(1, std::memory_order_relaxed);
   if (open >= options_.max_streams) {
@@ -172,7 +174,10 @@ grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestService::Stream(
           "refused an ingest stream",
           absl::StrCat(context->peer(), ": --max-streams ", options_.max_streams, " reached"));
     }
-    return new RefusedReactor(options_.max_streams);
+    return new RefusedReactor(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("torchmond already has ", options_.max_streams,
+                     " ingest streams open (--max-streams); retry later")));
   }
   return new IngestReactor(*this, *context);
 }

@@ -43,6 +43,10 @@ struct IngestServiceOptions {
   // accepted, a named token or a client certificate; IngestSession's
   // VouchedIdentity). Unset: every stream's labels are the client's alone.
   std::function<VouchedIdentity(const grpc::CallbackServerContext& call)> vouch;
+  // Whether a stream may open, asked before anything else (the daemon's
+  // token check, which knows the caller's peer): OK, or the status the
+  // stream ends with at once. Unset: every stream opens.
+  std::function<grpc::Status(const grpc::CallbackServerContext& call)> admit;
 };
 
 // Thread-safe; outlives every stream it serves (the gRPC server is shut down

@@ -55,8 +55,9 @@ class HealthService::WatchReactor final : public QueuedWriteReactor<HealthCheckR
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-HealthService::HealthService(std::vector<std::string> names)
+HealthService::HealthService(std::vector<std::string> names, CallGate admit)
     : names_(names.begin(), names.end()),
+      admit_(std::move(admit)),
       ordered_names_(std::move(names)),
       status_(HealthCheckResponse::NOT_SERVING) {}
 
@@ -89,6 +90,12 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
                                                const HealthCheckRequest* request,
                                                HealthCheckResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      reactor->Finish(std::move(refused));
+      return reactor;
+    }
+  }
   if (!names_.contains(request->service())) {
     reactor->Finish(grpc::Status(
         grpc::StatusCode::NOT_FOUND,
@@ -105,7 +112,12 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
 }
 
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
-    grpc::CallbackServerContext* /*context*/, const HealthCheckRequest* request) {
+    grpc::CallbackServerContext* context, const HealthCheckRequest* request) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      return new RefusedWriteReactor<HealthCheckResponse>(std::move(refused));
+    }
+  }
   const bool known = names_.contains(request->service());
   auto* watcher = new WatchReactor(*this, known);
   absl::MutexLock lock(&mu_);

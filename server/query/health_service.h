@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/query/queued_write_reactor.h"
 
 namespace torchmon::server {
 
@@ -29,7 +30,8 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   // service names), NOT_SERVING until SetServing(true). For any other name
   // Check ends NOT_FOUND and Watch answers SERVICE_UNKNOWN, as the protocol
   // says.
-  explicit HealthService(std::vector<std::string> names);
+  // Without `admit` every call goes on.
+  explicit HealthService(std::vector<std::string> names, CallGate admit = nullptr);
 
   // SERVING or NOT_SERVING for every known name. Each watcher is sent the
   // change; one that is still writing an earlier status is sent only the
@@ -52,6 +54,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   void Unregister(WatchReactor* watcher) ABSL_LOCKS_EXCLUDED(mu_);
 
   const absl::flat_hash_set<std::string> names_;
+  const CallGate admit_;
   // Names in the order given, for the NOT_FOUND message.
   const std::vector<std::string> ordered_names_;
   absl::Mutex mu_;

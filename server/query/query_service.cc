@@ -159,13 +159,15 @@ std::optional<Cursor> FillPage(PageBuilder<Proto>& page, std::optional<Cursor> f
 
 QueryService::QueryService(const Aggregator& aggregator, const EventLog& events,
                            DaemonStats& stats, Broadcaster<ClosedWindow>& windows,
-                           Broadcaster<EventRecord>& events_out, ScopeOfCall scope)
+                           Broadcaster<EventRecord>& events_out, ScopeOfCall scope,
+                           CallGate admit)
     : aggregator_(aggregator),
       events_(events),
       stats_(stats),
       windows_out_(windows),
       events_out_(events_out),
-      scope_(std::move(scope)) {}
+      scope_(std::move(scope)),
+      admit_(std::move(admit)) {}
 
 Selector QueryService::Scoped(const grpc::CallbackServerContext& context,
                               Selector selector) const {
@@ -180,6 +182,13 @@ Selector QueryService::Scoped(const grpc::CallbackServerContext& context,
 grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* context,
                                                    const v1::ListSeriesRequest* request,
                                                    v1::ListSeriesResponse* response) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(std::move(refused));
+      return reactor;
+    }
+  }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
   const absl::StatusOr<PageRequest> paging = ReadPageRequest(
@@ -216,6 +225,13 @@ grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* context,
                                                    const v1::GetWindowsRequest* request,
                                                    v1::GetWindowsResponse* response) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(std::move(refused));
+      return reactor;
+    }
+  }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
   if (request->limit_per_series() < 0) {
@@ -268,6 +284,13 @@ grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* context,
                                                   const v1::GetEventsRequest* request,
                                                   v1::GetEventsResponse* response) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(std::move(refused));
+      return reactor;
+    }
+  }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
   if (request->limit() < 0) {
@@ -321,6 +344,13 @@ grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* QueryService::ListEventTotals(grpc::CallbackServerContext* context,
                                                         const v1::ListEventTotalsRequest* request,
                                                         v1::ListEventTotalsResponse* response) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(std::move(refused));
+      return reactor;
+    }
+  }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
   const absl::StatusOr<PageRequest> paging = ReadPageRequest(
@@ -360,6 +390,13 @@ grpc::ServerUnaryReactor* QueryService::ListEventTotals(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext* context,
                                                      const v1::CompareRanksRequest* request,
                                                      v1::CompareRanksResponse* response) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      auto* reactor = context->DefaultReactor();
+      reactor->Finish(std::move(refused));
+      return reactor;
+    }
+  }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
   RankComparisonOptions options;
@@ -415,6 +452,11 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<v1::WindowSummary>* QueryService::WatchWindows(
     grpc::CallbackServerContext* context, const v1::WatchWindowsRequest* request) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      return new RefusedWriteReactor<v1::WindowSummary>(std::move(refused));
+    }
+  }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   return new WatchReactor<ClosedWindow, v1::WindowSummary>(
@@ -425,6 +467,11 @@ grpc::ServerWriteReactor<v1::WindowSummary>* QueryService::WatchWindows(
 
 grpc::ServerWriteReactor<v1::Event>* QueryService::WatchEvents(
     grpc::CallbackServerContext* context, const v1::WatchEventsRequest* request) {
+  if (admit_) {
+    if (grpc::Status refused = admit_(*context); !refused.ok()) {
+      return new RefusedWriteReactor<v1::Event>(std::move(refused));
+    }
+  }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
   return new WatchReactor<EventRecord, v1::Event>(

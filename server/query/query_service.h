@@ -12,6 +12,7 @@
 #include "server/core/broadcaster.h"
 #include "server/core/daemon_stats.h"
 #include "server/core/selector.h"
+#include "server/query/queued_write_reactor.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {
@@ -36,10 +37,11 @@ class QueryService final : public v1::Query::CallbackService {
   using ScopeOfCall =
       std::function<std::optional<LabelMatcher>(const grpc::CallbackServerContext& call)>;
 
-  // Without `scope` every caller sees everything.
+  // Without `scope` every caller sees everything; without `admit` every
+  // call goes on.
   QueryService(const Aggregator& aggregator, const EventLog& events, DaemonStats& stats,
                Broadcaster<ClosedWindow>& windows, Broadcaster<EventRecord>& events_out,
-               ScopeOfCall scope = nullptr);
+               ScopeOfCall scope = nullptr, CallGate admit = nullptr);
 
   grpc::ServerUnaryReactor* ListSeries(grpc::CallbackServerContext* context,
                                        const v1::ListSeriesRequest* request,
@@ -71,6 +73,7 @@ class QueryService final : public v1::Query::CallbackService {
   Broadcaster<ClosedWindow>& windows_out_;
   Broadcaster<EventRecord>& events_out_;
   const ScopeOfCall scope_;
+  const CallGate admit_;
 };
 
 }  // namespace torchmon::server

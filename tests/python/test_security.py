@@ -5,14 +5,17 @@ the openssl command at test time."""
 
 import datetime
 import os
+import re
 import tempfile
 import time
 
+import grpc
 import pytest
 
 import torchmon
 from certificates import make_certificate
 from conftest import PYTHON_DIR, WINDOW_MS, Daemon, run_python
+from torchmon_testing import ROOT
 
 WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
 TOKEN = "3f1c0a9e5b7d4c2a8e6f0b1d3c5a7e9f"
@@ -121,4 +124,78 @@ def test_tls_with_a_client_certificate(tmpdir_private):
         assert not without_certificate.flush(1.0)
         assert d.series("py.tls.anonymous") == []
     finally:
+        d.stop()
+
+
+def rpcs_of(proto, service):
+    """(path, client streams, server streams) of every rpc of `service` in `proto`."""
+    with open(proto) as f:
+        text = f.read()
+    body = re.search(r"^service %s \{(.*?)^\}" % service, text, re.S | re.M).group(1)
+    package = re.search(r"^package ([\w.]+);", text, re.M).group(1)
+    return [(f"/{package}.{service}/{name}", bool(cs), bool(ss))
+            for name, cs, ss in re.findall(
+                r"^\s*rpc (\w+)\((stream )?\w+\) returns \((stream )?\w+\)", body, re.M)]
+
+
+def code_of(channel, path, client_stream, server_stream, metadata):
+    """The status (code, message) a call of `path` with an empty request
+    ends with."""
+    try:
+        if client_stream:
+            for _ in channel.stream_stream(path)(iter([]), metadata=metadata, timeout=10):
+                pass
+        elif server_stream:
+            for _ in channel.unary_stream(path)(b"", metadata=metadata, timeout=1):
+                pass
+        else:
+            channel.unary_unary(path)(b"", metadata=metadata, timeout=10)
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+
+
+@pytest.mark.parametrize("peer_labels", ["on", "off"])
+def test_every_call_of_every_service_needs_the_token_on_every_listener(tmpdir_private,
+                                                                       peer_labels):
+    """The token is checked on the Unix socket whether gRPC accepts its
+    connections (--peer-labels off: in the transport) or torchmond does
+    (on: in the handlers, which gRPC serves without transport security),
+    and on loopback TCP; for every rpc of the .proto, so that a method
+    added later without the check fails here."""
+    rpcs = (rpcs_of(os.path.join(ROOT, "proto", "torchmon", "v1", "torchmon.proto"), "Ingest")
+            + rpcs_of(os.path.join(ROOT, "proto", "torchmon", "v1", "torchmon.proto"), "Query")
+            + rpcs_of(os.path.join(ROOT, "proto", "grpc", "health", "v1", "health.proto"),
+                      "Health"))
+    assert len(rpcs) >= 10, rpcs
+    token_file = write_secret(os.path.join(tmpdir_private, "token"), TOKEN + "\n")
+    d = Daemon(tmpdir_private, "--auth-token-file", token_file, "--listen", "127.0.0.1:0",
+               "--peer-labels", peer_labels)
+    channels = {
+        "unix": grpc.insecure_channel(d.target),
+        "tcp": grpc.secure_channel(
+            d.tcp_target, grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)),
+    }
+    try:
+        for where, channel in channels.items():
+            refusals = []
+            for path, client_stream, server_stream in rpcs:
+                refusals.append(code_of(channel, path, client_stream, server_stream,
+                                        [("authorization", "Bearer " + "0" * 32)]))
+            # The first is checked; the others come within the second the
+            # throttle then turns this peer away unchecked (which only the
+            # check asked by the handlers does).
+            assert refusals[0][0] == grpc.StatusCode.UNAUTHENTICATED, (where, refusals)
+            for (path, _, _), (code, message) in zip(rpcs, refusals):
+                assert (code == grpc.StatusCode.UNAUTHENTICATED and "bearer token" in message
+                        or code == grpc.StatusCode.UNAVAILABLE
+                        and "checks no token from" in message), (where, path, code, message)
+            # With the token, the health check answers (a token never
+            # accepted before waits for the throttle to pass).
+            time.sleep(1.1)
+            assert code_of(channel, "/grpc.health.v1.Health/Check", False, False,
+                           [("authorization", "Bearer " + TOKEN)])[0] == grpc.StatusCode.OK, where
+    finally:
+        for channel in channels.values():
+            channel.close()
         d.stop()

@@ -143,9 +143,9 @@ TEST(BearerTokenCheckerTest, OtherSchemesAreRefused) {
 }
 
 TEST(TokenAuthMetadataProcessorTest, RefusalsAreCountedAndTheTokenLeftForTheNameLookUp) {
-  std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> refused{0}, throttled{0};
   TokenAuthMetadataProcessor processor(
-      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused);
+      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused, throttled);
   const std::string good = absl::StrCat("Bearer ", kToken);
   grpc::AuthMetadataProcessor::InputMetadata with_token = {
       {grpc::string_ref("authorization"), grpc::string_ref(good)}};
@@ -162,9 +162,9 @@ TEST(TokenAuthMetadataProcessorTest, RefusalsAreCountedAndTheTokenLeftForTheName
 }
 
 TEST(TokenAuthMetadataProcessorTest, ReplacedTokensApplyToTheNextCall) {
-  std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> refused{0}, throttled{0};
   TokenAuthMetadataProcessor processor(
-      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused);
+      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused, throttled);
   const std::string old_token = absl::StrCat("Bearer ", kToken);
   const std::string new_token = absl::StrCat("Bearer ", kOtherToken);
   grpc::AuthMetadataProcessor::InputMetadata with_old = {
@@ -183,13 +183,117 @@ TEST(TokenAuthMetadataProcessorTest, ReplacedTokensApplyToTheNextCall) {
 }
 
 TEST(TokenAuthMetadataProcessorTest, TheNameOfACallsTokenIsFoundAgain) {
-  std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> refused{0}, throttled{0};
   TokenAuthMetadataProcessor processor(
       std::make_shared<const BearerTokenChecker>(std::vector<BearerToken>{{"alice", kToken}}),
-      refused);
+      refused, throttled);
   EXPECT_EQ(processor.TokenNameOf(absl::StrCat("Bearer ", kToken)), "alice");
   EXPECT_EQ(processor.TokenNameOf(absl::StrCat("Bearer ", kOtherToken)), std::nullopt);
   EXPECT_EQ(refused.load(), 0u);  // a look-up, not a refusal
+}
+
+// The transport leaves the calls of the services whose handlers check
+// (AdmitCall) to them, whatever they carry, and checks every other one.
+TEST(TokenAuthMetadataProcessorTest, TheTransportLeavesTheCallsOfHandlerCheckedServicesToThem) {
+  std::atomic<uint64_t> refused{0}, throttled{0};
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused, throttled, nullptr,
+      {"torchmon.v1.Ingest", "grpc.health.v1.Health"});
+  grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
+  for (const char* path : {"/torchmon.v1.Ingest/Stream", "/grpc.health.v1.Health/Check"}) {
+    grpc::AuthMetadataProcessor::InputMetadata call = {
+        {grpc::string_ref(":path"), grpc::string_ref(path)}};
+    EXPECT_TRUE(processor.Process(call, nullptr, &consumed, &response).ok()) << path;
+  }
+  // Another service, a service whose name only starts like one, no path.
+  for (const char* path : {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                           "/torchmon.v1.IngestX/Stream", "/torchmon.v1.Ingest", ""}) {
+    grpc::AuthMetadataProcessor::InputMetadata call = {
+        {grpc::string_ref(":path"), grpc::string_ref(path)}};
+    EXPECT_EQ(processor.Process(call, nullptr, &consumed, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << path;
+  }
+  EXPECT_EQ(refused.load(), 4u);
+  EXPECT_EQ(throttled.load(), 0u);
+}
+
+// A peer that keeps failing is turned away unchecked for 1 s, 2 s, 4 s...
+// (UNAVAILABLE, counted apart); another peer is not; a token accepted
+// before goes through even from the throttled peer, a token not yet seen
+// does not; a success forgets the peer.
+TEST(TokenAuthMetadataProcessorTest, APeerThatKeepsFailingIsSlowedAndNoOtherIs) {
+  std::atomic<uint64_t> refused{0}, throttled{0};
+  std::vector<std::string> logged;
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(
+          std::vector<BearerToken>{{"alice", kToken}, {"bob", kOtherToken}}),
+      refused, throttled, [&](absl::string_view why) { logged.emplace_back(why); },
+      {"torchmon.v1.Ingest"});
+  const std::string alice = absl::StrCat("Bearer ", kToken);
+  const std::string bob = absl::StrCat("Bearer ", kOtherToken);
+  const std::string wrong = absl::StrCat("Bearer ", std::string(32, 'x'));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+
+  EXPECT_TRUE(processor.AdmitCall("ipv4:10.0.0.1", alice, t0).ok());
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.9", wrong, t0).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(refused.load(), 1u);
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_THAT(logged[0], HasSubstr("ipv4:10.0.0.9"));
+  EXPECT_THAT(logged[0], Not(HasSubstr(std::string(32, 'x'))));
+
+  // Within the first second: unchecked, even a good token never accepted.
+  const grpc::Status waiting = processor.AdmitCall("ipv4:10.0.0.9", bob, t0 + absl::Milliseconds(500));
+  EXPECT_EQ(waiting.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(waiting.error_message(), HasSubstr("ipv4:10.0.0.9"));
+  EXPECT_THAT(waiting.error_message(), HasSubstr("500ms"));
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.9", std::nullopt, t0 + absl::Milliseconds(600))
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(throttled.load(), 2u);
+  EXPECT_EQ(refused.load(), 1u);  // turned away, not checked
+  // ...but alice's token, accepted before, goes through.
+  EXPECT_TRUE(processor.AdmitCall("ipv4:10.0.0.9", alice, t0 + absl::Milliseconds(700)).ok());
+  // Another peer is not slowed.
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.2", wrong, t0 + absl::Milliseconds(700)).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // After 1 s: checked again; a second failure means 2 s.
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.9", wrong, t0 + absl::Seconds(1)).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.9", wrong, t0 + absl::Milliseconds(2900)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // At 3 s, bob's good token is checked, accepted, and forgives the peer.
+  EXPECT_TRUE(processor.AdmitCall("ipv4:10.0.0.9", bob, t0 + absl::Seconds(3)).ok());
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.9", wrong, t0 + absl::Seconds(3)).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(refused.load(), 4u);
+  EXPECT_EQ(throttled.load(), 3u);
+}
+
+TEST(TokenAuthMetadataProcessorTest, APeerIsItsAddressWithoutThePort) {
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv4:10.0.0.7:41234"), "ipv4:10.0.0.7");
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:[::1]:41234"), "ipv6:[::1]");
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:%5B::1%5D:5"), "ipv6:%5B::1%5D");
+  // Peers that cannot be told apart are not throttled.
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("unix:"), "");
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("unix:/run/torchmon.sock"), "");
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("fd:12"), "");
+}
+
+TEST(TokenAuthMetadataProcessorTest, APeerThatCannotBeToldApartIsCheckedEveryTime) {
+  std::atomic<uint64_t> refused{0}, throttled{0};
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused, throttled);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(processor.AdmitCall("", "Bearer wrong-wrong-wrong-wrong", t0).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_TRUE(processor.AdmitCall("", absl::StrCat("Bearer ", kToken), t0).ok());
+  EXPECT_EQ(refused.load(), 5u);
+  EXPECT_EQ(throttled.load(), 0u);
 }
 
 TEST(ParseBasicAuthFileTest, SplitsAtTheFirstColon) {
