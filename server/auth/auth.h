@@ -84,6 +84,12 @@ class BearerTokenChecker {
   const std::unique_ptr<std::atomic<bool>[]> accepted_;
 };
 
+// How a gRPC peer that keeps failing the token check is slowed
+// (FailureThrottle): not for its first 5 failures in a row (a client
+// fixing its token file), then as /metrics logins are.
+inline constexpr FailureThrottle::Options kTokenThrottle = {absl::Seconds(1), absl::Seconds(60),
+                                                            4096, 5};
+
 // Refuses every gRPC call, on every listener and of every service (health
 // and reflection included), that does not carry a token BearerTokenChecker
 // accepts, in two places:
@@ -116,7 +122,7 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
                              std::atomic<uint64_t>& refused, std::atomic<uint64_t>& throttled,
                              OnRefused on_refused = nullptr,
                              std::vector<std::string> checked_by_handlers = {},
-                             FailureThrottle::Options throttle = {});
+                             FailureThrottle::Options throttle = kTokenThrottle);
 
   // Calls from now on are checked against `checker` (a reload); calls
   // already admitted keep going.

@@ -5,9 +5,11 @@
 namespace torchmon::server {
 
 absl::Duration FailureThrottle::Backoff(uint32_t failures) const {
-  if (failures == 0) return absl::ZeroDuration();
+  if (failures <= options_.tolerated) return absl::ZeroDuration();
   absl::Duration wait = options_.first;
-  for (uint32_t i = 1; i < failures && wait < options_.longest; ++i) wait *= 2;
+  for (uint32_t i = options_.tolerated + 1; i < failures && wait < options_.longest; ++i) {
+    wait *= 2;
+  }
   return std::min(wait, options_.longest);
 }
 

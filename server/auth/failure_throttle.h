@@ -1,8 +1,8 @@
 // Slows down whoever keeps failing to authenticate (docs/security.md,
-// "Throttling"): after a peer's k-th failure in a row its next attempt is
-// checked only once min(first * 2^(k-1), longest) has passed; until then
-// it is turned away unchecked, so a password cannot be guessed faster than
-// that. A success forgets the peer. Other peers are never slowed: each is
+// "Throttling"): after a peer's k-th failure in a row (k > tolerated) its
+// next attempt is checked only once min(first * 2^(k-tolerated-1),
+// longest) has passed; until then it is turned away unchecked, so a
+// password cannot be guessed faster than that. A success forgets the peer. Other peers are never slowed: each is
 // a separate entry. At most `max_peers` are remembered (the one that
 // failed longest ago is forgotten first), so a flood of addresses costs
 // bounded memory.
@@ -29,6 +29,8 @@ class FailureThrottle {
     absl::Duration first = absl::Seconds(1);
     absl::Duration longest = absl::Seconds(60);
     size_t max_peers = 4096;
+    // Failures in a row that are not slowed: a client fixing a typo.
+    uint32_t tolerated = 0;
   };
 
   FailureThrottle() : FailureThrottle(Options{}) {}

@@ -218,7 +218,8 @@ TEST(TokenAuthMetadataProcessorTest, TheTransportLeavesTheCallsOfHandlerCheckedS
   EXPECT_EQ(throttled.load(), 0u);
 }
 
-// A peer that keeps failing is turned away unchecked for 1 s, 2 s, 4 s...
+// A peer that keeps failing (here from its first failure: no failure
+// tolerated) is turned away unchecked for 1 s, 2 s, 4 s...
 // (UNAVAILABLE, counted apart); another peer is not; a token accepted
 // before goes through even from the throttled peer, a token not yet seen
 // does not; a success forgets the peer.
@@ -229,7 +230,7 @@ TEST(TokenAuthMetadataProcessorTest, APeerThatKeepsFailingIsSlowedAndNoOtherIs) 
       std::make_shared<const BearerTokenChecker>(
           std::vector<BearerToken>{{"alice", kToken}, {"bob", kOtherToken}}),
       refused, throttled, [&](absl::string_view why) { logged.emplace_back(why); },
-      {"torchmon.v1.Ingest"});
+      {"torchmon.v1.Ingest"}, FailureThrottle::Options{absl::Seconds(1), absl::Seconds(60), 16, 0});
   const std::string alice = absl::StrCat("Bearer ", kToken);
   const std::string bob = absl::StrCat("Bearer ", kOtherToken);
   const std::string wrong = absl::StrCat("Bearer ", std::string(32, 'x'));
@@ -270,6 +271,27 @@ TEST(TokenAuthMetadataProcessorTest, APeerThatKeepsFailingIsSlowedAndNoOtherIs) 
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(refused.load(), 4u);
   EXPECT_EQ(throttled.load(), 3u);
+}
+
+TEST(TokenAuthMetadataProcessorTest, ByDefaultFiveFailuresInARowAreChecked) {
+  std::atomic<uint64_t> refused{0}, throttled{0};
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(Unnamed({kToken})), refused, throttled);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(processor.AdmitCall("uid:1000", std::nullopt, t0).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  // The client fixed its token file.
+  EXPECT_TRUE(processor.AdmitCall("uid:1000", absl::StrCat("Bearer ", kToken), t0).ok());
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(processor.AdmitCall("uid:1000", std::nullopt, t0).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(processor.AdmitCall("uid:1000", std::nullopt, t0).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(refused.load(), 11u);
+  EXPECT_EQ(throttled.load(), 1u);
 }
 
 TEST(TokenAuthMetadataProcessorTest, APeerIsItsAddressWithoutThePort) {

@@ -23,6 +23,22 @@ TEST(FailureThrottleTest, EachFailureInARowDoublesTheWaitUpToTheLongest) {
   }
 }
 
+TEST(FailureThrottleTest, TheToleratedFailuresInARowAreNotSlowed) {
+  FailureThrottle throttle({absl::Seconds(1), absl::Seconds(8), 16, 3});
+  for (int i = 0; i < 3; ++i) {
+    throttle.Failed("10.0.0.9", kT0);
+    EXPECT_EQ(throttle.Wait("10.0.0.9", kT0), absl::ZeroDuration()) << i;
+  }
+  throttle.Failed("10.0.0.9", kT0);
+  EXPECT_EQ(throttle.Wait("10.0.0.9", kT0), absl::Seconds(1));
+  throttle.Failed("10.0.0.9", kT0);
+  EXPECT_EQ(throttle.Wait("10.0.0.9", kT0), absl::Seconds(2));
+  // A success starts the count again.
+  throttle.Succeeded("10.0.0.9");
+  throttle.Failed("10.0.0.9", kT0);
+  EXPECT_EQ(throttle.Wait("10.0.0.9", kT0), absl::ZeroDuration());
+}
+
 TEST(FailureThrottleTest, OtherPeersAreNeverSlowedAndASuccessForgets) {
   FailureThrottle throttle({absl::Seconds(1), absl::Seconds(60), 16});
   for (int i = 0; i < 10; ++i) throttle.Failed("10.0.0.9", kT0);
