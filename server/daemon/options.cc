@@ -308,7 +308,9 @@ const DaemonFlag kDaemonFlags[] = {
      "cgroup slurm_job_id, slurm_step, k8s_pod_uid,\n"
      "container_id, systemd_unit. Clients may not send them,\n"
      "see only their own user's series and events, and may\n"
-     "label only their own jobs (job=).",
+     "label only their own jobs (job=). TCP clients are\n"
+     "named by their token or certificate. off: every label\n"
+     "is the client's, every client sees everything.",
      [](const DaemonOptions& d) { return std::string(d.security.peer_labels ? "on" : "off"); },
      false,
      [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState&) {
@@ -342,9 +344,9 @@ const DaemonFlag kDaemonFlags[] = {
      "Tokens, one per line, each alone or after a name\n"
      "(\"alice <token>\"): every gRPC call on every listener\n"
      "must carry one (\"authorization: Bearer <token>\"), or\n"
-     "is refused UNAUTHENTICATED. Not readable by others.\n"
-     "With --peer-labels on: TCP listeners only, and a\n"
-     "token's name is its clients' user.",
+     "is refused UNAUTHENTICATED; a peer that keeps failing\n"
+     "is slowed. Not readable by others. With --peer-labels\n"
+     "on, a token's name is its TCP clients' user.",
      [](const DaemonOptions&) { return std::string("no token asked"); }, true,
      SetSecurity<&SecurityOptions::auth_token_file>, false, nullptr},
     {"--metrics-auth-file", "FILE",

@@ -63,16 +63,11 @@ absl::Status ValidateSecurityOptions(const DaemonOptions& options) {
         absl::StrCat("--tls-cert \"", s.tls_cert_file,
                      "\" secures TCP listeners and none is configured (add --listen HOST:PORT)"));
   }
-  if (s.peer_labels && !has_unix) {
-    return absl::InvalidArgumentError(
-        "--peer-labels on labels the clients of Unix sockets and none is configured "
-        "(add --listen unix:///PATH)");
-  }
   if (!s.admin_group.empty() && !s.peer_labels) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--admin-group \"", s.admin_group,
         "\" names who sees every user's series, and users are told apart only with "
-        "--peer-labels on (add it)"));
+        "--peer-labels on (remove --peer-labels off)"));
   }
   if (!s.socket_group.empty() && !has_unix) {
     return absl::InvalidArgumentError(absl::StrCat(

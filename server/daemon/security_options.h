@@ -42,11 +42,12 @@ struct SecurityOptions {
   // --user: user (name or number) to switch to once every listener is
   // bound and every file read, when started as root.
   std::string user;
-  // --peer-labels: torchmond accepts Unix socket connections itself and
-  // labels every series and event of a stream with what the kernel says of
-  // its client (user; Slurm job and step, Kubernetes pod and container,
-  // systemd unit from its cgroup); clients may not send those labels.
-  bool peer_labels = false;
+  // --peer-labels (on unless turned off): torchmond accepts Unix socket
+  // connections itself and labels every series and event of a stream with
+  // what the kernel says of its client (user; Slurm job and step, Kubernetes
+  // pod and container, systemd unit from its cgroup); clients may not send
+  // those labels. TCP clients are named by their token or certificate.
+  bool peer_labels = true;
   // --admin-group: with peer_labels, the group whose members (besides root
   // and the daemon's own user) see every user's series and events.
   std::string admin_group;

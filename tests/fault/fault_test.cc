@@ -403,7 +403,9 @@ TEST_F(FaultTest, CardinalityFloodIsRefusedByNameWhileOtherClientsKeepWorking) {
   EXPECT_GT(flooded.errors, 0u);
   EXPECT_THAT(flooded.error_lines,
               ::testing::Contains(::testing::AllOf(HasSubstr("RESOURCE_EXHAUSTED"),
-                                                   ::testing::ContainsRegex("series load\\.s[0-9]+\\{rank=\"666\"\\} refused"),
+                                                   ::testing::ContainsRegex(
+                                                       "series load\\.s[0-9]+\\{rank=\"666\","
+                                                       "user=\"[^\"]+\"\\} refused"),
                                                    HasSubstr("--max-series-per-client"))));
   EXPECT_THAT(flooded.error_lines, ::testing::Contains(HasSubstr("more errors not listed")));
   auto scrape = HttpGet(daemon->metrics_address(), "/metrics");

@@ -29,6 +29,7 @@ serves) and health.proto:
 """
 
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +38,7 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
-from torchmon_testing import Daemon
+from torchmon_testing import TORCHMONCTL, Daemon
 
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -200,18 +201,26 @@ def daemon():
 @pytest.fixture(scope="module")
 def pushed(daemon):
     """PUSHED sent by torchmonctl into one window, which has closed; the
-    series as torchmonctl (the real client) reports it."""
+    series as torchmonctl (the real client) reports it. Sent over TCP, as a
+    client the daemon cannot name: with --peer-labels (on by default) a
+    caller the daemon cannot name, as a generic tool over TCP is here, sees
+    only such clients' series, and one on the socket (this user, whom the
+    daemon runs as: an admin) sees every series."""
     # One stamp for all four samples (--at), in the next window: they fall
     # into one window, and however long the push takes (a sanitizer build
     # is slow) they arrive before that window closes, within the daemon's
     # 60 s of allowed skew.
     window_ms = WINDOW_S * 1000
     at_ms = (int(time.time() * 1000) // window_ms + 1) * window_ms + 50
-    daemon.ctl("push", STAT, *[str(v) for v in PUSHED], "--agg", "value,mean,count,sum,max,min",
-               "--window", f"{WINDOW_S}s", "--label", "phase=tooling", "--at", str(at_ms))
+    pushed = subprocess.run(
+        [TORCHMONCTL, "--target", daemon.tcp_target, "push", STAT, *[str(v) for v in PUSHED],
+         "--agg", "value,mean,count,sum,max,min", "--window", f"{WINDOW_S}s", "--label",
+         "phase=tooling", "--at", str(at_ms)], capture_output=True, text=True, timeout=30)
+    assert pushed.returncode == 0, pushed.stderr
     windows = daemon.wait_windows(STAT, 1, timeout=WINDOW_S + 10)
     assert len(windows) == 1, windows
     [series] = daemon.series(STAT)
+    assert "user" not in series["labels"], series
     return series
 
 
@@ -322,13 +331,25 @@ def token_channel(request, token_daemon):
         yield ch
 
 
-def test_without_the_token_reflection_and_health_are_refused(token_channel):
-    for attempt in (lambda: list_services(token_channel),
-                    lambda: health_check(token_channel, "")):
+def test_without_the_token_health_is_refused(token_channel):
+    with pytest.raises(grpc.RpcError) as error:
+        health_check(token_channel, "")
+    assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "bearer token" in error.value.details()
+
+
+def test_without_the_token_reflection_is_refused_but_on_a_socket_torchmond_accepts(token_daemon):
+    """gRPC checks reflection's token in its transport, which does not run
+    on the Unix connections torchmond accepts itself (--peer-labels, on by
+    default): there it answers, with the schema the .proto publishes
+    (docs/security.md, "Bearer token")."""
+    with grpc.insecure_channel(token_daemon.tcp_target) as tcp:
         with pytest.raises(grpc.RpcError) as error:
-            attempt()
+            list_services(tcp)
         assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert "bearer token" in error.value.details()
+    with grpc.insecure_channel(token_daemon.target) as unix:
+        assert "torchmon.v1.Query" in list_services(unix)
 
 
 def test_with_the_token_as_grpcurl_sends_it_everything_works(token_channel):

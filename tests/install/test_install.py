@@ -88,7 +88,9 @@ def check_consumer_run(consumer, bindir, stat_name):
                 windows = wait_for(all_closed, 10, 0.05)
                 assert windows, daemon.windows(stat_name)
                 assert 1 <= len(windows) <= 2, windows
-                assert all(w["labels"] == {"built_with": "installed"} for w in windows), windows
+                assert all(w["labels"] == {"built_with": "installed",
+                                           "user": torchmon_testing.OWN_USER}
+                           for w in windows), windows
                 assert all(not w["partial"] and w["capped"] == 0 for w in windows), windows
                 assert sum(w["accepted"] for w in windows) == len(VALUES)
                 assert sum(w["aggregates"]["count"] for w in windows) == len(VALUES)

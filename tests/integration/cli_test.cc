@@ -529,7 +529,9 @@ TEST_F(CliTest, SeriesJsonHasTheDocumentedKeysAndTypes) {
   EXPECT_EQ(String(At(s, "stat")), "cli.schema");
   EXPECT_EQ(String(At(At(s, "labels"), "host")), kHost);
   EXPECT_EQ(String(At(At(s, "labels"), "phase")), "eval");
-  EXPECT_EQ(At(s, "labels").struct_value().fields_size(), 2);
+  // The label the daemon vouches for, from the socket's peer.
+  EXPECT_EQ(String(At(At(s, "labels"), "user")), OwnUserLabel());
+  EXPECT_EQ(At(s, "labels").struct_value().fields_size(), 3);
   // Defined as max,mean; the daemon keeps the set and lists it in
   // Aggregation order.
   const std::vector<Value> aggregations = Elements(At(s, "aggregations"));

@@ -226,7 +226,9 @@ def test_legends_show_only_the_differing_label_and_each_rank_keeps_its_colour(jo
     # local_rank repeats rank and is left out; what every line shares is written once.
     host = job.daemon.series("train.loss")[0]["labels"]["host"]
     common = page.eval("""[...document.querySelectorAll('.chart .common')].map(c => c.textContent)""")
-    assert set(common) == {f"host={host} · job=llm", f"host={host} · job=llm · local_rank=0 · rank=0"}
+    user = job.daemon.series("train.loss")[0]["labels"]["user"]
+    assert set(common) == {f"host={host} · job=llm · user={user}",
+                           f"host={host} · job=llm · local_rank=0 · rank=0 · user={user}"}
     colours = {}
     for chart in legends.values():
         for name, colour in chart:
@@ -370,7 +372,8 @@ def test_the_filter_narrows_everything_and_is_kept_in_the_url(job, page, tmp_pat
                  [...document.querySelectorAll('#charts [data-legend]')].every(s => s.dataset.legend === 'rank=2')""")
     rows = page.eval("[...document.querySelectorAll('#series tr')].map(r => r.dataset.stat + ' ' + r.dataset.labels)")
     host = job.daemon.series("train.loss")[0]["labels"]["host"]
-    labels = f"host={host},job=llm,local_rank=2,rank=2"
+    user = job.daemon.series("train.loss")[0]["labels"]["user"]
+    labels = f"host={host},job=llm,local_rank=2,rank=2,user={user}"
     assert sorted(rows) == [f"train.grad_norm {labels}", f"train.loss {labels}", f"train.step_ms {labels}"]
     assert page.eval("document.getElementById('shown').textContent") == "(3)"
     # A bookmark opens the same view.

@@ -22,7 +22,7 @@ import yaml
 
 import prom_cluster as pc
 from prom_cluster import CAPPED, EVAL_STEP, NAN_EVAL_LOSS, NODES, RANKS_PER_NODE
-from torchmon_testing import wait_for
+from torchmon_testing import OWN_USER, wait_for
 
 STEP = 'stat="train.step_time_ms"'
 EVAL = f'job="promtest",stat="{EVAL_STEP}"'
@@ -341,10 +341,12 @@ def test_eval_step_times_arrive_as_native_histograms_of_schema_5(cluster):
             rank = str(pc.global_rank(n, r))
             values = pc.eval_step_times(n, r)
             labels, h = histograms[rank]
-            # The series' labels, as torchmon_stat's without agg.
+            # The series' labels, as torchmon_stat's without agg, and the
+            # user the daemon vouches for (--peer-labels, on by default).
             assert labels == {"__name__": "torchmon_stat_distribution", "stat": EVAL_STEP,
                               "job": "promtest", "host": pc.host(n), "rank": rank,
-                              "local_rank": str(r), "instance": cluster.instances[n]}, labels
+                              "local_rank": str(r), "instance": cluster.instances[n],
+                              "user": OWN_USER}, labels
             assert counts[(rank,)] == len(values)
             assert float(h["count"]) == len(values)
             assert float(h["sum"]) == sum(values)  # multiples of 1/4: exact

@@ -8,8 +8,8 @@ import tempfile
 import pytest
 
 from torchmon_testing import (  # noqa: F401  (re-exported for the tests)
-    BUILD_DIR, PYTHON_DIR, TORCHMOND, TORCHMONCTL, WINDOW_MS, Daemon, next_window_start_s,
-    run_python)
+    BUILD_DIR, OWN_USER, PYTHON_DIR, TORCHMOND, TORCHMONCTL, WINDOW_MS, Daemon,
+    next_window_start_s, run_python)
 
 
 @pytest.fixture

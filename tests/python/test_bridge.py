@@ -6,6 +6,7 @@ import time
 import torch.monitor
 import torchmon
 import torchmon.torch
+from conftest import OWN_USER
 
 
 def test_bridge_forwards_torch_monitor_stat_window_events(daemon):
@@ -35,8 +36,8 @@ def test_bridge_forwards_torch_monitor_stat_window_events(daemon):
     events = daemon.ctl("events")["events"]
     last = [e for e in events if e["name"] == "torch.monitor.Stat"][-1]["data"]
     value = "%g" % last["bridge.loss.mean"]
-    assert ('torchmon_event_value{event="torch.monitor.Stat",field="bridge.loss.mean"} ' + value
-            in scrape), scrape
+    assert ('torchmon_event_value{event="torch.monitor.Stat",field="bridge.loss.mean",'
+            f'user="{OWN_USER}"}} ' + value in scrape), scrape
 
 
 def test_closed_bridge_forwards_nothing(daemon):

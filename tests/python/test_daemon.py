@@ -12,7 +12,7 @@ import threading
 import time
 
 import torchmon
-from conftest import TORCHMONCTL, WINDOW_MS, Daemon, run_python
+from conftest import OWN_USER, TORCHMONCTL, WINDOW_MS, Daemon, run_python
 
 WINDOW = datetime.timedelta(milliseconds=WINDOW_MS)
 
@@ -71,7 +71,7 @@ def test_aggregates_queried_back_match_python(daemon):
             at += w["accepted"]
             for agg, value in expected(part).items():
                 assert same(w["aggregates"][agg], value), (name, agg, w["aggregates"][agg], value)
-            assert w["labels"] == {"rank": "0"}
+            assert w["labels"] == {"rank": "0", "user": OWN_USER}
 
 
 def test_quantiles_named_as_strings_are_estimated_by_the_daemon(daemon):
@@ -102,7 +102,7 @@ def test_quantiles_named_as_strings_are_estimated_by_the_daemon(daemon):
         assert w["aggregates"]["max"] == max(part)
     w = windows[-1]
     # /metrics shows the same estimate under agg="p99.9".
-    prefix = 'torchmon_stat{stat="step_time",agg="p99.9",rank="0"} '
+    prefix = f'torchmon_stat{{stat="step_time",agg="p99.9",rank="0",user="{OWN_USER}"}} '
     (line,) = [l for l in daemon.scrape().splitlines() if l.startswith(prefix)]
     assert float(line[len(prefix):]) == w["aggregates"]["p99.9"]
 
@@ -131,7 +131,7 @@ def test_histogram_keyword_defines_a_series_with_a_histogram(daemon):
                           "h.quantile": True}
     (with_histogram,) = daemon.series("h.with")
     assert with_histogram["max_samples"] == 100
-    assert with_histogram["labels"] == {"phase": "eval", "rank": "0"}
+    assert with_histogram["labels"] == {"phase": "eval", "rank": "0", "user": OWN_USER}
     assert with_histogram["aggregations"] == ["mean"]
     # Keyword-only: torch.monitor's positional signature is unchanged.
     try:
@@ -301,7 +301,7 @@ def test_client_labels_and_context_manager(daemon):
         torchmon.Stat("ctx.stat", [torchmon.SUM], WINDOW, labels={"phase": "eval"},
                       client=client).add(2.0)
     (series,) = daemon.series("ctx.stat")
-    assert series["labels"] == {"job": "ctx", "rank": "3", "phase": "eval"}
+    assert series["labels"] == {"job": "ctx", "rank": "3", "phase": "eval", "user": OWN_USER}
     assert series["counters"]["accepted"] == 1
 
 

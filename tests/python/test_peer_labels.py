@@ -178,7 +178,18 @@ def test_a_pods_cgroup_gives_its_pod_and_container(peer_daemon, made_cgroup):
     assert "slurm_job_id" not in labels, labels
 
 
-def test_without_the_flag_a_clients_labels_are_its_own(daemon):
-    out = run_client(daemon, daemon.target, "peer.off", "user=anyone")
+def test_the_labels_are_on_by_default(daemon):
+    out = run_client(daemon, daemon.target, "peer.default")
     assert out.returncode == 0, out.stderr
-    assert series_labels(daemon, "peer.off")["user"] == "anyone"
+    assert series_labels(daemon, "peer.default")["user"] == USER
+
+
+def test_with_the_flag_off_a_clients_labels_are_its_own():
+    with tempfile.TemporaryDirectory(prefix="torchmon-pytest.") as tmpdir:
+        d = Daemon(tmpdir, "--peer-labels", "off")
+        try:
+            out = run_client(d, d.target, "peer.off", "user=anyone")
+            assert out.returncode == 0, out.stderr
+            assert series_labels(d, "peer.off")["user"] == "anyone"
+        finally:
+            d.stop()

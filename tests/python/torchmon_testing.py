@@ -7,6 +7,7 @@ by CTest)."""
 import importlib.util
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -24,6 +25,13 @@ TORCHMONCTL = os.path.join(BUILD_DIR, "client", "cli", "torchmonctl")
 # Where child processes import torchmon from: the build tree, or (the wheel's
 # tests, tests/wheel) the site-packages of a venv the wheel was installed in.
 PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD_DIR, "client", "python"))
+
+# The `user` label torchmond gives the series of this process's clients on
+# its Unix socket (--peer-labels, on unless turned off).
+try:
+    OWN_USER = pwd.getpwuid(os.geteuid()).pw_name
+except KeyError:
+    OWN_USER = str(os.geteuid())
 
 # Short windows keep the tests quick; the daemon's grace matches.
 WINDOW_MS = 500

@@ -466,7 +466,9 @@ def test_wheel_in_a_trixie_venv_records_exactly_what_the_daemon_reports():
             daemon.stop()
 
     (window,) = windows
-    assert window["labels"] == {"test": "release"}, window
+    # The client runs as root in the root (chroot needs it): the daemon
+    # names it by the root's /etc/passwd (--peer-labels, on by default).
+    assert window["labels"] == {"test": "release", "user": "root"}, window
     assert (window["accepted"], window["capped"], window["partial"]) == (1000, 0, False), window
     aggregates = window["aggregates"]
     assert set(aggregates) == {"count", "sum", "max", "p99"}, aggregates
@@ -475,7 +477,7 @@ def test_wheel_in_a_trixie_venv_records_exactly_what_the_daemon_reports():
     # sample of rank floor(q * (COUNT - 1)) = 989 of 1..1000, which is 990.
     assert abs(aggregates["p99"] - 990) <= 0.01 * 990, aggregates
     (event,) = events
-    assert event["labels"] == {"test": "release"}, event
+    assert event["labels"] == {"test": "release", "user": "root"}, event
     assert event["data"] == {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}, event
     assert event["data_types"] == {"epoch": "int", "loss": "double", "tag": "string",
                                    "saved": "bool"}, event
@@ -523,7 +525,8 @@ def test_tarball_cxx_client_builds_with_bullseye_gxx_and_records_exactly():
 
     for stat, windows in seen.items():
         assert 1 <= len(windows) <= 2, (stat, windows)
-        assert all(w["labels"] == {"built_with": "installed"} for w in windows), windows
+        assert all(w["labels"] == {"built_with": "installed", "user": "root"}
+                   for w in windows), windows
         assert all(not w["partial"] and w["capped"] == 0 for w in windows), windows
         assert sum(w["aggregates"]["count"] for w in windows) == 100, windows
         assert sum(w["aggregates"]["sum"] for w in windows) == 5050, windows

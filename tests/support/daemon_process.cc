@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,6 +21,11 @@
 #include "torchmon/channel.h"
 
 namespace torchmon::testing {
+
+std::string OwnUserLabel() {
+  const passwd* user = getpwuid(geteuid());
+  return user != nullptr ? std::string(user->pw_name) : absl::StrCat(geteuid());
+}
 
 std::string TorchmondPath() { return TORCHMOND_PATH; }
 

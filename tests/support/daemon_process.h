@@ -22,6 +22,11 @@ namespace torchmon::testing {
 // Path of the torchmond binary under test (set by CMake).
 std::string TorchmondPath();
 
+// The `user` label torchmond gives the series of the tests' own clients on
+// its Unix socket (--peer-labels, on unless turned off): the name of the
+// user the tests run as, or its uid in decimal if it has none.
+std::string OwnUserLabel();
+
 // A torchmond for one test, started by LaunchedDaemon (daemon_launch.h).
 class DaemonProcess {
  public:

@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
-from torchmon_testing import Daemon, load_source, project_version  # noqa: E402
+from torchmon_testing import OWN_USER, Daemon, load_source, project_version  # noqa: E402
 
 repair_wheel = load_source("repair_wheel", "deploy/dev/repair_wheel.py")
 
@@ -173,7 +173,7 @@ def test_wheel_installs_and_works_in_a_fresh_venv(name, wheel, tmp_path):
     aggregates = window["aggregates"]
     assert aggregates["mean"] == 50.5 and aggregates["count"] == 100 and aggregates["max"] == 100
     assert abs(aggregates["p99"] - 99) <= 0.01 * 99, aggregates
-    assert window["labels"] == {"python": seen["python"]}
+    assert window["labels"] == {"python": seen["python"], "user": OWN_USER}
     assert event["data"] == {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}
 
 

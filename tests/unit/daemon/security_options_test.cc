@@ -86,17 +86,22 @@ TEST(SecurityOptionsTest, SocketGroupWithoutAUnixListenerIsRefused) {
               HasSubstr("--socket-group \"torchmon\" sets the group of Unix sockets"));
 }
 
-TEST(SecurityOptionsTest, PeerLabelsNeedAUnixListener) {
-  EXPECT_THAT(ErrorOf({"--listen", ":0", "--peer-labels", "on"}),
-              HasSubstr("--peer-labels on labels the clients of Unix sockets and none is "
-                        "configured"));
+TEST(SecurityOptionsTest, PeerLabelsAreOnUnlessTurnedOff) {
+  auto defaults = Parse({"--listen", "unix:///tmp/t.sock"});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_TRUE(defaults->security.peer_labels);
+  auto off = Parse({"--listen", "unix:///tmp/t.sock", "--peer-labels", "off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->security.peer_labels);
+  // TCP clients are named by their token or certificate: no Unix socket needed.
+  EXPECT_TRUE(Parse({"--listen", "127.0.0.1:0", "--peer-labels", "on"}).ok());
   EXPECT_THAT(ErrorOf({"--peer-labels", "yes"}),
               HasSubstr("--peer-labels \"yes\" is neither on nor off"));
-  EXPECT_TRUE(Parse({"--listen", "unix:///tmp/t.sock", "--peer-labels", "on"}).ok());
 }
 
 TEST(SecurityOptionsTest, AdminGroupNeedsPeerLabels) {
-  EXPECT_THAT(ErrorOf({"--listen", "unix:///tmp/t.sock", "--admin-group", "adm"}),
+  EXPECT_THAT(ErrorOf({"--listen", "unix:///tmp/t.sock", "--peer-labels", "off", "--admin-group",
+                       "adm"}),
               HasSubstr("--admin-group \"adm\" names who sees every user's series, and users "
                         "are told apart only with --peer-labels on"));
   EXPECT_TRUE(Parse({"--listen", "unix:///tmp/t.sock", "--peer-labels", "on", "--admin-group",
