@@ -110,7 +110,7 @@ void UnixAcceptor::Run(grpc::Server* server, PeerDirectory* directory, const Adm
       // Supplementary groups matter only for --admin-group; a peer whose
       // groups cannot be read is no admin (it may still use its own series).
       std::vector<uint32_t> groups;
-      if (admins.gid.has_value()) {
+      if (admins.gid.has_value() && credentials->pid != 0) {
         if (auto read = SupplementaryGroupsOf(credentials->pid, proc_root); read.ok()) {
           groups = *std::move(read);
         }

@@ -26,9 +26,10 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd) {
     return absl::InvalidArgumentError(
         absl::StrCat("SO_PEERCRED of fd ", fd, ": ", std::strerror(errno)));
   }
-  // Linux answers a socket with no peer process (not AF_UNIX, or not
-  // connected) with pid 0.
-  if (cred.pid <= 0) {
+  // Linux answers a socket with no peer (not connected) with pid 0 and uid
+  // and gid -1; a peer in a pid namespace this process cannot see (another
+  // container) with pid 0 and its real uid and gid.
+  if (cred.pid < 0 || (cred.pid == 0 && cred.uid == static_cast<uid_t>(-1))) {
     return absl::InvalidArgumentError(absl::StrCat("fd ", fd, " has no peer process"));
   }
   return PeerCredentials{cred.pid, cred.uid, cred.gid};
@@ -51,6 +52,12 @@ std::string UserName(uint32_t uid) {
 
 absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
                                               absl::string_view proc_root) {
+  if (peer.pid == 0) {
+    // A process this one cannot see: its user only, nothing guessed.
+    VouchedLabels labels;
+    labels.user = UserName(peer.uid);
+    return labels;
+  }
   const std::string path = absl::StrCat(proc_root, "/", peer.pid, "/cgroup");
   std::ifstream file(path);
   std::stringstream contents;

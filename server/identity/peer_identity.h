@@ -26,8 +26,11 @@ struct PeerCredentials {
   uint32_t gid = 0;
 };
 
-// SO_PEERCRED of a connected AF_UNIX socket. InvalidArgument for an fd
-// that is no Unix socket, naming the error.
+// SO_PEERCRED of a connected AF_UNIX socket: pid 0 for a peer in a pid
+// namespace this process cannot see (a daemon in a container without the
+// host's pids), whose uid and gid are still the kernel's word.
+// InvalidArgument for an fd that is no Unix socket, or has no peer, naming
+// the error.
 absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd);
 
 // The labels the daemon vouches for. `user` is the uid's name, or the uid
@@ -40,7 +43,7 @@ struct VouchedLabels {
 // The peer's labels: its user, and what <proc_root>/<pid>/cgroup vouches
 // for. proc_root is "/proc", or a tree laid out as /proc is (tests).
 // NotFound when the process is gone (or its cgroup file is unreadable),
-// naming the file.
+// naming the file. A peer of pid 0 (unseen) gets its user alone.
 absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
                                               absl::string_view proc_root = "/proc");
 

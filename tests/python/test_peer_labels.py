@@ -14,6 +14,7 @@ parsing of every layout is unit-tested in tests/unit/identity either way.
 
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import tempfile
@@ -176,6 +177,32 @@ def test_a_pods_cgroup_gives_its_pod_and_container(peer_daemon, made_cgroup):
     assert labels["k8s_pod_uid"] == pod, labels
     assert labels["container_id"] == container, labels
     assert "slurm_job_id" not in labels, labels
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a pid namespace of its own needs root")
+def test_a_client_in_a_pid_namespace_the_daemon_cannot_see_is_named_by_its_user_alone():
+    """A daemon in a container without the host's pids (a Kubernetes
+    DaemonSet without hostPID) is told pid 0 by SO_PEERCRED for a client
+    outside its pid namespace: the connection is served, labelled with the
+    user the kernel recorded, and nothing is read of a cgroup."""
+    with tempfile.TemporaryDirectory(prefix="torchmon-pytest.") as tmpdir:
+        d = Daemon(tmpdir, wrapper=("unshare", "--pid", "--fork", "--mount-proc", "--kill-child"))
+        try:
+            out = run_client(d, d.target, "peer.unseen")
+            assert out.returncode == 0, out.stderr
+            labels = series_labels(d, "peer.unseen")
+            assert labels["user"] == USER, labels
+            assert not set(labels) & {"slurm_job_id", "slurm_step", "k8s_pod_uid",
+                                      "container_id", "systemd_unit"}, labels
+            assert "torchmon_daemon_connections_unidentified_total 0\n" in d.scrape()
+        finally:
+            # unshare passes no signal on: SIGTERM goes to torchmond, whose
+            # exit status unshare then returns.
+            with open(f"/proc/{d.proc.pid}/task/{d.proc.pid}/children") as f:
+                for child in f.read().split():
+                    os.kill(int(child), signal.SIGTERM)
+            d.proc.wait(timeout=20)
+            d.stop()
 
 
 def test_the_labels_are_on_by_default(daemon):

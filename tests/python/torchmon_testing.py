@@ -38,12 +38,13 @@ WINDOW_MS = 500
 
 
 class Daemon:
-    def __init__(self, tmpdir, *flags):
+    def __init__(self, tmpdir, *flags, wrapper=()):
+        """`wrapper`: a command torchmond is run under (e.g. unshare)."""
         self.socket = os.path.join(tmpdir, "torchmond.sock")
         self.stderr = open(os.path.join(tmpdir, "torchmond.stderr"), "w+")
         self.launched = LaunchedDaemon(
-            [TORCHMOND, "--listen", "unix://" + self.socket, "--metrics-listen", "127.0.0.1:0",
-             "--grace", "500ms", *flags], stderr=self.stderr)
+            [*wrapper, TORCHMOND, "--listen", "unix://" + self.socket, "--metrics-listen",
+             "127.0.0.1:0", "--grace", "500ms", *flags], stderr=self.stderr)
         self.proc = self.launched.proc
         self.target = "unix://" + self.socket
         self.metrics = self.launched.ready.metrics

@@ -72,6 +72,18 @@ TEST(PeerIdentityTest, ThisProcessesLabelsAreItsUserAndWhatItsCgroupFileSays) {
   }
 }
 
+TEST(PeerIdentityTest, AProcessThisOneCannotSeeIsNamedByItsUserAlone) {
+  // SO_PEERCRED's answer for a peer in another pid namespace: pid 0.
+  const PeerCredentials unseen{0, ::getuid(), ::getgid()};
+  absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf(unseen, "/nonexistent-proc");
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_EQ(labels->cgroup, CgroupLabels{});
+  EXPECT_FALSE(labels->user.empty());
+  if (::getuid() == 0) {
+    EXPECT_EQ(labels->user, "root");
+  }
+}
+
 class ProcTree : public ::testing::Test {
  protected:
   void SetUp() override {
