@@ -79,6 +79,15 @@ class HealthTest : public DaemonFixture {
     return Health::NewStub(channel)->Check(&context, request, response);
   }
 
+  // A health check of the daemon without the token, at `target`, is refused
+  // saying why.
+  static void ExpectHealthRefusedWithoutTheToken(const std::string& target) {
+    HealthCheckResponse response;
+    const grpc::Status health = Check(Channel(target), "", &response);
+    EXPECT_EQ(health.error_code(), grpc::StatusCode::UNAUTHENTICATED) << target;
+    EXPECT_THAT(health.error_message(), HasSubstr("requires a bearer token")) << target;
+  }
+
   // One reflection request on its own stream; the call's status.
   static grpc::Status Reflect(const std::shared_ptr<grpc::Channel>& channel,
                               const ServerReflectionRequest& request,
@@ -331,10 +340,7 @@ TEST_F(HealthTest, ReflectionOfAnUnknownSymbolAnswersAnError) {
 TEST_F(HealthTest, HealthAndReflectionWithoutTheTokenAreRefusedOnEveryListener) {
   StartDaemon({"--auth-token-file", token_file(), "--peer-labels", "off"});
   for (const std::string& target : {daemon_->unix_target(), daemon_->tcp_target()}) {
-    HealthCheckResponse response;
-    const grpc::Status health = Check(Channel(target), "", &response);
-    EXPECT_EQ(health.error_code(), grpc::StatusCode::UNAUTHENTICATED) << target;
-    EXPECT_THAT(health.error_message(), HasSubstr("requires a bearer token")) << target;
+    ExpectHealthRefusedWithoutTheToken(target);
     std::vector<std::string> names;
     const grpc::Status reflection = ListServices(Channel(target), &names);
     EXPECT_EQ(reflection.error_code(), grpc::StatusCode::UNAUTHENTICATED) << target;
@@ -351,10 +357,7 @@ TEST_F(HealthTest, HealthAndReflectionWithoutTheTokenAreRefusedOnEveryListener) 
 TEST_F(HealthTest, OnASocketTorchmondAcceptsHealthIsRefusedWithoutTheTokenAndReflectionIsNot) {
   StartDaemon({"--auth-token-file", token_file()});
   for (const std::string& target : {daemon_->unix_target(), daemon_->tcp_target()}) {
-    HealthCheckResponse response;
-    const grpc::Status health = Check(Channel(target), "", &response);
-    EXPECT_EQ(health.error_code(), grpc::StatusCode::UNAUTHENTICATED) << target;
-    EXPECT_THAT(health.error_message(), HasSubstr("requires a bearer token")) << target;
+    ExpectHealthRefusedWithoutTheToken(target);
   }
   std::vector<std::string> names;
   EXPECT_EQ(ListServices(Channel(daemon_->tcp_target()), &names).error_code(),
