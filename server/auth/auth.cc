@@ -196,13 +196,15 @@ grpc::Status TokenAuthMetadataProcessor::AdmitCall(absl::string_view peer,
                                                    std::optional<absl::string_view> authorization,
                                                    absl::Time now) const {
   const std::shared_ptr<const BearerTokenChecker> tokens = checker();
+  // A token accepted before is let through, and leaves the peer's throttle
+  // as it is: it tells nothing to whoever is guessing from the same peer
+  // (they had to be right already), a good client does not pay for another
+  // one's mistakes, and its calls do not forgive them.
+  if (authorization.has_value() && tokens->Remembers(*authorization)) return grpc::Status::OK;
   const bool throttled_peer = !peer.empty();
   if (const absl::Duration wait =
           throttled_peer ? throttle_.Wait(peer, now) : absl::ZeroDuration();
       wait > absl::ZeroDuration()) {
-    // A token accepted before tells nothing to whoever is guessing from
-    // the same peer (they had to be right already).
-    if (authorization.has_value() && tokens->Remembers(*authorization)) return grpc::Status::OK;
     throttled_.fetch_add(1, std::memory_order_relaxed);
     return grpc::Status(
         grpc::StatusCode::UNAVAILABLE,
@@ -355,11 +357,12 @@ bool BasicAuthChecker::Remembers(absl::string_view authorization) const {
 BasicAuthChecker::Admission BasicAuthChecker::Admit(absl::string_view peer,
                                                     absl::string_view authorization,
                                                     absl::Time now) const {
+  // Credentials accepted before are let through, and leave the peer's
+  // throttle as it is: that tells nothing to whoever is guessing from the
+  // same address (they had to be right already), a scraper does not pay
+  // for another client's mistakes, and its scrapes do not forgive them.
+  if (Remembers(authorization)) return {Admission::Kind::kAccepted, absl::ZeroDuration()};
   if (const absl::Duration wait = throttle_.Wait(peer, now); wait > absl::ZeroDuration()) {
-    // Credentials accepted before are let through: that tells nothing to
-    // whoever is guessing from the same address (they had to be right
-    // already), and a scraper does not pay for another client's mistakes.
-    if (Remembers(authorization)) return {Admission::Kind::kAccepted, absl::ZeroDuration()};
     return {Admission::Kind::kWait, wait};
   }
   if (Accepts(authorization)) {

@@ -138,9 +138,11 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
   // key naming who is calling: ThrottleKeyOf; "" for a peer that cannot be
   // told from others, which is never slowed) at `now`. OK if its
   // `authorization` (nullopt: none sent) carries a token; UNAUTHENTICATED
-  // if not; UNAVAILABLE, unchecked, while `peer` failed too often lately,
-  // unless the token is one accepted before (a client sharing an address
-  // with one that keeps failing is not slowed; a guess is never checked).
+  // if not; UNAVAILABLE, unchecked, while `peer` failed too often lately.
+  // A token accepted before always goes through and leaves the throttle as
+  // it is (a client sharing an address with one that keeps failing is not
+  // slowed and does not forgive it); a guess is never checked while slowed,
+  // and a newly accepted token forgives the peer.
   grpc::Status AdmitCall(absl::string_view peer, std::optional<absl::string_view> authorization,
                          absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -215,9 +217,11 @@ class BasicAuthChecker {
 
   // Accepts, for a request from `peer` (its address) at `now`, unless the
   // peer failed too often lately (FailureThrottle): then it is turned away
-  // unchecked, `wait` saying for how long, unless it carries credentials
-  // this checker accepted before (a scraper sharing an address with a
-  // client that keeps failing is not slowed; a guess is never checked).
+  // unchecked, `wait` saying for how long. Credentials this checker
+  // accepted before always go through and leave the throttle as it is (a
+  // scraper sharing an address with a client that keeps failing is not
+  // slowed, and does not forgive it); a guess is never checked while
+  // slowed.
   struct Admission {
     enum class Kind { kAccepted, kRefused, kWait };
     Kind kind;

@@ -2,10 +2,10 @@
 // "Throttling"): after a peer's k-th failure in a row (k > tolerated) its
 // next attempt is checked only once min(first * 2^(k-tolerated-1),
 // longest) has passed; until then it is turned away unchecked, so a
-// password cannot be guessed faster than that. A success forgets the peer. Other peers are never slowed: each is
-// a separate entry. At most `max_peers` are remembered (the one that
-// failed longest ago is forgotten first), so a flood of addresses costs
-// bounded memory.
+// password cannot be guessed faster than that. A success forgets the peer.
+// Other peers are never slowed: each is a separate entry. At most
+// `max_peers` are remembered (the one that failed longest ago is forgotten
+// first), so a flood of addresses costs bounded memory.
 //
 // Thread-safe.
 #ifndef TORCHMON_SERVER_AUTH_FAILURE_THROTTLE_H_

@@ -273,6 +273,35 @@ TEST(TokenAuthMetadataProcessorTest, APeerThatKeepsFailingIsSlowedAndNoOtherIs) 
   EXPECT_EQ(throttled.load(), 3u);
 }
 
+// A token accepted before, outside a backoff too, does not forgive the
+// peer's failures; a token accepted for the first time does.
+TEST(TokenAuthMetadataProcessorTest, OnlyATokenAcceptedForTheFirstTimeForgivesThePeer) {
+  std::atomic<uint64_t> refused{0}, throttled{0};
+  TokenAuthMetadataProcessor processor(
+      std::make_shared<const BearerTokenChecker>(
+          std::vector<BearerToken>{{"alice", kToken}, {"bob", kOtherToken}}),
+      refused, throttled, nullptr, {}, FailureThrottle::Options{absl::Seconds(1), absl::Seconds(60), 16, 0});
+  const std::string alice = absl::StrCat("Bearer ", kToken);
+  const std::string bob = absl::StrCat("Bearer ", kOtherToken);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_TRUE(processor.AdmitCall("ipv4:10.0.0.9", alice, t0).ok());
+  ASSERT_EQ(processor.AdmitCall("ipv4:10.0.0.9", std::nullopt, t0).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  const absl::Time later = t0 + absl::Seconds(5);
+  ASSERT_TRUE(processor.AdmitCall("ipv4:10.0.0.9", alice, later).ok());
+  ASSERT_EQ(processor.AdmitCall("ipv4:10.0.0.9", std::nullopt, later).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // The second failure in a row: 2 s.
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.9", std::nullopt, later + absl::Milliseconds(1500))
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // bob's token, new, is checked once the wait is over, and forgives.
+  ASSERT_TRUE(processor.AdmitCall("ipv4:10.0.0.9", bob, later + absl::Seconds(2)).ok());
+  EXPECT_EQ(processor.AdmitCall("ipv4:10.0.0.9", std::nullopt, later + absl::Seconds(2))
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
 TEST(TokenAuthMetadataProcessorTest, ByDefaultFiveFailuresInARowAreChecked) {
   std::atomic<uint64_t> refused{0}, throttled{0};
   TokenAuthMetadataProcessor processor(
@@ -430,6 +459,23 @@ TEST(BasicAuthCheckerTest, AThrottledAddressIsTurnedAwayUncheckedButForCredentia
             Kind::kWait);
   EXPECT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:pw"), now + absl::Seconds(2)).kind,
             Kind::kAccepted);
+}
+
+// A scraper's known credentials, outside a backoff too, do not forgive the
+// client failing beside it: its next failure doubles the wait.
+TEST(BasicAuthCheckerTest, CredentialsAcceptedBeforeForgiveNoFailure) {
+  using Kind = BasicAuthChecker::Admission::Kind;
+  BasicAuthChecker checker(Credentials{{"prometheus", "pw"}});
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  ASSERT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:pw"), now).kind, Kind::kAccepted);
+  ASSERT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:guess"), now).kind, Kind::kRefused);
+  const absl::Time later = now + absl::Seconds(5);  // the 1 s backoff is over
+  ASSERT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:pw"), later).kind, Kind::kAccepted);
+  ASSERT_EQ(checker.Admit("10.0.0.1", Basic("prometheus:guess2"), later).kind, Kind::kRefused);
+  const BasicAuthChecker::Admission next =
+      checker.Admit("10.0.0.1", Basic("prometheus:guess3"), later + absl::Milliseconds(500));
+  EXPECT_EQ(next.kind, Kind::kWait);
+  EXPECT_EQ(next.wait, absl::Milliseconds(1500));  // the second failure's 2 s
 }
 
 }  // namespace
