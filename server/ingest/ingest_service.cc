@@ -16,8 +16,8 @@ uint64_t DrawInstance() {
   return instance;
 }
 
-// Ends a stream at once: the daemon holds --max-streams already.
-// A stream that ends at once with `status`, having read nothing.
+// A stream that ends at once with `status`, having read nothing: refused
+// by the admit gate, or --max-streams are open already.
 class RefusedReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
   explicit RefusedReactor(grpc::Status status) { Finish(std::move(status)); }

@@ -89,13 +89,10 @@ void HealthService::Unregister(WatchReactor* watcher) {
 grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
                                                const HealthCheckRequest* request,
                                                HealthCheckResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      reactor->Finish(std::move(refused));
-      return reactor;
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return Refused(context, std::move(refused));
   }
+  auto* reactor = context->DefaultReactor();
   if (!names_.contains(request->service())) {
     reactor->Finish(grpc::Status(
         grpc::StatusCode::NOT_FOUND,
@@ -113,10 +110,8 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
 
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
     grpc::CallbackServerContext* context, const HealthCheckRequest* request) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      return new RefusedWriteReactor<HealthCheckResponse>(std::move(refused));
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return new RefusedWriteReactor<HealthCheckResponse>(std::move(refused));
   }
   const bool known = names_.contains(request->service());
   auto* watcher = new WatchReactor(*this, known);

@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/query/queued_write_reactor.h"
+#include "server/query/call_gate.h"
 
 namespace torchmon::server {
 

@@ -182,12 +182,8 @@ Selector QueryService::Scoped(const grpc::CallbackServerContext& context,
 grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* context,
                                                    const v1::ListSeriesRequest* request,
                                                    v1::ListSeriesResponse* response) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      auto* reactor = context->DefaultReactor();
-      reactor->Finish(std::move(refused));
-      return reactor;
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return Refused(context, std::move(refused));
   }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
@@ -225,12 +221,8 @@ grpc::ServerUnaryReactor* QueryService::ListSeries(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* context,
                                                    const v1::GetWindowsRequest* request,
                                                    v1::GetWindowsResponse* response) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      auto* reactor = context->DefaultReactor();
-      reactor->Finish(std::move(refused));
-      return reactor;
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return Refused(context, std::move(refused));
   }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
@@ -284,12 +276,8 @@ grpc::ServerUnaryReactor* QueryService::GetWindows(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* context,
                                                   const v1::GetEventsRequest* request,
                                                   v1::GetEventsResponse* response) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      auto* reactor = context->DefaultReactor();
-      reactor->Finish(std::move(refused));
-      return reactor;
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return Refused(context, std::move(refused));
   }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
@@ -344,12 +332,8 @@ grpc::ServerUnaryReactor* QueryService::GetEvents(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* QueryService::ListEventTotals(grpc::CallbackServerContext* context,
                                                         const v1::ListEventTotalsRequest* request,
                                                         v1::ListEventTotalsResponse* response) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      auto* reactor = context->DefaultReactor();
-      reactor->Finish(std::move(refused));
-      return reactor;
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return Refused(context, std::move(refused));
   }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
@@ -390,12 +374,8 @@ grpc::ServerUnaryReactor* QueryService::ListEventTotals(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext* context,
                                                      const v1::CompareRanksRequest* request,
                                                      v1::CompareRanksResponse* response) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      auto* reactor = context->DefaultReactor();
-      reactor->Finish(std::move(refused));
-      return reactor;
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return Refused(context, std::move(refused));
   }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   auto* reactor = context->DefaultReactor();
@@ -452,10 +432,8 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<v1::WindowSummary>* QueryService::WatchWindows(
     grpc::CallbackServerContext* context, const v1::WatchWindowsRequest* request) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      return new RefusedWriteReactor<v1::WindowSummary>(std::move(refused));
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return new RefusedWriteReactor<v1::WindowSummary>(std::move(refused));
   }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   Selector selector = Scoped(*context, SelectorFromProto(request->selector()));
@@ -467,10 +445,8 @@ grpc::ServerWriteReactor<v1::WindowSummary>* QueryService::WatchWindows(
 
 grpc::ServerWriteReactor<v1::Event>* QueryService::WatchEvents(
     grpc::CallbackServerContext* context, const v1::WatchEventsRequest* request) {
-  if (admit_) {
-    if (grpc::Status refused = admit_(*context); !refused.ok()) {
-      return new RefusedWriteReactor<v1::Event>(std::move(refused));
-    }
+  if (grpc::Status refused = Admission(admit_, *context); !refused.ok()) {
+    return new RefusedWriteReactor<v1::Event>(std::move(refused));
   }
   stats_.queries.fetch_add(1, std::memory_order_relaxed);
   Selector selector = Scoped(*context, SelectorFromProto(request->selector()));

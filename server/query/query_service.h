@@ -12,7 +12,7 @@
 #include "server/core/broadcaster.h"
 #include "server/core/daemon_stats.h"
 #include "server/core/selector.h"
-#include "server/query/queued_write_reactor.h"
+#include "server/query/call_gate.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::server {

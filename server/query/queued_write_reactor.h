@@ -6,27 +6,11 @@
 #ifndef TORCHMON_SERVER_QUERY_QUEUED_WRITE_REACTOR_H_
 #define TORCHMON_SERVER_QUERY_QUEUED_WRITE_REACTOR_H_
 
-#include <functional>
-#include <utility>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace torchmon::server {
-
-// Whether a call may go on, asked by each handler before it does anything
-// (the daemon's token check, which knows the caller's peer); OK to go on,
-// else the status the call ends with.
-using CallGate = std::function<grpc::Status(const grpc::CallbackServerContext& call)>;
-
-// A server stream that ends at once with `status`, having written nothing.
-template <typename Proto>
-class RefusedWriteReactor final : public grpc::ServerWriteReactor<Proto> {
- public:
-  explicit RefusedWriteReactor(grpc::Status status) { this->Finish(std::move(status)); }
-  void OnDone() override { delete this; }
-};
 
 // Subclasses say what to write next (NextLocked) and when the source is done
 // (EndingLocked), and call Wake() whenever either may have changed. gRPC

@@ -192,6 +192,10 @@ TEST(TokenAuthMetadataProcessorTest, TheNameOfACallsTokenIsFoundAgain) {
   EXPECT_EQ(refused.load(), 0u);  // a look-up, not a refusal
 }
 
+// The tokens' backoff from the first failure on, for tests of its steps.
+constexpr FailureThrottle::Options kNoFailureTolerated = {absl::Seconds(1), absl::Seconds(60), 16,
+                                                          0};
+
 // The transport leaves the calls of the services whose handlers check
 // (AdmitCall) to them, whatever they carry, and checks every other one.
 TEST(TokenAuthMetadataProcessorTest, TheTransportLeavesTheCallsOfHandlerCheckedServicesToThem) {
@@ -230,7 +234,7 @@ TEST(TokenAuthMetadataProcessorTest, APeerThatKeepsFailingIsSlowedAndNoOtherIs) 
       std::make_shared<const BearerTokenChecker>(
           std::vector<BearerToken>{{"alice", kToken}, {"bob", kOtherToken}}),
       refused, throttled, [&](absl::string_view why) { logged.emplace_back(why); },
-      {"torchmon.v1.Ingest"}, FailureThrottle::Options{absl::Seconds(1), absl::Seconds(60), 16, 0});
+      {"torchmon.v1.Ingest"}, kNoFailureTolerated);
   const std::string alice = absl::StrCat("Bearer ", kToken);
   const std::string bob = absl::StrCat("Bearer ", kOtherToken);
   const std::string wrong = absl::StrCat("Bearer ", std::string(32, 'x'));
@@ -280,7 +284,7 @@ TEST(TokenAuthMetadataProcessorTest, OnlyATokenAcceptedForTheFirstTimeForgivesTh
   TokenAuthMetadataProcessor processor(
       std::make_shared<const BearerTokenChecker>(
           std::vector<BearerToken>{{"alice", kToken}, {"bob", kOtherToken}}),
-      refused, throttled, nullptr, {}, FailureThrottle::Options{absl::Seconds(1), absl::Seconds(60), 16, 0});
+      refused, throttled, nullptr, {}, kNoFailureTolerated);
   const std::string alice = absl::StrCat("Bearer ", kToken);
   const std::string bob = absl::StrCat("Bearer ", kOtherToken);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
