@@ -104,6 +104,14 @@ struct Caller {
   bool admin = false;
 };
 
+// The "authorization" metadata of a call, if it carried one.
+std::optional<absl::string_view> AuthorizationOf(const grpc::CallbackServerContext& call) {
+  const auto& metadata = call.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it == metadata.end()) return std::nullopt;
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
 Caller CallerOf(const PeerDirectory& peers, const ServerSecurity* security,
                 const grpc::CallbackServerContext& call) {
   Caller caller;
@@ -117,10 +125,8 @@ Caller CallerOf(const PeerDirectory& peers, const ServerSecurity* security,
   // of several tokens.
   if (const TokenAuthMetadataProcessor* check =
           security != nullptr ? security->token_check() : nullptr) {
-    const auto& metadata = call.client_metadata();
-    if (auto it = metadata.find("authorization"); it != metadata.end()) {
-      std::optional<std::string> name =
-          check->TokenNameOf(absl::string_view(it->second.data(), it->second.size()));
+    if (const std::optional<absl::string_view> authorization = AuthorizationOf(call)) {
+      std::optional<std::string> name = check->TokenNameOf(*authorization);
       if (name.has_value() && !name->empty()) caller.user = *std::move(name);
     }
   }
@@ -157,26 +163,20 @@ CallGate TokenGate(const PeerDirectory* peers, const std::unique_ptr<ServerSecur
     } else {
       key = TokenAuthMetadataProcessor::ThrottleKeyOf(peer);
     }
-    std::optional<absl::string_view> authorization;
-    const auto& metadata = call.client_metadata();
-    if (auto it = metadata.find("authorization"); it != metadata.end()) {
-      authorization = absl::string_view(it->second.data(), it->second.size());
-    }
-    return check->AdmitCall(key, authorization, absl::Now());
+    return check->AdmitCall(key, AuthorizationOf(call), absl::Now());
   };
 }
 
 // The ingest options with the daemon's parts: its client log, its token
-// gate (`all_peers`: the Unix connections the daemon accepted itself), and
-// with --peer-labels the labels the daemon vouches for about each stream's
-// caller (`peers`: the same directory, null without --peer-labels), and
-// `jobs`, which user each job label belongs to.
-IngestServiceOptions WithDaemonParts(IngestServiceOptions options, const PeerDirectory* peers,
-                                     const PeerDirectory* all_peers,
+// gate `admit`, and with --peer-labels the labels the daemon vouches for
+// about each stream's caller (`peers`: the Unix connections the daemon
+// accepted itself), and `jobs`, which user each job label belongs to.
+IngestServiceOptions WithDaemonParts(IngestServiceOptions options, CallGate admit,
+                                     const PeerDirectory* peers,
                                      const std::unique_ptr<ServerSecurity>* security,
                                      JobClaims* jobs) {
   options.client_log = &ClientLog();
-  options.admit = TokenGate(all_peers, security);
+  options.admit = std::move(admit);
   if (peers != nullptr) {
     std::vector<std::string> reserved(std::begin(kVouchedLabelNames),
                                       std::end(kVouchedLabelNames));
@@ -228,9 +228,9 @@ Daemon::Daemon(DaemonOptions options, const Clock& clock)
       aggregator_(options_.aggregator, clock_),
       events_(options_.max_events, options_.aggregator.series_ttl_ms, clock_),
       ingest_service_(aggregator_, events_, stats_, events_out_, clock_,
-                      WithDaemonParts(options_.ingest,
+                      WithDaemonParts(options_.ingest, TokenGate(&peers_, &security_),
                                       options_.security.peer_labels ? &peers_ : nullptr,
-                                      &peers_, &security_, &jobs_)),
+                                      &security_, &jobs_)),
       query_service_(aggregator_, events_, stats_, windows_out_, events_out_,
                      QueryScope(options_.security.peer_labels ? &peers_ : nullptr, &security_),
                      TokenGate(&peers_, &security_)),
