@@ -23,6 +23,7 @@ daemon_packages=(
   build-essential cmake
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcivetweb-dev libboost-dev zlib1g-dev golang-github-prometheus-client-model-dev libssl-dev
+  libsnappy-dev
 )
 packages=(
   "${daemon_packages[@]}" pkg-config git curl prometheus-cpp-dev

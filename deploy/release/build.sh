@@ -11,7 +11,8 @@
 # torchmond, torchmonctl and the Python extension are built by zig's clang
 # for glibc 2.28 (toolchain.sh) and link everything but glibc statically:
 # gRPC, protobuf, abseil, OpenSSL, c-ares, re2, zlib and civetweb as
-# deps.sh builds them from Debian's source packages, and libc++. The
+# deps.sh builds them from Debian's source packages, snappy (torchmond's)
+# as snappy.sh does, and libc++. The
 # tarball's C++ client library is compiled by the same clang for GCC's
 # libstdc++ instead (deps.sh --libstdc++), for the user's g++ to link. Only
 # protoc and grpc_cpp_plugin (build tools, Debian's of the same versions),
@@ -38,9 +39,12 @@ log() { echo "build.sh: $*" >&2; }
 "$here/configure.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_PORTABLE=ON \
   -DCMAKE_INSTALL_PREFIX=/usr -DTORCHMON_SYSTEMD_UNIT_DIR=/usr/lib/systemd/system >&2
 prefix=$("$here/deps.sh")
+snappy=$("$here/snappy.sh")
 glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
-bundled=$(paste -sd, "$prefix/versions")
-log "configured with the libraries of $prefix ($((SECONDS - started)) s)"
+# What configure.sh named as bundled (TORCHMON_BUNDLED_SOURCES): deps.sh's
+# libraries, then snappy.sh's.
+bundled=$(cat "$prefix/versions" "$snappy/versions" | paste -sd,)
+log "configured with the libraries of $prefix and $snappy ($((SECONDS - started)) s)"
 cmake --build "$build" -j"$jobs" --target torchmond torchmonctl _torchmon >&2
 log "built ($((SECONDS - started)) s)"
 # The C++ client library for the tarball: the client alone, for libstdc++.
@@ -98,9 +102,10 @@ printf '%s\n' "$bundled" | tr , '\n' >"$stage/$name/share/torchmon/bundled-versi
 tar -C "$stage" --owner=0 --group=0 --sort=name -czf "$out/$name.tar.gz" "$name"
 
 # The wheel: pip over this build's extension, tagged for glibc 2.28. The
-# extension links every library of deps.lock but civetweb (the daemon's).
+# extension links every library of deps.lock but civetweb, and not snappy
+# (both the daemon's).
 TORCHMON_WHEEL_BUILD_DIR=$build TORCHMON_WHEEL_MIN_GLIBC=$glibc TORCHMON_BUNDLED_LICENSES=$prefix/licenses \
-  TORCHMON_BUNDLED_SOURCES=$(tr , '\n' <<<"$bundled" | grep -v '^civetweb ' | paste -sd,) \
+  TORCHMON_BUNDLED_SOURCES=$(tr , '\n' <<<"$bundled" | grep -Ev '^(civetweb|snappy) ' | paste -sd,) \
   "$root/deploy/dev/build-wheels.sh" "$out" >&2
 
 log "done in $((SECONDS - started)) s:"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configures a CMake build of this tree with the portable toolchain and
-# libraries (toolchain.sh, deps.sh), making them first if they are not
-# cached:
+# libraries (toolchain.sh, deps.sh, snappy.sh), making them first if they are
+# not cached:
 #
 #   deploy/release/configure.sh [--libstdc++ | --bench] BUILD_DIR [CMAKE_ARGS...]
 #
@@ -35,14 +35,32 @@ exec 9>"$cache/make.lock"
 flock 9
 toolchain=$("$here/toolchain.sh")
 prefix=$("$here/deps.sh" "${flavour[@]}")
-prefixes=$prefix
-! $bench || prefixes="$prefix;$("$here/deps.sh" --bench)"
+# The libraries linked in and named as bundled: deps.sh's, and for torchmond
+# (the default and --bench flavours) snappy.sh's, kept apart from deps.sh so
+# that deps.sh's cache key stayed as it was. The C++ client library
+# (--libstdc++) does not link snappy.
+bundled_prefixes=("$prefix")
+if [[ ${#flavour[@]} == 0 ]]; then
+  snappy=$("$here/snappy.sh")
+  bundled_prefixes+=("$snappy")
+fi
+prefixes=$(IFS=';'; echo "${bundled_prefixes[*]}")
+! $bench || prefixes="$prefixes;$("$here/deps.sh" --bench)"
 flock -u 9
 toolchain_file=$toolchain/toolchain.cmake
 # deps.sh --libstdc++ keeps its compiler beside the prefix (libstdcxx.sh).
 [[ ${#flavour[@]} == 0 ]] || toolchain_file=$prefix/../stdcxx/toolchain.cmake
 glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
-bundled=$(paste -sd, "$prefix/versions")
+bundled=$(cat "${bundled_prefixes[@]/%//versions}" | paste -sd,)
+# Their licences in one directory (licenses/<package>/ of each prefix), which
+# the install rules copy (cmake/Install.cmake): copies, not links, since
+# install(DIRECTORY) would install a link as a link.
+licenses=$build/bundled-licenses
+rm -rf "$licenses"
+mkdir -p "$licenses"
+for p in "${bundled_prefixes[@]}"; do
+  cp -r "$p/licenses/." "$licenses/"
+done
 
 # The build machine's headers that the build uses, each alone in a directory
 # of its own: zig's clang must not see /usr/include (bookworm's glibc 2.36
@@ -69,4 +87,4 @@ cmake -S "$root" -B "$build" -G "Unix Makefiles" \
   -DTORCHMON_PROTOC=/usr/bin/protoc -DTORCHMON_GRPC_CPP_PLUGIN=/usr/bin/grpc_cpp_plugin \
   -DTORCHMON_PROMETHEUS_CLIENT_MODEL_DIR=/usr/share/gocode/src/github.com/prometheus/client_model \
   -DTORCHMON_GLIBC_FLOOR="$glibc" -DTORCHMON_BUNDLED_SOURCES="$bundled" \
-  -DTORCHMON_BUNDLED_LICENSES="$prefix/licenses" "$@"
+  -DTORCHMON_BUNDLED_LICENSES="$licenses" "$@"
