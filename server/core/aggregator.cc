@@ -333,6 +333,8 @@ ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t
   w.stats = r.stats;
   w.partial = r.partial;
   w.definition = r.definition;
+  w.counters = s->counters;
+  w.series_created_ms = s->created_ms;
   // A row is as wide as the widest definition's quantiles; its own come first.
   const size_t n = std::min(spec.quantiles.size(), entry.quantiles.size());
   w.quantiles.reserve(n);
@@ -357,6 +359,9 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms,
                          (mode == Close::kAllAt && start_ms + s.spec.window_ms > ms);
     s.history.Push(WindowRecord{start_ms, o.stats, partial, s.definition}, quantiles, limit);
     out.push_back(ToClosedWindow(series, s.history.size() - 1));
+    if (options_.histograms_on_close && s.spec.histogram) {
+      out.back().histogram = std::make_shared<const NativeHistogram>(s.distribution->histogram);
+    }
     s.last_closed_index = std::max(s.last_closed_index, o.index);
     ++closed;
   }

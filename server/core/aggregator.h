@@ -49,6 +49,10 @@ struct AggregatorOptions {
   int64_t max_future_skew_ms = 60 * 1000;
   // Series held at once; Define refuses new ones past it (ResourceExhausted).
   size_t max_series = 1'000'000;
+  // Whether the windows CloseDueWindows and CloseAllWindows hand out carry
+  // a copy of their series' histogram (ClosedWindow::histogram): the push
+  // exporters send it (docs/push.md).
+  bool histograms_on_close = false;
 };
 
 // Never 0, so 0 can mean "no series". A series defined again after it

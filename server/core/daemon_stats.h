@@ -75,6 +75,29 @@ struct DaemonStats {
   };
   static constexpr int kMaxOutputs = 4;
   Output outputs[kMaxOutputs];
+
+  // The push exporters (--remote-write-url, --otlp-endpoint; docs/push.md),
+  // each set up before the daemon serves (`protocol` and `endpoint` set,
+  // then `enabled`); the exposition shows the enabled ones. Windows are
+  // counted per series: one series' closed window is one.
+  enum ExportDropReason { kExportQueueFull = 0, kExportRejected = 1, kExportShutdown = 2 };
+  static constexpr int kExportDropReasons = 3;
+  struct Exporter {
+    std::atomic<bool> enabled{false};
+    std::atomic<const char*> protocol{""};  // "remote_write", "otlp"
+    std::atomic<const char*> endpoint{""};  // its URL
+    std::atomic<uint64_t> sent_windows{0};
+    std::atomic<uint64_t> sent_requests{0};
+    std::atomic<uint64_t> sent_bytes{0};    // request bodies, as sent (compressed)
+    std::atomic<uint64_t> retried{0};       // requests sent again after a failure
+    std::atomic<uint64_t> dropped[kExportDropReasons] = {};
+    // Window ends queued (the one being sent included), and when the
+    // oldest of them was queued (daemon clock, Unix ms; 0 when none).
+    std::atomic<int64_t> queued{0};
+    std::atomic<int64_t> oldest_queued_ms{0};
+  };
+  static constexpr int kMaxExporters = 8;
+  Exporter exporters[kMaxExporters];
 };
 
 }  // namespace torchmon::server

@@ -16,6 +16,8 @@
 
 namespace torchmon::server {
 
+class NativeHistogram;  // native_histogram.h
+
 // Label pairs sorted by key, keys unique.
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
@@ -235,6 +237,19 @@ struct WindowRecord {
 };
 static_assert(sizeof(WindowRecord) <= 72, "a history record grew: every series keeps up to 120");
 
+// Cumulative accounting of one series. For every series:
+// samples sent = accepted + capped + late + skewed + client_dropped.
+struct SeriesCounters {
+  uint64_t accepted = 0;
+  uint64_t capped = 0;
+  uint64_t late = 0;
+  uint64_t skewed = 0;
+  uint64_t client_dropped = 0;
+
+  // Samples sent but not aggregated: capped, late, skewed or client-dropped.
+  uint64_t not_aggregated() const { return capped + late + skewed + client_dropped; }
+};
+
 // A window that has closed, with everything needed to report it.
 struct ClosedWindow {
   std::shared_ptr<const SeriesKey> series;
@@ -247,6 +262,15 @@ struct ClosedWindow {
   bool partial = false;
   // WindowRecord::definition.
   uint32_t definition = 0;
+  // The series' accounting when the window was read (as it closed, for
+  // the windows Aggregator::CloseDueWindows hands out), and when the
+  // series was created: where its counters started from 0.
+  SeriesCounters counters;
+  int64_t series_created_ms = 0;
+  // The series' histogram as the window closed: only from CloseDueWindows
+  // and CloseAllWindows with AggregatorOptions::histograms_on_close, for a
+  // series that keeps one (the push exporters send it); null otherwise.
+  std::shared_ptr<const NativeHistogram> histogram;
 
   // The value of `ref`, or nullopt if the series does not compute it.
   std::optional<double> Value(const AggregateRef& ref) const;
@@ -270,18 +294,6 @@ void ForEachAggregate(const ClosedWindow& window, Fn&& fn) {
   ForEachAggregate(window.aggregations, window.stats, window.quantiles, std::forward<Fn>(fn));
 }
 
-// Cumulative accounting of one series. For every series:
-// samples sent = accepted + capped + late + skewed + client_dropped.
-struct SeriesCounters {
-  uint64_t accepted = 0;
-  uint64_t capped = 0;
-  uint64_t late = 0;
-  uint64_t skewed = 0;
-  uint64_t client_dropped = 0;
-
-  // Samples sent but not aggregated: capped, late, skewed or client-dropped.
-  uint64_t not_aggregated() const { return capped + late + skewed + client_dropped; }
-};
 
 }  // namespace torchmon::server
 

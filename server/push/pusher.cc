@@ -1,0 +1,146 @@
+#include "server/push/pusher.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace torchmon::server {
+
+absl::Status CheckPushOptions(const PushOptions& options) {
+  if (options.endpoints.size() > static_cast<size_t>(DaemonStats::kMaxExporters)) {
+    return absl::InvalidArgumentError(absl::StrCat("at most ", DaemonStats::kMaxExporters,
+                                                   " push endpoints (--remote-write-url, "
+                                                   "--otlp-endpoint); ",
+                                                   options.endpoints.size(), " given"));
+  }
+  for (const PushEndpoint& e : options.endpoints) {
+    const std::pair<const char*, const std::string*> files[] = {
+        {"bearer_token_file", &e.bearer_token_file}, {"basic_auth_password_file", &e.basic_auth_password_file},
+        {"ca_file", &e.ca_file},                     {"cert_file", &e.cert_file},
+        {"key_file", &e.key_file}};
+    for (const auto& [option, path] : files) {
+      if (path->empty() || ::access(path->c_str(), R_OK) == 0) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat(e.protocol == PushProtocol::kRemoteWrite ? "--remote-write-url " : "--otlp-endpoint ",
+                       e.url.text, ": ", option, " ", *path, " cannot be read: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Pusher>> Pusher::Start(const PushOptions& options, DaemonStats& stats,
+                                                      const Clock& clock, LogFn log,
+                                                      std::string version) {
+  if (absl::Status s = CheckPushOptions(options); !s.ok()) return s;
+  return std::unique_ptr<Pusher>(new Pusher(options, stats, clock, std::move(log), std::move(version)));
+}
+
+Pusher::Pusher(const PushOptions& options, DaemonStats& stats, const Clock& clock, LogFn log,
+               std::string version)
+    : options_(options), stats_(stats), log_(std::move(log)), version_(std::move(version)) {
+  for (size_t i = 0; i < options_.endpoints.size(); ++i) {
+    const PushEndpoint& e = options_.endpoints[i];
+    DaemonStats::Exporter& slot = stats_.exporters[i];
+    slot.protocol.store(PushProtocolName(e.protocol));
+    exporters_.push_back(std::make_unique<Exporter>(e, options_, slot, clock, log_));
+    // The slot names the exporter's own copy of the URL, which lives as long as it.
+    slot.endpoint.store(exporters_.back()->endpoint().url.text.c_str());
+    slot.enabled.store(true);
+    slots_.push_back(&slot);
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+Pusher::~Pusher() {
+  if (thread_.joinable()) Finish();
+}
+
+void Pusher::Publish(std::vector<ClosedWindow> windows) {
+  if (windows.empty()) return;
+  size_t dropped = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    if (inbox_.size() >= std::max<size_t>(options_.queue_windows, 1)) {
+      dropped = inbox_.front().size();
+      inbox_.pop_front();
+      for (DaemonStats::Exporter* slot : slots_) {
+        slot->dropped[DaemonStats::kExportQueueFull].fetch_add(dropped, std::memory_order_relaxed);
+      }
+    }
+    inbox_.push_back(std::move(windows));
+  }
+  if (dropped != 0) {
+    log_(absl::StrCat("push: encoding is ", options_.queue_windows,
+                      " passes behind; dropped the oldest pass, ", dropped, " series windows"));
+  }
+}
+
+void Pusher::Encode(std::vector<ClosedWindow>& windows) {
+  // One pass may close windows of several ends (series of different
+  // window lengths, a timer that was late): each end is queued whole, in
+  // order.
+  std::stable_sort(windows.begin(), windows.end(),
+                   [](const ClosedWindow& a, const ClosedWindow& b) { return a.end_ms < b.end_ms; });
+  bool want[2] = {false, false};
+  for (const PushEndpoint& e : options_.endpoints) want[static_cast<int>(e.protocol)] = true;
+  for (size_t begin = 0; begin < windows.size();) {
+    size_t end = begin;
+    while (end < windows.size() && windows[end].end_ms == windows[begin].end_ms) ++end;
+    const absl::Span<const ClosedWindow> group(windows.data() + begin, end - begin);
+    std::shared_ptr<const EncodedWindow> encoded[2];
+    for (int p = 0; p < 2; ++p) {
+      if (!want[p]) continue;
+      auto window = std::make_shared<EncodedWindow>();
+      window->end_ms = windows[begin].end_ms;
+      window->requests = static_cast<PushProtocol>(p) == PushProtocol::kRemoteWrite
+                             ? EncodeRemoteWrite(group, options_.windows_per_request)
+                             : EncodeOtlp(group, options_.windows_per_request, version_);
+      for (const EncodedRequest& r : window->requests) {
+        window->bytes += r.body.size();
+        window->windows += r.windows;
+      }
+      encoded[p] = std::move(window);
+    }
+    for (const auto& exporter : exporters_) {
+      exporter->Enqueue(encoded[static_cast<int>(exporter->endpoint().protocol)]);
+    }
+    begin = end;
+  }
+}
+
+void Pusher::Run() {
+  for (;;) {
+    std::vector<ClosedWindow> windows;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return finishing_ || !inbox_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (inbox_.empty()) return;  // finishing, and everything encoded
+      windows = std::move(inbox_.front());
+      inbox_.pop_front();
+    }
+    Encode(windows);
+  }
+}
+
+void Pusher::Finish() {
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.flush_timeout_ms);
+  {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    finishing_ = true;
+  }
+  thread_.join();
+  for (const auto& exporter : exporters_) exporter->Finish(deadline);
+}
+
+}  // namespace torchmon::server
