@@ -18,7 +18,9 @@ namespace torchmon::server {
 namespace {
 
 // Flags that may be given more than once; every other name may appear once.
-bool IsRepeatable(absl::string_view name) { return name == "listen"; }
+bool IsRepeatable(absl::string_view name) {
+  return name == "listen" || name == "remote-write-url" || name == "otlp-endpoint";
+}
 
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '-'; }
 
@@ -95,7 +97,7 @@ absl::StatusOr<std::vector<ConfigSetting>> ParseConfigText(absl::string_view tex
       if (!inserted) {
         return absl::InvalidArgumentError(absl::StrCat(
             origin, ": ", name, " is already set on line ", it->second,
-            " (only listen may be repeated)"));
+            " (only listen, remote-write-url and otlp-endpoint may be repeated)"));
       }
     }
     settings.push_back({std::move(name), std::move(value), origin});

@@ -255,7 +255,8 @@ absl::Status CheckStartable(const DaemonOptions& options) {
     if (group->empty()) continue;
     if (auto gid = LookUpGroup(*group); !gid.ok()) return gid.status();
   }
-  return SinkWriter::Check(options.sinks);
+  if (absl::Status s = SinkWriter::Check(options.sinks); !s.ok()) return s;
+  return CheckPushOptions(options.push);
 }
 
 Daemon::~Daemon() {
@@ -279,6 +280,11 @@ absl::Status Daemon::Start() {
     auto sinks = SinkWriter::Start(options_.sinks, windows_out_, events_out_, stats_, Log);
     if (!sinks.ok()) return sinks.status();
     sinks_ = *std::move(sinks);
+  }
+  if (options_.push.any()) {
+    auto pusher = Pusher::Start(options_.push, stats_, clock_, Log, TORCHMON_VERSION);
+    if (!pusher.ok()) return pusher.status();
+    pusher_ = *std::move(pusher);
   }
   // Sockets belong to the user the daemon will run as, so that it can still
   // remove them at exit after --user.
@@ -402,7 +408,12 @@ void Daemon::PublishClosed(const ClosedWindow& window) {
 }
 
 void Daemon::CloseDueWindows() {
-  aggregator_.CloseDueWindows([this](const ClosedWindow& w) { PublishClosed(w); });
+  std::vector<ClosedWindow> pushed;
+  aggregator_.CloseDueWindows([&](const ClosedWindow& w) {
+    PublishClosed(w);
+    if (pusher_) pushed.push_back(w);
+  });
+  if (pusher_) pusher_->Publish(std::move(pushed));
 }
 
 void Daemon::ScheduleTick() {
@@ -523,6 +534,7 @@ void Daemon::Shutdown() {
   const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
   const size_t partial_count = partial.size();
   for (const ClosedWindow& w : partial) PublishClosed(w);
+  if (pusher_) pusher_->Publish(partial);
   // Watchers end once they have written what is queued, health watchers
   // too (they were sent NOT_SERVING when the drain began).
   LetWatchersRead(drain_end + kFinalWritesCap);
@@ -530,6 +542,8 @@ void Daemon::Shutdown() {
   events_out_.Close();
   // The sinks write what is queued, the partial windows included, and close.
   if (sinks_) sinks_->Finish();
+  // The push endpoints send what they hold, for --push-flush-timeout.
+  if (pusher_) pusher_->Finish();
   health_service_.Shutdown();
   stopper.join();
   server_->Wait();

@@ -33,6 +33,7 @@
 #include "server/exposition/metrics_exposition.h"
 #include "server/exposition/metrics_http_server.h"
 #include "server/query/query_service.h"
+#include "server/push/pusher.h"
 
 namespace torchmon::server {
 
@@ -126,6 +127,7 @@ class Daemon {
   std::vector<std::unique_ptr<UnixAcceptor>> acceptors_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<SinkWriter> sinks_;  // null without --jsonl-file / --tensorboard-dir
+  std::unique_ptr<Pusher> pusher_;  // null without --remote-write-url / --otlp-endpoint
   std::vector<std::string> grpc_addresses_;
 
   boost::asio::io_context io_;

@@ -107,6 +107,18 @@ size_t& MaxEvents(DaemonOptions& o) { return o.max_events; }
 size_t& MaxSeries(DaemonOptions& o) { return o.aggregator.max_series; }
 size_t& MaxSeriesPerClient(DaemonOptions& o) { return o.ingest.limits.max_series_per_stream; }
 int64_t& MaxStreams(DaemonOptions& o) { return o.ingest.max_streams; }
+size_t& PushQueueWindows(DaemonOptions& o) { return o.push.queue_windows; }
+int64_t& PushFlushTimeoutMs(DaemonOptions& o) { return o.push.flush_timeout_ms; }
+
+// A repeatable flag naming a push endpoint of `protocol`.
+template <PushProtocol protocol>
+absl::Status AddPushEndpoint(absl::string_view flag, const std::string& value,
+                             DaemonOptions& options, ParseState&) {
+  PushEndpoint endpoint;
+  TORCHMON_ASSIGN(endpoint, ParsePushEndpoint(protocol, flag, value));
+  options.push.endpoints.push_back(std::move(endpoint));
+  return absl::OkStatus();
+}
 
 // A flag whose value is a duration (in ms) stored as is.
 template <int64_t& (*Field)(DaemonOptions&)>
@@ -291,6 +303,29 @@ const DaemonFlag kDaemonFlags[] = {
      "one run directory per label set under DIR.",
      [](const DaemonOptions&) { return std::string("none (docs/sinks.md)"); }, true,
      SetText<TensorBoardDir>, false, nullptr},
+    {"--remote-write-url", "URL [OPTION=VALUE...]",
+     "Push every closed window to URL with Prometheus\n"
+     "remote-write 1.0; repeatable. Options after the URL:\n"
+     "bearer_token_file=, basic_auth_username= with\n"
+     "basic_auth_password_file=, ca_file=, cert_file= with\n"
+     "key_file=, server_name=, timeout= (docs/push.md).",
+     [](const DaemonOptions&) { return std::string("none"); }, false,
+     AddPushEndpoint<PushProtocol::kRemoteWrite>, false, nullptr},
+    {"--otlp-endpoint", "URL [OPTION=VALUE...]",
+     "Push every closed window to URL with OTLP/HTTP\n"
+     "(protobuf); repeatable; the options of --remote-write-url.\n"
+     "A URL without a path gets /v1/metrics.",
+     [](const DaemonOptions&) { return std::string("none"); }, false,
+     AddPushEndpoint<PushProtocol::kOtlp>, false, nullptr},
+    {"--push-queue", "N",
+     "Window ends each push endpoint holds while it cannot\n"
+     "send; past it the oldest are dropped and counted.",
+     ShowCount<size_t, PushQueueWindows>, false, SetCount<size_t, PushQueueWindows>, false,
+     nullptr},
+    {"--push-flush-timeout", "DURATION",
+     "On SIGTERM/SIGINT, how long the push endpoints may keep\n"
+     "sending what they hold; the rest is dropped and counted.",
+     ShowDuration<PushFlushTimeoutMs>, false, SetDuration<PushFlushTimeoutMs>, false, nullptr},
     {"--version", nullptr, "Print the version and exit.", nullptr, false, nullptr, true, nullptr},
     {"--verbose", nullptr,
      "With --version: also the compiler, the C++ runtime, the\n"
@@ -537,6 +572,8 @@ absl::StatusOr<DaemonOptions> ParseDaemonOptions(int argc, char** argv) {
     }
     if (!s.ok()) return s;
   }
+  // The push exporters send each series' histogram as its window closes.
+  options.aggregator.histograms_on_close = options.push.any();
   // A client that went away is remembered as long as its series are.
   options.ingest.client_memory_ms = options.aggregator.series_ttl_ms;
   if (options.listen.empty()) {

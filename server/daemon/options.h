@@ -10,6 +10,7 @@
 #include "server/core/aggregator.h"
 #include "server/daemon/security_options.h"
 #include "server/ingest/ingest_service.h"
+#include "server/push/push_options.h"
 #include "server/sinks/sink_options.h"
 
 namespace torchmon::server {
@@ -40,6 +41,7 @@ struct DaemonOptions {
   int64_t drain_timeout_ms = 1000;
   SecurityOptions security;
   SinkOptions sinks;
+  PushOptions push;  // --remote-write-url, --otlp-endpoint (docs/push.md)
   bool live_page = true;  // --live-page: GET / on the metrics port (docs/live-page.md)  // --jsonl-file, --tensorboard-dir (docs/sinks.md)
   // --config FILE / --check-config FILE: the configuration file read, if any.
   std::string config_file;

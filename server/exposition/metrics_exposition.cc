@@ -147,6 +147,73 @@ std::string MetricsExposition::RenderToString(ExpositionFormat format) const {
 namespace {
 
 // One scrape into `out`, a PrometheusTextWriter or PrometheusProtobufWriter.
+
+// The push exporters' families (docs/push.md), one sample per enabled
+// endpoint, labelled by its protocol (`exporter`) and URL (`endpoint`).
+void RenderExporters(const DaemonStats& stats, int64_t now_ms, ExpositionWriter& out) {
+  std::vector<std::pair<const DaemonStats::Exporter*, std::string>> exporters;
+  for (const DaemonStats::Exporter& e : stats.exporters) {
+    if (!e.enabled.load(std::memory_order_acquire)) continue;
+    std::string labels;
+    out.AppendLabel(labels, "exporter", e.protocol.load(), false);
+    out.AppendLabel(labels, "endpoint", e.endpoint.load(), true);
+    exporters.emplace_back(&e, std::move(labels));
+  }
+  if (exporters.empty()) return;
+  const double started_s =
+      static_cast<double>(stats.start_time_ms.load(std::memory_order_relaxed)) / 1000.0;
+  auto counter = [&](const char* name, const char* help, auto value) {
+    out.Family(name, help, MetricKind::kCounter, [&] {
+      for (const auto& [e, labels] : exporters) {
+        out.Sample(name, {labels}, static_cast<double>(value(*e)), started_s);
+      }
+    });
+  };
+  counter("torchmon_export_sent_total", "Series windows the endpoint accepted.",
+          [](const DaemonStats::Exporter& e) { return e.sent_windows.load(std::memory_order_relaxed); });
+  counter("torchmon_export_requests_sent_total", "Requests the endpoint accepted.",
+          [](const DaemonStats::Exporter& e) { return e.sent_requests.load(std::memory_order_relaxed); });
+  counter("torchmon_export_sent_bytes_total", "Bytes of the request bodies the endpoint accepted.",
+          [](const DaemonStats::Exporter& e) { return e.sent_bytes.load(std::memory_order_relaxed); });
+  counter("torchmon_export_retried_total",
+          "Requests sent again after no answer, a 429 or a 5xx.",
+          [](const DaemonStats::Exporter& e) { return e.retried.load(std::memory_order_relaxed); });
+  const char* const kReasons[DaemonStats::kExportDropReasons] = {"queue_full", "rejected", "shutdown"};
+  std::string reason_parts[DaemonStats::kExportDropReasons];
+  for (int r = 0; r < DaemonStats::kExportDropReasons; ++r) {
+    out.AppendLabel(reason_parts[r], "reason", kReasons[r], true);
+  }
+  out.Family("torchmon_export_dropped_total",
+             "Series windows never sent, by reason: queue_full (the endpoint was down longer than "
+             "its queue holds), rejected (it answered a 4xx other than 429), shutdown (still "
+             "queued when the daemon stopped).",
+             MetricKind::kCounter, [&] {
+               for (const auto& [e, labels] : exporters) {
+                 for (int r = 0; r < DaemonStats::kExportDropReasons; ++r) {
+                   out.Sample("torchmon_export_dropped_total", {labels, reason_parts[r]},
+                              static_cast<double>(e->dropped[r].load(std::memory_order_relaxed)),
+                              started_s);
+                 }
+               }
+             });
+  out.Family("torchmon_export_queue_length", "Window ends queued for the endpoint, the one being sent included.",
+             MetricKind::kGauge, [&] {
+               for (const auto& [e, labels] : exporters) {
+                 out.Sample("torchmon_export_queue_length", {labels},
+                            static_cast<double>(e->queued.load(std::memory_order_relaxed)));
+               }
+             });
+  out.Family("torchmon_export_queue_oldest_age_seconds",
+             "How long the oldest window end queued for the endpoint has waited; 0 when none is.",
+             MetricKind::kGauge, [&] {
+               for (const auto& [e, labels] : exporters) {
+                 const int64_t since = e->oldest_queued_ms.load(std::memory_order_relaxed);
+                 out.Sample("torchmon_export_queue_oldest_age_seconds", {labels},
+                            since == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, now_ms - since)) / 1000.0);
+               }
+             });
+}
+
 template <typename Writer>
 size_t RenderScrape(const Aggregator& aggregator, const EventLog& events,
                     const DaemonStats& stats, const std::string& version,
@@ -386,6 +453,7 @@ size_t RenderScrape(const Aggregator& aggregator, const EventLog& events,
       });
     });
   }
+  RenderExporters(stats, aggregator.clock().NowMs(), out);
   out.Finish();
   return out.bytes_written();
 }

@@ -90,7 +90,7 @@ TEST(ConfigTextTest, SyntaxErrorsNameFileLineAndProblem) {
 
 TEST(ConfigTextTest, OnlyListenMayRepeat) {
   EXPECT_THAT(ErrorOfText("grace = 1s\n\ngrace = 2s\n"),
-              HasSubstr("t.conf:3: grace is already set on line 1 (only listen may be repeated)"));
+              HasSubstr("t.conf:3: grace is already set on line 1 (only listen, remote-write-url and otlp-endpoint may be repeated)"));
   auto settings = ParseConfigText("listen = :1\nlisten = :2\n", "t.conf");
   ASSERT_TRUE(settings.ok()) << settings.status();
   EXPECT_THAT(*settings, SizeIs(2));
