@@ -350,6 +350,7 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms,
   const size_t limit = std::max<size_t>(options_.history_windows, 1);
   size_t closed = 0;
   absl::InlinedVector<double, 16> quantiles;
+  const int64_t now = clock_.NowMs();
   for (const OpenWindow& o : s.open) {
     if (mode == Close::kDue && DeadlineMs(s, o.index) > ms) break;
     quantiles.clear();
@@ -359,6 +360,7 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms,
                          (mode == Close::kAllAt && start_ms + s.spec.window_ms > ms);
     s.history.Push(WindowRecord{start_ms, o.stats, partial, s.definition}, quantiles, limit);
     out.push_back(ToClosedWindow(series, s.history.size() - 1));
+    out.back().counters_ms = now;
     if (options_.histograms_on_close && s.spec.histogram) {
       out.back().histogram = std::make_shared<const NativeHistogram>(s.distribution->histogram);
     }

@@ -262,13 +262,17 @@ struct ClosedWindow {
   bool partial = false;
   // WindowRecord::definition.
   uint32_t definition = 0;
-  // The series' accounting when the window was read (as it closed, for
-  // the windows Aggregator::CloseDueWindows hands out), and when the
-  // series was created: where its counters started from 0.
+  // The series' accounting when the window was read, and when (daemon
+  // clock): for the windows Aggregator::CloseDueWindows and CloseAllWindows
+  // hand out, as the window closed, so it includes what the series
+  // accepted after the window's end, during its grace, and not what came
+  // later (counters_ms 0: read by a query, not as the window closed). When
+  // the series was created: where its counters started from 0.
   SeriesCounters counters;
+  int64_t counters_ms = 0;
   int64_t series_created_ms = 0;
-  // The series' histogram as the window closed: only from CloseDueWindows
-  // and CloseAllWindows with AggregatorOptions::histograms_on_close, for a
+  // The series' histogram at counters_ms: only from CloseDueWindows and
+  // CloseAllWindows with AggregatorOptions::histograms_on_close, for a
   // series that keeps one (the push exporters send it); null otherwise.
   std::shared_ptr<const NativeHistogram> histogram;
 

@@ -27,6 +27,10 @@ uint64_t DropCount(const SeriesCounters& c, size_t reason) {
 }
 
 
+// When a window's counters and histogram were read: as it closed, or (a
+// window not read at a close) its end.
+int64_t CountersMs(const ClosedWindow& w) { return w.counters_ms != 0 ? w.counters_ms : w.end_ms; }
+
 // A histogram's buckets of one sign as Prometheus spans and deltas: a new
 // span at every gap.
 void PrometheusBuckets(const NativeHistogram& h, bool positive,
@@ -87,10 +91,14 @@ class RemoteWriteRequest {
     });
     Sample("torchmon_window_accepted_samples", key, {}, static_cast<double>(w.stats.accepted), t);
     Sample("torchmon_window_capped_samples", key, {}, static_cast<double>(w.stats.capped), t);
-    Sample("torchmon_samples_accepted_total", key, {}, static_cast<double>(w.counters.accepted), t);
+    // The series' counters and histogram as the window closed, stamped
+    // when they were read: they may hold samples of the next window
+    // already (its grace), so the window's end would misdate them.
+    const int64_t read = CountersMs(w);
+    Sample("torchmon_samples_accepted_total", key, {}, static_cast<double>(w.counters.accepted), read);
     for (size_t r = 0; r < 4; ++r) {
       Sample("torchmon_samples_dropped_total", key, {{"reason", kDropReasons[r]}},
-             static_cast<double>(DropCount(w.counters, r)), t);
+             static_cast<double>(DropCount(w.counters, r)), read);
     }
     if (w.histogram != nullptr) {
       const NativeHistogram& h = *w.histogram;
@@ -103,7 +111,7 @@ class RemoteWriteRequest {
       out->set_zero_count_int(h.zero_count());
       PrometheusBuckets(h, true, out->mutable_positive_spans(), out->mutable_positive_deltas());
       PrometheusBuckets(h, false, out->mutable_negative_spans(), out->mutable_negative_deltas());
-      out->set_timestamp(t);
+      out->set_timestamp(read);
     }
   }
 
@@ -162,20 +170,20 @@ class OtlpRequest {
     }
     Resource& resource = ResourceFor(key);
     const uint64_t start = Nanos(w.start_ms), end = Nanos(w.end_ms),
-                   created = Nanos(w.series_created_ms);
+                   created = Nanos(w.series_created_ms), read = Nanos(CountersMs(w));
     ForEachAggregate(w, [&](const AggregateRef& ref, double value) {
       const std::string agg = AggregateName(ref);
       Point(resource, kStat, key, {{"agg", agg}}, start, end)->set_as_double(value);
     });
     Point(resource, kAccepted, key, {}, start, end)->set_as_int(static_cast<int64_t>(w.stats.accepted));
     Point(resource, kCapped, key, {}, start, end)->set_as_int(static_cast<int64_t>(w.stats.capped));
-    Point(resource, kAcceptedTotal, key, {}, created, end)
+    Point(resource, kAcceptedTotal, key, {}, created, read)
         ->set_as_int(static_cast<int64_t>(w.counters.accepted));
     for (size_t r = 0; r < 4; ++r) {
-      Point(resource, kDroppedTotal, key, {{"reason", kDropReasons[r]}}, created, end)
+      Point(resource, kDroppedTotal, key, {{"reason", kDropReasons[r]}}, created, read)
           ->set_as_int(static_cast<int64_t>(DropCount(w.counters, r)));
     }
-    if (w.histogram != nullptr) AddHistogram(resource, key, *w.histogram, created, end);
+    if (w.histogram != nullptr) AddHistogram(resource, key, *w.histogram, created, read);
   }
 
   EncodedRequest Finish(size_t windows) {

@@ -22,10 +22,11 @@ struct EncodedRequest {
 };
 
 // The windows as remote-write requests of at most `windows_per_request`
-// windows each: per window, its aggregates (torchmon_stat{agg}), its
-// accepted and capped samples, its series' accounting counters and (when
-// the window carries it) its histogram as a native histogram, every sample
-// stamped with the window's end. Bodies are snappy-compressed (block
+// windows each: per window, its aggregates (torchmon_stat{agg}) and its
+// accepted and capped samples, stamped with the window's end; its series'
+// accounting counters and (when the window carries it) its histogram as a
+// native histogram, stamped when they were read (ClosedWindow::counters_ms:
+// as the window closed, its end + grace). Bodies are snappy-compressed (block
 // format, as remote-write 1.0 has it).
 std::vector<EncodedRequest> EncodeRemoteWrite(absl::Span<const ClosedWindow> windows,
                                               size_t windows_per_request);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "opentelemetry/proto/collector/metrics/v1/metrics_service.pb.h"
@@ -58,8 +59,9 @@ std::map<std::string, std::string> LabelsOf(const prometheus::TimeSeries& ts) {
   return out;
 }
 
-TEST(RemoteWriteTest, EachAggregateAndCounterIsASampleStampedWithTheWindowsEnd) {
-  const ClosedWindow w = Window("train.loss", {{"job", "j"}, {"rank", "3"}}, 10'000, 11'000, {1, 2, 6});
+TEST(RemoteWriteTest, AggregatesAreStampedWithTheWindowsEndCountersWhenTheyWereRead) {
+  ClosedWindow w = Window("train.loss", {{"job", "j"}, {"rank", "3"}}, 10'000, 11'000, {1, 2, 6});
+  w.counters_ms = 11'600;  // closed after a grace of 600 ms
   const std::vector<EncodedRequest> requests = EncodeRemoteWrite({w}, 100);
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_EQ(requests[0].windows, 1u);
@@ -73,7 +75,8 @@ TEST(RemoteWriteTest, EachAggregateAndCounterIsASampleStampedWithTheWindowsEnd) 
     EXPECT_EQ(labels["job"], "j");
     EXPECT_EQ(labels["rank"], "3");
     ASSERT_EQ(ts.samples_size(), 1);
-    EXPECT_EQ(ts.samples(0).timestamp(), 11'000);
+    const bool counter = absl::EndsWith(labels["__name__"], "_total");
+    EXPECT_EQ(ts.samples(0).timestamp(), counter ? 11'600 : 11'000) << labels["__name__"];
     std::string key = labels["__name__"];
     if (labels.count("agg")) key += "/" + labels["agg"];
     if (labels.count("reason")) key += "/" + labels["reason"];
@@ -210,7 +213,8 @@ TEST(OtlpTest, IdentityLabelsWithAConventionAreResourceAttributesTheRestPointAtt
 }
 
 TEST(OtlpTest, AggregatesAreGaugesAndCountersCumulativeSumsFromTheSeriesCreation) {
-  const ClosedWindow w = Window("loss", {{"rank", "0"}}, 10'000, 11'000, {1, 2, 6});
+  ClosedWindow w = Window("loss", {{"rank", "0"}}, 10'000, 11'000, {1, 2, 6});
+  w.counters_ms = 11'600;
   const auto request = DecodeOtlp(EncodeOtlp({w}, 10, "1")[0].body);
   ASSERT_EQ(request.resource_metrics_size(), 1);
   std::map<std::string, double> values;
@@ -230,7 +234,7 @@ TEST(OtlpTest, AggregatesAreGaugesAndCountersCumulativeSumsFromTheSeriesCreation
                 otlp::metrics::v1::AGGREGATION_TEMPORALITY_CUMULATIVE);
       for (const auto& p : m.sum().data_points()) {
         EXPECT_EQ(p.start_time_unix_nano(), 1'000'000'000u);
-        EXPECT_EQ(p.time_unix_nano(), 11'000'000'000u);
+        EXPECT_EQ(p.time_unix_nano(), 11'600'000'000u);
         auto attributes = AttributesOf(p.attributes());
         values[m.name() + (attributes.count("reason") ? "/" + attributes["reason"] : "")] =
             static_cast<double>(p.as_int());
