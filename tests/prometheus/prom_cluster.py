@@ -219,7 +219,9 @@ NATIVE_HISTOGRAMS = "--enable-feature=native-histograms"
 class Prometheus:
     """prometheus on a free loopback port with a temporary TSDB in tmpdir."""
 
-    def __init__(self, config_path, tmpdir, flags=(), start_timeout=30.0):
+    def __init__(self, config_path, tmpdir, flags=(), start_timeout=30.0, binary="prometheus"):
+        """`binary`: another Prometheus than the one on PATH (tests/release's
+        trixie root has 2.53)."""
         self.log_path = os.path.join(tmpdir, "prometheus.log")
         self.proc = None
         # A free port can be taken between our probe and Prometheus's bind:
@@ -228,7 +230,7 @@ class Prometheus:
             self.address = f"127.0.0.1:{free_loopback_port()}"
             self.log = open(self.log_path, "w")
             self.proc = subprocess.Popen(
-                ["prometheus", "--config.file=" + config_path,
+                [binary, "--config.file=" + config_path,
                  "--storage.tsdb.path=" + os.path.join(tmpdir, "tsdb"),
                  "--web.listen-address=" + self.address, "--log.level=warn", *flags],
                 stdout=self.log, stderr=subprocess.STDOUT)

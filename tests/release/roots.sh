@@ -6,6 +6,7 @@
 #   tests/release/roots.sh bullseye-cxx   # minbase + g++ 10, cmake, make, pkg-config
 #   tests/release/roots.sh trixie         # minbase + python3, python3-venv
 #   tests/release/roots.sh trixie-torch   # + python3-torch 2.6, libtorch-dev 2.6, pytest, g++, pkg-config, GoogleTest
+#   tests/release/roots.sh trixie-receivers  # minbase + Prometheus 2.53, VictoriaMetrics 1.112 (push receivers)
 #
 # Cache: ${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}/roots/
 #   <name>-<hash>/root    the root (printed)
@@ -26,7 +27,7 @@ DEBOOTSTRAP=${DEBOOTSTRAP:-/usr/sbin/debootstrap}
 # The table of roots. NAME) SUITE PACKAGES (debootstrap --include, or -), and
 # a command the finished root must run (its /proc mounted): what the tests
 # rely on.
-usage() { echo "usage: $0 bullseye|bullseye-cxx|trixie|trixie-torch" >&2; exit 2; }
+usage() { echo "usage: $0 bullseye|bullseye-cxx|trixie|trixie-torch|trixie-receivers" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
 name=$1
 case "$name" in
@@ -38,6 +39,8 @@ case "$name" in
                 check="python3 -c 'import ensurepip, venv'" ;;
   trixie-torch) recipe="trixie python3,python3-venv,python3-torch,python3-pytest,libtorch-dev,g++,make,pkg-config,libgtest-dev,libgmock-dev"
                 check="python3 -c 'import torch.monitor, pytest, venv' && g++ --version && pkg-config --version && test -f /usr/include/gmock/gmock.h" ;;
+  trixie-receivers) recipe="trixie prometheus,victoria-metrics"
+                check="prometheus --version && victoria-metrics --version" ;;
   *) usage ;;
 esac  # end of the table of roots
 read -r suite include <<<"$recipe"

@@ -21,7 +21,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tarfile
 import urllib.error
 import urllib.request
 import base64
@@ -57,18 +56,9 @@ def bcrypt(password, cost=10):
 
 
 @pytest.fixture(scope="module")
-def binaries(tmp_path_factory):
-    """torchmond and torchmonctl from the release tarball."""
-    [tarball] = [os.path.join(RELEASE_DIR, f) for f in os.listdir(RELEASE_DIR)
-                 if f.endswith("-linux-x86_64.tar.gz")]
-    out = tmp_path_factory.mktemp("tarball")
-    with tarfile.open(tarball) as t:
-        members = [m for m in t.getmembers() if m.name.endswith(("/bin/torchmond",
-                                                                  "/bin/torchmonctl"))]
-        t.extractall(out, members=members)
-    found = {os.path.basename(m.name): os.path.join(out, m.name) for m in members}
-    assert set(found) == {"torchmond", "torchmonctl"}, found
-    return found
+def binaries(release_binaries):
+    """torchmond and torchmonctl from the release tarball (conftest.py)."""
+    return release_binaries
 
 
 def write_private(path, text):
