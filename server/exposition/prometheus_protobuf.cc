@@ -4,114 +4,37 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/internal/endian.h"
 #include "io/prometheus/client/metrics.pb.h"
 #include "server/core/native_histogram.h"
+#include "server/core/protobuf_wire.h"
 
 namespace torchmon::server {
 namespace {
 
 namespace pb = ::io::prometheus::client;
 
-enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2 };
-
-constexpr uint32_t Tag(int field, WireType type) {
-  return (static_cast<uint32_t>(field) << 3) | type;
-}
-
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-char* WriteVarint(char* p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<char>((v & 0x7F) | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<char>(v);
-  return p;
-}
-
-void PutVarint(std::string& out, uint64_t v) {
-  char buf[10];
-  out.append(buf, static_cast<size_t>(WriteVarint(buf, v) - buf));
-}
-
-void PutDouble(std::string& out, int field, double value) {
-  PutVarint(out, Tag(field, kFixed64));
-  uint64_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  char buf[8];
-  absl::little_endian::Store64(buf, bits);
-  out.append(buf, 8);
-}
-
-void PutUint(std::string& out, int field, uint64_t value) {
-  PutVarint(out, Tag(field, kVarint));
-  PutVarint(out, value);
-}
-
-void PutBytes(std::string& out, int field, absl::string_view bytes) {
-  PutVarint(out, Tag(field, kLengthDelimited));
-  PutVarint(out, bytes.size());
-  out.append(bytes.data(), bytes.size());
-}
-
-uint64_t ZigZag(int64_t v) {
-  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
-}
+using wire::kFixed64;
+using wire::kLengthDelimited;
+using wire::kVarint;
+using wire::PutBytes;
+using wire::PutDouble;
+using wire::PutUint;
+using wire::PutVarint;
+using wire::Tag;
+using wire::VarintSize;
+using wire::WriteVarint;
+using wire::ZigZag;
 
 }  // namespace
 
-// The buckets of one sign as spans and count deltas. A gap of up to two
-// empty buckets is carried as zero buckets inside a span (a new span costs
-// more), as Prometheus' client libraries do.
+// The buckets of one sign as spans and count deltas (wire::BucketSpansWriter).
 void PrometheusProtobufWriter::PutBuckets(std::string& out, const HistogramSample::Sign& sign,
                                           int32_t schema, int span_field, int delta_field) {
-  spans_.clear();
-  deltas_.clear();
-  int64_t previous = 0;
-  int32_t previous_index = 0;
-  NativeHistogram::ForEachBucketIn(
-      sign.offset, sign.counts.data(), sign.counts.size(), sign.infinities, schema,
-      [&](int32_t index, uint64_t count) {
-        if (spans_.empty()) {
-          spans_.push_back({index, 0});
-        } else {
-          const int32_t gap = index - previous_index - 1;
-          if (gap > 2) {
-            spans_.push_back({gap, 0});
-          } else {
-            for (int32_t g = 0; g < gap; ++g) {
-              PutVarint(deltas_, ZigZag(-previous));
-              previous = 0;
-              ++spans_.back().second;
-            }
-          }
-        }
-        PutVarint(deltas_, ZigZag(static_cast<int64_t>(count) - previous));
-        previous = static_cast<int64_t>(count);
-        previous_index = index;
-        ++spans_.back().second;
-      });
-  if (spans_.empty()) return;
-  for (const auto& [offset, length] : spans_) {
-    span_.clear();
-    // sint32: the zigzag of the 32-bit value.
-    PutUint(span_, pb::BucketSpan::kOffsetFieldNumber, ZigZag(offset) & 0xFFFFFFFFu);
-    PutUint(span_, pb::BucketSpan::kLengthFieldNumber, length);
-    PutBytes(out, span_field, span_);
-  }
-  PutBytes(out, delta_field, deltas_);  // packed
+  NativeHistogram::ForEachBucketIn(sign.offset, sign.counts.data(), sign.counts.size(),
+                                   sign.infinities, schema,
+                                   [&](int32_t index, uint64_t count) { spans_.Add(index, count); });
+  spans_.Finish(out, span_field, delta_field);
 }
-
-namespace {
-}  // namespace
 
 PrometheusProtobufWriter::PrometheusProtobufWriter(Sink sink, size_t flush_bytes)
     : ExpositionWriter(std::move(sink), flush_bytes) {}

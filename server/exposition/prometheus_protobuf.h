@@ -16,6 +16,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "server/core/protobuf_wire.h"
 #include "server/exposition/prometheus_text.h"
 
 namespace torchmon::server {
@@ -58,8 +59,8 @@ class PrometheusProtobufWriter final : public ExpositionWriter {
   size_t next_encoded_ = 0;
   size_t encoded_read_ = 0;
   // Reused buffers of PutBuckets and Histogram.
-  std::vector<std::pair<int32_t, uint32_t>> spans_;  // (offset, length)
-  std::string deltas_, span_, message_;
+  wire::BucketSpansWriter spans_;
+  std::string message_;
 };
 
 }  // namespace torchmon::server

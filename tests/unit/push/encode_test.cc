@@ -5,6 +5,7 @@
 
 #include <snappy-c.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "opentelemetry/proto/collector/metrics/v1/metrics_service.pb.h"
 #include "prometheus/prompb/remote.pb.h"
 #include "server/core/native_histogram.h"
+#include "support/gunzip.h"
 
 namespace torchmon::server {
 namespace {
@@ -91,6 +93,29 @@ TEST(RemoteWriteTest, AggregatesAreStampedWithTheWindowsEndCountersWhenTheyWereR
                                   Pair("torchmon_stat/mean", 3),
                                   Pair("torchmon_window_accepted_samples", 3),
                                   Pair("torchmon_window_capped_samples", 0)));
+}
+
+TEST(RemoteWriteTest, LabelsAreSortedByteWiseWhereverTheirNamesFallAroundTheAddedOnes) {
+  // "Zone" sorts before "__name__" (upper case before '_'), "a" before
+  // "agg", "rank" before "reason" before "stat", "zz" after everything.
+  ClosedWindow w = Window("s", {{"Zone", "eu"}, {"a", "1"}, {"rank", "2"}, {"zz", "3"}}, 0, 1000, {1});
+  w.histogram = std::make_shared<NativeHistogram>();
+  const prometheus::WriteRequest request = DecodeRemoteWrite(EncodeRemoteWrite({w}, 10)[0].body);
+  ASSERT_GT(request.timeseries_size(), 10);
+  for (const prometheus::TimeSeries& ts : request.timeseries()) {
+    std::vector<std::string> names;
+    for (const auto& l : ts.labels()) names.push_back(l.name());
+    EXPECT_TRUE(std::is_sorted(names.begin(), names.end())) << ::testing::PrintToString(names);
+    EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+    auto labels = LabelsOf(ts);
+    EXPECT_EQ(labels["Zone"], "eu");
+    EXPECT_EQ(labels["a"], "1");
+    EXPECT_EQ(labels["rank"], "2");
+    EXPECT_EQ(labels["zz"], "3");
+    EXPECT_EQ(labels["stat"], "s");
+    const size_t extra = labels.count("agg") + labels.count("reason");
+    EXPECT_EQ(names.size(), 6 + extra) << ::testing::PrintToString(names);
+  }
 }
 
 TEST(RemoteWriteTest, QuantilesAreNamedAsTheScrapeNamesThem) {
@@ -172,7 +197,7 @@ namespace otlp = opentelemetry::proto;
 
 otlp::collector::metrics::v1::ExportMetricsServiceRequest DecodeOtlp(const std::string& body) {
   otlp::collector::metrics::v1::ExportMetricsServiceRequest request;
-  EXPECT_TRUE(request.ParseFromString(body));
+  EXPECT_TRUE(request.ParseFromString(testing::Gunzip(body)));
   return request;
 }
 
