@@ -1,6 +1,8 @@
 #include "server/push/exporter.h"
 
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -51,12 +53,16 @@ Exporter::Exporter(PushEndpoint endpoint, const PushOptions& options, DaemonStat
   content_type_ = "application/x-protobuf";
   if (endpoint_.protocol == PushProtocol::kRemoteWrite) {
     headers_ = {{"Content-Encoding", "snappy"}, {"X-Prometheus-Remote-Write-Version", "0.1.0"}};
+  } else {
+    headers_ = {{"Content-Encoding", "gzip"}};
   }
+  cancel_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   thread_ = std::thread([this] { Run(); });
 }
 
 Exporter::~Exporter() {
   if (thread_.joinable()) Finish(absl::Now());
+  if (cancel_fd_ >= 0) ::close(cancel_fd_);
 }
 
 void Exporter::PublishQueueLocked() {
@@ -143,7 +149,7 @@ void Exporter::Run() {
     sending_ = true;
     mu_.Unlock();
 
-    auto answer = HttpPost(endpoint, HttpRequest{content_type_, headers_, request.body});
+    auto answer = HttpPost(endpoint, HttpRequest{content_type_, headers_, request.body, cancel_fd_});
     const int status = answer.ok() ? answer->status : 0;
     PushOutcome outcome = OutcomeOf(status);
     std::string message;
@@ -181,6 +187,7 @@ void Exporter::Run() {
                             " failed attempt(s)"));
         }
         failures_ = 0;
+        rejected_in_a_row_ = 0;
         next_attempt_ = absl::InfinitePast();
         ++head.next;
         if (!message.empty()) log_(message);
@@ -188,8 +195,14 @@ void Exporter::Run() {
       case PushOutcome::kRejected:
         stats_.dropped[DaemonStats::kExportRejected].fetch_add(request.windows,
                                                                std::memory_order_relaxed);
-        log_(absl::StrCat("push to ", name, ": the receiver refused a request of ", request.windows,
-                          " series windows, dropped: ", message));
+        // The first refusal of a run, then every 100th: a receiver that
+        // refuses everything (a wrong tenant) costs the log a line per 100
+        // requests, not one each.
+        if (++rejected_in_a_row_ == 1 || rejected_in_a_row_ % 100 == 0) {
+          log_(absl::StrCat("push to ", name, ": the receiver refused ",
+                            rejected_in_a_row_ == 1 ? "a request" : absl::StrCat(rejected_in_a_row_, " requests in a row, the last"),
+                            " of ", request.windows, " series windows, dropped: ", message));
+        }
         failures_ = 0;
         next_attempt_ = absl::InfinitePast();
         ++head.next;
@@ -216,6 +229,7 @@ void Exporter::Run() {
     PublishQueueLocked();
   }
   // Finishing: what is left is dropped.
+  stopped_ = true;
   size_t dropped = 0;
   for (const Entry& entry : queue_) dropped += DropLocked(entry, DaemonStats::kExportShutdown);
   const size_t ends = queue_.size();
@@ -234,6 +248,16 @@ void Exporter::Finish(absl::Time deadline) {
     if (finishing_) return;
     finishing_ = true;
     finish_deadline_ = deadline;
+    // A request on the wire at the deadline is cut there: the thread, in
+    // HttpPost, is told by the eventfd.
+    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&stopped), deadline) && cancel_fd_ >= 0) {
+      const uint64_t one = 1;
+      if (::write(cancel_fd_, &one, sizeof(one)) < 0) {
+        // Cannot fail for an eventfd below its maximum; the request's own
+        // timeout ends it then.
+      }
+    }
   }
   thread_.join();
 }

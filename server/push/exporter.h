@@ -78,8 +78,9 @@ class Exporter {
   void Enqueue(std::shared_ptr<const EncodedWindow> window) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Keeps sending what is queued until it is all sent or `deadline`
-  // passes (a request on the wire is cut there), then drops what is left,
-  // counted as shutdown and logged, and stops the thread.
+  // passes (a request on the wire is cut there, but for a name lookup
+  // under way), then drops what is left, counted as shutdown and logged,
+  // and stops the thread.
   void Finish(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   const PushEndpoint& endpoint() const { return endpoint_; }
@@ -112,9 +113,14 @@ class Exporter {
   bool sending_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time next_attempt_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the thread is past its loop
+  // Written by Finish at its deadline: cuts a request on the wire.
+  int cancel_fd_ = -1;
   absl::Time finish_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Failed attempts in a row at the request at the front.
   int failures_ ABSL_GUARDED_BY(mu_) = 0;
+  // Requests refused for good in a row (their log lines are thinned out).
+  uint64_t rejected_in_a_row_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

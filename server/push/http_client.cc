@@ -77,19 +77,30 @@ struct SslFree {
   void operator()(SSL* s) const { SSL_free(s); }
 };
 
-int MsLeft(Clock::time_point deadline) {
+// When an exchange must end: at `at`, or as soon as `cancel_fd` (if ≥ 0)
+// is readable.
+struct Deadline {
+  Clock::time_point at;
+  int cancel_fd = -1;
+};
+
+int MsLeft(const Deadline& deadline) {
   const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - Clock::now()).count();
   return left <= 0 ? 0 : static_cast<int>(left);
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes.
-absl::Status WaitFor(int fd, short events, Clock::time_point deadline, absl::string_view doing) {
+// Waits until `fd` is ready for `events`, the deadline passes or the
+// exchange is cancelled.
+absl::Status WaitFor(int fd, short events, const Deadline& deadline, absl::string_view doing) {
   for (;;) {
-    pollfd p{fd, events, 0};
+    pollfd p[2] = {{fd, events, 0}, {deadline.cancel_fd, POLLIN, 0}};
     const int left = MsLeft(deadline);
     if (left == 0) return absl::DeadlineExceededError(absl::StrCat("timed out ", doing));
-    const int n = ::poll(&p, 1, left);
+    const int n = ::poll(p, deadline.cancel_fd >= 0 ? 2 : 1, left);
+    if (n > 0 && deadline.cancel_fd >= 0 && p[1].revents != 0) {
+      return absl::CancelledError(absl::StrCat("cut short ", doing, ": the daemon is stopping"));
+    }
     if (n > 0) return absl::OkStatus();
     if (n == 0) return absl::DeadlineExceededError(absl::StrCat("timed out ", doing));
     if (errno != EINTR) return absl::UnavailableError(absl::StrCat(doing, ": ", std::strerror(errno)));
@@ -97,7 +108,7 @@ absl::Status WaitFor(int fd, short events, Clock::time_point deadline, absl::str
 }
 
 // A connected, non-blocking TCP socket to url.host:url.port.
-absl::StatusOr<int> Connect(const HttpUrl& url, Clock::time_point deadline) {
+absl::StatusOr<int> Connect(const HttpUrl& url, const Deadline& deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -140,7 +151,7 @@ class Connection {
  public:
   Connection(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
 
-  absl::Status WriteAll(absl::string_view data, Clock::time_point deadline) {
+  absl::Status WriteAll(absl::string_view data, const Deadline& deadline) {
     while (!data.empty()) {
       ssize_t n;
       if (ssl_ != nullptr) {
@@ -170,7 +181,7 @@ class Connection {
   }
 
   // Up to `size` bytes into `buf`; 0 at the end of the stream.
-  absl::StatusOr<size_t> Read(char* buf, size_t size, Clock::time_point deadline) {
+  absl::StatusOr<size_t> Read(char* buf, size_t size, const Deadline& deadline) {
     for (;;) {
       if (ssl_ != nullptr) {
         ERR_clear_error();
@@ -201,7 +212,7 @@ class Connection {
 
   // After an SSL call returned `err`: waits for the socket if that is what
   // it needs, or says what failed.
-  absl::Status Retry(int err, Clock::time_point deadline, absl::string_view doing) {
+  absl::Status Retry(int err, const Deadline& deadline, absl::string_view doing) {
     if (err == SSL_ERROR_WANT_READ) return WaitFor(fd_, POLLIN, deadline, doing);
     if (err == SSL_ERROR_WANT_WRITE) return WaitFor(fd_, POLLOUT, deadline, doing);
     if (err == SSL_ERROR_SYSCALL && errno != 0) {
@@ -243,7 +254,7 @@ absl::StatusOr<std::unique_ptr<SSL_CTX, SslCtxFree>> ClientContext(const PushEnd
 }
 
 absl::StatusOr<std::unique_ptr<SSL, SslFree>> Handshake(SSL_CTX* ctx, int fd, const PushEndpoint& e,
-                                                        Clock::time_point deadline) {
+                                                        const Deadline& deadline) {
   std::unique_ptr<SSL, SslFree> ssl(SSL_new(ctx));
   if (ssl == nullptr) return absl::InternalError("SSL_new: " + OpenSslErrors());
   SSL_set_fd(ssl.get(), fd);
@@ -297,7 +308,7 @@ absl::Status ParseHead(absl::string_view head, HttpResponse& response, int64_t& 
     const std::string name = absl::AsciiStrToLower(lines[i].substr(0, colon));
     const absl::string_view value = absl::StripAsciiWhitespace(lines[i].substr(colon + 1));
     if (name == "retry-after") response.retry_after = std::string(value);
-    if (name == "content-length") absl::SimpleAtoi(value, &content_length);
+    if (name == "content-length" && !absl::SimpleAtoi(value, &content_length)) content_length = -1;
     if (name == "transfer-encoding" && absl::StrContains(absl::AsciiStrToLower(value), "chunked")) chunked = true;
   }
   return absl::OkStatus();
@@ -326,7 +337,8 @@ std::string Dechunk(absl::string_view raw) {
 }  // namespace
 
 absl::StatusOr<HttpResponse> HttpPost(const PushEndpoint& endpoint, const HttpRequest& request) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(endpoint.timeout_ms);
+  const Deadline deadline{Clock::now() + std::chrono::milliseconds(endpoint.timeout_ms),
+                          request.cancel_fd};
   const HttpUrl& url = endpoint.url;
   std::string authorization;
   if (!endpoint.bearer_token_file.empty()) {

@@ -35,6 +35,9 @@ struct HttpRequest {
   // Extra headers ("Content-Encoding", "snappy").
   std::vector<std::pair<std::string, std::string>> headers;
   absl::string_view body;
+  // Readable (an eventfd written, a pipe closed): the exchange ends at
+  // once, Cancelled. -1: none.
+  int cancel_fd = -1;
 };
 
 // POSTs `request` to `endpoint`, with its credentials (read from their

@@ -5,7 +5,11 @@
 // shows them (DaemonStats::Exporter).
 #include "server/push/exporter.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scripted_http_server.h"
@@ -184,6 +190,35 @@ TEST_F(ExporterTest, WhatIsQueuedAtShutdownIsSentWithinTheFlushTime) {
   EXPECT_EQ(server.requests().size(), 4u);
   EXPECT_EQ(stats_.sent_windows.load(), 40u);
   EXPECT_EQ(Dropped(DaemonStats::kExportShutdown), 0u);
+}
+
+TEST_F(ExporterTest, ARequestOnTheWireAtTheFlushDeadlineIsCutThere) {
+  // A socket that takes connections into its backlog and never answers.
+  const int hole = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(hole, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(hole, 8), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(hole, reinterpret_cast<sockaddr*>(&addr), &len);
+  auto endpoint = ParsePushEndpoint(
+      PushProtocol::kRemoteWrite, "--remote-write-url",
+      absl::StrCat("http://127.0.0.1:", ntohs(addr.sin_port), "/api/v1/write timeout=60s"));
+  ASSERT_TRUE(endpoint.ok());
+  exporter_ = std::make_unique<Exporter>(*endpoint, FastOptions(), stats_, clock_,
+                                         [](const std::string&) {});
+  exporter_->Enqueue(Window(1000));
+  exporter_->Enqueue(Window(2000));
+  // The first request is on the wire (its answer 60 s away) once the
+  // queue says so; give it a moment to be sent.
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  exporter_->Finish(start + absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not the request's 60 s
+  EXPECT_EQ(Dropped(DaemonStats::kExportShutdown), 20u);
+  EXPECT_EQ(stats_.sent_windows.load(), 0u);
+  ::close(hole);
 }
 
 TEST_F(ExporterTest, BearerTokenAndBasicAuthAreReadFromTheirFilesAtEachRequest) {
