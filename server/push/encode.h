@@ -38,7 +38,7 @@ std::vector<EncodedRequest> EncodeRemoteWrite(absl::Span<const ClosedWindow> win
 // convention for become resource attributes (host -> host.name, pod_uid ->
 // k8s.pod.uid, container_id -> container.id, user -> process.owner); the
 // rest are data point attributes. `version` is the instrumentation
-// scope's.
+// scope's. Bodies are gzipped (Content-Encoding: gzip).
 std::vector<EncodedRequest> EncodeOtlp(absl::Span<const ClosedWindow> windows,
                                        size_t windows_per_request, absl::string_view version);
 

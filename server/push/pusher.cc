@@ -48,10 +48,9 @@ Pusher::Pusher(const PushOptions& options, DaemonStats& stats, const Clock& cloc
     const PushEndpoint& e = options_.endpoints[i];
     DaemonStats::Exporter& slot = stats_.exporters[i];
     slot.protocol.store(PushProtocolName(e.protocol));
+    slot.endpoint = e.url.text;
+    slot.enabled.store(true, std::memory_order_release);
     exporters_.push_back(std::make_unique<Exporter>(e, options_, slot, clock, log_));
-    // The slot names the exporter's own copy of the URL, which lives as long as it.
-    slot.endpoint.store(exporters_.back()->endpoint().url.text.c_str());
-    slot.enabled.store(true);
     slots_.push_back(&slot);
   }
   thread_ = std::thread([this] { Run(); });

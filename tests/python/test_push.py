@@ -6,6 +6,7 @@ The bodies are read back with the protocols' own messages (protoc over
 proto/third_party) after snappy. tests/release/test_push.py does the same
 against real receivers (Prometheus 2.53, VictoriaMetrics 1.112)."""
 
+import gzip
 import os
 import re
 import subprocess
@@ -168,8 +169,9 @@ def test_each_endpoint_takes_its_own_credentials_from_the_configuration_file(tmp
     assert requests["/api/v1/write"].headers["Authorization"] == "Bearer tok-123"
     assert requests["/v1/metrics"].headers["Authorization"] == "Basic YW5uOnB3"  # ann:pw
     assert "Authorization" not in requests["/custom/path"].headers
+    assert requests["/v1/metrics"].headers["Content-Encoding"] == "gzip"
     otlp = otlp_pb2.ExportMetricsServiceRequest()
-    otlp.ParseFromString(requests["/v1/metrics"].body)
+    otlp.ParseFromString(gzip.decompress(requests["/v1/metrics"].body))
     [resource] = otlp.resource_metrics
     attributes = {a.key: a.value.string_value for a in resource.resource.attributes}
     assert attributes["process.owner"] == OWN_USER
@@ -209,3 +211,39 @@ def test_bad_endpoints_are_refused_at_start_naming_the_flag_and_the_problem(tmpd
                         "--remote-write-url", f"http://127.0.0.1:9/api/v1/write bearer_token_file={missing}")
     assert code == 78, err
     assert f"bearer_token_file {missing} cannot be read" in err
+
+
+def test_a_receiver_that_never_answers_holds_up_nothing_but_its_own_queue(tmpdir):
+    """A socket that accepts connections (the kernel's backlog) and never
+    answers: each request waits out its 30 s timeout on the exporter's
+    thread, while windows keep closing, samples keep being accepted and
+    /metrics keeps answering."""
+    import socket
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    try:
+        url = f"http://127.0.0.1:{hole.getsockname()[1]}/api/v1/write timeout=30s"
+        d = Daemon(tmpdir, "--remote-write-url", url, "--push-flush-timeout", "500ms")
+        try:
+            started = time.monotonic()
+            for i in range(4):
+                push(d, i)
+                time.sleep(0.6)
+            windows = d.wait_windows(STAT, 4)
+            assert len(windows) == 4
+            wait_for(lambda: export_metric(d, "torchmon_export_queue_length") >= 3, 10)
+            assert export_metric(d, "torchmon_export_sent_total") == 0
+            # All of it well inside the first request's 30 s.
+            assert time.monotonic() - started < 20
+            stopping = time.monotonic()
+        finally:
+            d.stop()
+        # The stop cut the request on the wire at --push-flush-timeout, and
+        # dropped what was queued, saying so.
+        assert time.monotonic() - stopping < 10
+        with open(os.path.join(tmpdir, "torchmond.stderr")) as f:
+            log = f.read()
+        assert re.search(r"stopping with [3-9] window end\(s\) unsent", log), log
+    finally:
+        hole.close()
