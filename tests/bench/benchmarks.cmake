@@ -10,6 +10,7 @@ add_executable(torchmon_benchmarks
   ${CMAKE_CURRENT_SOURCE_DIR}/client_add_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/aggregator_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/exposition_bench.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/push_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/ingest_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/quantile_bench.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_latency_bench.cc
@@ -21,6 +22,7 @@ target_include_directories(torchmon_benchmarks PRIVATE ${PROJECT_SOURCE_DIR}/cli
 # end-to-end Stat::add benchmark.
 target_link_libraries(torchmon_benchmarks PRIVATE
   torchmon::server
+  torchmon::server_push
   torchmon::client
   torchmon_test_support
   torchmon_bench_machine

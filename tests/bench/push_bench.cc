@@ -1,0 +1,252 @@
+// The cost of pushing one window of 1k, 10k and 100k series (docs/push.md,
+// docs/performance.md "Push"), beside the scrape's (exposition_bench.cc,
+// which these series mirror: 20 stats per rank, job, rank, local_rank,
+// host; three aggregations; with histograms also p50, p99 and a native
+// histogram of 40 buckets):
+//   BM_PushEncode   what the pusher's encoder thread does for one window
+//                   end: the requests of one protocol (remote-write:
+//                   protobuf + snappy; OTLP: protobuf), in requests of
+//                   2,000 series windows; bytes per window reported.
+//   BM_PushSend     the same requests POSTed by the exporter's HTTP client
+//                   to a loopback receiver that reads and discards them:
+//                   what sending adds (a connection per request).
+//   BM_CloseWindows what the window timer pays to close the window of
+//                   every series, with and without the histogram copies
+//                   the push takes (AggregatorOptions::histograms_on_close).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "server/core/aggregator.h"
+#include "server/core/clock.h"
+#include "server/push/encode.h"
+#include "server/push/http_client.h"
+#include "server/push/push_options.h"
+
+namespace torchmon::server {
+namespace {
+
+constexpr int64_t kWindowMs = 10'000;
+constexpr int64_t kT0 = 1'700'000'000'000;
+
+// n series with one window each, defined and filled; Close() closes it.
+struct Series {
+  Series(int n, bool histograms, bool histograms_on_close)
+      : clock(kT0 + 1), aggregator(Options(histograms_on_close), clock) {
+    StatSpec spec;
+    spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
+                        AggregationBit(Aggregation::kMin);
+    spec.window_ms = kWindowMs;
+    if (histograms) spec.quantiles = std::vector<double>{0.5, 0.99};
+    spec.histogram = histograms;
+    std::vector<double> values = {0.25, 1.5, -3.0};
+    if (histograms) {
+      values.clear();
+      for (int j = 0; j < 40; ++j) values.push_back(100 * std::exp2(j / 32.0));
+    }
+    std::vector<int64_t> ts;
+    for (size_t j = 0; j < values.size(); ++j) ts.push_back((kT0 + 1) * 1000 + static_cast<int64_t>(j));
+    for (int i = 0; i < n; ++i) {
+      const int rank = i / 20;
+      SeriesKey key{"train.stat_" + std::to_string(i % 20),
+                    {{"host", "node" + std::to_string(rank / 8)},
+                     {"job", "bench-job"},
+                     {"local_rank", std::to_string(rank % 8)},
+                     {"rank", std::to_string(rank)}}};
+      auto id = aggregator.Define(key, spec);
+      if (!histograms) values[0] = 0.25 + i;
+      if (!id.ok() || !aggregator.AddSamples(*id, values, ts).ok()) std::abort();
+    }
+  }
+  static AggregatorOptions Options(bool histograms_on_close) {
+    AggregatorOptions o;
+    o.histograms_on_close = histograms_on_close;
+    return o;
+  }
+  std::vector<ClosedWindow> Close() {
+    clock.Set(kT0 + kWindowMs + AggregatorOptions{}.grace_ms);
+    return aggregator.CloseDueWindows();
+  }
+
+  ManualClock clock;
+  Aggregator aggregator;
+};
+
+// One closed window of n series, built once per size and kept.
+const std::vector<ClosedWindow>& WindowsOf(int n, bool histograms) {
+  static auto* cache = new std::map<std::pair<int, bool>, std::vector<ClosedWindow>>;
+  auto& w = (*cache)[{n, histograms}];
+  if (w.empty()) {
+    Series s(n, histograms, /*histograms_on_close=*/true);
+    w = s.Close();
+    if (w.size() != static_cast<size_t>(n)) std::abort();
+  }
+  return w;
+}
+
+std::vector<EncodedRequest> EncodeWith(PushProtocol protocol, const std::vector<ClosedWindow>& w) {
+  const size_t per_request = PushOptions{}.windows_per_request;
+  return protocol == PushProtocol::kRemoteWrite ? EncodeRemoteWrite(w, per_request)
+                                                : EncodeOtlp(w, per_request, "bench");
+}
+
+void ReportWindow(benchmark::State& state, int n, const std::vector<EncodedRequest>& requests) {
+  size_t bytes = 0;
+  for (const EncodedRequest& r : requests) bytes += r.body.size();
+  state.counters["bytes_per_window"] = static_cast<double>(bytes);
+  state.counters["bytes_per_series"] = static_cast<double>(bytes) / n;
+  state.counters["requests"] = static_cast<double>(requests.size());
+  state.SetItemsProcessed(static_cast<int64_t>(n) * state.iterations());  // series windows
+}
+
+// Args: series; protocol (0 remote-write, 1 OTLP); a histogram per series.
+void BM_PushEncode(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const auto protocol = static_cast<PushProtocol>(state.range(1));
+  const auto& windows = WindowsOf(n, state.range(2) != 0);
+  std::vector<EncodedRequest> requests;
+  for (auto _ : state) {
+    requests = EncodeWith(protocol, windows);
+    benchmark::DoNotOptimize(requests.data());
+  }
+  ReportWindow(state, n, requests);
+}
+BENCHMARK(BM_PushEncode)
+    ->ArgNames({"series", "otlp", "histograms"})
+    ->ArgsProduct({{1000, 10000, 100000}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// A receiver on loopback that answers 204 to every POST once it has read
+// its body: what a remote-write or OTLP endpoint does before storing.
+class DiscardingReceiver {
+ public:
+  DiscardingReceiver() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd_, 64) != 0) {
+      std::abort();
+    }
+    socklen_t len = sizeof(sa);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+    port_ = ntohs(sa.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~DiscardingReceiver() {
+    stop_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  void Serve() {
+    static char buf[1 << 16];
+    while (!stop_) {
+      const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::string head;
+      size_t body = 0, length = 0;
+      bool in_body = false;
+      for (;;) {
+        const ssize_t r = read(c, buf, sizeof(buf));
+        if (r <= 0) break;
+        if (!in_body) {
+          head.append(buf, static_cast<size_t>(r));
+          const size_t end = head.find("\r\n\r\n");
+          if (end == std::string::npos) continue;
+          const size_t at = head.find("Content-Length: ");
+          if (at == std::string::npos ||
+              !absl::SimpleAtoi(head.substr(at + 16, head.find("\r\n", at) - at - 16), &length)) {
+            break;
+          }
+          body = head.size() - end - 4;
+          in_body = true;
+        } else {
+          body += static_cast<size_t>(r);
+        }
+        if (body >= length) break;
+      }
+      static const char kAnswer[] = "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+      if (write(c, kAnswer, sizeof(kAnswer) - 1) < 0) {
+        // The client went away: nothing to answer.
+      }
+      close(c);
+    }
+  }
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Args: series; protocol. Encodes and POSTs a window, as an exporter does.
+void BM_PushSend(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const auto protocol = static_cast<PushProtocol>(state.range(1));
+  const auto& windows = WindowsOf(n, false);
+  DiscardingReceiver receiver;
+  auto endpoint = ParsePushEndpoint(protocol, "bench",
+                                    absl::StrCat("http://127.0.0.1:", receiver.port(), "/write"));
+  if (!endpoint.ok()) std::abort();
+  std::vector<EncodedRequest> requests;
+  for (auto _ : state) {
+    requests = EncodeWith(protocol, windows);
+    for (const EncodedRequest& r : requests) {
+      auto answer = HttpPost(*endpoint, HttpRequest{"application/x-protobuf", {}, r.body});
+      if (!answer.ok() || answer->status != 204) {
+        state.SkipWithError("the receiver did not take a request");
+        return;
+      }
+    }
+  }
+  ReportWindow(state, n, requests);
+}
+BENCHMARK(BM_PushSend)
+    ->ArgNames({"series", "otlp"})
+    ->ArgsProduct({{1000, 10000, 100000}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Args: series; histograms_on_close. Every series with p50, p99 and a
+// histogram; each iteration closes one window of each (set up untimed).
+void BM_CloseWindows(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const bool copies = state.range(1) != 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto series = std::make_unique<Series>(n, /*histograms=*/true, copies);
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(series->Close());
+    state.PauseTiming();
+    series.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(n) * state.iterations());
+}
+BENCHMARK(BM_CloseWindows)
+    ->ArgNames({"series", "histogram_copies"})
+    ->ArgsProduct({{100000}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(5);
+
+}  // namespace
+}  // namespace torchmon::server
