@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace torchmon::server {
 
@@ -85,7 +86,10 @@ struct DaemonStats {
   struct Exporter {
     std::atomic<bool> enabled{false};
     std::atomic<const char*> protocol{""};  // "remote_write", "otlp"
-    std::atomic<const char*> endpoint{""};  // its URL
+    // Its URL: written once before `enabled` is set, read only once it is
+    // seen set, so it needs no lock, and it lives as long as the stats
+    // (a scrape during shutdown never reads a URL freed with its exporter).
+    std::string endpoint;
     std::atomic<uint64_t> sent_windows{0};
     std::atomic<uint64_t> sent_requests{0};
     std::atomic<uint64_t> sent_bytes{0};    // request bodies, as sent (compressed)

@@ -156,7 +156,7 @@ void RenderExporters(const DaemonStats& stats, int64_t now_ms, ExpositionWriter&
     if (!e.enabled.load(std::memory_order_acquire)) continue;
     std::string labels;
     out.AppendLabel(labels, "exporter", e.protocol.load(), false);
-    out.AppendLabel(labels, "endpoint", e.endpoint.load(), true);
+    out.AppendLabel(labels, "endpoint", e.endpoint, true);
     exporters.emplace_back(&e, std::move(labels));
   }
   if (exporters.empty()) return;

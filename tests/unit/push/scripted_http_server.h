@@ -135,7 +135,7 @@ class ScriptedHttpServer {
           head_end = raw.find("\r\n\r\n");
           if (head_end == std::string::npos) continue;
           ReceivedRequest probe{raw.substr(0, head_end), ""};
-          absl::SimpleAtoi(probe.Header("Content-Length"), &length);
+          if (!absl::SimpleAtoi(probe.Header("Content-Length"), &length)) length = 0;
         }
         if (raw.size() >= head_end + 4 + length) break;
       }
