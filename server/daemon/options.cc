@@ -313,8 +313,9 @@ const DaemonFlag kDaemonFlags[] = {
      AddPushEndpoint<PushProtocol::kRemoteWrite>, false, nullptr},
     {"--otlp-endpoint", "URL [OPTION=VALUE...]",
      "Push every closed window to URL with OTLP/HTTP\n"
-     "(protobuf); repeatable; the options of --remote-write-url.\n"
-     "A URL without a path gets /v1/metrics.",
+     "(protobuf, gzipped); repeatable; the options of\n"
+     "--remote-write-url. A URL without a path gets\n"
+     "/v1/metrics.",
      [](const DaemonOptions&) { return std::string("none"); }, false,
      AddPushEndpoint<PushProtocol::kOtlp>, false, nullptr},
     {"--push-queue", "N",

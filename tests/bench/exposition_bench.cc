@@ -33,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "bench_series.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "server/core/aggregator.h"
@@ -49,40 +50,19 @@
 namespace torchmon::server {
 namespace {
 
-constexpr int64_t kWindowMs = 10'000;
-constexpr int64_t kT0 = 1'700'000'000'000;
+using bench::kClosedMs;
+using bench::kWindowMs;
+using bench::kT0;
 
-// N series: 20 stat names × N/20 ranks (8 local ranks per host).
+// N series (bench_series.h), each with one closed window.
 struct Exposition {
   Exposition(int n, bool histograms)
       : clock(kT0 + 1),
         aggregator(AggregatorOptions{}, clock),
         events(1000, 600'000, clock),
         exposition(aggregator, events, stats, "bench") {
-    StatSpec spec;
-    spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
-                        AggregationBit(Aggregation::kMin);
-    spec.window_ms = kWindowMs;
-    if (histograms) spec.quantiles = std::vector<double>{0.5, 0.99};
-    std::vector<double> values = {0.25, 1.5, -3.0};
-    if (histograms) {
-      values.clear();
-      for (int j = 0; j < 40; ++j) values.push_back(100 * std::exp2(j / 32.0));
-    }
-    std::vector<int64_t> ts;
-    for (size_t j = 0; j < values.size(); ++j) ts.push_back((kT0 + 1) * 1000 + static_cast<int64_t>(j));
-    for (int i = 0; i < n; ++i) {
-      const int rank = i / 20;
-      SeriesKey key{"train.stat_" + std::to_string(i % 20),
-                    {{"host", "node" + std::to_string(rank / 8)},
-                     {"job", "bench-job"},
-                     {"local_rank", std::to_string(rank % 8)},
-                     {"rank", std::to_string(rank)}}};
-      auto id = aggregator.Define(key, spec);
-      if (!histograms) values[0] = 0.25 + i;
-      if (!id.ok() || !aggregator.AddSamples(*id, values, ts).ok()) std::abort();
-    }
-    clock.Set(kT0 + kWindowMs + AggregatorOptions{}.grace_ms);
+    bench::DefineSeries(aggregator, n, histograms);
+    clock.Set(kClosedMs);
     if (aggregator.CloseDueWindows().size() != static_cast<size_t>(n)) std::abort();
   }
 

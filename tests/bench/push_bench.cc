@@ -1,8 +1,6 @@
 // The cost of pushing one window of 1k, 10k and 100k series (docs/push.md,
 // docs/performance.md "Push"), beside the scrape's (exposition_bench.cc,
-// which these series mirror: 20 stats per rank, job, rank, local_rank,
-// host; three aggregations; with histograms also p50, p99 and a native
-// histogram of 40 buckets):
+// whose series these are: bench_series.h):
 //   BM_PushEncode   what the pusher's encoder thread does for one window
 //                   end: the requests of one protocol (remote-write:
 //                   protobuf + snappy; OTLP: protobuf), in requests of
@@ -31,6 +29,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "bench_series.h"
 #include "server/core/aggregator.h"
 #include "server/core/clock.h"
 #include "server/push/encode.h"
@@ -40,37 +39,15 @@
 namespace torchmon::server {
 namespace {
 
-constexpr int64_t kWindowMs = 10'000;
-constexpr int64_t kT0 = 1'700'000'000'000;
+using bench::kClosedMs;
+using bench::kT0;
 
-// n series with one window each, defined and filled; Close() closes it.
+// n series (bench_series.h) with one window each, defined and filled;
+// Close() closes it.
 struct Series {
   Series(int n, bool histograms, bool histograms_on_close)
       : clock(kT0 + 1), aggregator(Options(histograms_on_close), clock) {
-    StatSpec spec;
-    spec.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kMax) |
-                        AggregationBit(Aggregation::kMin);
-    spec.window_ms = kWindowMs;
-    if (histograms) spec.quantiles = std::vector<double>{0.5, 0.99};
-    spec.histogram = histograms;
-    std::vector<double> values = {0.25, 1.5, -3.0};
-    if (histograms) {
-      values.clear();
-      for (int j = 0; j < 40; ++j) values.push_back(100 * std::exp2(j / 32.0));
-    }
-    std::vector<int64_t> ts;
-    for (size_t j = 0; j < values.size(); ++j) ts.push_back((kT0 + 1) * 1000 + static_cast<int64_t>(j));
-    for (int i = 0; i < n; ++i) {
-      const int rank = i / 20;
-      SeriesKey key{"train.stat_" + std::to_string(i % 20),
-                    {{"host", "node" + std::to_string(rank / 8)},
-                     {"job", "bench-job"},
-                     {"local_rank", std::to_string(rank % 8)},
-                     {"rank", std::to_string(rank)}}};
-      auto id = aggregator.Define(key, spec);
-      if (!histograms) values[0] = 0.25 + i;
-      if (!id.ok() || !aggregator.AddSamples(*id, values, ts).ok()) std::abort();
-    }
+    bench::DefineSeries(aggregator, n, histograms);
   }
   static AggregatorOptions Options(bool histograms_on_close) {
     AggregatorOptions o;
@@ -78,7 +55,7 @@ struct Series {
     return o;
   }
   std::vector<ClosedWindow> Close() {
-    clock.Set(kT0 + kWindowMs + AggregatorOptions{}.grace_ms);
+    clock.Set(kClosedMs);
     return aggregator.CloseDueWindows();
   }
 
