@@ -85,7 +85,8 @@ class ScriptedHttpServer {
     absl::MutexLock lock(&mu_);
     return requests_;
   }
-  // Waits (up to `timeout`) until `n` requests were answered.
+  // Waits (up to `timeout`) until `n` requests were read (each is kept
+  // before it is answered).
   bool AwaitRequests(size_t n, absl::Duration timeout = absl::Seconds(20)) const {
     absl::MutexLock lock(&mu_);
     auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return requests_.size() >= n; };
@@ -140,18 +141,19 @@ class ScriptedHttpServer {
         if (raw.size() >= head_end + 4 + length) break;
       }
       if (head_end != std::string::npos) {
+        // Kept before it is answered: once its sender has the answer, a
+        // test may look, and must find it.
         ScriptedAnswer answer;
         {
           absl::MutexLock lock(&mu_);
           answer = script_[std::min(requests_.size(), script_.size() - 1)];
+          requests_.push_back(ReceivedRequest{raw.substr(0, head_end), raw.substr(head_end + 4)});
         }
         std::string out = absl::StrCat("HTTP/1.1 ", answer.status, " Scripted\r\nContent-Length: ",
                                        answer.body.size(), "\r\nConnection: close\r\n");
         if (!answer.retry_after.empty()) absl::StrAppend(&out, "Retry-After: ", answer.retry_after, "\r\n");
         absl::StrAppend(&out, "\r\n", answer.body);
         write(out);
-        absl::MutexLock lock(&mu_);
-        requests_.push_back(ReceivedRequest{raw.substr(0, head_end), raw.substr(head_end + 4)});
       }
       if (ssl != nullptr) {
         SSL_shutdown(ssl);
