@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
-#include <map>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,7 +15,6 @@
 #include "prometheus/prompb/remote.pb.h"
 #include "server/core/native_histogram.h"
 #include "server/core/protobuf_wire.h"
-#include "server/push/push_options.h"
 
 namespace torchmon::server {
 namespace {
@@ -68,10 +66,12 @@ namespace pw = ::prometheus;  // prompb's messages: their field numbers
 // and copied into each of its TimeSeries.
 class RemoteWriteRequest {
  public:
+  // `windows`: how many the request will carry. About what they take
+  // (13 series of 8 labels each) is reserved: one allocation per request
+  // instead of a dozen doublings.
+  explicit RemoteWriteRequest(size_t windows) { raw_.reserve(kBytesPerWindow * windows); }
+
   void Add(const ClosedWindow& w) {
-    // About what a series window takes (13 series of 8 labels): one
-    // allocation per request instead of a dozen doublings.
-    if (raw_.empty()) raw_.reserve(kBytesPerWindow * PushOptions{}.windows_per_request);
     Prepare(*w.series);
     const int64_t t = w.end_ms;
     ForEachAggregate(w, [&](const AggregateRef& ref, double value) {
@@ -228,7 +228,7 @@ namespace om = otlp::metrics::v1;  // the messages: their field numbers
 // window of 100k series took 638 ms before gzip.
 class OtlpRequest {
  public:
-  explicit OtlpRequest(absl::string_view version) : version_(version) {}
+  OtlpRequest(size_t /*windows*/, absl::string_view version) : version_(version) {}
 
   void Add(const ClosedWindow& w) {
     const SeriesKey& key = *w.series;
@@ -444,7 +444,7 @@ std::vector<EncodedRequest> Encode(absl::Span<const ClosedWindow> windows, size_
   per_request = std::max<size_t>(per_request, 1);
   for (size_t begin = 0; begin < windows.size(); begin += per_request) {
     const size_t end = std::min(windows.size(), begin + per_request);
-    Request request(args...);
+    Request request(end - begin, args...);
     for (size_t i = begin; i < end; ++i) request.Add(windows[i]);
     out.push_back(request.Finish(end - begin));
   }

@@ -86,9 +86,8 @@ void Exporter::Enqueue(std::shared_ptr<const EncodedWindow> window) {
   {
     absl::MutexLock lock(&mu_);
     if (finishing_) {
-      Entry late{std::move(window), 0, 0};
-      queued_bytes_ += late.window->bytes;
-      DropLocked(late, DaemonStats::kExportShutdown);
+      stats_.dropped[DaemonStats::kExportShutdown].fetch_add(window->windows,
+                                                             std::memory_order_relaxed);
       return;
     }
     // Room for the new window: the oldest that is not on the wire go.
