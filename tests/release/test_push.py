@@ -35,11 +35,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "prometheus"))
 from torchmond import LaunchedDaemon, wait_for  # noqa: E402
 
-RELEASE_DIR = os.environ.get("TORCHMON_RELEASE_DIR")
-if not RELEASE_DIR:
-    pytest.skip("TORCHMON_RELEASE_DIR is not set: point it at the folder "
-                "deploy/release/build.sh filled", allow_module_level=True)
-
 from prom_cluster import NATIVE_HISTOGRAMS, Prometheus, free_loopback_port  # noqa: E402
 
 STAT = "push.step_ms"
