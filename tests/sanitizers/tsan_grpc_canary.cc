@@ -5,6 +5,14 @@
 // No report; without CallOnCancel's annotation TSan reports the deletion in
 // OnDone as racing with OnCancel's unlock whenever the two run on different
 // threads (most of the calls).
+//
+// The service is a generated one (grpc.health.v1.Health's Watch), as
+// torchmond's are: its handler, which creates the reactor and hands it to
+// the call, is a template instantiated here, so TSan sees it. A generic
+// service's handler is compiled into uninstrumented libgrpc++, and TSan then
+// missed the hand-over of a new reactor to the thread that cancels it, now
+// and then (1 run in about 300 under load): a report about the canary's own
+// set-up, not about what it checks.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -14,8 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "grpcpp/generic/async_generic_service.h"
-#include "grpcpp/generic/generic_stub.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace {
@@ -26,8 +33,12 @@ constexpr int kCalls = 40;
 std::atomic<int> created_calls{0};
 std::atomic<int> done_calls{0};
 
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
 // Holds its call until it is cancelled.
-class HeldReactor final : public grpc::ServerGenericBidiReactor {
+class HeldReactor final : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
   HeldReactor() { created_calls.fetch_add(1, std::memory_order_relaxed); }
   void OnCancel() override {
@@ -45,8 +56,9 @@ class HeldReactor final : public grpc::ServerGenericBidiReactor {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-class HoldingService final : public grpc::CallbackGenericService {
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+class HoldingService final : public Health::CallbackService {
+  grpc::ServerWriteReactor<HealthCheckResponse>* Watch(grpc::CallbackServerContext*,
+                                                       const HealthCheckRequest*) override {
     return new HeldReactor;
   }
 };
@@ -55,11 +67,11 @@ void* Tag(int i) { return reinterpret_cast<void*>(static_cast<intptr_t>(i)); }
 
 // One call: started, then cancelled by the client once the server holds it
 // (the `calls`th).
-bool StartAndCancel(grpc::GenericStub& stub, int calls) {
+bool StartAndCancel(Health::Stub& stub, int calls) {
   grpc::ClientContext context;
   grpc::CompletionQueue cq;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      stub.PrepareCall(&context, "/torchmon.canary.Holding/Hold", &cq);
+  std::unique_ptr<grpc::ClientAsyncReader<HealthCheckResponse>> call =
+      stub.PrepareAsyncWatch(&context, HealthCheckRequest(), &cq);
   call->StartCall(Tag(1));
   void* tag;
   bool ok;
@@ -88,16 +100,16 @@ int main() {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterCallbackGenericService(&service);
+  builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "tsan_grpc_canary: cannot start the server\n");
     return 1;
   }
-  grpc::GenericStub stub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                             grpc::InsecureChannelCredentials()));
+  std::unique_ptr<Health::Stub> stub = Health::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   for (int i = 0; i < kCalls; ++i) {
-    if (!StartAndCancel(stub, i + 1)) {
+    if (!StartAndCancel(*stub, i + 1)) {
       std::fprintf(stderr, "tsan_grpc_canary: call %d did not end CANCELLED\n", i);
       return 1;
     }
