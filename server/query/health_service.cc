@@ -70,15 +70,16 @@ void HealthService::SetServing(bool serving) {
   }
 }
 
-void HealthService::Shutdown() {
+size_t HealthService::Shutdown() {
   absl::MutexLock lock(&mu_);
-  if (shut_down_) return;
+  if (shut_down_) return 0;
   shut_down_ = true;
   status_ = HealthCheckResponse::NOT_SERVING;
   for (WatchReactor* watcher : watchers_) {
     if (watcher->known()) watcher->Send(status_);
     watcher->End();
   }
+  return watchers_.size();
 }
 
 void HealthService::Unregister(WatchReactor* watcher) {
