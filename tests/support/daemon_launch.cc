@@ -139,11 +139,24 @@ absl::StatusOr<std::unique_ptr<LaunchedDaemon>> LaunchedDaemon::Start(
   absl::StatusOr<ReadyLine> ready = ParseReadyLine(line);
   if (!ready.ok()) {
     // Reaped here, so that its stderr is complete: an exit (a refusal at
-    // start) is what some tests expect.
-    daemon->Stop(SIGKILL, std::chrono::seconds(5)).IgnoreError();
+    // start) is what some tests expect. How it ended is part of the error,
+    // so that a test that expected a refusal and got none says which way
+    // it went: an exit of its own, or a kill because it was still running.
+    const absl::StatusOr<int> ended = daemon->Stop(SIGKILL, std::chrono::seconds(5));
+    std::string how;
+    if (!ended.ok()) {
+      how = std::string(ended.status().message());
+    } else if (WIFEXITED(*ended)) {
+      how = absl::StrCat("it exited with status ", WEXITSTATUS(*ended));
+    } else if (WIFSIGNALED(*ended) && WTERMSIG(*ended) == SIGKILL) {
+      how = "it was still running, and was killed";
+    } else {
+      how = absl::StrCat("it ended by signal ", WTERMSIG(*ended));
+    }
     return absl::UnavailableError(absl::StrCat(binary, " did not become ready within ",
-                                               ready_timeout.count(), " ms; stdout: \"", line,
-                                               "\"; stderr: ", daemon->Stderr()));
+                                               ready_timeout.count(), " ms (", how,
+                                               "); stdout: \"", line, "\"; stderr: ",
+                                               daemon->Stderr()));
   }
   daemon->ready_ = *std::move(ready);
   return daemon;
