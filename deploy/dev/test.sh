@@ -2,27 +2,35 @@
 # Builds torchmon and runs every test. What CI runs (.ci/run) and what the
 # README tells a newcomer to run.
 #
-# Five builds, warnings as errors (TORCHMON_WERROR) in each: build/ (gcc,
-# RelWithDebInfo) runs the whole suite, the wheel's and the packages' tests
-# included; build-release/ (gcc, Release, TORCHMON_BUILD_TESTS=OFF) builds
-# every product target the way a user's `cmake --build` does, so a Release-only
-# warning or a product that needs the tests to build cannot come back;
-# build-fuzz/ (clang, the fuzz preset) runs each libFuzzer target under ASan +
-# UBSan for TORCHMON_FUZZ_SECONDS (default 20); build-asan-ubsan/ and
-# build-tsan/ (clang, the presets of the same names) run the whole suite
-# again under ASan + UBSan and under TSan (all but the wheel's and the
-# packages' tests), and check the thread-safety annotations of all the code
-# with -Wthread-safety. After build/'s suite, the portable artefacts
-# (deploy/release/build.sh) and their tests in Debian roots (tests/release).
-# From a fresh clone on an AMD EPYC 2-core machine, 2026-11-27: 29½ minutes
-# with ~/.cache/torchmon-release warm, about 44 with nothing cached
-# (docs/testing.md). Each stage prints its time; the run ends with a table
-# of them and one line summing every ctest run.
+# Warnings are errors (TORCHMON_WERROR) in every build:
+#   build-release/     gcc, Release, TORCHMON_BUILD_TESTS=OFF: every product
+#                      target as a user builds it, so a Release-only warning or
+#                      a product that needs the tests to build cannot come
+#                      back; tests/install installs from it.
+#   build/             gcc, Release, everything: the whole suite, the wheel's
+#                      and the packages' tests included. The same flags as
+#                      build-release/, so its product objects come from the
+#                      compiler cache and only the tests are compiled here.
+#   build-portable/    the portable artefacts (deploy/release/build.sh) and
+#                      their tests in Debian roots (tests/release).
+#   build-asan-ubsan/  clang, the asan-ubsan preset: the whole suite under
+#                      ASan + UBSan (all but the wheel's and the packages'
+#                      tests), and the libFuzzer targets, each fuzzed for
+#                      TORCHMON_FUZZ_SECONDS (default 20).
+#   build-tsan/        clang, the tsan preset: the whole suite under TSan.
+# Both clang builds check the thread-safety annotations (-Wthread-safety);
+# neither builds the benchmarks, which measure and assert nothing.
+#
+# Every compiler runs under ccache (gcc, clang, and zig's clang in the
+# portable build), its cache in TORCHMON_CCACHE_DIR (default
+# ~/.cache/torchmon-ccache), with paths taken relative to the clone so that
+# another clone hits it. Each stage prints its time; the run ends with a
+# table of them, the compiler cache's hits and one line summing every test
+# run. Times from a fresh clone, cold and warm: docs/testing.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TORCHMON_BUILD_DIR:-$root/build}
 release_build=${TORCHMON_RELEASE_BUILD_DIR:-$root/build-release}
-fuzz_build=${TORCHMON_FUZZ_BUILD_DIR:-$root/build-fuzz}
 asan_build=${TORCHMON_ASAN_BUILD_DIR:-$root/build-asan-ubsan}
 tsan_build=${TORCHMON_TSAN_BUILD_DIR:-$root/build-tsan}
 jobs=$(nproc)
@@ -66,11 +74,23 @@ run_pytest() {  # run_pytest DIR: pytest, its summary kept as ctest's is
 }
 
 stage "install dependencies" "$root/deploy/dev/install-deps.sh" --test
+
+# The compiler cache. CMake takes the launcher from the environment when it
+# configures a new build directory, deps.sh's libraries included. Paths
+# under the clone are made relative (CCACHE_BASEDIR) and the working
+# directory is left out of the hash (CCACHE_NOHASHDIR), so a fresh clone
+# elsewhere hits what the last one compiled; the debug information of such
+# an object names the directory of the clone that compiled it.
+export CCACHE_DIR=${TORCHMON_CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-ccache}
+export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
+export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+ccache --zero-stats >/dev/null
+
 stage "configure build-release" cmake -S "$root" -B "$release_build" -DCMAKE_BUILD_TYPE=Release \
   -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON
 stage "build build-release" cmake --build "$release_build" -j"$jobs"
 
-stage "configure build" cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHMON_WERROR=ON
+stage "configure build" cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_WERROR=ON
 stage "build build" cmake --build "$build" -j"$jobs"
 # tests/install installs (cmake --install, cpack) from the Release build: a
 # product build that never built a test target.
@@ -86,16 +106,10 @@ stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
 TORCHMON_RELEASE_DIR="$release_dir" TORCHMON_BUILD_DIR="$build" \
   stage "test portable artefacts" run_pytest "$root/tests/release"
 
-# Only what the fuzzers and the thread-safety check need: the fuzz targets
-# (with the server, client and CLI libraries under them) and torchmond.
-stage "configure build-fuzz" cmake -S "$root" -B "$fuzz_build" --preset fuzz -DTORCHMON_WERROR=ON \
+# The whole suite again, under ASan + UBSan (with the fuzzers: the preset
+# compiles everything with libFuzzer's coverage too), then under TSan.
+stage "configure build-asan-ubsan" cmake -S "$root" -B "$asan_build" --preset asan-ubsan -DTORCHMON_WERROR=ON \
   ${TORCHMON_FUZZ_SECONDS:+-DTORCHMON_FUZZ_SECONDS=$TORCHMON_FUZZ_SECONDS}
-stage "build build-fuzz" cmake --build "$fuzz_build" -j"$jobs" \
-  --target ingest_fuzzer selector_fuzzer make_seed_corpus torchmond
-stage "test build-fuzz" run_ctest "$fuzz_build" --output-on-failure -j"$jobs"
-
-# The whole suite again, under ASan + UBSan, then under TSan.
-stage "configure build-asan-ubsan" cmake -S "$root" -B "$asan_build" --preset asan-ubsan -DTORCHMON_WERROR=ON
 stage "build build-asan-ubsan" cmake --build "$asan_build" -j"$jobs"
 stage "test build-asan-ubsan" run_ctest "$asan_build" --output-on-failure -j"$jobs" --timeout 600
 stage "configure build-tsan" cmake -S "$root" -B "$tsan_build" --preset tsan -DTORCHMON_WERROR=ON
@@ -107,6 +121,11 @@ echo
 echo "test.sh: stages on $("$build/tests/bench/torchmon-machine"):"
 printf '  %s\n' "${stage_times[@]}"
 echo "  total $((SECONDS - started)) s"
+# ccache 4.7's summary: hits, misses and the cache's size.
+echo "  compiler cache ($CCACHE_DIR): $(ccache --print-stats | awk -F'\t' '
+  $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { hit += $2 }
+  $1 == "cache_miss" { miss = $2 }
+  END { printf "%d hits, %d misses", hit, miss }')"
 passed=0
 failed=0
 for s in "${summaries[@]}"; do
