@@ -21,7 +21,7 @@ PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "client",
 def machine_line():
     """The machine the figures come from, as torchmon-machine prints it (CPU
     model, CPUs, L2, L3, clocksource, VM): a figure without its CPU cannot be
-    compared with another (docs/performance.md, "The machine")."""
+    compared with another (docs/performance.md, "The machines")."""
     tool = os.path.join(BUILD, "tests", "bench", "torchmon-machine")
     try:
         return subprocess.run([tool], capture_output=True, text=True, check=True,
