@@ -31,8 +31,10 @@
 # The key is a hash of deps.lock, this script, the toolchain's key and the
 # flavour, so a changed pin or recipe rebuilds and an unchanged one costs
 # nothing. Sources come from `apt-get source` with a
-# private apt state (the archive's signed Sources index checks them; the
-# system's apt configuration is not touched) and Debian's patches applied.
+# private apt state (debian-apt.sh: the Debian mirror of this machine's apt
+# sources, or TORCHMON_DEBIAN_MIRROR; the archive's signed Sources index
+# checks them; the system's apt configuration is not touched) and Debian's
+# patches applied.
 # A log per library is kept in $cache/deps-<key>/logs.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -83,16 +85,10 @@ started=$SECONDS
 log() { echo "deps.sh: $*" >&2; }
 
 # --- sources -----------------------------------------------------------------
-apt_dir=$cache/apt
-mkdir -p "$apt_dir"/lists/partial "$apt_dir"/archives/partial
-cat >"$apt_dir/sources.list" <<LIST
-deb-src http://deb.debian.org/debian bookworm main
-deb-src http://deb.debian.org/debian bookworm-updates main
-deb-src http://deb.debian.org/debian-security bookworm-security main
-LIST
-apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir" -o APT::Sandbox::User=root
-          -o Debug::NoLocking=1)
+# shellcheck source=deploy/release/debian-apt.sh
+source "$here/debian-apt.sh"
+debian_apt_state "$cache/apt" deb-src bookworm bookworm-updates bookworm-security
+apt_opts=("${debian_apt_opts[@]}")
 log "fetching the source packages of deps.lock"
 apt-get "${apt_opts[@]}" -qq update >&2
 declare -A srcdir

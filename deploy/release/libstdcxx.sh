@@ -6,8 +6,11 @@
 #
 # zig's clang (toolchain.sh, glibc 2.28) with GCC's libstdc++ headers instead
 # of zig's libc++: deps.lock's libstdcxx line names Debian's binary package,
-# fetched with a private apt state for its suite (the archive's signed
-# Release checks it; the system's apt configuration is not touched).
+# fetched with a private apt state for its suite (debian-apt.sh: the Debian
+# mirror of this machine's apt sources, or TORCHMON_DEBIAN_MIRROR, or for a
+# release moved to Debian's archive of old releases TORCHMON_DEBIAN_ARCHIVE;
+# the archive's signed Release checks it; the system's apt configuration is
+# not touched).
 #   -I, not -isystem: the headers must come before zig's libc headers, which
 #       they #include_next; they mark themselves as system headers.
 #   -nostdlib++: nothing may link zig's libc++ by accident. What is built
@@ -23,12 +26,11 @@ fi
 toolchain=$1
 dir=$(realpath -m "$2")
 read -r _ suite package version < <(grep '^libstdcxx ' "$here/deps.lock")
-apt_dir=$cache/apt-$suite
-mkdir -p "$apt_dir"/lists/partial "$apt_dir"/archives/partial "$dir/bin"
-echo "deb http://deb.debian.org/debian $suite main" >"$apt_dir/sources.list"
-apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir" -o Dir::State::status=/dev/null
-          -o APT::Sandbox::User=root -o Debug::NoLocking=1)
+mkdir -p "$dir/bin"
+# shellcheck source=deploy/release/debian-apt.sh
+source "$here/debian-apt.sh"
+debian_apt_state "$cache/apt-$suite" deb "$suite"
+apt_opts=("${debian_apt_opts[@]}")
 echo "libstdcxx.sh: fetching $package $version ($suite)" >&2
 apt-get "${apt_opts[@]}" -qq update >&2
 (cd "$dir" && apt-get "${apt_opts[@]}" -qq download "$package=$version" >&2)

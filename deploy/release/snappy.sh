@@ -19,8 +19,10 @@
 # the Python extension do not link snappy.
 # The key is a hash of snappy.lock, this script and the toolchain's key.
 # Sources come from `apt-get source` with deps.sh's private apt state
-# ($cache/apt; the archive's signed Sources index checks them; the system's
-# apt configuration is not touched) and Debian's patches applied. Its logs
+# ($cache/apt, written by debian-apt.sh: the Debian mirror of this machine's
+# apt sources, or TORCHMON_DEBIAN_MIRROR; the archive's signed Sources index
+# checks them; the system's apt configuration is not touched) and Debian's
+# patches applied. Its logs
 # are kept in $cache/snappy-<key>/logs.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -57,16 +59,10 @@ run() {  # run STEP COMMAND...: runs COMMAND with its output in logs/STEP.log
 
 # --- source ------------------------------------------------------------------
 # deps.sh's apt state and sources.list, as deps.sh writes them.
-apt_dir=$cache/apt
-mkdir -p "$apt_dir"/lists/partial "$apt_dir"/archives/partial
-cat >"$apt_dir/sources.list" <<LIST
-deb-src http://deb.debian.org/debian bookworm main
-deb-src http://deb.debian.org/debian bookworm-updates main
-deb-src http://deb.debian.org/debian-security bookworm-security main
-LIST
-apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir" -o APT::Sandbox::User=root
-          -o Debug::NoLocking=1)
+# shellcheck source=deploy/release/debian-apt.sh
+source "$here/debian-apt.sh"
+debian_apt_state "$cache/apt" deb-src bookworm bookworm-updates bookworm-security
+apt_opts=("${debian_apt_opts[@]}")
 log "fetching the source package $name $version"
 apt-get "${apt_opts[@]}" -qq update >&2
 src=$dir/src/$name

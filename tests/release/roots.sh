@@ -13,15 +13,21 @@
 #   <name>-<hash>/ready   written last, before the atomic rename
 # <hash> is of this script without its comments and its table of roots,
 # and of the root's own line in it: changing the recipe makes new roots,
-# adding a root to the table does not rebuild the others. A root is built in
+# adding a root to the table does not rebuild the others. The mirror is no
+# part of it: debootstrap checks every package against the archive's
+# signatures, whichever host served it. A root is built in
 # <name>-<hash>.tmp.<pid> and renamed into place, under a lock, so a
 # half-built root is never used. Never modify a cached root: the tests work
 # on throwaway overlays of it.
 #
-# Needs root, debootstrap and Debian's archive (http://deb.debian.org/debian).
+# Needs root, debootstrap and Debian's archive: the Debian mirror of this
+# machine's apt sources, or TORCHMON_DEBIAN_MIRROR, or for a release Debian
+# has moved to its archive of old releases TORCHMON_DEBIAN_ARCHIVE
+# (deploy/release/debian-apt.sh says how each is found).
 set -euo pipefail
+# shellcheck source=deploy/release/debian-apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/release/debian-apt.sh"
 
-MIRROR=http://deb.debian.org/debian
 DEBOOTSTRAP=${DEBOOTSTRAP:-/usr/sbin/debootstrap}
 
 # The table of roots. NAME) SUITE PACKAGES (debootstrap --include, or -), and
@@ -95,12 +101,13 @@ for old in "$entry".tmp.*; do
   fi
 done
 
+debian_mirror "$suite"
 mkdir -p "$tmp"
 start=$SECONDS
 args=(--variant=minbase)
 [[ -n $include ]] && args+=("--include=$include")
-log "debootstrap ${args[*]} $suite $tmp/root $MIRROR"
-"$DEBOOTSTRAP" "${args[@]}" "$suite" "$tmp/root" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 || {
+log "debootstrap ${args[*]} $suite $tmp/root $debian_main"
+"$DEBOOTSTRAP" "${args[@]}" "$suite" "$tmp/root" "$debian_main" >"$tmp/debootstrap.log" 2>&1 || {
   log "debootstrap failed; last lines of its log:"
   tail -n 30 "$tmp/debootstrap.log" >&2
   exit 1
@@ -123,7 +130,7 @@ umount "$tmp/root/proc"
   echo "name=$name"
   echo "suite=$suite"
   echo "recipe=$hash"
-  echo "mirror=$MIRROR"
+  echo "mirror=$debian_main"
   echo "include=$include"
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "seconds=$((SECONDS - start))"

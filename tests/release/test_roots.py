@@ -1,13 +1,14 @@
 """The portable release artefacts, used in real Debian roots that are not the
-build host: bullseye (glibc 2.31, the oldest Debian still on
-deb.debian.org; the artefacts ask for glibc 2.28) and trixie (the newest,
+build host: bullseye (glibc 2.31, the oldest Debian release still on
+Debian's mirrors; the artefacts ask for glibc 2.28) and trixie (the newest,
 with its own CPython 3.13).
 
     TORCHMON_RELEASE_DIR=OUT /usr/bin/python3 -m pytest tests/release -v
 
 OUT is the folder `deploy/release/build.sh OUT` filled. Needs root (chroot,
-mount), debootstrap and, the first time only, Debian's archive: the roots
-come from tests/release/roots.sh, which caches them under
+mount), debootstrap and, the first time only, Debian's archive (the mirror
+in this machine's apt sources, or TORCHMON_DEBIAN_MIRROR): the roots come
+from tests/release/roots.sh, which caches them under
 ${TORCHMON_RELEASE_CACHE:-~/.cache/torchmon-release}. Without
 TORCHMON_RELEASE_DIR every test is skipped.
 

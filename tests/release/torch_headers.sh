@@ -5,7 +5,9 @@
 #   tests/release/torch_headers.sh SUITE VERSION   ->  DIR (DIR/torch/csrc/monitor/*.h)
 #
 # From Debian's source package of that version (apt-get source with a private
-# apt state for SUITE's deb-src; the archive's signed index checks it), only
+# apt state for SUITE's deb-src, from deploy/release/debian-apt.sh: the Debian
+# mirror of this machine's apt sources, or TORCHMON_DEBIAN_MIRROR; the
+# archive's signed index checks it), only
 # torch/csrc/monitor/ taken out of the orig tarball. Cached under
 # ${TORCHMON_RELEASE_CACHE:-~/.cache/torchmon-release}/torch-headers-VERSION.
 set -euo pipefail
@@ -20,12 +22,10 @@ if [[ -f $dir/ready ]]; then
   echo "$dir"
   exit 0
 fi
-apt_dir=$cache/apt-src-$suite
-mkdir -p "$apt_dir"/lists/partial "$apt_dir"/archives/partial
-echo "deb-src http://deb.debian.org/debian $suite main" >"$apt_dir/sources.list"
-opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-      -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir" -o APT::Sandbox::User=root
-      -o Debug::NoLocking=1)
+# shellcheck source=deploy/release/debian-apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/release/debian-apt.sh"
+debian_apt_state "$cache/apt-src-$suite" deb-src "$suite"
+opts=("${debian_apt_opts[@]}")
 rm -rf "$dir" "$dir.tmp"
 mkdir -p "$dir.tmp/download"
 echo "torch_headers.sh: fetching pytorch $version's sources ($suite)" >&2
