@@ -46,8 +46,7 @@ constexpr int64_t kTrimIntervalMs = 10'000;
 // messages (acks, the partial windows to watchers) before they are cut.
 constexpr absl::Duration kFinalWritesCap = absl::Seconds(5);
 // How long watchers get to read the last items before their streams end
-// (LetWatchersRead), and to read the ends of their streams before the
-// process exits and their connections close.
+// (LetWatchersRead).
 constexpr absl::Duration kWatcherReadTime = absl::Milliseconds(250);
 
 // glibc keeps freed memory for reuse: without this a daemon that outlives
@@ -538,26 +537,15 @@ void Daemon::Shutdown() {
   if (pusher_) pusher_->Publish(partial);
   // Watchers end once they have written what is queued, health watchers
   // too (they were sent NOT_SERVING when the drain began).
-  const bool watched = stats_.watchers_active.load(std::memory_order_relaxed) > 0;
   LetWatchersRead(drain_end + kFinalWritesCap);
   windows_out_.Close();
   events_out_.Close();
-  const bool health_watched = health_service_.Shutdown() > 0;
   // The sinks write what is queued, the partial windows included, and close.
   if (sinks_) sinks_->Finish();
   // The push endpoints send what they hold, for --push-flush-timeout.
   if (pusher_) pusher_->Finish();
+  health_service_.Shutdown();
   stopper.join();
-  // Every call has ended, the watch streams with their trailers; the
-  // connections stay open until the process exits. A watcher's client that
-  // had not read its stream's end by then, and wrote to the connection
-  // meanwhile (a ping's ack, a window update), would see its call fail
-  // UNAVAILABLE "Broken pipe" instead of OK: so they get a moment to read
-  // it first, as they did for the last items.
-  if (watched || health_watched) {
-    absl::SleepFor(std::min(kWatcherReadTime,
-                            std::max(drain_end + kFinalWritesCap - absl::Now(), absl::ZeroDuration())));
-  }
   server_->Wait();
   ClientLog().Flush(/*everything=*/true);
   Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,

@@ -70,16 +70,15 @@ void HealthService::SetServing(bool serving) {
   }
 }
 
-size_t HealthService::Shutdown() {
+void HealthService::Shutdown() {
   absl::MutexLock lock(&mu_);
-  if (shut_down_) return 0;
+  if (shut_down_) return;
   shut_down_ = true;
   status_ = HealthCheckResponse::NOT_SERVING;
   for (WatchReactor* watcher : watchers_) {
     if (watcher->known()) watcher->Send(status_);
     watcher->End();
   }
-  return watchers_.size();
 }
 
 void HealthService::Unregister(WatchReactor* watcher) {

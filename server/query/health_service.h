@@ -40,8 +40,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   // NOT_SERVING for good. Every Watch stream writes what it has not written
   // yet, then ends OK; a Watch started later gets one status and ends.
-  // Returns how many Watch streams it ended (0 on a second call).
-  size_t Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
                                   const grpc::health::v1::HealthCheckRequest* request,
