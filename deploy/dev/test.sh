@@ -11,13 +11,16 @@
 #                      and the packages' tests included. The same flags as
 #                      build-release/, so its product objects come from the
 #                      compiler cache and only the tests are compiled here.
-#   build-portable/    the portable artefacts (deploy/release/build.sh) and
-#                      their tests in Debian roots (tests/release).
 #   build-asan-ubsan/  clang, the asan-ubsan preset: the whole suite under
 #                      ASan + UBSan (all but the wheel's and the packages'
 #                      tests), and the libFuzzer targets, each fuzzed for
 #                      TORCHMON_FUZZ_SECONDS (default 20).
 #   build-tsan/        clang, the tsan preset: the whole suite under TSan.
+#   build-portable/    last, the portable artefacts (deploy/release/build.sh)
+#                      and their tests in Debian roots (tests/release). The
+#                      libraries and roots they need are made in the
+#                      background from the start, in the CPU the other
+#                      stages leave idle.
 # Both clang builds check the thread-safety annotations (-Wthread-safety);
 # neither builds the benchmarks, which measure and assert nothing.
 #
@@ -86,6 +89,62 @@ export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-
 export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
 ccache --zero-stats >/dev/null
 
+# What the portable stage needs and no other stage touches is made in the
+# background from here on, at a lower priority: zig, the bundled libraries
+# of both C++ runtimes and snappy (under configure.sh's lock, which
+# build.sh then waits on) and the Debian roots of tests/release. From
+# nothing they are most of a cold run's compiling, and the roots mostly
+# wait on the network; beside the builds and suites below they take the
+# CPU those leave idle (a suite mostly waits on daemons and clocks). With
+# the caches warm each finds its entry and ends at once. The portable stage
+# comes last, waits for them, and prints their logs if one failed.
+release_cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
+prefetch_logs=$(mktemp -d)
+declare -A prefetch_pids
+prefetch() {  # prefetch NAME COMMAND...: COMMAND in the background, niced, logged
+  local name=$1
+  shift
+  (
+    t=$SECONDS
+    rc=0
+    nice -n 10 "$@" >"$prefetch_logs/$name.log" 2>&1 || rc=$?
+    echo "test.sh: background $name: $((SECONDS - t)) s, exit $rc (total $((SECONDS - started)) s)"
+    exit "$rc"
+  ) &
+  prefetch_pids[$name]=$!
+}
+mkdir -p "$release_cache"
+# A run that stops early stops them too (a half-made entry is remade next
+# time: each is marked ready only when whole).
+kill_tree() {  # kill_tree PID: PID and every process under it
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+stop_prefetch() {
+  local pid
+  for pid in "${prefetch_pids[@]}"; do kill_tree "$pid"; done
+}
+trap stop_prefetch EXIT
+# shellcheck disable=SC2016  # $1 is the inner shell's
+prefetch libraries flock "$release_cache/make.lock" bash -c \
+  'set -e; "$1/toolchain.sh"; "$1/deps.sh"; "$1/snappy.sh"; "$1/deps.sh" --libstdc++' _ "$root/deploy/release"
+# shellcheck disable=SC2016
+prefetch roots bash -c 'set -e; for r in bullseye bullseye-cxx trixie trixie-torch trixie-receivers; do
+  "$1/roots.sh" "$r"; done' _ "$root/tests/release"
+await_prefetch() {  # await_prefetch NAME...: waits; a failure prints its log
+  local name
+  for name in "$@"; do
+    local pid=${prefetch_pids[$name]}
+    unset "prefetch_pids[$name]"  # ended: its pid may be another's soon
+    if ! wait "$pid"; then
+      echo "test.sh: the background $name failed; its log:" >&2
+      cat "$prefetch_logs/$name.log" >&2
+      return 1
+    fi
+  done
+}
+
 stage "configure build-release" cmake -S "$root" -B "$release_build" -DCMAKE_BUILD_TYPE=Release \
   -DTORCHMON_BUILD_TESTS=OFF -DTORCHMON_WERROR=ON
 stage "build build-release" cmake --build "$release_build" -j"$jobs"
@@ -97,15 +156,6 @@ stage "build build" cmake --build "$build" -j"$jobs"
 TORCHMON_INSTALL_BUILD_DIR="$release_build" \
   stage "test build (the whole suite)" run_ctest "$build" --output-on-failure -j"$jobs" --timeout 300
 
-# The portable artefacts (deploy/release/build.sh: zig's clang for glibc
-# 2.28, the libraries built once from Debian's sources and cached under
-# ~/.cache/torchmon-release) and their proofs: the ELF audit and the Debian
-# roots (tests/release, pytest).
-release_dir=$root/build-portable/artefacts
-stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
-TORCHMON_RELEASE_DIR="$release_dir" TORCHMON_BUILD_DIR="$build" \
-  stage "test portable artefacts" run_pytest "$root/tests/release"
-
 # The whole suite again, under ASan + UBSan (with the fuzzers: the preset
 # compiles everything with libFuzzer's coverage too), then under TSan.
 stage "configure build-asan-ubsan" cmake -S "$root" -B "$asan_build" --preset asan-ubsan -DTORCHMON_WERROR=ON \
@@ -115,6 +165,18 @@ stage "test build-asan-ubsan" run_ctest "$asan_build" --output-on-failure -j"$jo
 stage "configure build-tsan" cmake -S "$root" -B "$tsan_build" --preset tsan -DTORCHMON_WERROR=ON
 stage "build build-tsan" cmake --build "$tsan_build" -j"$jobs"
 stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$jobs" --timeout 600
+
+# The portable artefacts (deploy/release/build.sh: zig's clang for glibc
+# 2.28, the libraries built once from Debian's sources and cached under
+# ~/.cache/torchmon-release) and their proofs: the ELF audit and the Debian
+# roots (tests/release, pytest). Last, so that the background above had
+# every idle moment of the run.
+stage "wait for the background libraries and roots" await_prefetch libraries roots
+release_dir=$root/build-portable/artefacts
+stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
+TORCHMON_RELEASE_DIR="$release_dir" TORCHMON_BUILD_DIR="$build" \
+  stage "test portable artefacts" run_pytest "$root/tests/release"
+rm -rf "$prefetch_logs"
 
 echo
 # The machine as every benchmark describes it (tests/bench/machine).
