@@ -180,6 +180,12 @@ void IngestSession::Hold(uint32_t stat_id, Binding& b, absl::Span<const double> 
   }
 }
 
+size_t IngestSession::WaitingIndexOf(const Binding& b) {
+  size_t i = 0;
+  while (&BindingOf(waiting_[i]) != &b) ++i;
+  return i;
+}
+
 void IngestSession::RefuseWaiting(uint32_t stat_id, Binding& b, std::string why,
                                   uint64_t sequence, v1::IngestAck* ack) {
   const uint64_t n = b.waiting->values.size();
@@ -192,13 +198,14 @@ void IngestSession::RefuseWaiting(uint32_t stat_id, Binding& b, std::string why,
     log_->Report("refused a definition at the end of its stream",
                  absl::StrCat(why, "; ", n, " samples refused"));
   }
-  const bool released = b.waiting->released;
   b.refusal = std::move(why);
   b.waiting.reset();
   --series_bound_;
-  bindings_.Sync(stat_id);
-  if (released) bindings_.Erase(stat_id);
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), stat_id), waiting_.end());
+  // A released binding held nothing and goes with its entry; one still
+  // under its id keeps the refusal for the samples that come under it.
+  const size_t i = WaitingIndexOf(b);
+  if (waiting_[i].released == nullptr) bindings_.Sync(stat_id);
+  waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 void IngestSession::Release(const v1::IngestBatch& batch) {
@@ -210,8 +217,11 @@ void IngestSession::Release(const v1::IngestBatch& batch) {
       continue;
     }
     if (b->waiting != nullptr) {
-      // Its samples still wait: settled (then released) with the others.
-      b->waiting->released = true;
+      // Its samples still wait, settled (then released) with the others;
+      // the id is free: the client may define it again meanwhile.
+      WaitingBinding& w = waiting_[WaitingIndexOf(*b)];
+      w.released = std::make_unique<Binding>(std::move(*b));
+      bindings_.Erase(stat_id);
       continue;
     }
     Unhold(b->id);
@@ -223,17 +233,17 @@ void IngestSession::Release(const v1::IngestBatch& batch) {
 void IngestSession::SettleWaiting(uint64_t sequence, v1::IngestAck* ack, bool final) {
   if (waiting_.empty()) return;
   const int64_t now = aggregator_.clock().NowMs();
-  const std::vector<uint32_t> ids = waiting_;
-  for (const uint32_t stat_id : ids) {
-    Binding& b = *bindings_.Find(stat_id);
+  for (size_t i = 0; i < waiting_.size();) {
+    const uint32_t stat_id = waiting_[i].stat_id;
+    const bool released = waiting_[i].released != nullptr;
+    Binding& b = BindingOf(waiting_[i]);
     Aggregator::DefineDetail detail;
     auto id = DefineSeries(b.key, b.spec, &detail);
     if (id.ok()) {
       std::unique_ptr<Binding::Waiting> w = std::move(b.waiting);
       samples_waiting_ -= w->values.size();
-      waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), stat_id), waiting_.end());
       b.id = *id;
-      bindings_.Sync(stat_id);
+      if (!released) bindings_.Sync(stat_id);
       if (!w->values.empty()) {
         auto added = aggregator_.AddSamples(b.id, w->values, w->timestamps_us);
         if (!added.ok()) {
@@ -242,17 +252,21 @@ void IngestSession::SettleWaiting(uint64_t sequence, v1::IngestAck* ack, bool fi
           stats_.samples_refused.fetch_add(w->values.size(), std::memory_order_relaxed);
         }
       }
-      if (w->released || final) {
+      if (released || final) {
         Unhold(b.id);
         --series_bound_;
-        bindings_.Erase(stat_id);
+        if (!released) bindings_.Erase(stat_id);
       }
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
     auto held = holds_.find(detail.conflict_id);
     const bool ours = absl::IsAlreadyExists(id.status()) && held != holds_.end() &&
                       detail.holders <= held->second;
-    if (ours && !final && now - b.waiting->since_ms < limits_.redefinition_wait_ms) continue;
+    if (ours && !final && now - b.waiting->since_ms < limits_.redefinition_wait_ms) {
+      ++i;
+      continue;
+    }
     RefuseWaiting(stat_id, b,
                   ours ? absl::StrCat(id.status().message(), "; the earlier definition was not "
                                                               "released within ",
@@ -480,7 +494,7 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
       b.waiting->since_ms = aggregator_.clock().NowMs();
       b.waiting->conflict = std::string(id.status().message());
       ++series_bound_;
-      waiting_.push_back(def.id());
+      waiting_.push_back({def.id(), nullptr});
       bindings_.FindOrCreate(def.id()) = std::move(b);
       bindings_.Sync(def.id());
       return;

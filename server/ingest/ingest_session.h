@@ -103,9 +103,16 @@ class IngestSession {
       std::string conflict;  // the aggregator's message, if it is refused
       std::vector<double> values;
       std::vector<int64_t> timestamps_us;
-      bool released = false;  // its own Stat is gone too
     };
     std::unique_ptr<Waiting> waiting;
+  };
+  // A waiting binding: in the table under its id, or, once the client
+  // released the id (its own Stat gone too), out of it and owned here: no
+  // sample can come under the id any more, and a new definition may bind
+  // the id while this one still waits.
+  struct WaitingBinding {
+    uint32_t stat_id;
+    std::unique_ptr<Binding> released;
   };
 
   // Bindings by per-stream stat id. Clients number their stats 1, 2, 3...,
@@ -195,9 +202,16 @@ class IngestSession {
   // samples; refuses it when another stream holds it or it waited too
   // long (`final`: the stream ended, nothing will be released any more).
   void SettleWaiting(uint64_t sequence, v1::IngestAck* ack, bool final);
-  // Turns waiting binding `stat_id` into a refusal, its samples refused.
+  // Turns waiting binding `b` (of `stat_id`) into a refusal, its samples
+  // refused; it stops waiting (and, if released, is gone).
   void RefuseWaiting(uint32_t stat_id, Binding& b, std::string why, uint64_t sequence,
                      v1::IngestAck* ack);
+  // The binding `w` names, and its entry's index in waiting_ (which must
+  // hold `b`).
+  Binding& BindingOf(const WaitingBinding& w) {
+    return w.released != nullptr ? *w.released : *bindings_.Find(w.stat_id);
+  }
+  size_t WaitingIndexOf(const Binding& b);
 
   Aggregator& aggregator_;
   EventLog& events_;
@@ -208,8 +222,9 @@ class IngestSession {
   RateLimitedLog* const log_;
   // Bindings of this stream holding each series (Aggregator::Define).
   absl::flat_hash_map<SeriesId, uint32_t> holds_;
-  // Ids of the bindings waiting, and the samples they hold together.
-  std::vector<uint32_t> waiting_;
+  // The bindings waiting, in the order they came, and the samples they
+  // hold together.
+  std::vector<WaitingBinding> waiting_;
   size_t samples_waiting_ = 0;
 
   bool first_batch_ = true;

@@ -357,6 +357,107 @@ TEST_F(IngestSessionTest, ReleasingAnIdNeverBoundOrTwiceIsHarmless) {
                   .ok());
 }
 
+// A client reuses the id of a Stat it destroyed once the release is
+// acknowledged: the id binds afresh, to another series or another spec, and
+// the old series keeps only what came before the release.
+TEST_F(IngestSessionTest, AReleasedIdDefinedAgainBindsTheNewStatAlone) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "old", {v1::SUM}, 1000);
+  AddSamples(first, 1, kT0 * 1000, {1, 2});
+  first.add_released(1);
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  AddDefinition(second, 1, "new", {v1::MAX}, 500);
+  AddSamples(second, 1, kT0 * 1000 + 1, {10, 20, 30});
+  ASSERT_THAT(Apply(second).errors(), IsEmpty());
+  EXPECT_EQ(Series("old").counters.accepted, 2u);
+  EXPECT_EQ(Series("new").counters.accepted, 3u);
+  EXPECT_EQ(Series("new").spec.window_ms, 500);
+  // And again, with the first series' name and another spec: nothing else
+  // holds it, so the series takes the new definition.
+  v1::IngestBatch third;
+  third.set_sequence(3);
+  third.add_released(1);
+  ASSERT_THAT(Apply(third).errors(), IsEmpty());
+  v1::IngestBatch fourth;
+  fourth.set_sequence(4);
+  AddDefinition(fourth, 1, "old", {v1::SUM}, 2000);
+  AddSamples(fourth, 1, kT0 * 1000 + 2, {4});
+  ASSERT_THAT(Apply(fourth).errors(), IsEmpty());
+  EXPECT_EQ(Series("old").spec.window_ms, 2000);
+  EXPECT_EQ(Series("old").counters.accepted, 3u);
+  EXPECT_EQ(stats_.definitions_refused.load(), 0u);
+  EXPECT_EQ(stats_.samples_refused.load(), 0u);
+}
+
+// A definition waiting for an older one's release may itself be released
+// (its Stat gone too) before that release comes: it keeps waiting with its
+// samples, and its id may be defined again meanwhile.
+TEST_F(IngestSessionTest, AnIdReleasedWhileItsDefinitionWaitsMayBeDefinedAgain) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
+  AddSamples(first, 1, kT0 * 1000, {1});
+  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(first, 2, kT0 * 1000 + 10, {5, 6});
+  first.add_released(2);
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  AddDefinition(second, 2, "other", {v1::COUNT}, 1000);
+  AddSamples(second, 2, kT0 * 1000 + 20, {7, 8, 9});
+  ASSERT_THAT(Apply(second).errors(), IsEmpty());
+  EXPECT_EQ(Series("other").counters.accepted, 3u);
+  EXPECT_EQ(Series("s").counters.accepted, 1u);  // 5 and 6 still wait
+  EXPECT_EQ(session_.samples_waiting(), 2u);
+  v1::IngestBatch third;
+  third.set_sequence(3);
+  third.add_released(1);
+  ASSERT_THAT(Apply(third).errors(), IsEmpty());
+  EXPECT_EQ(Series("s").spec.window_ms, 2000);
+  EXPECT_EQ(Series("s").counters.accepted, 3u);
+  EXPECT_EQ(session_.samples_waiting(), 0u);
+  // Nothing of this stream holds "s" any more; id 2 still names "other".
+  EXPECT_TRUE(aggregator_.Define(SeriesKey{"s", {}}, StatSpec{AggregationBit(Aggregation::kMax),
+                                                              1000, 0, {}})
+                  .ok());
+  v1::IngestBatch fourth;
+  fourth.set_sequence(4);
+  AddSamples(fourth, 2, kT0 * 1000 + 30, {1});
+  ASSERT_THAT(Apply(fourth).errors(), IsEmpty());
+  EXPECT_EQ(Series("other").counters.accepted, 4u);
+}
+
+// The same, when the older definition is never released: the released one
+// is refused once the wait is over, and the id's new binding is untouched.
+TEST_F(IngestSessionTest, AReleasedDefinitionRefusedAfterItsWaitLeavesItsIdsNewBinding) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
+  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(first, 2, kT0 * 1000, {5, 6});
+  first.add_released(2);
+  AddDefinition(first, 3, "t", {v1::SUM}, 1000);
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  AddDefinition(second, 2, "t2", {v1::COUNT}, 1000);
+  ASSERT_THAT(Apply(second).errors(), IsEmpty());
+  clock_.Set(kT0 + IngestLimits{}.redefinition_wait_ms);
+  v1::IngestBatch third;
+  third.set_sequence(3);
+  AddSamples(third, 2, (kT0 + IngestLimits{}.redefinition_wait_ms) * 1000, {1});
+  const v1::IngestAck ack = Apply(third);
+  ASSERT_THAT(ack.errors(), SizeIs(1));
+  EXPECT_EQ(ack.errors(0).stat_id(), 2u);
+  EXPECT_EQ(ack.errors(0).code(), Code(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(ack.errors(0).samples_refused(), 2u);
+  EXPECT_EQ(Series("t2").counters.accepted, 1u);
+  EXPECT_EQ(session_.samples_waiting(), 0u);
+}
+
 TEST_F(IngestSessionTest, AnIdRedefinedWithAnotherSpecIsRefusedAndKeepsItsSeries) {
   v1::IngestBatch batch;
   AddDefinition(batch, 1, "s", {v1::SUM}, 1000);
