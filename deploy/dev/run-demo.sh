@@ -10,6 +10,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${TORCHMON_BUILD_DIR:-$root/build}
+# torchmond_wait_ready: the daemon's ready line, read by its documented format.
+# shellcheck source=tests/support/torchmond.sh
+. "$root/tests/support/torchmond.sh"
 
 "$root/deploy/dev/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -44,19 +47,14 @@ start_daemon() {
   "$build/server/torchmond" --listen "unix://$sock" --metrics-listen "$1" --grace 500ms \
     >"$run/ready" 2>"$run/torchmond.log" &
   pids+=($!)
-  for _ in $(seq 100); do
-    grep -q '^torchmond ready' "$run/ready" 2>/dev/null && return 0
-    kill -0 "${pids[-1]}" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
+  torchmond_wait_ready "$run/ready" "${pids[-1]}" 10
 }
 if ! start_daemon "$metrics"; then
   echo "torchmond could not use $metrics ($(cat "$run/torchmond.log")); trying a free port" >&2
-  start_daemon 127.0.0.1:0 || { cat "$run/torchmond.log" >&2; exit 1; }
+  start_daemon 127.0.0.1:0 || { cat "$run/ready" "$run/torchmond.log" >&2; exit 1; }
 fi
-ready=$(grep '^torchmond ready' "$run/ready")
-metrics=${ready##*metrics=}
+ready=$torchmond_ready
+metrics=$torchmond_metrics
 
 for rank in 0 1 2 3; do
   RANK=$rank LOCAL_RANK=$rank TORCHMON_LABELS=job=demo \

@@ -13,11 +13,15 @@
 # CUDA model's step, CHECK_OVERHEAD_CUDA_ROUNDS rounds, default 4, 0: none).
 # CHECK_LOOP=0 skips the CUDA loop's own check (cuda_loop.py).
 set -uo pipefail
+# torchmond_wait_ready: the daemon's ready line, read by its documented format.
+# shellcheck source=tests/support/torchmond.sh
+. "$(dirname "$0")/../support/torchmond.sh"
 dist=$(cd "${1:?DIST_DIR}" && pwd)
 out=${2:-${OUT:-/tmp/torchmon-gpu-check}}
 mkdir -p "$out"
 work=$(mktemp -d)
 daemon=
+# shellcheck disable=SC2317  # run by the trap
 cleanup() { [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon"; rm -rf "$work"; }
 trap cleanup EXIT
 
@@ -38,8 +42,8 @@ root=$(echo "$work"/torchmon-*-linux-x86_64)
 "$root/bin/torchmond" --listen "unix://$work/d.sock" --metrics-listen 127.0.0.1:0 \
   --grace 200ms > "$work/ready" 2> "$out/daemon.log" &
 daemon=$!
-for _ in $(seq 100); do grep -q '^torchmond ready' "$work/ready" && break; sleep 0.1; done
-cat "$work/ready"; grep -q '^torchmond ready' "$work/ready" || { cat "$out/daemon.log"; exit 1; }
+torchmond_wait_ready "$work/ready" "$daemon" 10 || { cat "$work/ready" "$out/daemon.log"; exit 1; }
+echo "$torchmond_ready"
 
 echo "== the wheel in a venv that sees the host's torch"
 if "$py" -m venv --system-site-packages "$work/venv" 2>"$work/venv.err"; then
@@ -61,6 +65,7 @@ fi
 rc=0
 if [ "${CHECK_LOOP:-1}" != 0 ]; then
   echo "== the CUDA loop"
+  # shellcheck disable=SC2086  # CHECK_ARGS is a list of options
   "$vpy" "$(dirname "$0")/cuda_loop.py" --ctl "$root/bin/torchmonctl" \
     --target "unix://$work/d.sock" --summary "$out/summary.json" ${CHECK_ARGS:-}
   rc=$?

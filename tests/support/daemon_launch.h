@@ -9,7 +9,8 @@
 //
 // each gRPC address as a client targets it ("unix:///abs/path" or
 // "host:port", port 0 resolved), in the order of the --listen flags. The
-// Python helpers (tests/support/torchmond.py) read it by the same rule.
+// Python helpers (tests/support/torchmond.py) and the shell scripts'
+// (tests/support/torchmond.sh) read it by the same rule.
 #ifndef TORCHMON_TESTS_SUPPORT_DAEMON_LAUNCH_H_
 #define TORCHMON_TESTS_SUPPORT_DAEMON_LAUNCH_H_
 
