@@ -11,7 +11,6 @@ import pytest
 import torch.monitor
 import torchmon
 from conftest import run_python
-from torchmon_testing import wait_for
 
 
 def documented_usage(monitor, client_kwargs):
@@ -255,17 +254,12 @@ def test_a_failing_handler_never_makes_add_raise_and_is_reported(daemon, monkeyp
 
 # ---- a stat defined again once its Stats are gone ---------------------------
 
-def wait_for_series(daemon, stat, accepted, timeout=10.0):
-    """The series once `accepted` samples are in it: a redefinition's samples
-    wait on the daemon until the release of the old definition comes, one
-    send cycle after flush() (torchmon.proto, StatDefinition)."""
-    def series_once_in():
-        (series,) = daemon.series(stat)
-        return series if series["counters"]["accepted"] >= accepted else None
-
-    # Past the timeout, the series as it is then: the caller's asserts say
-    # what is missing.
-    return wait_for(series_once_in, timeout) or daemon.series(stat)[0]
+def only_series(daemon, stat):
+    """The one series of `stat`, read at once: a redefinition's samples wait
+    on the daemon for the release of the old definition, and flush() waits
+    for that release too (Client::Flush)."""
+    (series,) = daemon.series(stat)
+    return series
 
 
 def scraped(daemon, name):
@@ -301,7 +295,7 @@ def test_upstreams_three_definitions_of_one_name_reach_the_daemon_whole(daemon):
     fixed_count()
     tensorboard()
     assert client.flush(5)
-    series = wait_for_series(daemon, "asdf", 21 + 3 + 5)
+    series = only_series(daemon, "asdf")
     assert client.errors() == []
     assert series["definition"] == 2
     assert (series["window_ms"], series["max_samples"]) == (3_600_000, 5)
@@ -347,10 +341,10 @@ def test_a_stat_made_again_in_a_loop_with_another_window_loses_nothing(daemon):
     # round (+2.1 MiB once in CI, under load), +0.2 in the third, then 16 to
     # 400 KiB a round: the heap settles after about 24 000 definitions.
     rebuild(24_000)
-    wait_for_series(daemon, "rebuilt", 24_000)
+    assert only_series(daemon, "rebuilt")["counters"]["accepted"] == 24_000
     before = rss_kib()
     rebuild(12_000)
-    series = wait_for_series(daemon, "rebuilt", 36_000)
+    series = only_series(daemon, "rebuilt")
     after = rss_kib()
     assert client.errors() == []
     assert series["counters"] == {"accepted": 36_000, "capped": 0, "late": 0, "skewed": 0,

@@ -230,10 +230,13 @@ class Client {
 
   // Waits until everything added or logged before the call has been
   // acknowledged by the daemon, across reconnects if the stream breaks
-  // meanwhile. OK on success; DeadlineExceeded if `timeout` passed first
-  // (nothing is lost: buffered samples stay queued); Unauthenticated or
-  // PermissionDenied at once if the daemon refused this client's token or
-  // certificate. Never waits longer than `timeout`. Blocks the calling
+  // meanwhile, and so has the release of every Stat destroyed before the
+  // call: a Stat made again with another definition has it applied, its
+  // samples in the series (docs/semantics.md, "Redefining a stat"). OK on
+  // success; DeadlineExceeded if `timeout` passed first (nothing is lost:
+  // buffered samples stay queued); Unauthenticated or PermissionDenied at
+  // once if the daemon refused this client's token or certificate. Never
+  // waits longer than `timeout`. Blocks the calling
   // thread only: add() on any thread goes on meanwhile, and what is added
   // after the call is not waited for. Thread-safe.
   absl::Status Flush(std::chrono::milliseconds timeout);
@@ -314,7 +317,8 @@ class Stat {
   //
   // Never throws for a bad definition. One the client refuses (a name,
   // label, aggregation, quantile, window or cap outside the protocol's
-  // limits, or a client past its 2^24 - 1 stats) makes a Stat that never
+  // limits, or a client holding 2^24 - 1 Stats already: alive, or
+  // destroyed with samples not yet acknowledged) makes a Stat that never
   // reaches the daemon: add() drops and counts every sample (dropped() ==
   // added()), and the reason is kept as "INVALID_ARGUMENT: stat ... is
   // invalid ..." for Client::TakeErrors() (and printed once to stderr when
@@ -323,6 +327,11 @@ class Stat {
   // alive) is sent and refused there: its samples count as delivered here
   // and as refused on the daemon, and the refusal reaches
   // Client::TakeErrors().
+  //
+  // Takes the client's lock; while a daemon is connected and 65,536
+  // destroyed Stats wait for the client to send and release them, waits
+  // for that (100 ms at most): a loop that makes and destroys Stats faster
+  // than that is paced, so that what they hold meanwhile stays bounded.
   Stat(Client& client, std::string name, std::vector<StatAggregation> aggregations,
        std::chrono::milliseconds window_size, int64_t max_samples = 0, Labels labels = {});
   // Uses Client::Default().
@@ -341,8 +350,11 @@ class Stat {
   // Never blocks. The samples already added still go out; once they have,
   // the client releases its definition on the daemon
   // (IngestBatch.released), so a Stat made again under the same name and
-  // labels may define the series anew. No add() on this Stat may be running
-  // or start on another thread (as for any object being destroyed).
+  // labels may define the series anew, and once that is acknowledged its
+  // id and memory serve the next Stat. One destroyed before the client's
+  // next send cycle with nothing recorded never reaches the daemon. No
+  // add() on this Stat may be running or start on another thread (as for
+  // any object being destroyed).
   ~Stat();
   Stat(const Stat&) = delete;
   Stat& operator=(const Stat&) = delete;

@@ -45,6 +45,11 @@ class AckLedger {
   bool StillKept(uint64_t sequence) const {
     return !kept_.empty() && kept_.front()->batch->sequence() <= sequence;
   }
+  // The first batch still kept (UINT64_MAX if none): every batch numbered
+  // below it is acknowledged or abandoned.
+  uint64_t first_unsettled() const {
+    return kept_.empty() ? UINT64_MAX : kept_.front()->batch->sequence();
+  }
   bool empty() const { return kept_.empty(); }
   // The kept batches' estimated size (OutgoingBatch::bytes).
   size_t bytes() const { return bytes_; }

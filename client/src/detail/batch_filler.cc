@@ -12,17 +12,53 @@ namespace torchmon::detail {
 
 bool BatchFiller::AddDefinitions(const std::vector<StatState*>& fresh, uint64_t generation,
                                  OutgoingBatch& out, Write write) {
+  set_aside_.clear();
   for (StatState* stat : fresh) {
     if (buffers_.sent.At(stat->id).defined_on == generation) continue;
+    // Destroyed already: its samples were added before, so this cycle
+    // finds them, and defines it then (TakeSamples, AddDropReports).
+    if (stat->closed.load(std::memory_order_acquire)) {
+      SetAside& same = set_aside_[stat->key_hash];
+      if (same.stats.empty()) same.spec_hash = stat->spec_hash;
+      same.mixed = same.mixed || same.spec_hash != stat->spec_hash;
+      same.stats.push_back(stat);
+      continue;
+    }
     if (!out.Fits(DefinitionBytes(*stat)) && !write()) return false;
     DefineOnStream(*stat, generation, out);
   }
   return true;
 }
 
+bool BatchFiller::EndSetAside(bool complete, uint64_t generation, OutgoingBatch& out, Write write) {
+  if (!complete) {
+    for (auto& [key, same] : set_aside_) {
+      for (StatState* stat : same.stats) {
+        if (buffers_.sent.At(stat->id).defined_on == generation) continue;
+        if (!out.Fits(DefinitionBytes(*stat)) && !write()) return false;
+        DefineOnStream(*stat, generation, out);
+      }
+    }
+  }
+  set_aside_.clear();
+  return true;
+}
+
 void BatchFiller::DefineOnStream(StatState& stat, uint64_t generation, OutgoingBatch& out) {
   uint64_t& defined = buffers_.sent.At(stat.id).defined_on;
   if (defined == generation) return;
+  if (!set_aside_.empty()) {
+    // A stat set aside may still be defined by its samples later in the
+    // cycle: if its spec differs, it must come first, or its definition
+    // would conflict with this one's on the daemon.
+    const auto it = set_aside_.find(stat.key_hash);
+    if (it != set_aside_.end() && (it->second.mixed || it->second.spec_hash != stat.spec_hash)) {
+      const std::vector<StatState*> before = std::move(it->second.stats);
+      set_aside_.erase(it);
+      for (StatState* earlier : before) DefineOnStream(*earlier, generation, out);
+      if (defined == generation) return;  // it was set aside itself
+    }
+  }
   out.AddDefinition(stat);
   defined = generation;
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "detail/event_queue.h"
 #include "detail/outgoing_batch.h"
@@ -40,9 +41,21 @@ class BatchFiller {
   // The memory batches are made in (recycled across batches).
   const std::shared_ptr<BatchMemory>& memory() const { return memory_; }
 
-  // The definitions of `fresh` stats not yet defined on this stream.
+  // The definitions of `fresh` stats not yet defined on this stream, but
+  // for those already destroyed (a Stat made and destroyed between two
+  // cycles), which are set aside: so that a loop of Stats that record
+  // nothing costs the daemon nothing. One set aside is defined, in the
+  // order of registration, if this cycle finds a sample or a drop of it,
+  // or before any later stat of its series with another spec (whose
+  // definition waits for its release: after_release), or at the end of a
+  // cycle that did not take every sample (EndSetAside).
   bool AddDefinitions(const std::vector<StatState*>& fresh, uint64_t generation,
                       OutgoingBatch& out, Write write);
+  // After the cycle's samples and drop reports: the stats set aside and
+  // still not defined need no definition if the cycle was `complete` (it
+  // took every sample they had); otherwise they are defined now. Either
+  // way the cycle is done with them.
+  bool EndSetAside(bool complete, uint64_t generation, OutgoingBatch& out, Write write);
 
   struct LogsTaken {
     // False if a sample buffered at the start could not be taken yet (a
@@ -78,7 +91,8 @@ class BatchFiller {
 
  private:
   // Adds the definition of `stat` to `out` unless it went out on this
-  // stream already (then the daemon knows it before `out`).
+  // stream already (then the daemon knows it before `out`), after those of
+  // the stats of its series set aside with another spec.
   void DefineOnStream(StatState& stat, uint64_t generation, OutgoingBatch& out);
   // Takes up to `max` samples from `log` into `out`, counts them to their
   // stats and defines any stat not yet defined on the stream. Returns how
@@ -91,6 +105,17 @@ class BatchFiller {
   std::vector<StatState*> listed_;
   // Scratch for TakeSamples.
   SampleGroups groups_;
+  // This cycle's fresh stats set aside (AddDefinitions), by series, in
+  // order, with their spec's hash if they share one. Raw pointers: emptied
+  // by the end of each cycle (EndSetAside, or the next AddDefinitions
+  // after a cycle a broken stream cut short), and a stat is retired only
+  // between cycles.
+  struct SetAside {
+    std::vector<StatState*> stats;
+    uint64_t spec_hash = 0;
+    bool mixed = false;
+  };
+  absl::flat_hash_map<uint64_t, SetAside> set_aside_;
   // Freed once no thread has added for kIdleRelease (as idle logs give
   // their chunks back).
   const std::shared_ptr<BatchMemory> memory_ = std::make_shared<BatchMemory>();

@@ -22,6 +22,10 @@ using std::chrono::milliseconds;
 // How long Shutdown lets the sender wind down before cancelling the call it
 // may be blocked in.
 constexpr milliseconds kStopGrace{500};
+// Making a Stat waits, at most this long, while this many destroyed Stats
+// wait for the sender to let go of them (ClientCore::RegisterStat).
+constexpr uint64_t kMaxStatsWaiting = 1 << 16;
+constexpr milliseconds kStatPaceWait{100};
 
 }  // namespace
 
@@ -75,12 +79,22 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(
   uint32_t id = 0;
   {
     absl::MutexLock lock(&mu_);
+    // A loop that destroys Stats faster than the sender sends and releases
+    // them is paced here, so that what they hold until then (~350 bytes
+    // each) stays bounded. Only while a daemon takes them, and briefly: a
+    // slow daemon slows the loop, it never stops it.
+    const Clock::time_point give_up = clock_.Now() + kStatPaceWait;
+    while (connected_ && !stop_ && StatsWaitingLocked() >= kMaxStatsWaiting &&
+           clock_.Now() < give_up) {
+      clock_.WaitUntil(retired_cv_, mu_, give_up);
+    }
     if (registry_.HasClosed(checked.key_hash)) def.set_after_release(true);
     id = registry_.NextId();
     if (id == 0 && status.ok()) {
       // Id 0's entry counts the samples of every stat refused this way.
-      status = absl::ResourceExhaustedError(absl::StrCat(
-          "a client registers at most ", StatTable::kMaxIds - 1, " stats in its life"));
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("a client holds at most ", StatTable::kMaxIds - 1,
+                       " stats at once (alive, or destroyed with samples not yet acknowledged)"));
     }
     buffers_->table.Create(id);
     buffers_->sent.Create(id);
@@ -88,6 +102,7 @@ std::shared_ptr<StatState> ClientCore::RegisterStat(
   def.set_id(id);
   auto state = std::make_shared<StatState>(def, status.ok(), buffers_);
   state->key_hash = checked.key_hash;
+  state->spec_hash = checked.spec_hash;
   {
     absl::MutexLock lock(&mu_);
     registry_.Add(state);
@@ -127,7 +142,8 @@ void ClientCore::LogEvent(const Event& event) {
 ClientStats ClientCore::Stats() const {
   absl::MutexLock lock(&mu_);
   ClientStats stats = counters_;
-  // Every stat ever registered has its counts in the table, retired or not.
+  // Every stat registered has its counts in the table until its id is
+  // freed, then in freed_.
   uint64_t rejected = 0, taken = 0, abandoned = 0, delivered = 0, buffered = 0;
   {
     // Samples move from the logs to `taken` under drain_mu.
@@ -144,10 +160,26 @@ ClientStats ClientCore::Stats() const {
     rejected += buffers_->table.At(0).rejected.load(std::memory_order_relaxed);
     buffered = buffers_->BufferedTotal();
   }
+  // Stats whose ids were freed, and so reset, since.
+  rejected += freed_.rejected;
+  taken += freed_.taken;
+  abandoned += freed_.abandoned;
+  delivered += freed_.delivered;
   stats.samples_added = rejected + taken + buffered;
   stats.samples_dropped = rejected + abandoned + (abandoned_ ? buffered : 0);
   stats.samples_delivered = delivered;
   return stats;
+}
+
+uint64_t ClientCore::StatsWaitingLocked() const {
+  // A stat may be retired before ~Stat counts it closed.
+  const uint64_t closed = buffers_->closed_stats.load(std::memory_order_acquire);
+  return closed > registry_.retired() ? closed - registry_.retired() : 0;
+}
+
+uint32_t ClientCore::LargestStatId() const {
+  absl::MutexLock lock(&mu_);
+  return registry_.max_id();
 }
 
 std::vector<std::string> ClientCore::TakeErrors() {
@@ -217,6 +249,7 @@ void ClientCore::Shutdown() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
     sender_cv_.SignalAll();
+    retired_cv_.SignalAll();
     const Clock::time_point deadline = clock_.Now() + kStopGrace;
     while (!sender_exited_) {
       if (!WaitProgressLocked(deadline)) break;

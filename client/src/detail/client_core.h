@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,7 +41,8 @@ namespace torchmon::detail {
 // class of its own with its contract on its header:
 //   option_checks.h    options, identity labels and stat definitions,
 //                      checked before anything is sent;
-//   stat_registry.h    the stats registered and not yet retired;
+//   stat_registry.h    the stats registered and not yet retired, and
+//                      their ids;
 //   event_queue.h      events logged and not yet in a batch, and drops;
 //   ack_ledger.h       batches kept until acknowledged, what acks settle,
 //                      and flush tickets;
@@ -67,7 +69,15 @@ namespace torchmon::detail {
 //
 // Flush: Flush takes a ticket and wakes the sender; a complete send cycle
 // marks the tickets it served written as of its last sequence, and the
-// Flush waits for that sequence's ack, across reconnects (AckLedger).
+// Flush waits for that sequence's ack, across reconnects (AckLedger). A
+// cycle serves a ticket once it has taken everything buffered before the
+// ticket and written the release of every Stat destroyed before it
+// (StatRetirement::ReleasesWrittenBy): so when Flush returns, a Stat made
+// again under the same name with another definition is settled on the
+// daemon, its samples in the series.
+//
+// Ids: a retired stat's id is reused once the batches written up to its
+// retirement are acknowledged (StatRegistry); its counts move to freed_.
 class ClientCore {
  public:
   // `clock` paces the sender and times its waits and Flush's deadline; it
@@ -93,6 +103,9 @@ class ClientCore {
   void LogEvent(const Event& event) ABSL_LOCKS_EXCLUDED(mu_);
   ClientStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::string> TakeErrors() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The largest stat id handed out so far (StatRegistry::max_id).
+  uint32_t LargestStatId() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& target() const { return target_; }
   const Labels& labels() const { return labels_; }
@@ -136,8 +149,14 @@ class ClientCore {
   // or the client is stopping meanwhile.
   bool WaitForAckRoom(size_t own_bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Lets the registry go of closed stats with nothing left pending, when a
-  // look is due (StatRetirement).
+  // look is due (StatRetirement), and frees the ids whose batches are all
+  // acknowledged. Before each send cycle.
   void RetireClosedStats() ABSL_LOCKS_EXCLUDED(mu_);
+  // Before a cycle: queues flush ticket `ticket` (the newest handed out)
+  // with the count of complete cycles that serves it. After a complete
+  // cycle: marks the tickets it served written (AckLedger::CycleWrote).
+  void QueueFlush(uint64_t ticket);
+  void ServeFlushes() ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- reader thread (client_core_sender.cc) ---
   void ReaderMain(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
@@ -147,6 +166,8 @@ class ClientCore {
   // Counts everything still unacknowledged as dropped; the client stopped.
   void AbandonUndelivered() ABSL_LOCKS_EXCLUDED(mu_);
   bool HasPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stats destroyed and not yet retired.
+  uint64_t StatsWaitingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for progress_cv_ unless `deadline` has passed; false if it has.
   bool WaitProgressLocked(std::chrono::steady_clock::time_point deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -181,6 +202,15 @@ class ClientCore {
   uint64_t cycles_completed_ = 0;
   BatchFiller filler_;
   StatRetirement retirement_;
+  // Flush tickets taken at a cycle's start, oldest first, each with the
+  // count of complete cycles that serves it (never less than the one
+  // before it).
+  struct FlushDue {
+    uint64_t ticket;
+    uint64_t at_cycle;
+  };
+  std::deque<FlushDue> flushes_due_;
+  uint64_t flush_queued_ = 0;  // the newest ticket queued
 
   mutable absl::Mutex mu_;
   // Wakes the sender: flush requested, stop, stream ended by the daemon,
@@ -189,8 +219,13 @@ class ClientCore {
   // Wakes Flush and Shutdown: batches written, acknowledged or lost;
   // sender exited.
   absl::CondVar progress_cv_;
+  // Wakes RegisterStat pacing a loop of Stats: stats retired, stream
+  // ended, stop.
+  absl::CondVar retired_cv_;
 
   StatRegistry registry_ ABSL_GUARDED_BY(mu_);
+  // The counts of the stats whose ids were freed (Stats adds them).
+  FreedCounts freed_ ABSL_GUARDED_BY(mu_);
   EventQueue events_ ABSL_GUARDED_BY(mu_);
   AckLedger ledger_ ABSL_GUARDED_BY(mu_);
   // Set once the client stopped and abandoned what was unacknowledged:
@@ -223,6 +258,9 @@ struct ClientInternals {
     return std::unique_ptr<Client>(
         new Client(std::make_shared<ClientCore>(std::move(options), clock)));
   }
+  // The largest stat id `client` has handed out: its tables hold that many
+  // entries.
+  static uint32_t LargestStatId(const Client& client) { return client.core_->LargestStatId(); }
 };
 
 }  // namespace torchmon::detail

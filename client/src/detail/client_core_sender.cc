@@ -166,9 +166,13 @@ bool ClientCore::RunStream() {
         const Clock::time_point now = clock_.Now();
         if (now >= next_cycle || (cycle.complete && ledger_.FlushWaiting())) break;
         // Between cycles the buffers are looked at (cheap), so that a burst
-        // after a quiet spell is sent at once (see SendPacer).
+        // after a quiet spell is sent at once (see SendPacer), and so is
+        // the count of Stats destroyed (StatRetirement::kClosedBurst).
         if (now >= next_look) {
-          if (filler_.LookForBurst()) break;
+          if (filler_.LookForBurst() ||
+              retirement_.ClosedBurst(buffers_->closed_stats.load(std::memory_order_relaxed))) {
+            break;
+          }
           next_look = now + SendPacer::kLookInterval;
         }
         clock_.WaitUntil(sender_cv_, mu_, std::min(next_cycle, next_look));
@@ -176,22 +180,21 @@ bool ClientCore::RunStream() {
       if (stop_ || read_done_) break;
       ticket = ledger_.flush_requested();
     }
+    // After the ticket: the stats destroyed before it are seen closed, so
+    // the ticket waits for their releases.
+    RetireClosedStats();
+    QueueFlush(ticket);
     const Clock::time_point cycle_start = clock_.Now();
     const Clock::duration since_last = cycle_start - last_cycle_start;
     last_cycle_start = cycle_start;
     healthy = RunCycle(state, &cycle);
     if (!healthy) break;
     if (cycle.complete) {
-      {
-        absl::MutexLock lock(&mu_);
-        ledger_.CycleWrote(ticket, last_sequence_);
-        progress_cv_.SignalAll();
-      }
+      ServeFlushes();
       next_cycle = cycle_start + pacer.NextGap(since_last, cycle.max_fill);
     } else {
       next_cycle = clock_.Now() + kIncompleteRetry;
     }
-    RetireClosedStats();
   }
 
   const bool stopping = Stopping();
@@ -231,6 +234,7 @@ bool ClientCore::RunStream() {
     connected_ = false;
     acked = acked_on_stream_;
     progress_cv_.SignalAll();
+    retired_cv_.SignalAll();
   }
   if (!stopping && !status.ok()) {
     PrintOnce(absl::StrCat("torchmon: stream to daemon at ", target_,
@@ -324,6 +328,7 @@ bool ClientCore::RunCycle(StreamState& state, BatchFiller::LogsTaken* taken) {
   if (!filler_.AddDefinitions(fresh, generation, out, write)) return fail();
   if (!filler_.AddSamples(generation, now, out, write, taken)) return fail();
   if (!filler_.AddDropReports(generation, out, write)) return fail();
+  if (!filler_.EndSetAside(taken->complete, generation, out, write)) return fail();
   if (!BatchFiller::AddEvents(events, out, write)) return fail();
   // Last: every sample of a released stat was taken before (by an earlier
   // cycle).
@@ -368,14 +373,45 @@ bool ClientCore::WaitForAckRoom(size_t own_bytes) {
 }
 
 void ClientCore::RetireClosedStats() {
-  if (!retirement_.LookDue(buffers_->closed_stats.load(std::memory_order_acquire),
-                           cycles_completed_, clock_.Now())) {
-    return;
-  }
+  const bool look = retirement_.LookDue(buffers_->closed_stats.load(std::memory_order_acquire),
+                                        cycles_completed_, stream_generation_, clock_.Now());
   absl::MutexLock lock(&mu_);
-  registry_.RetireClosed([&](StatState& stat) {
-    return retirement_.Consider(stat, cycles_completed_, stream_generation_);
-  });
+  if (look) {
+    const uint64_t retired = registry_.retired();
+    registry_.RetireClosed(
+        [&](StatState& stat) {
+          return retirement_.Consider(stat, cycles_completed_, stream_generation_);
+        },
+        last_sequence_);
+    if (registry_.retired() != retired) retired_cv_.SignalAll();
+  }
+  // Nothing writes a freed id's entries: its stat is retired (no add, no
+  // sample left to take) and no kept batch names it (no ack to count).
+  for (const uint32_t id : registry_.FreeIdsSettledBefore(ledger_.first_unsettled())) {
+    freed_.Absorb(buffers_->table.At(id), buffers_->sent.At(id));
+  }
+}
+
+void ClientCore::QueueFlush(uint64_t ticket) {
+  if (ticket <= flush_queued_) return;
+  flush_queued_ = ticket;
+  // This cycle takes what was buffered before the ticket; the releases it
+  // waits for are written by the cycle ReleasesWrittenBy names.
+  uint64_t at = std::max(cycles_completed_ + 1, retirement_.ReleasesWrittenBy());
+  if (!flushes_due_.empty()) at = std::max(at, flushes_due_.back().at_cycle);
+  flushes_due_.push_back({ticket, at});
+}
+
+void ClientCore::ServeFlushes() {
+  uint64_t served = 0;
+  while (!flushes_due_.empty() && flushes_due_.front().at_cycle <= cycles_completed_) {
+    served = flushes_due_.front().ticket;
+    flushes_due_.pop_front();
+  }
+  if (served == 0) return;
+  absl::MutexLock lock(&mu_);
+  ledger_.CycleWrote(served, last_sequence_);
+  progress_cv_.SignalAll();
 }
 
 // --- reader thread ---

@@ -9,6 +9,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "detail/chunk_pool.h"
 #include "torchmon/protocol/protocol.h"
 
@@ -153,6 +154,10 @@ CheckedDefinition CheckStatDefinition(const std::string& name,
     absl::StrAppend(&key, ",", k.size(), ":", k, v.size(), ":", v);
   }
   checked.key_hash = absl::HashOf(key);
+  checked.spec_hash = absl::HashOf(
+      absl::MakeConstSpan(spec->aggregations().data(), spec->aggregations_size()),
+      absl::MakeConstSpan(spec->quantiles().data(), spec->quantiles_size()), spec->window_size_ms(),
+      spec->requested_window_size_ms(), spec->max_samples(), spec->histogram());
   return checked;
 }
 

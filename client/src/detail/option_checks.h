@@ -45,14 +45,18 @@ grpc::ChannelArguments ChannelArgumentsFor(const ClientOptions& options);
 uint64_t DrawClientInstance();
 
 // A Stat's definition as it goes on the wire (its id not yet set), the
-// verdict of the checks the daemon would make of it, and the hash of its
-// name and labels (the series it feeds: StatRegistry keys by it).
+// verdict of the checks the daemon would make of it, and the hashes of its
+// name and labels (the series it feeds: StatRegistry keys by it) and of its
+// spec.
 struct CheckedDefinition {
   v1::StatDefinition definition;
   // OK, or why every sample of the stat is dropped (INVALID_ARGUMENT's
   // message, without the code).
   absl::Status status;
   uint64_t key_hash = 0;
+  // The hash of its spec: Stats of one series whose specs agree may be
+  // defined in any order (BatchFiller).
+  uint64_t spec_hash = 0;
 };
 // Builds and checks a definition: its name, aggregations, window and cap
 // (torchmon/protocol), its labels' keys and values, and that with the

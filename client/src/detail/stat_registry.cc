@@ -5,7 +5,14 @@
 
 namespace torchmon::detail {
 
-uint32_t StatRegistry::NextId() { return next_id_ < StatTable::kMaxIds ? next_id_++ : 0; }
+uint32_t StatRegistry::NextId() {
+  if (!free_ids_.empty()) {
+    const uint32_t id = free_ids_.top();
+    free_ids_.pop();
+    return id;
+  }
+  return next_id_ < StatTable::kMaxIds ? next_id_++ : 0;
+}
 
 bool StatRegistry::HasClosed(uint64_t key_hash) const {
   const auto it = by_key_.find(key_hash);
@@ -18,7 +25,9 @@ bool StatRegistry::HasClosed(uint64_t key_hash) const {
 void StatRegistry::Add(std::shared_ptr<StatState> stat) {
   if (stat->valid) {
     new_stats_.push_back(stat.get());
-    by_key_[stat->key_hash].push_back(stat.get());
+    auto& same = by_key_[stat->key_hash];
+    stat->key_slot = static_cast<uint32_t>(same.size());
+    same.push_back(stat.get());
   }
   stats_.push_back(std::move(stat));
 }
@@ -34,15 +43,26 @@ bool StatRegistry::AnyPendingDefinitionOrDrops() const {
                      [](const auto& stat) { return stat->HasPendingDefinitionOrDrops(); });
 }
 
-void StatRegistry::RetireClosed(absl::FunctionRef<bool(StatState&)> retire) {
+void StatRegistry::RetireClosed(absl::FunctionRef<bool(StatState&)> retire,
+                                uint64_t written_through) {
   size_t kept = 0;
   for (size_t i = 0; i < stats_.size(); ++i) {
     StatState& stat = *stats_[i];
     if (stat.closed.load(std::memory_order_acquire) && retire(stat)) {
-      if (auto it = by_key_.find(stat.key_hash); it != by_key_.end()) {
+      if (auto it = stat.valid ? by_key_.find(stat.key_hash) : by_key_.end(); it != by_key_.end()) {
         auto& same = it->second;
-        same.erase(std::remove(same.begin(), same.end(), &stat), same.end());
+        same[stat.key_slot] = same.back();
+        same[stat.key_slot]->key_slot = stat.key_slot;
+        same.pop_back();
         if (same.empty()) by_key_.erase(it);
+      }
+      ++retired_;
+      // Id 0 is shared by the stats refused an id: never anyone's own. A
+      // stat never defined was never in a batch: its id is free at once.
+      if (stat.id != 0 && stat.ever_defined.load(std::memory_order_relaxed)) {
+        waiting_ids_.emplace_back(stat.id, written_through);
+      } else if (stat.id != 0) {
+        unsent_ids_.push_back(stat.id);
       }
       continue;
     }
@@ -50,6 +70,17 @@ void StatRegistry::RetireClosed(absl::FunctionRef<bool(StatState&)> retire) {
     ++kept;
   }
   stats_.resize(kept);
+}
+
+std::vector<uint32_t> StatRegistry::FreeIdsSettledBefore(uint64_t first_unsettled) {
+  std::vector<uint32_t> freed;
+  freed.swap(unsent_ids_);
+  while (!waiting_ids_.empty() && waiting_ids_.front().second < first_unsettled) {
+    freed.push_back(waiting_ids_.front().first);
+    waiting_ids_.pop_front();
+  }
+  for (const uint32_t id : freed) free_ids_.push(id);
+  return freed;
 }
 
 }  // namespace torchmon::detail

@@ -184,7 +184,12 @@ struct StatState {
         definition_bytes(def.SerializeAsString()) {
     counts.state.store(this, std::memory_order_relaxed);
   }
-  ~StatState() { counts.state.store(nullptr, std::memory_order_relaxed); }
+  ~StatState() {
+    // Only if the id is still this stat's: a Stat's last reference may go
+    // after the registry retired it and the id was handed out again.
+    StatState* self = this;
+    counts.state.compare_exchange_strong(self, nullptr, std::memory_order_relaxed);
+  }
   StatState(const StatState&) = delete;
   StatState& operator=(const StatState&) = delete;
 
@@ -240,12 +245,15 @@ struct StatState {
 
   // True while a daemon has not acknowledged this stat's definition or one
   // of its drops. (Its samples are pending while any log or kept batch
-  // holds one: ClientCore checks those for all stats at once.) Callers
-  // hold the client's mutex, under which the sender-side counters change,
-  // so they are read consistently.
+  // holds one: ClientCore checks those for all stats at once.) A Stat
+  // destroyed before its definition went out needs none unless a sample
+  // or drop of it is sent, which defines it then. Callers hold the
+  // client's mutex, under which the sender-side counters change, so they
+  // are read consistently.
   bool HasPendingDefinitionOrDrops() const noexcept {
     if (!valid) return false;
-    return !ever_defined.load(std::memory_order_relaxed) ||
+    return (!ever_defined.load(std::memory_order_relaxed) &&
+            !closed.load(std::memory_order_acquire)) ||
            counts.rejected.load(std::memory_order_relaxed) +
                    counts.abandoned.load(std::memory_order_relaxed) !=
                counts.drops_acked.load(std::memory_order_relaxed);
@@ -263,6 +271,12 @@ struct StatState {
   // The definition's id (below: its name, and the whole of it serialized).
   const uint32_t id;
   std::atomic<bool> ever_defined{false};  // definition written on some stream
+  // Sender thread only: a release is due and not yet written
+  // (StatRetirement).
+  bool release_pending = false;
+  // Its place among the stats of its series (StatRegistry, under the
+  // client's mutex).
+  uint32_t key_slot = 0;
 
   // Sender thread only: drop counts put in DropReports, the link in
   // ClientBuffers' ready stack, the count of complete send cycles when the
@@ -273,8 +287,10 @@ struct StatState {
   // The stream generation the stat was released on (IngestBatch.released:
   // the Stat is gone and its samples are taken), 0 if none.
   uint64_t released_on = 0;
-  // Of its name and labels (ClientCore::by_key_), set at registration.
+  // Of its name and labels (StatRegistry's key), and of its spec, set at
+  // registration.
   uint64_t key_hash = 0;
+  uint64_t spec_hash = 0;
 
   // The name, and the whole definition (id, name, labels, spec)
   // serialized: a third of the parsed message's footprint with its strings

@@ -18,7 +18,8 @@ struct StatState;
 // one writer (named) and may be read by any thread; single writers add
 // with a load and a store, not a locked read-modify-write.
 struct alignas(64) StatCounts {
-  // Set when the stat is registered; cleared when it is retired.
+  // Set when the stat is registered; cleared when its state is destroyed
+  // (unless the id serves another stat by then).
   std::atomic<StatState*> state{nullptr};
   // Producers (any thread; fetch_add): samples add() could not buffer.
   std::atomic<uint64_t> rejected{0};
@@ -49,11 +50,36 @@ inline void Bump(std::atomic<uint64_t>& counter, uint64_t n) noexcept {
   counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
+// What the stats whose ids were freed counted, so that a client's totals
+// (Client::Stats) still count every stat it ever had once their entries
+// serve other stats. Not thread-safe: ClientCore holds it under its mutex.
+struct FreedCounts {
+  uint64_t rejected = 0;
+  uint64_t taken = 0;
+  uint64_t delivered = 0;
+  uint64_t abandoned = 0;
+
+  // Adds an id's counts and resets its entries for the id's next stat.
+  // Called when nothing else writes them: the stat is retired and every
+  // batch that named the id acknowledged (StatRegistry).
+  void Absorb(StatCounts& counts, SenderSlot& slot) noexcept {
+    rejected += counts.rejected.exchange(0, std::memory_order_relaxed);
+    delivered += counts.delivered.exchange(0, std::memory_order_relaxed);
+    abandoned += counts.abandoned.exchange(0, std::memory_order_relaxed);
+    counts.drops_acked.store(0, std::memory_order_relaxed);
+    counts.delivered_current.store(0, std::memory_order_relaxed);
+    counts.drops_acked_current.store(0, std::memory_order_relaxed);
+    taken += slot.taken.exchange(0, std::memory_order_relaxed);
+    slot.defined_on = 0;
+  }
+};
+
 // Entries for ids 0..kMaxIds - 1, in pages allocated as ids are handed out
 // and never moved or freed before the table: an entry's address is stable,
-// so readers need no lock. Ids are not reused (a daemon binds an id once per
-// stream), so a client that registers and drops stats keeps the entries of
-// every stat it ever registered (80 bytes each).
+// so readers need no lock. The registry reuses the ids of retired stats
+// (StatRegistry), so the table holds as many entries (80 bytes each, with
+// the SenderTable's) as the most ids in use at once, not one per stat ever
+// registered.
 template <typename Entry>
 class PagedTable {
  public:

@@ -300,13 +300,15 @@ TEST(StatRegistryTest, AClosedStatMakesTheNextOfItsSeriesAfterReleaseUntilRetire
   EXPECT_FALSE(registry.HasClosed(300));
 
   std::vector<uint32_t> asked;
-  registry.RetireClosed([&](StatState& stat) {
-    asked.push_back(stat.id);
-    return false;  // kept
-  });
+  registry.RetireClosed(
+      [&](StatState& stat) {
+        asked.push_back(stat.id);
+        return false;  // kept
+      },
+      0);
   EXPECT_EQ(asked, (std::vector<uint32_t>{1}));  // only closed stats are asked
   EXPECT_EQ(registry.All().size(), 2u);
-  registry.RetireClosed([](StatState&) { return true; });
+  registry.RetireClosed([](StatState&) { return true; }, 0);
   EXPECT_FALSE(registry.HasClosed(100));
   ASSERT_EQ(registry.All().size(), 1u);
   EXPECT_EQ(registry.All()[0].get(), b.get());
@@ -321,25 +323,25 @@ TEST(StatRetirementTest, AClosedStatIsReleasedAfterACompleteCycleThenRetired) {
   StatRetirement retirement;
   const auto now = StatRetirement::Clock::now();
 
-  EXPECT_FALSE(retirement.LookDue(0, 0, now));  // nothing closed
+  EXPECT_FALSE(retirement.LookDue(0, 0, 1, now));  // nothing closed
   stat->closed = true;
-  ASSERT_TRUE(retirement.LookDue(1, 0, now));
+  ASSERT_TRUE(retirement.LookDue(1, 0, 1, now));
   // Seen closed at cycle 0: its last samples may still be in the logs.
   EXPECT_FALSE(retirement.Consider(*stat, 0, 1));
   EXPECT_TRUE(retirement.TakeReleases(1).empty());
-  EXPECT_FALSE(retirement.LookDue(1, 0, now));
+  EXPECT_FALSE(retirement.LookDue(1, 0, 1, now));
 
   // Cycle 1 completed: released on stream 1, and kept until that is
   // written.
-  ASSERT_TRUE(retirement.LookDue(1, 1, now));
+  ASSERT_TRUE(retirement.LookDue(1, 1, 1, now));
   EXPECT_FALSE(retirement.Consider(*stat, 1, 1));
   EXPECT_EQ(retirement.TakeReleases(1), (std::vector<uint32_t>{stat->id}));
   EXPECT_TRUE(retirement.TakeReleases(1).empty());  // each release once
 
   // Nothing pending: retired at the next look (closed stats were kept, so
   // one comes after kLookInterval).
-  EXPECT_FALSE(retirement.LookDue(1, 2, now));
-  ASSERT_TRUE(retirement.LookDue(1, 2, now + StatRetirement::kLookInterval));
+  EXPECT_FALSE(retirement.LookDue(1, 2, 1, now));
+  ASSERT_TRUE(retirement.LookDue(1, 2, 1, now + StatRetirement::kLookInterval));
   EXPECT_TRUE(retirement.Consider(*stat, 2, 1));
 }
 
@@ -351,12 +353,155 @@ TEST(StatRetirementTest, AStatWithSamplesUnacknowledgedIsNotRetired) {
   stat->closed = true;
   stat->sent.taken = 3;  // taken into batches, none acknowledged
   StatRetirement retirement;
-  ASSERT_TRUE(retirement.LookDue(1, 0, StatRetirement::Clock::now()));
+  ASSERT_TRUE(retirement.LookDue(1, 0, 1, StatRetirement::Clock::now()));
   EXPECT_FALSE(retirement.Consider(*stat, 0, 0));
   EXPECT_FALSE(retirement.Consider(*stat, 5, 0));  // no stream: no release either
   EXPECT_TRUE(retirement.TakeReleases(0).empty());
   Bump(stat->counts.delivered, 3);
   EXPECT_TRUE(retirement.Consider(*stat, 5, 0));
+}
+
+TEST(StatRetirementTest, AFlushWaitsForTheReleasesOfTheStatsClosedBeforeIt) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  StatRegistry registry;
+  auto stat = MakeStat(buffers, registry, 100);
+  auto invalid = MakeStat(buffers, registry, 200, /*valid=*/false);
+  stat->ever_defined = true;
+  stat->sent.defined_on = 1;
+  StatRetirement retirement;
+  const auto now = StatRetirement::Clock::now();
+  EXPECT_EQ(retirement.ReleasesWrittenBy(), 0u);
+  // An invalid stat is never released: nothing to wait for.
+  invalid->closed = true;
+  ASSERT_TRUE(retirement.LookDue(1, 4, 1, now));
+  retirement.Consider(*invalid, 4, 1);
+  EXPECT_EQ(retirement.ReleasesWrittenBy(), 0u);
+  // Seen closed before cycle 5: released at the look after it, written by
+  // cycle 6.
+  stat->closed = true;
+  ASSERT_TRUE(retirement.LookDue(2, 4, 1, now));
+  retirement.Consider(*stat, 4, 1);
+  EXPECT_EQ(retirement.ReleasesWrittenBy(), 6u);
+  ASSERT_TRUE(retirement.LookDue(2, 5, 1, now));
+  retirement.Consider(*stat, 5, 1);
+  EXPECT_EQ(retirement.TakeReleases(1), (std::vector<uint32_t>{stat->id}));
+  EXPECT_EQ(retirement.ReleasesWrittenBy(), 6u);
+}
+
+TEST(StatRetirementTest, ANewStreamThatDefinedAClosedStatAgainReleasesItAtOnce) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  StatRegistry registry;
+  auto stat = MakeStat(buffers, registry, 100);
+  stat->ever_defined = true;
+  stat->sent.defined_on = 1;
+  stat->sent.taken = 2;  // unacknowledged: kept
+  StatRetirement retirement;
+  const auto now = StatRetirement::Clock::now();
+  stat->closed = true;
+  ASSERT_TRUE(retirement.LookDue(1, 0, 1, now));
+  EXPECT_FALSE(retirement.Consider(*stat, 0, 1));
+  ASSERT_TRUE(retirement.LookDue(1, 1, 1, now));
+  EXPECT_FALSE(retirement.Consider(*stat, 1, 1));
+  EXPECT_EQ(retirement.TakeReleases(1), (std::vector<uint32_t>{stat->id}));
+  EXPECT_FALSE(retirement.LookDue(1, 2, 1, now));
+  // Stream 2 opened with every stat's definition, this one's too: it
+  // needs a release there, in the next cycle, not a second later.
+  stat->sent.defined_on = 2;
+  ASSERT_TRUE(retirement.LookDue(1, 2, 2, now));
+  EXPECT_FALSE(retirement.Consider(*stat, 2, 2));
+  EXPECT_EQ(retirement.TakeReleases(2), (std::vector<uint32_t>{stat->id}));
+  EXPECT_EQ(retirement.ReleasesWrittenBy(), 3u);
+}
+
+TEST(StatRegistryTest, ARetiredStatsIdIsFreeOnceItsBatchesAreAcknowledgedLowestFirst) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  StatRegistry registry;
+  std::vector<std::shared_ptr<StatState>> stats;
+  for (int i = 0; i < 4; ++i) {
+    stats.push_back(MakeStat(buffers, registry, 100 + i));
+    stats.back()->ever_defined = true;
+  }
+  stats[2]->closed = true;
+  registry.RetireClosed([](StatState&) { return true; }, /*written_through=*/7);
+  stats[0]->closed = true;
+  registry.RetireClosed([](StatState&) { return true; }, 9);
+  EXPECT_EQ(registry.ids_waiting(), 2u);
+  // Batch 7 still kept: nothing is free, a new stat gets a new id.
+  EXPECT_TRUE(registry.FreeIdsSettledBefore(7).empty());
+  EXPECT_EQ(registry.NextId(), 5u);
+  // Acknowledged through 9: both, in retirement order; handed out lowest
+  // first, then new ones again.
+  EXPECT_EQ(registry.FreeIdsSettledBefore(10), (std::vector<uint32_t>{3, 1}));
+  EXPECT_EQ(registry.ids_free(), 2u);
+  EXPECT_EQ(registry.NextId(), 1u);
+  EXPECT_EQ(registry.NextId(), 3u);
+  EXPECT_EQ(registry.NextId(), 6u);
+  EXPECT_EQ(registry.max_id(), 6u);
+}
+
+TEST(StatRegistryTest, AStatDestroyedBeforeItWasDefinedFreesItsIdAtOnce) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  StatRegistry registry;
+  auto stat = MakeStat(buffers, registry, 100);
+  EXPECT_TRUE(registry.AnyPendingDefinitionOrDrops());
+  stat->closed = true;  // nothing of it will be sent: nothing pending
+  EXPECT_FALSE(registry.AnyPendingDefinitionOrDrops());
+  registry.RetireClosed([](StatState&) { return true; }, /*written_through=*/5);
+  EXPECT_EQ(registry.FreeIdsSettledBefore(1), (std::vector<uint32_t>{1}));
+  EXPECT_EQ(registry.NextId(), 1u);
+}
+
+TEST(StatRegistryTest, AStatRefusedAnIdLeavesIdZeroToTheOthers) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  StatRegistry registry;
+  v1::StatDefinition def;
+  def.set_id(0);  // as RegisterStat makes a stat past kMaxIds
+  auto refused = std::make_shared<StatState>(def, /*is_valid=*/false, buffers);
+  registry.Add(refused);
+  refused->closed = true;
+  registry.RetireClosed([](StatState&) { return true; }, 0);
+  EXPECT_EQ(registry.ids_waiting(), 0u);
+}
+
+TEST(FreedCountsTest, AFreedIdsCountsMoveToTheTotalsAndItsEntriesStartAgain) {
+  StatTable table;
+  SenderTable sent;
+  StatCounts& c = table.Create(5);
+  SenderSlot& slot = sent.Create(5);
+  Bump(c.rejected, 2);
+  Bump(c.delivered, 7);
+  Bump(c.drops_acked, 2);
+  Bump(c.delivered_current, 7);
+  Bump(c.drops_acked_current, 2);
+  Bump(c.abandoned, 1);
+  Bump(slot.taken, 8);
+  slot.defined_on = 3;
+  FreedCounts freed;
+  freed.Absorb(c, slot);
+  EXPECT_EQ(freed.rejected, 2u);
+  EXPECT_EQ(freed.delivered, 7u);
+  EXPECT_EQ(freed.abandoned, 1u);
+  EXPECT_EQ(freed.taken, 8u);
+  for (const auto* counter : {&c.rejected, &c.delivered, &c.drops_acked, &c.delivered_current,
+                              &c.drops_acked_current, &c.abandoned, &slot.taken}) {
+    EXPECT_EQ(counter->load(), 0u);
+  }
+  // Not defined on any stream: the id's next stat is defined before its
+  // first sample goes out.
+  EXPECT_EQ(slot.defined_on, 0u);
+}
+
+TEST(StatStateTest, AStateDestroyedAfterItsIdServesAnotherStatLeavesTheEntryAlone) {
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  v1::StatDefinition def;
+  def.set_id(9);
+  auto old_state = std::make_unique<StatState>(def, true, buffers);
+  auto new_state = std::make_unique<StatState>(def, true, buffers);
+  EXPECT_EQ(buffers->table.At(9).state.load(), new_state.get());
+  old_state.reset();
+  EXPECT_EQ(buffers->table.At(9).state.load(), new_state.get());
+  new_state.reset();
+  EXPECT_EQ(buffers->table.At(9).state.load(), nullptr);
 }
 
 }  // namespace
