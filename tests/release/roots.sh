@@ -3,22 +3,40 @@
 # prints its path on stdout; progress goes to stderr.
 #
 #   tests/release/roots.sh bullseye       # minbase: apt, passwd, glibc 2.31
-#   tests/release/roots.sh bullseye-cxx   # minbase + g++ 10, cmake, make, pkg-config
+#   tests/release/roots.sh bullseye-cxx   # bullseye + g++ 10, cmake, make, pkg-config
 #   tests/release/roots.sh trixie         # minbase + python3, python3-venv
-#   tests/release/roots.sh trixie-torch   # + python3-torch 2.6, libtorch-dev 2.6, pytest, g++, pkg-config, GoogleTest
-#   tests/release/roots.sh trixie-receivers  # minbase + Prometheus 2.53, VictoriaMetrics 1.112 (push receivers)
+#   tests/release/roots.sh trixie-torch   # trixie + python3-torch 2.6, libtorch-dev 2.6, pytest, g++, pkg-config, GoogleTest
+#   tests/release/roots.sh trixie-receivers  # trixie + Prometheus 2.53, VictoriaMetrics 1.112 (push receivers)
+#
+# Two roots are made by debootstrap --variant=minbase (with --include for
+# trixie's python3); the others are made from one of them, as the table
+# says: a copy (cp -a --reflink=auto) of that cached root, then their own
+# packages installed in it with apt from Debian's archive (the suite's main,
+# no -updates or -security, as debootstrap; --no-install-recommends, as
+# debootstrap --include follows Depends and Pre-Depends only; services not
+# started), so the two debootstraps are all the minbase work done. Where a
+# dependency has alternatives, apt takes one the root already satisfies and
+# debootstrap the first: trixie-torch has no python3-setuptools and none of
+# the backports of what Python 3.13 has (exceptiongroup, tomli, zipp,
+# importlib-metadata); nothing uses them. trixie-receivers carries trixie's
+# python3, unused (its binaries run from the host): a copy of trixie is
+# cheaper than another debootstrap. Every root keeps the package lists (as
+# debootstrap leaves them) but not the downloaded .debs; a test that installs
+# a local .deb gives apt a dead proxy, so a dependency missing from the root
+# fails instead of being downloaded.
 #
 # Cache: ${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}/roots/
 #   <name>-<hash>/root    the root (printed)
 #   <name>-<hash>/ready   written last, before the atomic rename
-# <hash> is of this script without its comments and its table of roots,
-# and of the root's own line in it: changing the recipe makes new roots,
-# adding a root to the table does not rebuild the others. The mirror is no
-# part of it: debootstrap checks every package against the archive's
-# signatures, whichever host served it. A root is built in
+# <hash> is of this script without its comments and its table of roots, of
+# the root's own line in it and, for a root made from another, of that
+# root's <hash>: changing a recipe makes that root and those made from it
+# anew, adding a root to the table does not rebuild the others. The mirror
+# is no part of it: debootstrap and apt check every package against the
+# archive's signatures, whichever host served it. A root is built in
 # <name>-<hash>.tmp.<pid> and renamed into place, under a lock, so a
 # half-built root is never used. Never modify a cached root: the tests work
-# on throwaway overlays of it.
+# on throwaway overlays of it, and the roots made from it on copies.
 #
 # Needs root, debootstrap and Debian's archive: the Debian mirror of this
 # machine's apt sources, or TORCHMON_DEBIAN_MIRROR, or for a release Debian
@@ -30,27 +48,56 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/release/debian-apt.sh"
 
 DEBOOTSTRAP=${DEBOOTSTRAP:-/usr/sbin/debootstrap}
 
-# The table of roots. NAME) SUITE PACKAGES (debootstrap --include, or -), and
-# a command the finished root must run (its /proc mounted): what the tests
-# rely on.
-usage() { echo "usage: $0 bullseye|bullseye-cxx|trixie|trixie-torch|trixie-receivers" >&2; exit 2; }
-[[ $# -eq 1 ]] || usage
+# The table of roots. table NAME sets recipe, "SUITE PACKAGES" (debootstrap
+# --variant=minbase --include=PACKAGES, or - for none) or "+ROOT PACKAGES"
+# (a copy of ROOT with PACKAGES installed by apt: only roots whose packages
+# include all of ROOT's), and check, a command the finished root must run
+# (its /proc mounted): what the tests rely on.
+table() {
+  case "$1" in
+    bullseye)     recipe="bullseye -"
+                  check="getent passwd root" ;;
+    bullseye-cxx) recipe="+bullseye g++,cmake,make,pkg-config"
+                  check="g++ --version && cmake --version && pkg-config --version" ;;
+    trixie)       recipe="trixie python3,python3-venv"
+                  check="python3 -c 'import ensurepip, venv'" ;;
+    trixie-torch) recipe="+trixie python3-torch,python3-pytest,libtorch-dev,g++,make,pkg-config,libgtest-dev,libgmock-dev"
+                  check="python3 -c 'import torch.monitor, pytest, venv' && g++ --version && pkg-config --version && test -f /usr/include/gmock/gmock.h" ;;
+    trixie-receivers) recipe="+trixie prometheus,victoria-metrics"
+                  check="prometheus --version && victoria-metrics --version" ;;
+    *) echo "usage: $0 bullseye|bullseye-cxx|trixie|trixie-torch|trixie-receivers" >&2; exit 2 ;;
+  esac
+}  # end of the table of roots
+
+# key NAME: the <hash> of root NAME (the recipe: this script without its
+# comments and its table, this root's line of the table, and the <hash> of
+# the root it is made from).
+key() {
+  local recipe check from
+  table "$1"
+  from=${recipe%% *}
+  { sed -e '/^# The table of roots/,/^}  # end of the table of roots$/d' -e '/^ *#/d' \
+      "${BASH_SOURCE[0]}"
+    echo "$recipe"; echo "$check"
+    [[ $from != +* ]] || key "${from#+}"; } | sha256sum | cut -c1-12
+}
+
+# suite NAME: the Debian release of root NAME.
+suite() {
+  local recipe check from
+  table "$1"
+  from=${recipe%% *}
+  if [[ $from == +* ]]; then suite "${from#+}"; else echo "$from"; fi
+}
+
+[[ $# -eq 1 ]] || table ""
 name=$1
-case "$name" in
-  bullseye)     recipe="bullseye -"
-                check="getent passwd root" ;;
-  bullseye-cxx) recipe="bullseye g++,cmake,make,pkg-config"
-                check="g++ --version && cmake --version && pkg-config --version" ;;
-  trixie)       recipe="trixie python3,python3-venv"
-                check="python3 -c 'import ensurepip, venv'" ;;
-  trixie-torch) recipe="trixie python3,python3-venv,python3-torch,python3-pytest,libtorch-dev,g++,make,pkg-config,libgtest-dev,libgmock-dev"
-                check="python3 -c 'import torch.monitor, pytest, venv' && g++ --version && pkg-config --version && test -f /usr/include/gmock/gmock.h" ;;
-  trixie-receivers) recipe="trixie prometheus,victoria-metrics"
-                check="prometheus --version && victoria-metrics --version" ;;
-  *) usage ;;
-esac  # end of the table of roots
-read -r suite include <<<"$recipe"
-[[ $include != - ]] || include=""
+table "$name"
+read -r base packages <<<"$recipe"
+[[ $packages != - ]] || packages=""
+parent=""
+[[ $base != +* ]] || parent=${base#+}
+suite=$(suite "$name")
 
 log() { echo "roots.sh[$name]: $*" >&2; }
 
@@ -58,10 +105,7 @@ log() { echo "roots.sh[$name]: $*" >&2; }
 [[ -x $DEBOOTSTRAP ]] || { log "debootstrap not found at $DEBOOTSTRAP"; exit 1; }
 
 cache=${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}
-# The recipe: this script without its comments and its table, and this
-# root's line of the table.
-hash=$( (sed -e '/^# The table of roots/,/^esac  # end of the table of roots$/d' -e '/^ *#/d' \
-           "${BASH_SOURCE[0]}"; echo "$recipe"; echo "$check") | sha256sum | cut -c1-12)
+hash=$(key "$name")
 entry="$cache/roots/$name-$hash"
 mkdir -p "$cache/roots"
 
@@ -80,8 +124,8 @@ if [[ -f $entry/ready ]]; then
   exit 0
 fi
 
-# Deletes a build folder: first unmounts what debootstrap may have left
-# mounted in it (it mounts proc and sys in the target), deepest first, then
+# Deletes a build folder: first unmounts what debootstrap or this script
+# may have left mounted in it (proc, sys in the target), deepest first, then
 # removes it without crossing into another filesystem.
 remove_build() {
   local m
@@ -101,21 +145,52 @@ for old in "$entry".tmp.*; do
   fi
 done
 
+# The root this one is made from: cached, or made now (its own lock, log
+# and timing).
+if [[ -n $parent ]]; then
+  parent_root=$("${BASH_SOURCE[0]}" "$parent")
+  [[ $parent_root == "$cache/roots/$parent-$(key "$parent")/root" ]] ||
+    { log "$parent's root is not where its key says: $parent_root"; exit 1; }
+fi
+
 debian_mirror "$suite"
 mkdir -p "$tmp"
 start=$SECONDS
-args=(--variant=minbase)
-[[ -n $include ]] && args+=("--include=$include")
-log "debootstrap ${args[*]} $suite $tmp/root $debian_main"
-"$DEBOOTSTRAP" "${args[@]}" "$suite" "$tmp/root" "$debian_main" >"$tmp/debootstrap.log" 2>&1 || {
-  log "debootstrap failed; last lines of its log:"
-  tail -n 30 "$tmp/debootstrap.log" >&2
-  exit 1
-}
-# Downloaded .debs are not needed; the package lists were never fetched, so
-# apt inside the root can only install local files (that is what we want:
-# a missing dependency fails instead of being downloaded).
-rm -f "$tmp/root/var/cache/apt/archives/"*.deb
+if [[ -z $parent ]]; then
+  args=(--variant=minbase)
+  [[ -n $packages ]] && args+=("--include=$packages")
+  log "debootstrap ${args[*]} $suite $tmp/root $debian_main"
+  "$DEBOOTSTRAP" "${args[@]}" "$suite" "$tmp/root" "$debian_main" >"$tmp/debootstrap.log" 2>&1 || {
+    log "debootstrap failed; last lines of its log:"
+    tail -n 30 "$tmp/debootstrap.log" >&2
+    exit 1
+  }
+  # The .debs are not needed.
+  rm -f "$tmp/root/var/cache/apt/archives/"*.deb
+else
+  log "a copy of $parent_root + apt-get install ${packages//,/ } from $debian_main $suite"
+  cp -a --reflink=auto "$parent_root" "$tmp/root"
+  # As debootstrap would: the suite's main, this machine's resolver
+  # configuration, no translations in the package lists; no service
+  # started while packages are configured.
+  echo "deb $debian_main $suite main" >"$tmp/root/etc/apt/sources.list"
+  [[ ! -f /etc/resolv.conf ]] || cp -L /etc/resolv.conf "$tmp/root/etc/resolv.conf"
+  printf '#!/bin/sh\nexit 101\n' >"$tmp/root/usr/sbin/policy-rc.d"
+  chmod 755 "$tmp/root/usr/sbin/policy-rc.d"
+  mount -t proc proc "$tmp/root/proc"
+  apt=(chroot "$tmp/root" env PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive
+       apt-get -q -y -o Dpkg::Options::=--force-confold -o Acquire::Languages=none)
+  ((!debian_archived)) || apt+=(-o Acquire::Check-Valid-Until=false)
+  # shellcheck disable=SC2086  # packages: a comma-separated list
+  { "${apt[@]}" update && "${apt[@]}" install --no-install-recommends ${packages//,/ } &&
+    "${apt[@]}" clean; } >"$tmp/apt.log" 2>&1 || {
+    log "apt-get failed; last lines of its log:"
+    tail -n 30 "$tmp/apt.log" >&2
+    exit 1
+  }
+  umount "$tmp/root/proc"
+  rm -f "$tmp/root/usr/sbin/policy-rc.d"
+fi
 
 # Sanity: apt and the table's check.
 chroot "$tmp/root" /usr/bin/apt-get --version >/dev/null
@@ -130,8 +205,9 @@ umount "$tmp/root/proc"
   echo "name=$name"
   echo "suite=$suite"
   echo "recipe=$hash"
+  echo "from=${parent:+$parent_root}"
   echo "mirror=$debian_main"
-  echo "include=$include"
+  echo "include=$packages"
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "seconds=$((SECONDS - start))"
 } >"$tmp/ready"
