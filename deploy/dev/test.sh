@@ -129,8 +129,13 @@ trap stop_prefetch EXIT
 # shellcheck disable=SC2016  # $1 is the inner shell's
 prefetch libraries flock "$release_cache/make.lock" bash -c \
   'set -e; "$1/toolchain.sh"; "$1/deps.sh"; "$1/snappy.sh"; "$1/deps.sh" --libstdc++' _ "$root/deploy/release"
+# The roots in two chains, one per suite, each made from its suite's first
+# (roots.sh): they mostly wait on the network, so side by side.
 # shellcheck disable=SC2016
-prefetch roots bash -c 'set -e; for r in bullseye bullseye-cxx trixie trixie-torch trixie-receivers; do
+prefetch bullseye-roots bash -c 'set -e; for r in bullseye bullseye-cxx; do
+  "$1/roots.sh" "$r"; done' _ "$root/tests/release"
+# shellcheck disable=SC2016
+prefetch trixie-roots bash -c 'set -e; for r in trixie trixie-torch trixie-receivers; do
   "$1/roots.sh" "$r"; done' _ "$root/tests/release"
 await_prefetch() {  # await_prefetch NAME...: waits; a failure prints its log
   local name
@@ -171,7 +176,7 @@ stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$jobs" --
 # ~/.cache/torchmon-release) and their proofs: the ELF audit and the Debian
 # roots (tests/release, pytest). Last, so that the background above had
 # every idle moment of the run.
-stage "wait for the background libraries and roots" await_prefetch libraries roots
+stage "wait for the background libraries and roots" await_prefetch libraries bullseye-roots trixie-roots
 release_dir=$root/build-portable/artefacts
 stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
 TORCHMON_RELEASE_DIR="$release_dir" TORCHMON_BUILD_DIR="$build" \
