@@ -62,7 +62,9 @@ namespace torchmon::detail {
 // one consumer step that moves the claim, first revokes the fast path by a
 // Dekker handshake on asymmetric fences (the owner's in_push_ against the
 // consumer's revoked_; AsymmetricFence). While revoked, the owner pushes by
-// TryPush's CAS. Without asymmetric fences no log is owned.
+// TryPush's CAS. A log may have an owner only once AllowOwner() was called
+// on it; Release of any other log (the client's shared one, every log where
+// there are no asymmetric fences, a test's) pays no system call.
 class SampleLog {
  public:
   static constexpr uint32_t kSlots = 16;
@@ -106,10 +108,19 @@ class SampleLog {
     return PushSlow(pool, value, timestamp_us, stat_id);
   }
 
+  // Lets one thread at a time own this log (TryPushOwned); Release then
+  // revokes the owner's fast path with a membarrier. Only once
+  // AsymmetricFence::Available(), and before the log is shared with any
+  // thread (ClientBuffers calls it from its constructor): a consumer that
+  // releases the log must see it, and it must come before any owned push.
+  // Producers never read it.
+  void AllowOwner() noexcept { may_have_owner_ = true; }
+  bool may_have_owner() const noexcept { return may_have_owner_; }
+
   // TryPush for the log's owner (see "An owned log" above): the same
   // result, without the CAS when the chunk has room and the consumer is not
-  // releasing. Only while AsymmetricFence::Available(), and only by the one
-  // thread that owns the log now.
+  // releasing. Only on a log AllowOwner() was called on, and only by the
+  // one thread that owns the log now.
   PushResult TryPushOwned(ChunkPool& pool, double value, int64_t timestamp_us,
                           uint32_t stat_id = 0) noexcept {
     in_push_.store(1, std::memory_order_relaxed);
@@ -305,14 +316,15 @@ class SampleLog {
   // answer (it found the released chunk full just before) returns
   // kPushedAndBound, as every push that installs a chunk does.
   //
-  // Where logs may be owned (AsymmetricFence::Available()), it first
-  // revokes the owner's fast path, and gives up (false) if the owner is in
-  // the middle of a push: one membarrier system call.
+  // If the log may have an owner (AllowOwner), it first revokes the
+  // owner's fast path, and gives up (false) if the owner is in the middle
+  // of a push: one membarrier system call. Any other log's producers all
+  // take the CAS, which settles a race with the claim's move here.
   bool Release(ChunkPool& pool) noexcept {
     const uint64_t entry = dir_[read_gen_ % kSlots].load(std::memory_order_acquire);
     const uint32_t chunk = EntryChunk(entry);
     if (chunk == 0) return true;
-    const bool revoke = AsymmetricFence::Available();
+    const bool revoke = may_have_owner_;
     if (revoke) {
       revoked_.store(1, std::memory_order_relaxed);
       // After this, an owner's push either was seen in progress here or
@@ -460,6 +472,8 @@ class SampleLog {
   // The generation the consumer reads (wraps with the directory's tags).
   uint32_t read_gen_ = 0;
   const uint32_t first_class_;
+  // Set by AllowOwner before the log is shared; read by Release.
+  bool may_have_owner_ = false;
 };
 
 }  // namespace torchmon::detail

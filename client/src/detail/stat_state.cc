@@ -55,11 +55,12 @@ uint32_t TakeOwnableLog() noexcept {
 
 }  // namespace
 
-void PrepareThreadLogs() noexcept {
+bool PrepareThreadLogs() noexcept {
   static const bool ready = [] {
     return pthread_key_create(&owned_log_key, GiveBackOwnedLog) == 0 && AsymmetricFence::Register();
   }();
   if (ready) owned_logs_ready.store(true, std::memory_order_release);
+  return ready;
 }
 
 uint32_t AssignThreadLog() noexcept {

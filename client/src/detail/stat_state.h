@@ -61,8 +61,11 @@ inline thread_local uint32_t tls_log_offset = 0;
 // pthread keys, once per thread).
 [[gnu::noinline, gnu::cold]] uint32_t AssignThreadLog() noexcept;
 // Once per process, from a Client's construction: the thread-exit hook
-// and the asymmetric fences that owned logs need (AsymmetricFence).
-void PrepareThreadLogs() noexcept;
+// and the asymmetric fences that owned logs need (AsymmetricFence). True
+// if threads own logs (then in every client, and for the life of the
+// process): the first ProducerLog::kOwnable logs of each client may each
+// have an owner.
+bool PrepareThreadLogs() noexcept;
 
 inline ProducerLog& LogAt(ProducerLog* logs, uint32_t offset) noexcept {
   return *reinterpret_cast<ProducerLog*>(reinterpret_cast<char*>(logs) + (offset & ~uint32_t{63}));
@@ -81,8 +84,13 @@ inline ProducerLog& LogAt(ProducerLog* logs, uint32_t offset) noexcept {
 struct ClientBuffers {
   static constexpr uint32_t kLogs = ProducerLog::kCount;
 
-  // Prepares the process (once) for threads to own their logs.
-  explicit ClientBuffers(size_t budget_bytes) : pool(budget_bytes) { PrepareThreadLogs(); }
+  // Prepares the process (once) for threads to own their logs, and lets
+  // the logs a thread may own have an owner (before any thread sees them).
+  explicit ClientBuffers(size_t budget_bytes) : pool(budget_bytes) {
+    if (PrepareThreadLogs()) {
+      for (uint32_t i = 0; i < ProducerLog::kOwnable; ++i) logs[i].log.AllowOwner();
+    }
+  }
   ~ClientBuffers() {
     for (Log& l : logs) l.log.ReleaseAll(pool);
   }

@@ -322,6 +322,7 @@ TEST(SampleLogTest, OwnedLogsLoseNothingWhileTheConsumerReleasesTheirChunks) {
     std::atomic<int> owners_done{0};
   };
   auto* shared = new Shared;
+  for (SampleLog& log : shared->logs) log.AllowOwner();
   std::vector<std::thread> owners;
   for (int o = 0; o < kOwners; ++o) {
     owners.emplace_back([shared, o] {
@@ -637,6 +638,7 @@ TEST(StatStateTest, AThreadOwnsItsLogUntilItExitsAndThreadsBeyondShareTheLast) {
   for (uint32_t offset : offsets) {
     if ((offset & kThreadLogOwned) != 0) {
       owned.push_back(offset);
+      EXPECT_TRUE(LogAt(buffers->logs, offset).log.may_have_owner()) << offset;
     } else {
       EXPECT_EQ(&LogAt(buffers->logs, offset), &buffers->logs[ProducerLog::kOwnable]);
       ++shared_last;
@@ -657,6 +659,18 @@ TEST(StatStateTest, AThreadOwnsItsLogUntilItExitsAndThreadsBeyondShareTheLast) {
   }).join();
   EXPECT_NE(next & kThreadLogOwned, 0u);
   EXPECT_EQ(buffers->BufferedTotal(), uint64_t{kThreads} * kAdds + 2);
+}
+
+TEST(StatStateTest, OnlyTheLogsAThreadMayOwnAreReleasedWithAFence) {
+  // Release revokes an owner's fast path with a membarrier, for a log that
+  // may have one: the first kOwnable, where threads own logs at all.
+  auto buffers = std::make_shared<ClientBuffers>(size_t{4} << 20);
+  const bool owning = AsymmetricFence::Available();
+  for (uint32_t i = 0; i < ProducerLog::kOwnable; ++i) {
+    EXPECT_EQ(buffers->logs[i].log.may_have_owner(), owning) << i;
+  }
+  EXPECT_FALSE(buffers->logs[ProducerLog::kOwnable].log.may_have_owner());
+  EXPECT_FALSE(SampleLog().may_have_owner());
 }
 
 TEST(StatStateTest, SamplesWaitingInTheLogsAreCountedPerStatAndInTotal) {
