@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "detail/asymmetric_fence.h"
 #include "detail/chunk_pool.h"
 #include "detail/stat_state.h"
@@ -399,6 +400,27 @@ TEST(SampleLogTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChun
     // Looks the consumer has had.
     std::atomic<int> round{0};
     std::atomic<int> producers_done{0};
+    // A producer waits for looks spinning for a moment, so that it is
+    // pushing again while the consumer releases, then blocked: one that
+    // yielded instead gave its CPU to the busy processes beside it for a
+    // timeslice a round, and the 20,000 rounds took minutes.
+    absl::Mutex mu;
+    absl::CondVar looked;
+
+    void AwaitLooks(int looks) {
+      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+      while (round.load() < looks) {
+        if (std::chrono::steady_clock::now() < spin_until) continue;
+        absl::MutexLock lock(&mu);
+        while (round.load() < looks) looked.Wait(&mu);
+      }
+    }
+    void Look() {
+      round.fetch_add(1);
+      // Once a waiter that read the old count under mu is in Wait.
+      { absl::MutexLock lock(&mu); }
+      looked.SignalAll();
+    }
   };
   auto shared = std::make_unique<Shared>();
   std::vector<std::thread> producers;
@@ -412,7 +434,7 @@ TEST(SampleLogTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChun
         }
         // Next round once the consumer has had a whole look since (bounded:
         // it looks until every producer is done).
-        while (s.round.load() < seen + 2) std::this_thread::yield();
+        s.AwaitLooks(seen + 2);
       }
       s.producers_done.fetch_add(1);
     });
@@ -427,7 +449,7 @@ TEST(SampleLogTest, AConsumerThatStopsLookingAtAReleasedStatIsToldOfEveryNewChun
         if (!shared->buffer.Release(shared->pool)) shared->listed.store(true);
       }
     }
-    shared->round.fetch_add(1);
+    shared->Look();
   }
   for (auto& t : producers) t.join();
   if (shared->listed.load()) shared->buffer.Drain(shared->pool, UINT64_MAX, consume);
