@@ -131,12 +131,15 @@ prefetch libraries flock "$release_cache/make.lock" bash -c \
   'set -e; "$1/toolchain.sh"; "$1/deps.sh"; "$1/snappy.sh"; "$1/deps.sh" --libstdc++' _ "$root/deploy/release"
 # The roots in two chains, one per suite, each made from its suite's first
 # (roots.sh): they mostly wait on the network, so side by side.
-# shellcheck disable=SC2016
-prefetch bullseye-roots bash -c 'set -e; for r in bullseye bullseye-cxx; do
-  "$1/roots.sh" "$r"; done' _ "$root/tests/release"
-# shellcheck disable=SC2016
-prefetch trixie-roots bash -c 'set -e; for r in trixie trixie-torch trixie-receivers; do
-  "$1/roots.sh" "$r"; done' _ "$root/tests/release"
+prefetch_roots() {  # prefetch_roots NAME ROOT...: the roots in order, in the background
+  local name=$1
+  shift
+  # shellcheck disable=SC2016  # $1 is the inner shell's
+  prefetch "$name" bash -c 'set -e; dir=$1; shift; for r; do "$dir/roots.sh" "$r"; done' \
+    _ "$root/tests/release" "$@"
+}
+prefetch_roots bullseye-roots bullseye bullseye-cxx
+prefetch_roots trixie-roots trixie trixie-torch trixie-receivers
 await_prefetch() {  # await_prefetch NAME...: waits; a failure prints its log
   local name
   for name in "$@"; do
@@ -188,7 +191,7 @@ echo
 echo "test.sh: stages on $("$build/tests/bench/torchmon-machine"):"
 printf '  %s\n' "${stage_times[@]}"
 echo "  total $((SECONDS - started)) s"
-# ccache 4.7's summary: hits, misses and the cache's size.
+# ccache 4.7's counters: its hits and misses in this run.
 echo "  compiler cache ($CCACHE_DIR): $(ccache --print-stats | awk -F'\t' '
   $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { hit += $2 }
   $1 == "cache_miss" { miss = $2 }
