@@ -384,9 +384,10 @@ void IngestSession::Define(const v1::StatDefinition& def, uint64_t sequence, v1:
     stats_.definitions_refused.fetch_add(1, std::memory_order_relaxed);
     Report(ack, sequence, def.id(), code, message, 0);
     Binding& b = bindings_.FindOrCreate(def.id());
-    // A working binding survives a conflicting re-definition of its id: the
-    // definition that came first wins, as between streams.
-    if (b.id != 0 && b.refusal.empty()) return;
+    // A working binding, or one whose definition waits for a release,
+    // survives a conflicting re-definition of its id: the definition that
+    // came first wins, as between streams.
+    if (b.refusal.empty() && (b.id != 0 || b.waiting != nullptr)) return;
     // Otherwise remember the refusal so later samples under this id are
     // refused with the same reason instead of "unknown id".
     b = Binding{};

@@ -244,6 +244,35 @@ TEST_F(IngestSessionTest, ADefinitionWaitsForAReleaseInALaterBatchHoldingItsSamp
   EXPECT_EQ(ack.errors(0).samples_refused(), 1u);
 }
 
+TEST_F(IngestSessionTest, AnInvalidDefinitionOfAWaitingIdIsRefusedAndTheWaitingOneKept) {
+  v1::IngestBatch first;
+  first.set_sequence(1);
+  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
+  AddSamples(first, 1, kT0 * 1000, {1});
+  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(first, 2, kT0 * 1000 + 10, {5, 6});
+  ASSERT_THAT(Apply(first).errors(), IsEmpty());
+  // The same id and name again, with a spec that cannot be: refused, and
+  // the definition that waits keeps waiting with its samples.
+  v1::IngestBatch second;
+  second.set_sequence(2);
+  AddDefinition(second, 2, "s", {v1::SUM}, /*window_ms=*/5);
+  const v1::IngestAck refused = Apply(second);
+  ASSERT_THAT(refused.errors(), SizeIs(1));
+  EXPECT_EQ(refused.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(refused.errors(0).message(), HasSubstr("window_size_ms"));
+  EXPECT_EQ(Series("s").counters.accepted, 1u);
+  v1::IngestBatch third;
+  third.set_sequence(3);
+  AddSamples(third, 2, kT0 * 1000 + 20, {7});
+  third.add_released(1);
+  ASSERT_THAT(Apply(third).errors(), IsEmpty());
+  EXPECT_EQ(Series("s").spec.window_ms, 2000);
+  EXPECT_EQ(Series("s").counters.accepted, 4u);
+  EXPECT_EQ(stats_.samples_refused.load(), 0u);
+  EXPECT_EQ(session_.samples_waiting(), 0u);
+}
+
 TEST_F(IngestSessionTest, TwoDefinitionsAliveOnOneStreamStillConflictOnceTheWaitIsOver) {
   v1::IngestBatch first;
   first.set_sequence(1);
