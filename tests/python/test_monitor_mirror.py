@@ -249,6 +249,7 @@ class Pair:
     (count, get(), the window events so far) recorded for each."""
 
     def __init__(self, name, aggregations, window, *max_samples):
+        self.name = name
         self.events = {torch.monitor: [], torchmon: []}
         self.handles = {m: m.register_event_handler(self.events[m].append)
                         for m in (torch.monitor, torchmon)}
@@ -261,10 +262,18 @@ class Pair:
         for m, s in self.stats.items():
             s.add(v)
 
+    def windows(self, m):
+        """The window events of this pair's Stat in module m. A handler sees
+        every Stat of the process: one of an earlier test, collected by the
+        garbage collector while this one runs, logs its open window too."""
+        prefix = self.name + "."
+        return [e for e in self.events[m]
+                if e.name == "torch.monitor.Stat"
+                and all(k.startswith(prefix) and "." not in k[len(prefix):] for k in e.data)]
+
     def observe(self):
         for m, s in self.stats.items():
-            windows = [(e.name, comparable(e.data.items()))
-                       for e in self.events[m] if e.name == "torch.monitor.Stat"]
+            windows = [(e.name, comparable(e.data.items())) for e in self.windows(m)]
             self.seen[m].append((s.count, comparable((a.name, v) for a, v in s.get().items()),
                                  windows))
 
@@ -311,12 +320,11 @@ def test_the_destructor_logs_what_remains_as_torch_monitor_does(pairs):
     p.delete()
     import gc
     gc.collect()
-    windows = {m: [comparable(e.data.items())
-                   for e in p.events[m] if e.name == "torch.monitor.Stat"]
+    windows = {m: [comparable(e.data.items()) for e in p.windows(m)]
                for m in (torch.monitor, torchmon)}
     assert windows[torchmon] == windows[torch.monitor]
     assert len(windows[torchmon]) == 1
-    (event,) = [e for e in p.events[torchmon] if e.name == "torch.monitor.Stat"]
+    (event,) = p.windows(torchmon)
     assert ("mirror.destroyed.value" in event.data) == TORCH_REPORTS_VALUE
     assert event.data["mirror.destroyed.sum"] != event.data["mirror.destroyed.sum"]  # NaN
     assert event.data["mirror.destroyed.count"] == 4
@@ -383,8 +391,7 @@ def test_generated_call_sequences_match_torch_monitor_after_every_call(pairs, se
         if rng.random() < 0.5:
             p.delete()
             gc.collect()
-            windows = {m: [comparable(e.data.items())
-                           for e in p.events[m] if e.name == "torch.monitor.Stat"]
+            windows = {m: [comparable(e.data.items()) for e in p.windows(m)]
                        for m in (torch.monitor, torchmon)}
             assert windows[torchmon] == windows[torch.monitor], (aggregations, cap)
 
