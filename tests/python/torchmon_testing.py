@@ -41,6 +41,11 @@ class Daemon:
     def __init__(self, tmpdir, *flags, wrapper=()):
         """`wrapper`: a command torchmond is run under (e.g. unshare)."""
         self.socket = os.path.join(tmpdir, "torchmond.sock")
+        # A test's daemon stops with its client's stream still open (the
+        # client outlives the fixture): the default drain, 1 s, made that a
+        # second per test. A test of the drain sets its own.
+        if not any(str(f).startswith("--drain-timeout") for f in flags):
+            flags = (*flags, "--drain-timeout", "100ms")
         self.stderr = open(os.path.join(tmpdir, "torchmond.stderr"), "w+")
         self.launched = LaunchedDaemon(
             [*wrapper, TORCHMOND, "--listen", "unix://" + self.socket, "--metrics-listen",
