@@ -37,6 +37,10 @@ release_build=${TORCHMON_RELEASE_BUILD_DIR:-$root/build-release}
 asan_build=${TORCHMON_ASAN_BUILD_DIR:-$root/build-asan-ubsan}
 tsan_build=${TORCHMON_TSAN_BUILD_DIR:-$root/build-tsan}
 jobs=$(nproc)
+# Tests run two per CPU: they mostly wait on daemons, clocks and
+# subprocesses (the Release suite kept 0.7 of 2 CPUs busy at -j2), and the
+# longest are started first (CTest's COST).
+test_jobs=${TORCHMON_TEST_JOBS:-$((2 * jobs))}
 
 # Each stage prints how long it took, and the end a table of them, because
 # CI has 90 minutes and machines of one type differ (an AMD EPYC one took
@@ -162,17 +166,17 @@ stage "build build" cmake --build "$build" -j"$jobs"
 # tests/install installs (cmake --install, cpack) from the Release build: a
 # product build that never built a test target.
 TORCHMON_INSTALL_BUILD_DIR="$release_build" \
-  stage "test build (the whole suite)" run_ctest "$build" --output-on-failure -j"$jobs" --timeout 300
+  stage "test build (the whole suite)" run_ctest "$build" --output-on-failure -j"$test_jobs" --timeout 300
 
 # The whole suite again, under ASan + UBSan (with the fuzzers: the preset
 # compiles everything with libFuzzer's coverage too), then under TSan.
 stage "configure build-asan-ubsan" cmake -S "$root" -B "$asan_build" --preset asan-ubsan -DTORCHMON_WERROR=ON \
   ${TORCHMON_FUZZ_SECONDS:+-DTORCHMON_FUZZ_SECONDS=$TORCHMON_FUZZ_SECONDS}
 stage "build build-asan-ubsan" cmake --build "$asan_build" -j"$jobs"
-stage "test build-asan-ubsan" run_ctest "$asan_build" --output-on-failure -j"$jobs" --timeout 600
+stage "test build-asan-ubsan" run_ctest "$asan_build" --output-on-failure -j"$test_jobs" --timeout 600
 stage "configure build-tsan" cmake -S "$root" -B "$tsan_build" --preset tsan -DTORCHMON_WERROR=ON
 stage "build build-tsan" cmake --build "$tsan_build" -j"$jobs"
-stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$jobs" --timeout 600
+stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$test_jobs" --timeout 600
 
 # The portable artefacts (deploy/release/build.sh: zig's clang for glibc
 # 2.28, the libraries built once from Debian's sources and cached under
