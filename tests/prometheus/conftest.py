@@ -86,7 +86,7 @@ def wait_for(c, queries, deadline):
         if all(got[e] == want for e, want in queries.items()):
             return
         failed = c.feeders.failed()
-        assert not failed, f"feeders failed: {failed}"
+        assert not failed, failed
         if time.monotonic() > deadline:
             pytest.fail(f"Prometheus did not get the expected data in time: {got}\n"
                         f"prometheus log:\n{c.prometheus.read_log()}")

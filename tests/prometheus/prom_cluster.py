@@ -166,12 +166,20 @@ class Feeders:
                     args.append("--capped")
                 if (node, local_rank) == NAN_EVAL_LOSS:
                     args.append("--nan-eval-loss")
-                log = open(os.path.join(tmpdir, f"feed-{node}-{local_rank}.log"), "w")
+                log = open(os.path.join(tmpdir, f"feed-{node}-{local_rank}.log"), "w+")
                 self.procs.append((subprocess.Popen(args, env=env, stdout=log, stderr=log), log))
 
     def failed(self):
-        """Feeders that exited with an error (they only exit early on one)."""
-        return [p.args for p, _ in self.procs if p.poll() not in (None, 0)]
+        """What each feeder that exited with an error (they only exit early
+        on one) printed, with its exit status and arguments; empty if none."""
+        reports = []
+        for proc, log in self.procs:
+            if proc.poll() in (None, 0):
+                continue
+            log.seek(0)
+            reports.append(f"feeder exited with {proc.returncode}: {proc.args}\n"
+                           f"{log.read()[-2000:]}")
+        return "\n".join(reports)
 
     def stop(self):
         for proc, _ in self.procs:
@@ -335,7 +343,7 @@ class Cluster:
             if shown == [RANKS_PER_NODE] * NODES:
                 return
             failed = self.feeders.failed()
-            assert not failed, f"feeders failed: {failed}"
+            assert not failed, failed
             assert time.monotonic() < deadline, f"{EVAL_STEP} histograms per daemon: {shown}"
             time.sleep(0.1)
 
