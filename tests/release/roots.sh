@@ -25,7 +25,7 @@
 # a local .deb gives apt a dead proxy, so a dependency missing from the root
 # fails instead of being downloaded.
 #
-# Cache: ${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}/roots/
+# Cache: ${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}/roots/
 #   <name>-<hash>/root    the root (printed)
 #   <name>-<hash>/ready   written last, before the atomic rename
 # <hash> is of this script without its comments and its table of roots, of
@@ -104,7 +104,7 @@ log() { echo "roots.sh[$name]: $*" >&2; }
 [[ $(id -u) -eq 0 ]] || { log "must run as root (debootstrap, chroot)"; exit 1; }
 [[ -x $DEBOOTSTRAP ]] || { log "debootstrap not found at $DEBOOTSTRAP"; exit 1; }
 
-cache=${TORCHMON_RELEASE_CACHE:-$HOME/.cache/torchmon-release}
+cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
 hash=$(key "$name")
 entry="$cache/roots/$name-$hash"
 mkdir -p "$cache/roots"
