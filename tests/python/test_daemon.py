@@ -275,7 +275,10 @@ def test_flush_releases_the_gil():
             for _ in range(200):
                 time.sleep(0.001)
             seen["flush_still_waiting"] = not flushed.is_set()
-            seen["daemon"] = Daemon(tmpdir)
+            # The sample was stamped before this wait and the daemon's
+            # start (slow under a sanitizer on a busy machine): a grace of
+            # 500 ms would count it late, not accepted.
+            seen["daemon"] = Daemon(tmpdir, "--grace", "60s")
 
         t = threading.Thread(target=other_thread)
         t.start()

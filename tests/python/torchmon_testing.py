@@ -41,15 +41,17 @@ class Daemon:
     def __init__(self, tmpdir, *flags, wrapper=()):
         """`wrapper`: a command torchmond is run under (e.g. unshare)."""
         self.socket = os.path.join(tmpdir, "torchmond.sock")
-        # A test's daemon stops with its client's stream still open (the
-        # client outlives the fixture): the default drain, 1 s, made that a
-        # second per test. A test of the drain sets its own.
-        if not any(str(f).startswith("--drain-timeout") for f in flags):
-            flags = (*flags, "--drain-timeout", "100ms")
+        # Defaults a test may set otherwise (a flag may be given once).
+        # The grace matches the tests' short windows. A test's daemon stops
+        # with its client's stream still open (the client outlives the
+        # fixture): the default drain, 1 s, made that a second per test.
+        for name, value in (("--grace", "500ms"), ("--drain-timeout", "100ms")):
+            if not any(str(f) == name or str(f).startswith(name + "=") for f in flags):
+                flags = (*flags, name, value)
         self.stderr = open(os.path.join(tmpdir, "torchmond.stderr"), "w+")
         self.launched = LaunchedDaemon(
             [*wrapper, TORCHMOND, "--listen", "unix://" + self.socket, "--metrics-listen",
-             "127.0.0.1:0", "--grace", "500ms", *flags], stderr=self.stderr)
+             "127.0.0.1:0", *flags], stderr=self.stderr)
         self.proc = self.launched.proc
         self.target = "unix://" + self.socket
         self.metrics = self.launched.ready.metrics

@@ -47,6 +47,18 @@ void AddSamples(v1::IngestBatch& batch, uint32_t stat_id, int64_t base_time_us,
   for (int64_t d : deltas_us) block->add_time_deltas_us(d);
 }
 
+// Batch 1 of a redefinition that waits: id 1 binds "s" (one sample), id 2
+// redefines "s" after id 1's release, its samples 5 and 6 held meanwhile.
+v1::IngestBatch ARedefinitionThatWaits() {
+  v1::IngestBatch batch;
+  batch.set_sequence(1);
+  AddDefinition(batch, 1, "s", {v1::SUM}, 1000);
+  AddSamples(batch, 1, kT0 * 1000, {1});
+  AddDefinition(batch, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
+  AddSamples(batch, 2, kT0 * 1000 + 10, {5, 6});
+  return batch;
+}
+
 void SetHello(v1::IngestBatch& batch, std::vector<std::pair<std::string, std::string>> labels) {
   for (const auto& [k, v] : labels) (*batch.mutable_hello()->mutable_labels())[k] = v;
   batch.mutable_hello()->set_client_name("test-client");
@@ -216,12 +228,7 @@ TEST_F(IngestSessionTest, ADefinitionWaitsForThisStreamsReleaseInTheSameBatch) {
 }
 
 TEST_F(IngestSessionTest, ADefinitionWaitsForAReleaseInALaterBatchHoldingItsSamples) {
-  v1::IngestBatch first;
-  first.set_sequence(1);
-  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
-  AddSamples(first, 1, kT0 * 1000, {1});
-  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
-  AddSamples(first, 2, kT0 * 1000 + 10, {5, 6});
+  v1::IngestBatch first = ARedefinitionThatWaits();
   ASSERT_THAT(Apply(first).errors(), IsEmpty());
   // Held: neither accepted nor refused yet.
   EXPECT_EQ(Series("s").counters.accepted, 1u);
@@ -245,12 +252,7 @@ TEST_F(IngestSessionTest, ADefinitionWaitsForAReleaseInALaterBatchHoldingItsSamp
 }
 
 TEST_F(IngestSessionTest, AnInvalidDefinitionOfAWaitingIdIsRefusedAndTheWaitingOneKept) {
-  v1::IngestBatch first;
-  first.set_sequence(1);
-  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
-  AddSamples(first, 1, kT0 * 1000, {1});
-  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
-  AddSamples(first, 2, kT0 * 1000 + 10, {5, 6});
+  v1::IngestBatch first = ARedefinitionThatWaits();
   ASSERT_THAT(Apply(first).errors(), IsEmpty());
   // The same id and name again, with a spec that cannot be: refused, and
   // the definition that waits keeps waiting with its samples.
@@ -425,12 +427,7 @@ TEST_F(IngestSessionTest, AReleasedIdDefinedAgainBindsTheNewStatAlone) {
 // (its Stat gone too) before that release comes: it keeps waiting with its
 // samples, and its id may be defined again meanwhile.
 TEST_F(IngestSessionTest, AnIdReleasedWhileItsDefinitionWaitsMayBeDefinedAgain) {
-  v1::IngestBatch first;
-  first.set_sequence(1);
-  AddDefinition(first, 1, "s", {v1::SUM}, 1000);
-  AddSamples(first, 1, kT0 * 1000, {1});
-  AddDefinition(first, 2, "s", {v1::SUM}, 2000)->set_after_release(true);
-  AddSamples(first, 2, kT0 * 1000 + 10, {5, 6});
+  v1::IngestBatch first = ARedefinitionThatWaits();
   first.add_released(2);
   ASSERT_THAT(Apply(first).errors(), IsEmpty());
   v1::IngestBatch second;
