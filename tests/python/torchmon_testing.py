@@ -41,7 +41,7 @@ class Daemon:
     def __init__(self, tmpdir, *flags, wrapper=()):
         """`wrapper`: a command torchmond is run under (e.g. unshare)."""
         self.socket = os.path.join(tmpdir, "torchmond.sock")
-        # Defaults a test may set otherwise (a flag may be given once).
+        # Defaults, given only when the test does not set the flag itself.
         # The grace matches the tests' short windows. A test's daemon stops
         # with its client's stream still open (the client outlives the
         # fixture): the default drain, 1 s, made that a second per test.

@@ -59,6 +59,16 @@ v1::IngestBatch ARedefinitionThatWaits() {
   return batch;
 }
 
+// Batch `sequence` after it: one more sample under id 2, then id 1's
+// release, which settles the waiting definition.
+v1::IngestBatch TheReleaseItWaitsFor(uint64_t sequence) {
+  v1::IngestBatch batch;
+  batch.set_sequence(sequence);
+  AddSamples(batch, 2, kT0 * 1000 + 20, {7});
+  batch.add_released(1);
+  return batch;
+}
+
 void SetHello(v1::IngestBatch& batch, std::vector<std::pair<std::string, std::string>> labels) {
   for (const auto& [k, v] : labels) (*batch.mutable_hello()->mutable_labels())[k] = v;
   batch.mutable_hello()->set_client_name("test-client");
@@ -233,11 +243,7 @@ TEST_F(IngestSessionTest, ADefinitionWaitsForAReleaseInALaterBatchHoldingItsSamp
   // Held: neither accepted nor refused yet.
   EXPECT_EQ(Series("s").counters.accepted, 1u);
   EXPECT_EQ(stats_.samples_refused.load(), 0u);
-  v1::IngestBatch second;
-  second.set_sequence(2);
-  AddSamples(second, 2, kT0 * 1000 + 20, {7});
-  second.add_released(1);
-  ASSERT_THAT(Apply(second).errors(), IsEmpty());
+  ASSERT_THAT(Apply(TheReleaseItWaitsFor(2)).errors(), IsEmpty());
   EXPECT_EQ(Series("s").spec.window_ms, 2000);
   EXPECT_EQ(Series("s").counters.accepted, 4u);
   // Released: later samples under id 1 are refused, saying so.
@@ -264,11 +270,7 @@ TEST_F(IngestSessionTest, AnInvalidDefinitionOfAWaitingIdIsRefusedAndTheWaitingO
   EXPECT_EQ(refused.errors(0).code(), Code(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(refused.errors(0).message(), HasSubstr("window_size_ms"));
   EXPECT_EQ(Series("s").counters.accepted, 1u);
-  v1::IngestBatch third;
-  third.set_sequence(3);
-  AddSamples(third, 2, kT0 * 1000 + 20, {7});
-  third.add_released(1);
-  ASSERT_THAT(Apply(third).errors(), IsEmpty());
+  ASSERT_THAT(Apply(TheReleaseItWaitsFor(3)).errors(), IsEmpty());
   EXPECT_EQ(Series("s").spec.window_ms, 2000);
   EXPECT_EQ(Series("s").counters.accepted, 4u);
   EXPECT_EQ(stats_.samples_refused.load(), 0u);
