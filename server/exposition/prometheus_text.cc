@@ -4,7 +4,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/base/attributes.h"
@@ -53,10 +56,86 @@ char* WriteValue(char* p, double value) {
   if (std::fabs(value) <= kMaxPlainInteger && value == std::trunc(value)) {
     return std::to_chars(p, p + kMaxValueChars, static_cast<int64_t>(value)).ptr;
   }
+#if defined(__cpp_lib_to_chars)
   return std::to_chars(p, p + kMaxValueChars, value).ptr;  // shortest round trip
+#else
+  return internal::WriteShortestRoundTrip(p, value);
+#endif
 }
 
 }  // namespace
+
+namespace internal {
+
+char* WriteShortestRoundTrip(char* p, double value) {
+  if (std::signbit(value)) {
+    *p++ = '-';
+    value = -value;
+  }
+  if (value == 0) {
+    *p++ = '0';
+    return p;
+  }
+  // The digits: printf's %.Ne is correctly rounded, so the first precision
+  // whose text parses back to `value` gives the fewest digits, and of those
+  // the nearest. A normal double takes 15, 16 or 17 (any decimal of 15
+  // digits or fewer survives a round trip through a double: DBL_DIG), a
+  // subnormal one may take fewer, so there every count is tried.
+  char sci[32];
+  const bool normal = value >= std::numeric_limits<double>::min();
+  for (int precision = normal ? 14 : 0; precision <= 16; ++precision) {
+    std::snprintf(sci, sizeof sci, "%.*e", precision, value);
+    if (std::strtod(sci, nullptr) == value) break;
+  }
+  // sci is "d[.ddd]e[+-]XX": the significant digits, less trailing zeros,
+  // and the decimal exponent of the first.
+  char digits[20];
+  int n = 0;
+  const char* c = sci;
+  for (; *c != 'e'; ++c) {
+    if (*c != '.') digits[n++] = *c;
+  }
+  while (n > 1 && digits[n - 1] == '0') --n;
+  const int exponent = std::atoi(c + 1);
+  const int abs_exponent = std::abs(exponent);
+  const int sci_length = n + (n > 1 ? 1 : 0) + 2 + (abs_exponent >= 100 ? 3 : 2);
+  const int fixed_length = exponent >= 0 ? std::max(n, exponent + 1) + (n > exponent + 1 ? 1 : 0)
+                                         : n + 1 - exponent;
+  if (fixed_length <= sci_length) {
+    if (exponent < 0) {
+      *p++ = '0';
+      *p++ = '.';
+      for (int i = 0; i < -exponent - 1; ++i) *p++ = '0';
+      std::memcpy(p, digits, static_cast<size_t>(n));
+      return p + n;
+    }
+    if (n <= exponent + 1) {
+      // An integer: to_chars (libstdc++'s and MSVC's alike) writes its
+      // exact digits, which past 2^53 are not the shortest ones padded with
+      // zeros.
+      return p + std::snprintf(p, 32, "%.0f", value);
+    }
+    for (int i = 0; i < n; ++i) {
+      if (i == exponent + 1) *p++ = '.';
+      *p++ = digits[i];
+    }
+    return p;
+  }
+  *p++ = digits[0];
+  if (n > 1) {
+    *p++ = '.';
+    std::memcpy(p, digits + 1, static_cast<size_t>(n - 1));
+    p += n - 1;
+  }
+  *p++ = 'e';
+  *p++ = exponent < 0 ? '-' : '+';
+  if (abs_exponent >= 100) *p++ = static_cast<char>('0' + abs_exponent / 100);
+  *p++ = static_cast<char>('0' + abs_exponent / 10 % 10);
+  *p++ = static_cast<char>('0' + abs_exponent % 10);
+  return p;
+}
+
+}  // namespace internal
 
 void AppendPrometheusValue(std::string& out, double value) {
   char buf[kMaxValueChars];

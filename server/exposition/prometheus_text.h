@@ -34,6 +34,20 @@ void AppendPrometheusLabel(std::string& out, absl::string_view key, absl::string
 // the same double, and NaN, +Inf, -Inf as the formats spell them.
 void AppendPrometheusValue(std::string& out, double value);
 
+namespace internal {
+
+// Writes a finite `value` at `p` (room for 32 characters) as
+// std::to_chars(p, p + 32, value) does (C++17 [charconv.to.chars]: the
+// fewest significant digits that parse back to the same double, the nearest
+// of those, in %f or %e style, whichever is shorter, %f on a tie) and
+// returns the end. For a C++ runtime without floating-point to_chars: GCC
+// 10's libstdc++, the portable build's (deploy/release/toolchain.sh).
+// printf and strtod do the arithmetic, so it costs a few hundred
+// nanoseconds where to_chars takes tens.
+char* WriteShortestRoundTrip(char* p, double value);
+
+}  // namespace internal
+
 enum class ExpositionFormat {
   kText,         // text/plain; version=0.0.4
   kOpenMetrics,  // application/openmetrics-text; version=1.0.0

@@ -2,8 +2,13 @@
 // family headers and how text reaches the sink.
 #include "server/exposition/prometheus_text.h"
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -52,6 +57,66 @@ TEST(PrometheusValueTest, EveryFiniteValueParsesBackExactly) {
     EXPECT_EQ(std::strtod(Value(v).c_str(), nullptr), v) << Value(v);
   }
 }
+
+// The spelling of a C++ runtime without floating-point to_chars (the
+// portable build's GCC 10 libstdc++), here where to_chars exists to be
+// compared with.
+std::string ShortestRoundTrip(double v) {
+  char buf[32];
+  return std::string(buf, internal::WriteShortestRoundTrip(buf, v));
+}
+
+TEST(ShortestRoundTripTest, SpellsWhatToCharsSpells) {
+  // Fixed or exponent, whichever is shorter, fixed on a tie; the exponent
+  // has two digits at least.
+  EXPECT_EQ(ShortestRoundTrip(0.1), "0.1");
+  EXPECT_EQ(ShortestRoundTrip(-2.5), "-2.5");
+  EXPECT_EQ(ShortestRoundTrip(100), "100");
+  EXPECT_EQ(ShortestRoundTrip(100000), "1e+05");
+  EXPECT_EQ(ShortestRoundTrip(120000), "120000");
+  EXPECT_EQ(ShortestRoundTrip(0.001), "0.001");
+  EXPECT_EQ(ShortestRoundTrip(0.0001), "1e-04");
+  EXPECT_EQ(ShortestRoundTrip(123456.7), "123456.7");
+  EXPECT_EQ(ShortestRoundTrip(1e16), "1e+16");
+  EXPECT_EQ(ShortestRoundTrip(1e-300), "1e-300");
+  EXPECT_EQ(ShortestRoundTrip(0.30000000000000004), "0.30000000000000004");
+  EXPECT_EQ(ShortestRoundTrip(std::numeric_limits<double>::max()), "1.7976931348623157e+308");
+  EXPECT_EQ(ShortestRoundTrip(std::numeric_limits<double>::denorm_min()), "5e-324");
+  EXPECT_EQ(ShortestRoundTrip(0.0), "0");
+  EXPECT_EQ(ShortestRoundTrip(-0.0), "-0");
+}
+
+#if defined(__cpp_lib_to_chars)
+TEST(ShortestRoundTripTest, AgreesWithToCharsOnAMillionDoubles) {
+  // Every kind of double: random bit patterns (every exponent, subnormals
+  // included), short decimals as metrics have them, and integers past 2^53.
+  std::mt19937_64 random(20261129);
+  std::vector<double> values;
+  while (values.size() < 400000) {
+    const uint64_t bits = random();
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    if (std::isfinite(v)) values.push_back(v);
+  }
+  for (int i = 0; i < 400000; ++i) {
+    values.push_back(static_cast<double>(random() % 2000001) /
+                     std::pow(10.0, static_cast<double>(random() % 12)));
+  }
+  for (int i = 0; i < 200000; ++i) {
+    values.push_back(std::ldexp(static_cast<double>(random() >> 11), static_cast<int>(random() % 80)));
+  }
+  size_t mismatches = 0;
+  for (double v : values) {
+    char buf[32];
+    const std::string expected(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    const std::string actual = ShortestRoundTrip(v);
+    if (actual != expected && ++mismatches <= 10) {
+      ADD_FAILURE() << "bits " << std::hexfloat << v << ": to_chars " << expected << ", ours " << actual;
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << "of " << values.size();
+}
+#endif
 
 TEST(PrometheusValueTest, NaNAndInfinities) {
   EXPECT_EQ(Value(std::numeric_limits<double>::quiet_NaN()), "NaN");
