@@ -113,8 +113,10 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md
 # each component that carries them.
 set(TORCHMON_BUNDLED_LICENSES "" CACHE PATH
     "The portable build's bundled libraries' licences (deploy/release/configure.sh)")
+set(TORCHMON_CLIENT_BUNDLED_LICENSES "" CACHE PATH
+    "Those of them the C++ client library links (deploy/release/configure.sh)")
 if(TORCHMON_BUNDLED_LICENSES)
-  install(DIRECTORY ${TORCHMON_BUNDLED_LICENSES}/
+  install(DIRECTORY ${TORCHMON_CLIENT_BUNDLED_LICENSES}/
           DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/libtorchmon-dev/bundled COMPONENT dev)
   if(TORCHMON_BUILD_SERVER)
     install(DIRECTORY ${TORCHMON_BUNDLED_LICENSES}/

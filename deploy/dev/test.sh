@@ -94,8 +94,8 @@ export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
 ccache --zero-stats >/dev/null
 
 # What the portable stage needs and no other stage touches is made in the
-# background from here on, at a lower priority: zig, the bundled libraries
-# of both C++ runtimes and snappy (under configure.sh's lock, which
+# background from here on, at a lower priority: zig with its C++ runtime,
+# the bundled libraries and snappy (under configure.sh's lock, which
 # build.sh then waits on) and the Debian roots of tests/release. From
 # nothing they are most of a cold run's compiling, and the roots mostly
 # wait on the network; beside the builds and suites below they take the
@@ -132,7 +132,7 @@ stop_prefetch() {
 trap stop_prefetch EXIT
 # shellcheck disable=SC2016  # $1 is the inner shell's
 prefetch libraries flock "$release_cache/make.lock" bash -c \
-  'set -e; "$1/toolchain.sh"; "$1/deps.sh"; "$1/snappy.sh"; "$1/deps.sh" --libstdc++' _ "$root/deploy/release"
+  'set -e; "$1/toolchain.sh"; "$1/deps.sh"; "$1/snappy.sh"' _ "$root/deploy/release"
 # The roots in two chains, one per suite, each made from its suite's first
 # (roots.sh): they mostly wait on the network, so side by side.
 prefetch_roots() {  # prefetch_roots NAME ROOT...: the roots in order, in the background

@@ -12,9 +12,9 @@
 # for glibc 2.28 (toolchain.sh) and link everything but glibc statically:
 # gRPC, protobuf, abseil, OpenSSL, c-ares, re2, zlib and civetweb as
 # deps.sh builds them from Debian's source packages, snappy (torchmond's)
-# as snappy.sh does, and libc++. The
-# tarball's C++ client library is compiled by the same clang for GCC's
-# libstdc++ instead (deps.sh --libstdc++), for the user's g++ to link. Only
+# as snappy.sh does, and GCC 10's libstdc++ (the toolchain's C++ runtime).
+# The tarball's C++ client library comes from the same build and the same
+# libraries, for the user's g++ (>= 10) to link with their libstdc++. Only
 # protoc and grpc_cpp_plugin (build tools, Debian's of the same versions),
 # Boost's headers (Asio, header-only) and Python's headers (the limited API)
 # come from the build machine, which is Debian bookworm with
@@ -45,15 +45,9 @@ glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
 # libraries, then snappy.sh's.
 bundled=$(cat "$prefix/versions" "$snappy/versions" | paste -sd,)
 log "configured with the libraries of $prefix and $snappy ($((SECONDS - started)) s)"
-cmake --build "$build" -j"$jobs" --target torchmond torchmonctl _torchmon >&2
+# The C++ client library (torchmon_client, torchmon_proto) is the tarball's.
+cmake --build "$build" -j"$jobs" --target torchmond torchmonctl _torchmon torchmon_client torchmon_proto >&2
 log "built ($((SECONDS - started)) s)"
-# The C++ client library for the tarball: the client alone, for libstdc++.
-sdk=$build/sdk
-"$here/configure.sh" --libstdc++ "$sdk" -DCMAKE_BUILD_TYPE=Release -DTORCHMON_PORTABLE=ON \
-  -DTORCHMON_BUILD_SERVER=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Python3=ON >&2
-sdk_prefix=$("$here/deps.sh" --libstdc++)
-cmake --build "$sdk" -j"$jobs" --target torchmon_client torchmon_proto >&2
-log "built the C++ client library ($((SECONDS - started)) s)"
 
 version=$(sed -n 's/^project(torchmon VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
 mkdir -p "$out"
@@ -84,18 +78,22 @@ rm -r "$stage/$name/lib"
 # and beside them one archive of everything they link, with those
 # libraries' headers. One archive: the linker resolves the libraries'
 # references among themselves in any order, and a user names one library.
-# protobuf-lite is left out: libprotobuf holds all of it.
-cmake --install "$sdk" --component dev --prefix "$stage/$name" >&2
+# protobuf-lite is left out (libprotobuf holds all of it), and so are
+# civetweb and grpc++_reflection, which only torchmond links.
+cmake --install "$build" --component dev --prefix "$stage/$name" >&2
 {
   echo "create $stage/$name/lib/libtorchmon_bundled.a"
-  for archive in "$sdk_prefix"/lib/lib*.a; do
-    [[ $archive == */libprotobuf-lite.a ]] || echo "addlib $archive"
+  for archive in "$prefix"/lib/lib*.a; do
+    case $archive in
+      */libprotobuf-lite.a | */libcivetweb*.a | */libgrpc++_reflection.a) ;;
+      *) echo "addlib $archive" ;;
+    esac
   done
   echo save
   echo end
 } | ar -M
 strip --strip-debug "$stage/$name"/lib/*.a
-(cd "$sdk_prefix/include" && cp -r absl google grpc grpc++ grpcpp openssl re2 ares*.h zlib.h zconf.h \
+(cd "$prefix/include" && cp -r absl google grpc grpc++ grpcpp openssl re2 ares*.h zlib.h zconf.h \
   "$stage/$name/include/")
 cp "$root/LICENSE" "$stage/$name/"
 printf '%s\n' "$bundled" | tr , '\n' >"$stage/$name/share/torchmon/bundled-versions"

@@ -3,26 +3,22 @@
 # libraries (toolchain.sh, deps.sh, snappy.sh), making them first if they are
 # not cached:
 #
-#   deploy/release/configure.sh [--libstdc++ | --bench] BUILD_DIR [CMAKE_ARGS...]
+#   deploy/release/configure.sh [--bench] BUILD_DIR [CMAKE_ARGS...]
 #
-# build.sh configures the release this way (Release, TORCHMON_PORTABLE),
-# and with --libstdc++ the tarball's C++ client library (deps.sh
-# --libstdc++: compiled for the user's libstdc++, not linked here);
+# build.sh configures the release this way (Release, TORCHMON_PORTABLE);
 # tests/bench/portable_compare.sh a benchmark build beside today's, with
-# --bench (GoogleTest and Google Benchmark for libc++: deps.sh --bench). Tests
-# are off: the test frameworks on this machine are built for libstdc++ and
-# glibc 2.36.
+# --bench (GoogleTest and Google Benchmark for the toolchain's runtime:
+# deps.sh --bench). Tests are off: the test frameworks on this machine are
+# built for glibc 2.36.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-flavour=()
 bench=false
 case "${1:-}" in
-  --libstdc++) flavour=(--libstdc++); shift ;;
   --bench) bench=true; shift ;;
 esac
 if (($# < 1)); then
-  echo "usage: deploy/release/configure.sh [--libstdc++ | --bench] BUILD_DIR [CMAKE_ARGS...]" >&2
+  echo "usage: deploy/release/configure.sh [--bench] BUILD_DIR [CMAKE_ARGS...]" >&2
   exit 2
 fi
 build=$(realpath -m "$1")
@@ -34,33 +30,30 @@ mkdir -p "$cache"
 exec 9>"$cache/make.lock"
 flock 9
 toolchain=$("$here/toolchain.sh")
-prefix=$("$here/deps.sh" "${flavour[@]}")
-# The libraries linked in and named as bundled: deps.sh's, and for torchmond
-# (the default and --bench flavours) snappy.sh's, kept apart from deps.sh so
-# that deps.sh's cache key stayed as it was. The C++ client library
-# (--libstdc++) does not link snappy.
-bundled_prefixes=("$prefix")
-if [[ ${#flavour[@]} == 0 ]]; then
-  snappy=$("$here/snappy.sh")
-  bundled_prefixes+=("$snappy")
-fi
+prefix=$("$here/deps.sh")
+# The libraries linked in and named as bundled: deps.sh's, and snappy.sh's
+# (torchmond's), kept apart from deps.sh's, whose recipe it does not change.
+bundled_prefixes=("$prefix" "$("$here/snappy.sh")")
 prefixes=$(IFS=';'; echo "${bundled_prefixes[*]}")
 ! $bench || prefixes="$prefixes;$("$here/deps.sh" --bench)"
 flock -u 9
 toolchain_file=$toolchain/toolchain.cmake
-# deps.sh --libstdc++ keeps its compiler beside the prefix (libstdcxx.sh).
-[[ ${#flavour[@]} == 0 ]] || toolchain_file=$prefix/../stdcxx/toolchain.cmake
 glibc=$(awk '$1 == "glibc" { print $2 }' "$here/deps.lock")
 bundled=$(cat "${bundled_prefixes[@]/%//versions}" | paste -sd,)
 # Their licences in one directory (licenses/<package>/ of each prefix), which
 # the install rules copy (cmake/Install.cmake): copies, not links, since
-# install(DIRECTORY) would install a link as a link.
+# install(DIRECTORY) would install a link as a link. torchmond carries them
+# all; the C++ client library (the dev component) all but the daemon's own,
+# civetweb and snappy.
 licenses=$build/bundled-licenses
-rm -rf "$licenses"
-mkdir -p "$licenses"
+client_licenses=$build/bundled-licenses-client
+rm -rf "$licenses" "$client_licenses"
+mkdir -p "$licenses" "$client_licenses"
 for p in "${bundled_prefixes[@]}"; do
   cp -r "$p/licenses/." "$licenses/"
 done
+cp -r "$prefix/licenses/." "$client_licenses/"
+rm -r "$client_licenses/civetweb"
 
 # The build machine's headers that the build uses, each alone in a directory
 # of its own: zig's clang must not see /usr/include (bookworm's glibc 2.36
@@ -87,4 +80,4 @@ cmake -S "$root" -B "$build" -G "Unix Makefiles" \
   -DTORCHMON_PROTOC=/usr/bin/protoc -DTORCHMON_GRPC_CPP_PLUGIN=/usr/bin/grpc_cpp_plugin \
   -DTORCHMON_PROMETHEUS_CLIENT_MODEL_DIR=/usr/share/gocode/src/github.com/prometheus/client_model \
   -DTORCHMON_GLIBC_FLOOR="$glibc" -DTORCHMON_BUNDLED_SOURCES="$bundled" \
-  -DTORCHMON_BUNDLED_LICENSES="$licenses" "$@"
+  -DTORCHMON_BUNDLED_LICENSES="$licenses" -DTORCHMON_CLIENT_BUNDLED_LICENSES="$client_licenses" "$@"

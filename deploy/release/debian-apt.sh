@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2034  # debian_* are for the script that sources this
 # Debian's archive for the portable build and its tests, as this machine's
 # apt configuration names it. Sourced (bash) by deploy/release/deps.sh,
-# snappy.sh, libstdcxx.sh, tests/release/torch_headers.sh and
+# snappy.sh, toolchain.sh, tests/release/torch_headers.sh and
 # tests/release/roots.sh; sourcing it only defines the functions below, and
 # nothing here touches the system's apt configuration or state.
 #

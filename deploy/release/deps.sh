@@ -4,30 +4,23 @@
 # toolchain of toolchain.sh (glibc 2.28), and prints the install prefix:
 #
 #   deploy/release/deps.sh              ->  $cache/deps-<key>/prefix
-#   deploy/release/deps.sh --libstdc++  ->  $cache/deps-libstdcxx-<key>/prefix
 #   deploy/release/deps.sh --bench      ->  $cache/deps-bench-<key>/prefix
 #
 # zlib, OpenSSL, c-ares, re2, abseil, protobuf, gRPC (grpc++ and what it
-# needs, nothing more) and civetweb: static, position-independent, hidden
-# visibility, no tests, no tools, no debug information.
+# needs, nothing more), grpc++_reflection and civetweb: static,
+# position-independent, hidden visibility, no tests, no tools, no debug
+# information. Their C++ is compiled for toolchain.sh's one C++ runtime, GCC
+# 10's libstdc++, so that the same archives serve torchmond, torchmonctl and
+# the Python extension (which link libstdc++ statically and export no C++)
+# and the tarball's C++ client library (which a user links with their own
+# g++ >= 10 and libstdc++; civetweb and grpc++_reflection are the daemon's
+# and stay out of it: build.sh).
 #
-# Three flavours, by the C++ runtime their C++ code is compiled for and
-# what it is for:
-#   (default)    zig's libc++, linked statically into torchmond, torchmonctl
-#                and the Python extension, which export no C++ at all.
-#   --libstdc++  GCC's libstdc++ headers (deps.lock's libstdcxx line, GCC 10
-#                as Debian 11 has it): the tarball's C++ client library,
-#                which a user links with their own g++ (>= 10) and
-#                libstdc++, so its C++ must be theirs. Compile only: nothing
-#                is linked here. re2, abseil, protobuf and gRPC are built
-#                again; zlib, OpenSSL and c-ares are C and are the default
-#                flavour's; civetweb and grpc++_reflection are the daemon's
-#                and are left out. libstdcxx.sh makes the compiler.
 #   --bench      GoogleTest and Google Benchmark (deps.lock's bench lines,
-#                the versions the Debian-linked build uses), for libc++:
-#                the portable build's benchmarks (tests/bench/
-#                portable_compare.sh), beside the default flavour's prefix.
-#                Nothing released links them.
+#                the versions the Debian-linked build uses), for the same
+#                runtime: the portable build's benchmarks (tests/bench/
+#                portable_compare.sh), beside the default prefix. Nothing
+#                released links them.
 # The key is a hash of deps.lock, this script, the toolchain's key and the
 # flavour, so a changed pin or recipe rebuilds and an unchanged one costs
 # nothing. Sources come from `apt-get source` with a
@@ -40,12 +33,11 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
 jobs=${TORCHMON_RELEASE_JOBS:-$(nproc)}
-flavour=libc++
+flavour=release
 case "${1:-}" in
   "") ;;
-  --libstdc++) flavour=libstdc++ ;;
   --bench) flavour=bench ;;
-  *) echo "usage: deploy/release/deps.sh [--libstdc++ | --bench]" >&2; exit 2 ;;
+  *) echo "usage: deploy/release/deps.sh [--bench]" >&2; exit 2 ;;
 esac
 toolchain=$("$here/toolchain.sh")
 recipe() {  # what the flavour's libraries are made from: a change rebuilds them
@@ -56,7 +48,6 @@ recipe() {  # what the flavour's libraries are made from: a change rebuilds them
     grep -v '^bench ' "$here/deps.lock"
     sed '/^# --- the benchmarks/,/^# --- end of the benchmarks/d' "$here/deps.sh"
     cat "$here/grpc-config.cmake.in"
-    [[ $flavour == libc++ ]] || cat "$here/libstdcxx.sh"
   fi
   basename "$toolchain"
   echo "$flavour"
@@ -66,10 +57,7 @@ key=$(recipe | sha256sum | cut -c1-12)
 # step that finished there (stamps/) is not run again.
 key=${TORCHMON_DEPS_KEY:-$key}
 dir=$cache/deps-$key
-case $flavour in
-  libstdc++) dir=$cache/deps-libstdcxx-$key ;;
-  bench) dir=$cache/deps-bench-$key ;;
-esac
+[[ $flavour != bench ]] || dir=$cache/deps-bench-$key
 # The source packages of the flavour: deps.lock's source lines, or its bench lines.
 sources=source
 [[ $flavour != bench ]] || sources=bench
@@ -106,10 +94,6 @@ done < <(grep "^$sources " "$here/deps.lock")
 # object that links them (the Python extension exports its init function only).
 export CC=$toolchain/bin/cc CXX=$toolchain/bin/c++ AR=$toolchain/bin/ar RANLIB=$toolchain/bin/ranlib
 toolchain_file=$toolchain/toolchain.cmake
-if [[ $flavour == libstdc++ ]]; then
-  toolchain_file=$("$here/libstdcxx.sh" "$toolchain" "$dir/stdcxx")
-  export CXX=$dir/stdcxx/bin/c++
-fi
 common="-O2 -g0 -fPIC -ffunction-sections -fdata-sections -fvisibility=hidden"
 export CFLAGS="$common" CXXFLAGS="$common -fvisibility-inlines-hidden"
 cmake_common=(-G "Unix Makefiles" -DCMAKE_TOOLCHAIN_FILE="$toolchain_file"
@@ -139,20 +123,10 @@ cmake_lib() {  # cmake_lib NAME CMAKE-ARGS...: configure, build, install
 }
 
 # --- the libraries, in link order ---------------------------------------------
-copy_c_libraries() {  # the default flavour's zlib, OpenSSL and c-ares
-  local c
-  c=$(env -u TORCHMON_DEPS_KEY "$here/deps.sh") &&
-    cp "$c"/lib/{libz,libssl,libcrypto,libcares}.a "$prefix/lib/" &&
-    cp -r "$c"/include/{zlib.h,zconf.h,openssl} "$c"/include/ares*.h "$prefix/include/" &&
-    mkdir -p "$prefix/lib/cmake" && cp -r "$c/lib/cmake/c-ares" "$prefix/lib/cmake/"
-}
-if [[ $flavour == libstdc++ ]]; then
-  step c-libraries copy_c_libraries
-fi
 build_zlib() {
   cd "${srcdir[zlib]}" && ./configure --static --prefix="$prefix" && make -j"$jobs" libz.a && make install
 }
-[[ $flavour != libc++ ]] || step zlib build_zlib
+[[ $flavour == bench ]] || step zlib build_zlib
 
 build_openssl() {
   # No shared libraries, engines, modules or dlopen: one libcrypto.a and
@@ -163,9 +137,9 @@ build_openssl() {
       no-ui-console --prefix="$prefix" --libdir=lib --openssldir=/etc/ssl $common &&
     make -j"$jobs" build_libs && make install_dev
 }
-[[ $flavour != libc++ ]] || step openssl build_openssl
+[[ $flavour == bench ]] || step openssl build_openssl
 
-[[ $flavour != libc++ ]] || step c-ares cmake_lib c-ares -DCARES_STATIC=ON -DCARES_SHARED=OFF -DCARES_BUILD_TOOLS=OFF \
+[[ $flavour == bench ]] || step c-ares cmake_lib c-ares -DCARES_STATIC=ON -DCARES_SHARED=OFF -DCARES_BUILD_TOOLS=OFF \
   -DCARES_BUILD_TESTS=OFF -DCARES_STATIC_PIC=ON
 build_re2() {
   # Debian's re2 is repacked without its generated Unicode tables; they are
@@ -244,13 +218,13 @@ PROJECT
     cmake --build "$b/build" -j"$jobs" &&
     cp "$b/build/libgrpc++_reflection.a" "$prefix/lib/"
 }
-[[ $flavour != libc++ ]] || step grpc-reflection build_grpc_reflection
+[[ $flavour == bench ]] || step grpc-reflection build_grpc_reflection
 
 # civetweb with its C++ wrapper, as Debian builds it; TLS from the OpenSSL
 # above (its 1.1 API, which OpenSSL 3 keeps), linked rather than loaded at
 # run time. zig's clang makes __DATE__ an error (-Werror=date-time, for
 # reproducible builds); civetweb's build-date string is informational.
-[[ $flavour != libc++ ]] || step civetweb cmake_lib civetweb -DCIVETWEB_BUILD_TESTING=OFF -DCIVETWEB_ENABLE_CXX=ON \
+[[ $flavour == bench ]] || step civetweb cmake_lib civetweb -DCIVETWEB_BUILD_TESTING=OFF -DCIVETWEB_ENABLE_CXX=ON \
   -DCIVETWEB_ENABLE_WEBSOCKETS=ON -DCIVETWEB_ENABLE_SERVER_EXECUTABLE=OFF \
   -DCIVETWEB_ENABLE_SSL=ON -DCIVETWEB_ENABLE_SSL_DYNAMIC_LOADING=OFF -DCIVETWEB_SSL_OPENSSL_API_1_1=ON \
   -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DCIVETWEB_ALLOW_WARNINGS=ON \
@@ -272,7 +246,6 @@ fi
 
 # What was built, for `torchmond --version --verbose` and the wheel's metadata.
 grep "^$sources " "$here/deps.lock" | cut -d' ' -f2,3 >"$prefix/versions"
-[[ $flavour == libc++ ]] || sed -i '/^civetweb /d' "$prefix/versions"
 # Their licences, which every artefact that carries them ships: each
 # upstream's own licence and notice files and Debian's copyright file.
 while read -r name _; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Google snappy, which torchmond links for Prometheus remote-write,
 # from Debian bookworm's source package at the version snappy.lock pins,
-# with the toolchain of toolchain.sh (glibc 2.28, libc++), and prints the
+# with the toolchain of toolchain.sh (glibc 2.28, libstdc++), and prints the
 # install prefix:
 #
 #   deploy/release/snappy.sh            ->  $cache/snappy-<key>/prefix
@@ -14,9 +14,8 @@
 # for the artefacts that carry it (configure.sh, build.sh).
 #
 # Apart from deps.sh, so that adding it left deps.sh's and deps.lock's hash,
-# the key of the other libraries' cache, as it was. One flavour: the default
-# (libc++), for torchmond; the C++ client library (deps.sh --libstdc++) and
-# the Python extension do not link snappy.
+# the key of the other libraries' cache, as it was. torchmond's alone: the
+# C++ client library and the Python extension do not link snappy.
 # The key is a hash of snappy.lock, this script and the toolchain's key.
 # Sources come from `apt-get source` with deps.sh's private apt state
 # ($cache/apt, written by debian-apt.sh: the Debian mirror of this machine's

@@ -17,6 +17,9 @@ namespace {
 std::string CxxRuntime() {
 #if defined(_LIBCPP_VERSION)
   return absl::StrCat("libc++ ", _LIBCPP_VERSION, ", linked statically");
+#elif defined(__GLIBCXX__) && defined(TORCHMON_GLIBC_FLOOR)
+  // The portable build (deploy/release/toolchain.sh).
+  return absl::StrCat("libstdc++ ", __GLIBCXX__, ", linked statically");
 #elif defined(__GLIBCXX__)
   return absl::StrCat("libstdc++ ", __GLIBCXX__);
 #else

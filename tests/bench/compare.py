@@ -39,7 +39,7 @@ class Build:
         self.name = name
         self.path = path
         # Every Google Benchmark, or (the portable build, which builds
-        # Google Benchmark for libc++ only for this) Stat::add's alone.
+        # Google Benchmark for glibc 2.28 only for this) Stat::add's alone.
         candidates = [os.path.join(path, "tests", "bench", name)
                       for name in ("torchmon_benchmarks", "torchmon_client_benchmarks")]
         self.bench = next((c for c in candidates if os.path.exists(c)), candidates[0])

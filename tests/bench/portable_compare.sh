@@ -9,12 +9,12 @@
 #           shared gRPC, protobuf and abseil), or TORCHMON_BUILD_DIR; made
 #           here if absent (deploy/dev/test.sh's build/ is Release)
 # portable: build-portable-bench/ (RelWithDebInfo too, zig's clang 19 for
-#           glibc 2.28, libc++ and every library linked statically:
+#           glibc 2.28, GCC 10's libstdc++ and every library linked statically:
 #           deploy/release/configure.sh), with torchmond, torchmon-loadgen
 #           and the Python extension
 # Of the Google Benchmark rows, the portable side has Stat::add
 # (torchmon_client_benchmarks, with GoogleTest and Google Benchmark built for
-# libc++ by deploy/release/deps.sh --bench); ingest and scrape are n/a there:
+# glibc 2.28 by deploy/release/deps.sh --bench); ingest and scrape are n/a there:
 # torchmon_benchmarks also links prometheus-cpp, for its baseline. Builds
 # are incremental and one at a time (2 cores).
 set -euo pipefail

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -75,8 +76,11 @@ def test_the_wheel_names_what_it_bundles():
 @needs_artefacts
 def test_the_tarballs_cxx_client_is_compiled_for_libstdcxx(tmp_path):
     """The tarball's static libraries are linked by the user's g++ against
-    their libstdc++: not one reference to libc++ (std::__1, which the
-    daemon's own build uses) may be in them."""
+    their libstdc++: not one reference to libc++ (std::__1, zig's own C++
+    runtime) may be in them, and none to glibc 2.30's clock waits, which
+    GCC 10's headers as bullseye configured them call from inline code
+    (std::condition_variable::wait_for) and which a user's link on glibc
+    2.28 (RHEL 8) would not find (deploy/release/toolchain.sh)."""
     tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
     with tarfile.open(tarball) as t:
         members = [m for m in t.getmembers() if m.name.endswith(".a")]
@@ -89,6 +93,9 @@ def test_the_tarballs_cxx_client_is_compiled_for_libstdcxx(tmp_path):
         assert symbols.count("\n") > 1000, member.name
         libcxx = [line for line in symbols.splitlines() if "St3__1" in line]
         assert not libcxx, f"{member.name} uses libc++: {libcxx[:5]}"
+        clock_waits = [line for line in symbols.splitlines()
+                       if re.search(r" U pthread_(cond_clockwait|mutex_clocklock|rwlock_clock)", line)]
+        assert not clock_waits, f"{member.name} needs glibc 2.30: {clock_waits[:5]}"
 
 
 @pytest.fixture(scope="module")

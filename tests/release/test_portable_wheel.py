@@ -4,8 +4,8 @@
 
 The last packaging work found that two differently built copies of the
 extension in one process crashed (the second gRPC's channel set-up). The
-portable extension links gRPC, protobuf, abseil and libc++ statically and
-exports only PyInit__torchmon, so it must work:
+portable extension links gRPC, protobuf, abseil and GCC 10's libstdc++
+statically and exports only PyInit__torchmon, so it must work:
   - beside the build tree's extension (Debian's shared gRPC 1.51 and
     libstdc++), each sending through its own client, imported in either order;
   - beside Debian's python3-grpcio and python3-torch, in either order.

@@ -125,7 +125,7 @@ bool ClientCore::WaitForChannel(milliseconds budget) {
                                                   kPollInterval);
     // In system_clock's own duration: gRPC converts only
     // system_clock::time_point, whose period is libc++'s microseconds where
-    // libstdc++'s is nanoseconds (the portable build uses libc++).
+    // libstdc++'s is nanoseconds.
     if (channel_->WaitForConnected(
             std::chrono::system_clock::now() +
             std::chrono::ceil<std::chrono::system_clock::duration>(slice))) {
