@@ -66,6 +66,158 @@ char* WriteValue(char* p, double value) {
 }  // namespace
 
 namespace internal {
+namespace {
+
+// The significant digits of a decimal and the exponent of its first:
+// digits[0].digits[1..n-1] x 10^exponent.
+struct Decimal {
+  char digits[20];
+  int n = 0;
+  int exponent = 0;
+};
+
+// 10^0 to 10^22, each exactly a double.
+constexpr double kPowersOf10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                  1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                  1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+bool ParsesBackTo(const Decimal& d, double value) {
+  char text[32];
+  char* p = text;
+  *p++ = d.digits[0];
+  *p++ = '.';
+  std::memcpy(p, d.digits + 1, static_cast<size_t>(d.n - 1));
+  p += d.n - 1;
+  *p++ = 'e';
+  p = std::to_chars(p, text + sizeof text - 1, d.exponent).ptr;
+  *p = '\0';
+  return std::strtod(text, nullptr) == value;
+}
+
+// The fewest digits that parse back to a positive `value`, and of those the
+// nearest. Correctly rounded to 15, 16 and 17 digits, the first that parses
+// back is it: any decimal of 15 digits or fewer survives a round trip
+// through a double (DBL_DIG), so for a value whose shortest form is that
+// short, its 15-digit rounding is that form and zeros; 17 always parse back.
+// The rounding is done exactly, on the value's own decimal expansion, for
+// a normal value in [2^-68, 2^63) (every value a metric has, in practice),
+// where it fits 128-bit integers; else by printf's %.Ne, which is exact
+// too and slower (a subnormal value, which may need fewer than 15 digits,
+// takes every count there).
+bool ShortestExact(double value, Decimal& out) {
+  uint64_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const int biased = static_cast<int>(bits >> 52);
+  if (biased == 0) return false;  // subnormal
+  const uint64_t m = (bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
+  const int e2 = biased - 1075;  // value = m * 2^e2
+  if (e2 > 10 || e2 < -120) return false;
+  // value = integer + fraction / 2^s
+  using u128 = unsigned __int128;
+  const int s = e2 < 0 ? -e2 : 0;
+  const uint64_t integer = e2 >= 0 ? m << e2 : s < 53 ? m >> s : 0;
+  const u128 mask = (u128{1} << s) - 1;
+  u128 fraction = e2 >= 0 ? 0 : s < 53 ? m & ((uint64_t{1} << s) - 1) : m;
+  // The first kDigits significant digits, and whether any digit after them
+  // is not zero (sticky).
+  constexpr int kDigits = 24;
+  char d[kDigits];
+  int count = 0;
+  int exponent;
+  bool sticky = false;
+  if (integer != 0) {
+    char whole[20];
+    const int length = static_cast<int>(std::to_chars(whole, whole + sizeof whole, integer).ptr - whole);
+    exponent = length - 1;
+    for (int i = 0; i < length; ++i) {
+      if (count < kDigits) {
+        d[count++] = whole[i];
+      } else if (whole[i] != '0') {
+        sticky = true;
+      }
+    }
+  } else {
+    exponent = -1;
+    for (;;) {
+      fraction *= 10;
+      const int digit = static_cast<int>(fraction >> s);
+      fraction &= mask;
+      if (digit != 0) {
+        d[count++] = static_cast<char>('0' + digit);
+        break;
+      }
+      --exponent;
+    }
+  }
+  while (count < kDigits) {
+    fraction *= 10;
+    d[count++] = static_cast<char>('0' + static_cast<int>(fraction >> s));
+    fraction &= mask;
+  }
+  sticky = sticky || fraction != 0;
+  // Half the gap to each neighbouring double: a decimal strictly nearer to
+  // value than that parses back to it (at a power of two the gap below is
+  // half the one above).
+  const double half_above = std::ldexp(1.0, e2 - 1);
+  const double half_below = m == (uint64_t{1} << 52) && biased > 1 ? std::ldexp(1.0, e2 - 2) : half_above;
+  for (int k = 15; k <= 17; ++k) {
+    // d rounded to k digits, half to even as printf rounds.
+    out.n = k;
+    out.exponent = exponent;
+    std::memcpy(out.digits, d, static_cast<size_t>(k));
+    bool rest = sticky;
+    for (int i = k + 1; i < kDigits; ++i) rest = rest || d[i] != '0';
+    const int next = d[k] - '0';
+    const bool up = next > 5 || (next == 5 && (rest || (out.digits[k - 1] - '0') % 2 == 1));
+    if (up) {
+      int i = k - 1;
+      for (; i >= 0 && out.digits[i] == '9'; --i) out.digits[i] = '0';
+      if (i >= 0) {
+        ++out.digits[i];
+      } else {
+        out.digits[0] = '1';
+        ++out.exponent;
+      }
+    }
+    // Whether that parses back: its distance from value, in units of its
+    // last digit, is the dropped digits' fraction (or one less it, rounded
+    // up), known to 10^-(kDigits-k) and exactly but for the sticky rest;
+    // the half gap in the same unit is at least 0.01. Clearly inside or
+    // outside decides at once; within 10^-6 of the edge strtod does.
+    double tail = 0;
+    for (int i = kDigits - 1; i >= k; --i) tail = (tail + (d[i] - '0')) * 0.1;
+    const double tail_high = tail + (sticky ? 1 / kPowersOf10[kDigits - k] : 0.0);
+    const double distance_low = up ? 1 - tail_high : tail;
+    const double distance_high = up ? 1 - tail : tail_high;
+    const int unit = exponent - k + 1;  // the last digit's is 10^unit
+    double half_gap = up ? half_above : half_below;
+    half_gap = unit >= 0 ? half_gap / kPowersOf10[unit]
+               : -unit <= 22 ? half_gap * kPowersOf10[-unit]
+                             : half_gap * kPowersOf10[22] * kPowersOf10[-unit - 22];
+    if (distance_high < half_gap - 1e-6) return true;
+    if (distance_low > half_gap + 1e-6) continue;
+    if (ParsesBackTo(out, value)) return true;
+  }
+  return false;
+}
+
+void ShortestByPrintf(double value, Decimal& out) {
+  char sci[32];
+  const bool normal = value >= std::numeric_limits<double>::min();
+  for (int precision = normal ? 14 : 0; precision <= 16; ++precision) {
+    std::snprintf(sci, sizeof sci, "%.*e", precision, value);
+    if (std::strtod(sci, nullptr) == value) break;
+  }
+  // sci is "d[.ddd]e[+-]XX".
+  out.n = 0;
+  const char* c = sci;
+  for (; *c != 'e'; ++c) {
+    if (*c != '.') out.digits[out.n++] = *c;
+  }
+  out.exponent = std::atoi(c + 1);
+}
+
+}  // namespace
 
 char* WriteShortestRoundTrip(char* p, double value) {
   if (std::signbit(value)) {
@@ -76,27 +228,12 @@ char* WriteShortestRoundTrip(char* p, double value) {
     *p++ = '0';
     return p;
   }
-  // The digits: printf's %.Ne is correctly rounded, so the first precision
-  // whose text parses back to `value` gives the fewest digits, and of those
-  // the nearest. A normal double takes 15, 16 or 17 (any decimal of 15
-  // digits or fewer survives a round trip through a double: DBL_DIG), a
-  // subnormal one may take fewer, so there every count is tried.
-  char sci[32];
-  const bool normal = value >= std::numeric_limits<double>::min();
-  for (int precision = normal ? 14 : 0; precision <= 16; ++precision) {
-    std::snprintf(sci, sizeof sci, "%.*e", precision, value);
-    if (std::strtod(sci, nullptr) == value) break;
-  }
-  // sci is "d[.ddd]e[+-]XX": the significant digits, less trailing zeros,
-  // and the decimal exponent of the first.
-  char digits[20];
-  int n = 0;
-  const char* c = sci;
-  for (; *c != 'e'; ++c) {
-    if (*c != '.') digits[n++] = *c;
-  }
+  Decimal decimal;
+  if (!ShortestExact(value, decimal)) ShortestByPrintf(value, decimal);
+  const char* digits = decimal.digits;
+  int n = decimal.n;
   while (n > 1 && digits[n - 1] == '0') --n;
-  const int exponent = std::atoi(c + 1);
+  const int exponent = decimal.exponent;
   const int abs_exponent = std::abs(exponent);
   const int sci_length = n + (n > 1 ? 1 : 0) + 2 + (abs_exponent >= 100 ? 3 : 2);
   const int fixed_length = exponent >= 0 ? std::max(n, exponent + 1) + (n > exponent + 1 ? 1 : 0)

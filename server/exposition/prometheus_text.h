@@ -42,8 +42,9 @@ namespace internal {
 // of those, in %f or %e style, whichever is shorter, %f on a tie) and
 // returns the end. For a C++ runtime without floating-point to_chars: GCC
 // 10's libstdc++, the portable build's (deploy/release/toolchain.sh).
-// printf and strtod do the arithmetic, so it costs a few hundred
-// nanoseconds where to_chars takes tens.
+// Exact integer arithmetic for every value a metric has in practice
+// (printf and strtod for the rest): 83 ns a value where to_chars takes 44
+// (tests/bench BM_ValueSpelling, Intel Xeon).
 char* WriteShortestRoundTrip(char* p, double value);
 
 }  // namespace internal

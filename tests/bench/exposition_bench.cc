@@ -8,6 +8,9 @@
 //                   data: a ClientMetric per sample, then TextSerializer.
 //                   The path torchmond used before; kept here as the
 //                   side-by-side baseline, not used by the daemon.
+//   BM_ValueSpelling one non-integer value's text, by std::to_chars (this
+//                   build's) and by the fallback the portable build's GCC
+//                   10 libstdc++ needs (prometheus_text.h).
 // Every series has a closed window with three aggregations and the identity
 // labels job, rank, local_rank, host (20 stats per rank); with histograms,
 // also p50 and p99 and a native histogram of 40 buckets (step times from
@@ -20,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -46,6 +50,7 @@
 #include "server/exposition/gzip_stream.h"
 #include "server/exposition/metrics_exposition.h"
 #include "server/exposition/metrics_http_server.h"
+#include "server/exposition/prometheus_text.h"
 
 namespace torchmon::server {
 namespace {
@@ -350,6 +355,34 @@ void BM_IngestDuringScrape(benchmark::State& state) {
   state.counters["max_us"] = waits_us.back();
 }
 
+// Means and quantiles as a step-time series has them: not integers, most
+// of them 15 to 17 significant digits.
+void BM_ValueSpelling(benchmark::State& state) {
+  std::vector<double> values;
+  uint64_t x = 88172645463325252ull;  // xorshift64: the same values every run
+  for (int i = 0; i < 4096; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    values.push_back(static_cast<double>(x % 1'000'000) / 7.0 + 0.25);
+  }
+  const bool fallback = state.range(0) == 1;
+  char buf[32];
+  size_t i = 0;
+  for (auto _ : state) {
+    const double v = values[i++ % values.size()];
+#if defined(__cpp_lib_to_chars)
+    char* end = fallback ? internal::WriteShortestRoundTrip(buf, v)
+                         : std::to_chars(buf, buf + sizeof buf, v).ptr;
+#else
+    char* end = internal::WriteShortestRoundTrip(buf, v);
+#endif
+    benchmark::DoNotOptimize(end);
+    benchmark::ClobberMemory();
+  }
+  state.SetLabel(fallback ? "WriteShortestRoundTrip" : "std::to_chars");
+}
+
 BENCHMARK(BM_Exposition)
     ->Args({1'000, 0, 0, 0})
     ->Args({10'000, 0, 0, 0})
@@ -366,6 +399,7 @@ BENCHMARK(BM_HttpScrape)
     ->ArgNames({"series", "format", "gzip"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_ValueSpelling)->Arg(0)->Arg(1)->ArgName("fallback");
 BENCHMARK(BM_GenericPath)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_IngestDuringScrape)
     ->Args({100'000, 0})
