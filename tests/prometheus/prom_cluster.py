@@ -273,9 +273,13 @@ class Prometheus:
         assert body["status"] == "success", body
         return body["data"]
 
-    def query(self, expr):
-        """Instant vector result as [(labels, float value)]."""
-        data = self.api("query", query=expr)
+    def query(self, expr, at=None):
+        """Instant vector result as [(labels, float value)], evaluated now or
+        at the Unix time `at` (a float)."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = repr(at)
+        data = self.api("query", **params)
         assert data["resultType"] == "vector", (expr, data)
         return [(s["metric"], float(s["value"][1])) for s in data["result"]]
 
