@@ -227,10 +227,15 @@ def test_cross_rank_recording_rules(cluster, stat, value):
 
 def test_drop_and_rate_recording_rules(cluster):
     # The per-node and per-job rules are compared at one evaluation of their
-    # group: two queries "now" can fall either side of the next one (1 run
-    # in about 100 under load got 1.0914 and 1.0816). The job rule comes
-    # second in the group, so once its sample at T is there, the per-node
-    # rule's at T is too.
+    # group, T: two queries "now" can fall either side of the next one. The
+    # job rule comes second in the group, so once its sample at T is there,
+    # the per-node rule's at T is too. Even at one T they need not be equal
+    # here: Prometheus evaluates a group's rules one after the other, not on
+    # one snapshot, and a scrape stamped before T can be written between
+    # the two (under load: 1.4075 against 1.4012, 1 run in about 50). So
+    # the live data checks the labels, the zeros and agreement within 5 %;
+    # that the job rule is exactly the sum of its nodes' is promtool's
+    # unit test on fixed data (deploy/prometheus/tests/torchmon_test.yml).
     [(_, evaluated_at)] = cluster.prometheus.query(
         'timestamp(job_reason:torchmon_samples_dropped:rate1m{job="promtest",reason="capped"})')
 
@@ -250,7 +255,7 @@ def test_drop_and_rate_recording_rules(cluster):
             assert rate == 0, (instance, reason)
     job_dropped = by(at_t('job_reason:torchmon_samples_dropped:rate1m{job="promtest"}'), "reason")
     assert set(job_dropped) == {(r,) for r in reasons}
-    assert job_dropped[("capped",)] == dropped[(capped_node, "capped")]
+    assert math.isclose(job_dropped[("capped",)], dropped[(capped_node, "capped")], rel_tol=0.05)
     assert all(job_dropped[(r,)] == 0 for r in reasons if r != "capped")
 
     accepted = by(q('job_instance:torchmon_samples_accepted:rate1m{job="promtest"}'),
