@@ -23,8 +23,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kQuantileNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kQuantileInf = std::numeric_limits<double>::infinity();
 // The bound docs/semantics.md promises.
 constexpr double kRelativeError = 0.01;
 const std::vector<double> kQuantiles = {0.5, 0.9, 0.99, 0.999};
@@ -42,7 +42,7 @@ double QuantileOf(const v1::WindowSummary& w, double q) {
     if (a.aggregation() == v1::QUANTILE && a.quantile() == q) return a.value();
   }
   ADD_FAILURE() << "quantile " << q << " missing from " << w.ShortDebugString();
-  return kNaN;
+  return kQuantileNaN;
 }
 
 std::vector<StatAggregation> WithQuantiles(std::vector<StatAggregation> aggregations) {
@@ -153,9 +153,9 @@ TEST_F(QuantileTest, NanMakesEveryQuantileNanAndInfinitiesSortToTheEnds) {
   const auto window = std::chrono::milliseconds(kWindowMs);
   Stat with_nan(client, "q.nan", WithQuantiles({Aggregation::MEAN}), window);
   Stat with_inf(client, "q.inf", WithQuantiles({}), window);
-  AddAll(client, with_nan, {1.0, 2.0, kNaN, 3.0}, start_us);
+  AddAll(client, with_nan, {1.0, 2.0, kQuantileNaN, 3.0}, start_us);
   // Sorted: 1, +Inf, +Inf: rank floor(0.5·2) = 1 is +Inf; a -Inf is lowest.
-  AddAll(client, with_inf, {kInf, 1.0, kInf}, start_us);
+  AddAll(client, with_inf, {kQuantileInf, 1.0, kQuantileInf}, start_us);
 
   const auto nan_windows = WaitForWindows("q.nan", 1);
   const auto inf_windows = WaitForWindows("q.inf", 1);
@@ -163,12 +163,12 @@ TEST_F(QuantileTest, NanMakesEveryQuantileNanAndInfinitiesSortToTheEnds) {
   ASSERT_EQ(inf_windows.size(), 1u);
   for (double q : kQuantiles) {
     EXPECT_TRUE(std::isnan(QuantileOf(nan_windows[0], q))) << protocol::QuantileName(q);
-    EXPECT_EQ(QuantileOf(inf_windows[0], q), kInf) << protocol::QuantileName(q);
+    EXPECT_EQ(QuantileOf(inf_windows[0], q), kQuantileInf) << protocol::QuantileName(q);
   }
   const std::string scrape = Scrape();
   EXPECT_TRUE(std::isnan(
       Scraped(scrape, "torchmon_stat", {"stat=\"q.nan\"", ScrapedQuantileLabel(0.99)})));
-  EXPECT_EQ(Scraped(scrape, "torchmon_stat", {"stat=\"q.inf\"", ScrapedQuantileLabel(0.5)}), kInf);
+  EXPECT_EQ(Scraped(scrape, "torchmon_stat", {"stat=\"q.inf\"", ScrapedQuantileLabel(0.5)}), kQuantileInf);
 }
 
 TEST_F(QuantileTest, QuantilesCoverOnlyTheSamplesTheCapAccepted) {

@@ -14,13 +14,13 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 
-constexpr int64_t kT0 = 1'700'000'000'000;
+constexpr int64_t kLogT0 = 1'700'000'000'000;
 
 EventRecord Event(std::string name, Labels labels = {},
                   std::vector<std::pair<std::string, EventValue>> data = {}) {
   EventRecord e;
   e.name = std::move(name);
-  e.timestamp_us = kT0 * 1000;
+  e.timestamp_us = kLogT0 * 1000;
   e.labels = std::move(labels);
   e.data = std::move(data);
   return e;
@@ -43,7 +43,7 @@ EventLog::Totals TotalsOf(const EventLog& log, const std::string& name, const La
 
 class EventLogTest : public ::testing::Test {
  protected:
-  ManualClock clock_{kT0};
+  ManualClock clock_{kLogT0};
 };
 
 TEST_F(EventLogTest, SequenceNumbersStartAtOneAndIncrease) {
@@ -136,7 +136,7 @@ TEST_F(EventLogTest, EventDataIsKeptVerbatim) {
   log.Append(Event("e", {{"rank", "3"}}, {{"msg", std::string("hi")}, {"n", int64_t{-2}}}));
   const auto events = log.Get(Selector{}, 0, 0);
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].timestamp_us, kT0 * 1000);
+  EXPECT_EQ(events[0].timestamp_us, kLogT0 * 1000);
   EXPECT_EQ(events[0].labels, (Labels{{"rank", "3"}}));
   ASSERT_EQ(events[0].data.size(), 2u);
   EXPECT_EQ(std::get<std::string>(events[0].data[0].second), "hi");

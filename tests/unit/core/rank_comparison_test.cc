@@ -14,7 +14,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kRankNaN = std::numeric_limits<double>::quiet_NaN();
 
 class RankComparisonTest : public ::testing::Test {
  protected:
@@ -131,7 +131,7 @@ TEST_F(RankComparisonTest, NaNValuesGoLastAndStayOutOfTheSpread) {
   const auto r1 = AddSeries("loss", "1");
   const auto r2 = AddSeries("loss", "2");
   AddWindow(r0, 1000, {2});
-  AddWindow(r1, 1000, {kNaN});
+  AddWindow(r1, 1000, {kRankNaN});
   AddWindow(r2, 1000, {4});
   auto c = Compare();
   ASSERT_EQ(c.size(), 1u);
@@ -146,7 +146,7 @@ TEST_F(RankComparisonTest, NothingToCompareWithoutAClosedWindow) {
   AddSeries("loss", "0");
   EXPECT_THAT(Compare(), IsEmpty());
   const auto r0 = AddSeries("x", "0");
-  AddWindow(r0, 1000, {kNaN});
+  AddWindow(r0, 1000, {kRankNaN});
   auto c = Compare();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_TRUE(std::isnan(c[0].max));
