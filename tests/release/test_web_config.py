@@ -204,8 +204,18 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_a_reload_swaps_both(bin
         assert re.search(r"HTTP status (401|429)", seen["wrong_password"]["lastError"]), (
             seen["wrong_password"])
         assert seen["untrusted_cert"]["health"] == "down", seen["untrusted_cert"]
+        # Refused in the TLS handshake, never an HTTP status. With TLS 1.3 the
+        # client's side of the handshake ends before the daemon has checked
+        # its certificate, so Go reports the refusal where it meets it: the
+        # daemon's alert on its first read ("tls: bad certificate"), or, when
+        # the daemon has already closed the connection, its request's write
+        # ("broken pipe", "connection reset by peer"). Which one is a race
+        # (the write, once, with tests/release's files run side by side); the
+        # daemon's own count of refused handshakes, below, says it was the
+        # certificate.
         error = seen["untrusted_cert"]["lastError"]
-        assert "401" not in error and ("tls" in error or "certificate" in error), error
+        assert "HTTP status" not in error and re.search(
+            r"tls|certificate|broken pipe|connection reset by peer", error), error
         assert value('up{job="wrong_password"}') == 0 and value('up{job="untrusted_cert"}') == 0
         # The wrong password was counted; the bad certificate never reached
         # HTTP, and was counted as a refused handshake.
