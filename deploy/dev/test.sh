@@ -47,15 +47,31 @@ test_jobs=${TORCHMON_TEST_JOBS:-$((2 * jobs))}
 # 56 minutes from a fresh clone): the stage that grows is then plain to see.
 # Each ctest's summary is kept, and the run ends with their sum as one
 # plain line, "tests: N passed, N failed".
+# Beside its time, the CPU a stage's own processes used (user + system):
+# a cold run is CPU-bound, the background's compiling taking what the
+# stages leave, so a cut shows there even where the machine's noise hides
+# it in the times.
 stage_times=()
 summaries=()
 started=$SECONDS
+times_file=$(mktemp)
+cpu_now=0
+read_cpu() {  # read_cpu: cpu_now = user + system seconds of the waited-for children so far
+  times >"$times_file"  # in this shell, not $(...): a subshell's times are its own
+  # times' second line: the children's "XmY.YYYs XmY.YYYs"
+  cpu_now=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); cpu += p[1] * 60 + p[2] } }
+                 END { printf "%d", cpu }' "$times_file")
+}
 stage() {  # stage NAME COMMAND...
-  local name=$1 t=$SECONDS
+  local name=$1 t=$SECONDS cpu
   shift
+  read_cpu
+  cpu=$cpu_now
   "$@"
-  stage_times+=("$(printf '%-40s %5d s' "$name" $((SECONDS - t)))")
-  echo "test.sh: $name: $((SECONDS - t)) s (total $((SECONDS - started)) s)"
+  read_cpu
+  cpu=$((cpu_now - cpu))
+  stage_times+=("$(printf '%-40s %5d s %6d CPU s' "$name" $((SECONDS - t)) "$cpu")")
+  echo "test.sh: $name: $((SECONDS - t)) s, $cpu CPU s (total $((SECONDS - started)) s)"
 }
 run_ctest() {  # run_ctest DIR CTEST-ARGS...: ctest, its summary kept
   local dir=$1 out
@@ -66,17 +82,39 @@ run_ctest() {  # run_ctest DIR CTEST-ARGS...: ctest, its summary kept
   rm -f "$out"
 }
 
-run_pytest() {  # run_pytest DIR: pytest, its summary kept as ctest's is
-  local dir=$1 out passed failed
-  out=$(mktemp)
-  /usr/bin/python3 -m pytest "$dir" -v -p no:cacheprovider | tee "$out" || true
-  # pytest's last line: "N passed, M skipped, K failed, E errors in S s"
-  # (any of them absent). awk, not grep, so that an absent count is 0 and
-  # not a failed pipeline.
-  passed=$(tail -1 "$out" | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^passed/) n += $(i - 1) } END { print n + 0 }')
-  failed=$(tail -1 "$out" | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^(failed|errors?)/) n += $(i - 1) } END { print n + 0 }')
+run_pytest() {  # run_pytest DIR [FILE...]: pytest, its summary kept as ctest's is
+  # Each FILE of DIR in a pytest process of its own and the rest of DIR in
+  # one more, side by side, their outputs printed one after another: for
+  # files that mostly wait, or compile on one CPU, while the others run.
+  local dir=$1 out passed=0 failed=0 rest=() group groups=() i pids=()
+  shift
+  local f
+  for f in "$dir"/test_*.py; do
+    [[ " $* " == *" $(basename "$f") "* ]] || rest+=("$f")
+  done
+  for f; do groups+=("$dir/$f"); done
+  groups+=("${rest[*]}")
+  out=$(mktemp -d)
+  for i in "${!groups[@]}"; do
+    # shellcheck disable=SC2086  # a group is a list of files
+    /usr/bin/python3 -m pytest ${groups[i]} -v -p no:cacheprovider --rootdir "$dir" \
+      --basetemp "$out/tmp$i" >"$out/$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!groups[@]}"; do
+    wait "${pids[i]}" || true
+    cat "$out/$i.log"
+    # pytest's last line: "N passed, M skipped, K failed, E errors in S s"
+    # (any of them absent). awk, not grep, so that an absent count is 0 and
+    # not a failed pipeline.
+    group=$(tail -1 "$out/$i.log")
+    passed=$((passed + $(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^passed/) n += $(i - 1) } END { print n + 0 }' <<<"$group")))
+    failed=$((failed + $(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^(failed|errors?)/) n += $(i - 1) } END { print n + 0 }' <<<"$group")))
+    # A process that ended without its summary line (killed, crashed) fails the run.
+    [[ $group == *" in "* ]] || { echo "test.sh: pytest ${groups[i]} ended without a summary" >&2; failed=$((failed + 1)); }
+  done
   summaries+=("$(basename "$dir") (pytest): $failed tests failed out of $((passed + failed))")
-  rm -f "$out"
+  rm -rf "$out"
   ((failed == 0 && passed > 0))
 }
 
@@ -193,15 +231,20 @@ stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$test_job
 stage "wait for the background libraries and roots" await_prefetch libraries bullseye-roots trixie-roots
 release_dir=$root/build-portable/artefacts
 stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
+# Its two longest files beside the rest: torch 2.6's own tests in a trixie
+# root (66 s) and the C++ client configured and compiled from source (56 s),
+# with every other test 62 s together.
 TORCHMON_RELEASE_DIR="$release_dir" TORCHMON_BUILD_DIR="$build" \
-  stage "test portable artefacts" run_pytest "$root/tests/release"
+  stage "test portable artefacts" run_pytest "$root/tests/release" test_torch26.py test_client_only.py
 rm -rf "$prefetch_logs"
 
 echo
 # The machine as every benchmark describes it (tests/bench/machine).
 echo "test.sh: stages on $("$build/tests/bench/torchmon-machine"):"
 printf '  %s\n' "${stage_times[@]}"
-echo "  total $((SECONDS - started)) s"
+read_cpu
+echo "  total $((SECONDS - started)) s, $cpu_now CPU s, the background's included"
+rm -f "$times_file"
 # ccache 4.7's counters: its hits and misses in this run.
 echo "  compiler cache ($CCACHE_DIR): $(ccache --print-stats | awk -F'\t' '
   $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { hit += $2 }
