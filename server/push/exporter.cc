@@ -25,18 +25,34 @@ int64_t RetryDelayMs(int failures, absl::string_view retry_after, int64_t now_ms
                      const PushOptions& options) {
   retry_after = absl::StripAsciiWhitespace(retry_after);
   if (!retry_after.empty()) {
+    const int64_t cap = options.max_retry_after_ms;
+    // A wait of more than the cap's seconds is the cap, before it is
+    // multiplied into milliseconds: a receiver's "Retry-After:
+    // 9223372036854775807" (or a date in the year 9999) is "later than we
+    // wait", not a signed overflow.
+    const int64_t cap_seconds = cap / 1000 + 1;
     int64_t seconds = 0;
     int64_t ms = -1;
     if (absl::SimpleAtoi(retry_after, &seconds) && seconds >= 0) {
-      ms = seconds * 1000;
+      ms = seconds >= cap_seconds ? cap : seconds * 1000;
     } else {
       // An HTTP date: "Sun, 06 Nov 1994 08:49:37 GMT".
       struct tm tm {};
       const std::string text(retry_after);
       const char* end = strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-      if (end != nullptr && *end == '\0') ms = std::max<int64_t>(0, timegm(&tm) * 1000 - now_ms);
+      if (end != nullptr && *end == '\0') {
+        // Seconds, within ±2^57 for any int tm_year: no overflow in the
+        // difference, and milliseconds only of a date within the cap.
+        const int64_t at = timegm(&tm);
+        const int64_t now = now_ms / 1000;
+        if (at - now >= cap_seconds) {
+          ms = cap;
+        } else {
+          ms = at <= now ? 0 : at * 1000 - now_ms;  // a date gone by: at once
+        }
+      }
     }
-    if (ms >= 0) return std::min(ms, options.max_retry_after_ms);
+    if (ms >= 0) return std::min(ms, cap);
   }
   int64_t delay = options.min_backoff_ms;
   for (int i = 1; i < failures && delay < options.max_backoff_ms; ++i) delay *= 2;

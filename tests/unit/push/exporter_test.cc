@@ -339,6 +339,25 @@ TEST(RetryDelayTest, RetryAfterInSecondsOrAsADateIsHonouredUpToItsCap) {
   EXPECT_EQ(RetryDelayMs(1, "soon", 0, o), o.min_backoff_ms);
 }
 
+// Waits longer than the cap are the cap, not a signed overflow of seconds
+// times 1000 (which UBSan, in build-asan-ubsan/, reports and aborts on).
+TEST(RetryDelayTest, AHugeRetryAfterIsTheCapNotAnOverflow) {
+  PushOptions o;
+  o.max_retry_after_ms = 60'000;
+  EXPECT_EQ(RetryDelayMs(1, "9223372036854775807", 0, o), 60'000);  // INT64_MAX
+  EXPECT_EQ(RetryDelayMs(1, "9223372036854776", 0, o), 60'000);  // the least that overflowed
+  EXPECT_EQ(RetryDelayMs(1, "9223372036854775", 0, o), 60'000);
+  EXPECT_EQ(RetryDelayMs(1, "60", 0, o), 60'000);
+  EXPECT_EQ(RetryDelayMs(1, "59", 0, o), 59'000);
+  // Past int64: not a number of seconds, nor a date: the backoff.
+  EXPECT_EQ(RetryDelayMs(1, "92233720368547758070", 0, o), o.min_backoff_ms);
+  const int64_t now_ms = 784111777'000;  // Sun, 06 Nov 1994 08:49:37 GMT
+  EXPECT_EQ(RetryDelayMs(1, "Fri, 31 Dec 9999 23:59:59 GMT", now_ms, o), 60'000);
+  EXPECT_EQ(RetryDelayMs(1, "Sun, 06 Nov 1994 08:50:36 GMT", now_ms, o), 59'000);
+  EXPECT_EQ(RetryDelayMs(1, "Sun, 06 Nov 1994 08:50:37 GMT", now_ms, o), 60'000);
+  EXPECT_EQ(RetryDelayMs(1, "Sat, 01 Jan 0000 00:00:00 GMT", now_ms, o), 0);
+}
+
 TEST(OutcomeTest, TwoHundredsAreSent429And5xxAndNoAnswerRetriedOther4xxRejected) {
   EXPECT_EQ(OutcomeOf(200), PushOutcome::kSent);
   EXPECT_EQ(OutcomeOf(204), PushOutcome::kSent);
