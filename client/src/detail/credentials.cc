@@ -135,8 +135,15 @@ TargetInfo ParseTarget(absl::string_view target) {
     return info;
   }
   // gRPC's other schemes: "dns:[//authority/]host:port", "ipv4:", "ipv6:".
+  // A DNS authority is the server that names the host: whatever it says
+  // "localhost" is, it is not this machine's word.
+  bool dns_authority = false;
   if (absl::ConsumePrefix(&rest, "dns:")) {
-    if (absl::ConsumePrefix(&rest, "//")) rest = rest.substr(std::min(rest.find('/'), rest.size()));
+    if (absl::ConsumePrefix(&rest, "//")) {
+      const size_t slash = std::min(rest.find('/'), rest.size());
+      dns_authority = slash > 0;
+      rest = rest.substr(slash);
+    }
     absl::ConsumePrefix(&rest, "/");
   } else if (!absl::ConsumePrefix(&rest, "ipv4:")) {
     absl::ConsumePrefix(&rest, "ipv6:");
@@ -148,7 +155,7 @@ TargetInfo ParseTarget(absl::string_view target) {
     info.host = std::string(rest.substr(0, rest.rfind(':')));
   }
   // A list ("ipv4:a:1,b:2") counts as local only if it is one address.
-  info.local = !absl::StrContains(rest, ',') && protocol::IsLoopbackHost(info.host);
+  info.local = !dns_authority && !absl::StrContains(rest, ',') && protocol::IsLoopbackHost(info.host);
   return info;
 }
 

@@ -32,7 +32,8 @@ struct TargetInfo {
   std::string unix_path;  // is_unix: the socket path
   std::string host;       // otherwise: the host, without brackets ("" if unknown)
   // Only this machine can be reached there: a Unix socket, 127.0.0.0/8,
-  // ::1 or "localhost".
+  // ::1 or "localhost", named by this machine: not through a DNS server
+  // of the target's own ("dns://8.8.8.8/localhost:7070").
   bool local = false;
 };
 TargetInfo ParseTarget(absl::string_view target);

@@ -99,9 +99,19 @@ TEST(ParseTargetTest, LoopbackHostsAreLocal) {
 TEST(ParseTargetTest, OtherHostsAreNot) {
   for (const char* target :
        {"10.0.0.5:7070", "node7:7070", "[2001:db8::1]:7070", "dns://8.8.8.8/localhost.evil:7070",
-        "ipv4:127.0.0.1:1,10.0.0.1:1", "weird"}) {
+        "ipv4:127.0.0.1:1,10.0.0.1:1", "weird",
+        // A DNS server of the target's own names the host: its "localhost"
+        // is that server's word, not this machine's, and a token would go
+        // out in clear. Any authority makes a target not local, a loopback
+        // literal's too: one rule, on the safe side.
+        "dns://8.8.8.8/localhost:7070", "dns://10.0.0.53:53/127.0.0.1:7070",
+        "dns://resolver.example/[::1]:7070"}) {
     EXPECT_FALSE(ParseTarget(target).local) << target;
   }
+  // No authority: this machine's resolver, as a target without a scheme.
+  EXPECT_TRUE(ParseTarget("dns:///localhost:7070").local);
+  EXPECT_TRUE(ParseTarget("dns:localhost:7070").local);
+  EXPECT_EQ(ParseTarget("dns://8.8.8.8/localhost:7070").host, "localhost");
   EXPECT_EQ(ParseTarget("node7:7070").host, "node7");
   EXPECT_EQ(ParseTarget("[2001:db8::1]:7070").host, "2001:db8::1");
 }
