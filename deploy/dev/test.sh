@@ -86,14 +86,18 @@ run_pytest() {  # run_pytest DIR [FILE...]: pytest, its summary kept as ctest's 
   # Each FILE of DIR in a pytest process of its own and the rest of DIR in
   # one more, side by side, their outputs printed one after another: for
   # files that mostly wait, or compile on one CPU, while the others run.
-  local dir=$1 out passed=0 failed=0 rest=() group groups=() i pids=()
+  local dir=$1 out passed=0 failed=0 rest=() group groups=() i pids=() p f
   shift
-  local f
   for f in "$dir"/test_*.py; do
     [[ " $* " == *" $(basename "$f") "* ]] || rest+=("$f")
   done
-  for f; do groups+=("$dir/$f"); done
-  groups+=("${rest[*]}")
+  for f; do
+    # A name that is not there would run nothing, and say so only quietly.
+    [[ -f $dir/$f ]] || { echo "test.sh: run_pytest: no $dir/$f" >&2; return 1; }
+    groups+=("$dir/$f")
+  done
+  # (An empty group would be a pytest with no files: the whole working directory.)
+  ((${#rest[@]} == 0)) || groups+=("${rest[*]}")
   out=$(mktemp -d)
   for i in "${!groups[@]}"; do
     # shellcheck disable=SC2086  # a group is a list of files
@@ -108,8 +112,12 @@ run_pytest() {  # run_pytest DIR [FILE...]: pytest, its summary kept as ctest's 
     # (any of them absent). awk, not grep, so that an absent count is 0 and
     # not a failed pipeline.
     group=$(tail -1 "$out/$i.log")
-    passed=$((passed + $(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^passed/) n += $(i - 1) } END { print n + 0 }' <<<"$group")))
-    failed=$((failed + $(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^(failed|errors?)/) n += $(i - 1) } END { print n + 0 }' <<<"$group")))
+    read -r p f < <(awk '{ for (i = 2; i <= NF; i++) {
+                             if ($i ~ /^passed/) p += $(i - 1)
+                             if ($i ~ /^(failed|errors?)/) f += $(i - 1) } }
+                         END { print p + 0, f + 0 }' <<<"$group")
+    passed=$((passed + p))
+    failed=$((failed + f))
     # A process that ended without its summary line (killed, crashed) fails the run.
     [[ $group == *" in "* ]] || { echo "test.sh: pytest ${groups[i]} ended without a summary" >&2; failed=$((failed + 1)); }
   done
