@@ -98,22 +98,36 @@ void UnixAcceptor::Run(grpc::Server* server, PeerDirectory* directory, const Adm
         break;
       }
       auto credentials = PeerCredentialsOf(fd);
+      // The pidfd pins the process that connected, so that what /proc says
+      // of its pid is known to be its own (race-free where the kernel has
+      // SO_PEERPIDFD; docs/security.md).
+      absl::StatusOr<int> pidfd = credentials.ok() && credentials->pid != 0
+                                      ? PeerPidfdOf(fd)
+                                      : absl::StatusOr<int>(-1);
+      const int peer_pidfd = pidfd.ok() ? *pidfd : -1;
       absl::StatusOr<VouchedLabels> vouched =
-          credentials.ok() ? VouchedLabelsOf(*credentials, proc_root)
+          credentials.ok() ? VouchedLabelsOf(*credentials, proc_root, peer_pidfd)
                            : absl::StatusOr<VouchedLabels>(credentials.status());
+      // Supplementary groups matter only for --admin-group; a peer whose
+      // groups cannot be read is no admin (it may still use its own series).
+      // The kernel's record of connect() first, /proc where it has none.
+      std::vector<uint32_t> groups;
+      if (vouched.ok() && admins.gid.has_value()) {
+        if (auto recorded = PeerGroupsOf(fd); recorded.ok()) {
+          groups = *std::move(recorded);
+        } else if (credentials->pid != 0) {
+          if (auto read = SupplementaryGroupsOf(credentials->pid, proc_root, peer_pidfd);
+              read.ok()) {
+            groups = *std::move(read);
+          }
+        }
+      }
+      if (peer_pidfd >= 0) close(peer_pidfd);
       if (!vouched.ok()) {
         close(fd);
         refused_.fetch_add(1, std::memory_order_relaxed);
         if (on_refused) on_refused(vouched.status().message());
         continue;
-      }
-      // Supplementary groups matter only for --admin-group; a peer whose
-      // groups cannot be read is no admin (it may still use its own series).
-      std::vector<uint32_t> groups;
-      if (admins.gid.has_value() && credentials->pid != 0) {
-        if (auto read = SupplementaryGroupsOf(credentials->pid, proc_root); read.ok()) {
-          groups = *std::move(read);
-        }
       }
       auto peer = std::make_shared<PeerIdentity>();
       peer->credentials = *credentials;

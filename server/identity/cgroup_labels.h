@@ -6,19 +6,33 @@
 //
 // Pure: parses text. Reading /proc/<pid>/cgroup is the caller's. Where a
 // value cannot be derived (no Slurm, no pod) it is left empty, never
-// guessed: a path is read as Slurm's only under a Slurm marker ("slurm" in
-// cgroup v1, a "…slurmstepd.scope" in v2) and as a pod's only under a
-// "kubepods" component, and each value must have its documented shape.
+// guessed.
+//
+// Only where Slurm and the kubelet put their cgroups: a layout must start
+// at the hierarchy's root, since any user can be delegated a subtree
+// (systemd's user@<uid>.service has Delegate=yes) and name cgroups in it
+// as Slurm's or a pod's. Each value must have its documented shape.
 //
 // Layouts understood:
-//   Slurm, cgroup v1:   /slurm/uid_<U>/job_<J>/step_<S>/task_<T>
+//   Slurm, cgroup v1:   /slurm[_<node>]/uid_<U>/job_<J>/step_<S>/task_<T>
 //   Slurm, cgroup v2:   /system.slice/[<node>_]slurmstepd.scope/job_<J>/step_<S>/user/task_<T>
 //   Kubernetes, cgroupfs driver:  /kubepods[/<qos>]/pod<UID>/<container id>
 //   Kubernetes, systemd driver:   /kubepods.slice[/kubepods-<qos>.slice]/
 //       kubepods[-<qos>]-pod<UID with _ for ->.slice/<runtime>-<container id>.scope
-//   systemd: the innermost component named *.service or *.scope.
-// <S> is a number or batch, extern, interactive; <UID> is 8-4-4-4-12 hex;
-// a container id is 64 hex digits.
+//   systemd: the outermost component named *.service or *.scope. Units
+//       nest only through slices: below a service or scope is a tree
+//       delegated to it, named by its owner (user@<uid>.service: the user).
+// <S> is a number or batch, extern, interactive; <qos> burstable or
+// besteffort; <UID> is 8-4-4-4-12 hex; a container id is 64 hex digits.
+//
+// A cgroup namespace: the reader of /proc/<pid>/cgroup sees a cgroup
+// outside its namespace as "/../<rest>", one ".." per level up from the
+// namespace's root. Below the ".." the path starts at one of the
+// ancestors of the reader's own cgroup, which the path does not name, so
+// <rest> may begin at any level of a layout (a daemon in a pod, in a
+// cgroup namespace, sees another pod as "/../../../kubepods-besteffort-
+// pod<UID>.slice/..."). Its ancestors are trusted as the daemon's own are:
+// run it where they are not delegated to a user.
 #ifndef TORCHMON_SERVER_IDENTITY_CGROUP_LABELS_H_
 #define TORCHMON_SERVER_IDENTITY_CGROUP_LABELS_H_
 

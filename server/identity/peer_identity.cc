@@ -2,6 +2,7 @@
 
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+
+// The kernel's numbers, for C libraries whose headers predate them (the
+// release build's glibc 2.28): the same on every architecture.
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 namespace torchmon::server {
 
@@ -35,7 +48,51 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd) {
   return PeerCredentials{cred.pid, cred.uid, cred.gid};
 }
 
+absl::StatusOr<std::vector<uint32_t>> PeerGroupsOf(int fd) {
+  std::vector<gid_t> groups(64);
+  while (true) {
+    socklen_t size = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &size) == 0) {
+      groups.resize(size / sizeof(gid_t));
+      return std::vector<uint32_t>(groups.begin(), groups.end());
+    }
+    // ERANGE: `size` now says how much the answer needs.
+    if (errno == ERANGE && size / sizeof(gid_t) > groups.size()) {
+      groups.resize(size / sizeof(gid_t));
+      continue;
+    }
+    if (errno == ENOPROTOOPT) {
+      return absl::UnimplementedError("this kernel has no SO_PEERGROUPS (Linux 4.13)");
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("SO_PEERGROUPS of fd ", fd, ": ", std::strerror(errno)));
+  }
+}
+
+absl::StatusOr<int> PeerPidfdOf(int fd) {
+  int pidfd = -1;
+  socklen_t size = sizeof(pidfd);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &size) == 0) return pidfd;
+  if (errno == ENOPROTOOPT) {
+    return absl::UnimplementedError("this kernel has no SO_PEERPIDFD (Linux 6.5)");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("SO_PEERPIDFD of fd ", fd, ": ", std::strerror(errno)));
+}
+
 namespace {
+
+// OK if `pidfd` is none (-1) or its process still exists (a zombie
+// included: its pid is not free yet), so that what was just read of
+// /proc/<pid> was that process's.
+absl::Status StillThere(int pidfd, absl::string_view path) {
+  if (pidfd < 0 || ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0) {
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(
+      absl::StrCat("the peer's process exited before ", path,
+                   " could be read as its own (the pid may name another process now)"));
+}
 
 std::string UserName(uint32_t uid) {
   long size = ::sysconf(_SC_GETPW_R_SIZE_MAX);
@@ -51,7 +108,7 @@ std::string UserName(uint32_t uid) {
 }  // namespace
 
 absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
-                                              absl::string_view proc_root) {
+                                              absl::string_view proc_root, int pidfd) {
   if (peer.pid == 0) {
     // A process this one cannot see: its user only, nothing guessed.
     VouchedLabels labels;
@@ -65,6 +122,7 @@ absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
   if (!file) {
     return absl::NotFoundError(absl::StrCat("cannot read ", path, " (the peer's process is gone?)"));
   }
+  if (absl::Status there = StillThere(pidfd, path); !there.ok()) return there;
   VouchedLabels labels;
   labels.user = UserName(peer.uid);
   labels.cgroup = LabelsOfProcCgroup(contents.str());
@@ -72,7 +130,8 @@ absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
 }
 
 absl::StatusOr<std::vector<uint32_t>> SupplementaryGroupsOf(int64_t pid,
-                                                            absl::string_view proc_root) {
+                                                            absl::string_view proc_root,
+                                                            int pidfd) {
   const std::string path = absl::StrCat(proc_root, "/", pid, "/status");
   std::ifstream file(path);
   if (!file) {
@@ -91,6 +150,7 @@ absl::StatusOr<std::vector<uint32_t>> SupplementaryGroupsOf(int64_t pid,
       }
       groups.push_back(gid);
     }
+    if (absl::Status there = StillThere(pidfd, path); !there.ok()) return there;
     return groups;
   }
   return absl::InvalidArgumentError(absl::StrCat(path, " has no Groups line"));

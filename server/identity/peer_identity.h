@@ -33,6 +33,18 @@ struct PeerCredentials {
 // the error.
 absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd);
 
+// The peer's supplementary groups as the kernel recorded them at connect()
+// (SO_PEERGROUPS, Linux 4.13): race-free, unlike reading /proc. Unimplemented
+// where the kernel lacks it; InvalidArgument for an fd with no peer.
+absl::StatusOr<std::vector<uint32_t>> PeerGroupsOf(int fd);
+
+// A pidfd of the process that connected (SO_PEERPIDFD, Linux 6.5). It names
+// that process alone, even once its pid is free again: reading
+// /proc/<pid>/... and then finding the pidfd's process still there proves
+// the file was that process's (a pid is reused only after its process was
+// reaped). The caller closes it. Unimplemented where the kernel lacks it.
+absl::StatusOr<int> PeerPidfdOf(int fd);
+
 // The labels the daemon vouches for. `user` is the uid's name, or the uid
 // in decimal when the system has no name for it.
 struct VouchedLabels {
@@ -44,14 +56,20 @@ struct VouchedLabels {
 // for. proc_root is "/proc", or a tree laid out as /proc is (tests).
 // NotFound when the process is gone (or its cgroup file is unreadable),
 // naming the file. A peer of pid 0 (unseen) gets its user alone.
+// `pidfd` (PeerPidfdOf; -1: none) makes it race-free: NotFound, too, when
+// the pidfd's process has exited by the time the file was read, since the
+// pid may then name another process.
 absl::StatusOr<VouchedLabels> VouchedLabelsOf(const PeerCredentials& peer,
-                                              absl::string_view proc_root = "/proc");
+                                              absl::string_view proc_root = "/proc",
+                                              int pidfd = -1);
 
 // The supplementary groups of process `pid`, from the "Groups:" line of
-// <proc_root>/<pid>/status. NotFound when the process is gone, naming the
-// file; InvalidArgument when the line is missing or malformed.
+// <proc_root>/<pid>/status (where the kernel has no SO_PEERGROUPS).
+// NotFound when the process is gone, naming the file (with `pidfd`, as for
+// VouchedLabelsOf); InvalidArgument when the line is missing or malformed.
 absl::StatusOr<std::vector<uint32_t>> SupplementaryGroupsOf(int64_t pid,
-                                                            absl::string_view proc_root = "/proc");
+                                                            absl::string_view proc_root = "/proc",
+                                                            int pidfd = -1);
 
 // Who sees every user's series and events in queries (docs/security.md,
 // "Who sees what"): root, the daemon's own user, and, with --admin-group,

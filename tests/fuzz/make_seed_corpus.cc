@@ -1,6 +1,6 @@
 // Writes the seed corpus of the fuzz targets: tests/fuzz/corpus/<target>/.
 //
-//   make_seed_corpus <dir>    writes <dir>/ingest/* and <dir>/selector/*
+//   make_seed_corpus <dir>    writes <dir>/ingest/*, <dir>/selector/* and <dir>/cgroup/*
 //
 // Seeds are what real clients and users send (a training process's stream,
 // two ranks, torchmonctl command lines) plus the edge cases the daemon must
@@ -378,6 +378,16 @@ std::string Glob(const std::string& pattern, const std::string& text) {
 
 std::string TextForm(const std::string& text) { return std::string(1, '\3') + text; }
 
+// --- cgroup seeds (cgroup_fuzzer.cc: a /proc/<pid>/cgroup file) ---
+
+constexpr char kPodUid[] = "6b2c0b9e_8d7f_4c2a_9a51_5c1d2e3f4a5b";
+constexpr char kContainerId[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+std::string PodScope(const std::string& qos) {
+  return "/kubepods.slice/kubepods-" + qos + ".slice/kubepods-" + qos + "-pod" + kPodUid +
+         ".slice/cri-containerd-" + kContainerId + ".scope";
+}
+
 bool WriteFile(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(content.data(), static_cast<std::streamsize>(content.size()));
@@ -438,7 +448,23 @@ int main(int argc, char** argv) {
       {"text_aggregations", TextForm("mean, MAX,value")},
       {"text_value", TextForm("-Infinity")},
   };
-  bool ok = MakeDir(root) && MakeDir(root + "/ingest") && MakeDir(root + "/selector");
+  const std::string user = "/user.slice/user-1000.slice/user@1000.service/app.slice";
+  const std::vector<std::pair<std::string, std::string>> cgroup = {
+      {"slurm_v2", "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n"},
+      {"slurm_v1", "12:pids:/slurm/uid_1000/job_7/step_batch/task_1\n"
+                   "1:name=systemd:/system.slice/slurmd.service\n0::/\n"},
+      {"pod_systemd", "0::" + PodScope("burstable") + "\n"},
+      {"pod_cgroupfs", std::string("4:memory:/kubepods/besteffort/pod") +
+                           "6b2c0b9e-8d7f-4c2a-9a51-5c1d2e3f4a5b/" + kContainerId + "\n"},
+      {"namespaced_pod", "0::/../../../kubepods-besteffort.slice/kubepods-besteffort-pod" +
+                             std::string(kPodUid) + ".slice\n"},
+      {"forged_slurm", "0::" + user + "/system.slice/x-slurmstepd.scope/job_42/step_0\n"},
+      {"forged_pod", "0::" + user + PodScope("besteffort") + "\n"},
+      {"user_unit", "0::" + user + "/run-r4f2.scope\n"},
+  };
+  bool ok = MakeDir(root) && MakeDir(root + "/ingest") && MakeDir(root + "/selector") &&
+            MakeDir(root + "/cgroup");
+  for (const auto& [name, content] : cgroup) ok = ok && WriteFile(root + "/cgroup/" + name, content);
   for (const auto& [name, content] : ingest) ok = ok && WriteFile(root + "/ingest/" + name, content);
   for (const auto& [name, content] : selector) {
     ok = ok && WriteFile(root + "/selector/" + name, content);

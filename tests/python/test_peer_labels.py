@@ -14,6 +14,7 @@ parsing of every layout is unit-tested in tests/unit/identity either way.
 
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,15 +39,21 @@ assert torchmon.flush(10)
 """
 
 
-def cgroup2_root():
-    """Where the cgroup v2 hierarchy is mounted, if this process may create
+def writable_hierarchy(fstype, option=None):
+    """Where a cgroup hierarchy of `fstype` ("cgroup2", or v1's "cgroup"
+    with the controller `option`) is mounted, if this process may create
     cgroups in it; else None."""
     with open("/proc/self/mounts") as f:
         for line in f:
             fields = line.split()
-            if fields[2] == "cgroup2" and os.access(fields[1], os.W_OK):
+            if (fields[2] == fstype and os.access(fields[1], os.W_OK)
+                    and (option is None or option in fields[3].split(","))):
                 return fields[1]
     return None
+
+
+NO_CGROUPS = ("no writable cgroup {} hierarchy here (needs root and a mount of it); "
+              "the cgroup layouts are unit-tested in tests/unit/identity")
 
 
 @pytest.fixture
@@ -61,30 +68,60 @@ def peer_daemon():
 
 @pytest.fixture
 def made_cgroup():
-    """make(path) creates the cgroup `path` (e.g. "system.slice/x.scope")
-    under the cgroup v2 root and returns it; all are removed afterwards."""
-    root = cgroup2_root()
-    if root is None:
-        pytest.skip("no writable cgroup v2 hierarchy here (needs root and a cgroup2 mount); "
-                    "the cgroup layouts are unit-tested in tests/unit/identity")
+    """make(path, v1=False) creates the cgroup `path` (e.g.
+    "system.slice/x.scope") in the cgroup v2 hierarchy (v1: its "pids"
+    hierarchy) and returns it; all are removed afterwards."""
+    roots = {False: writable_hierarchy("cgroup2"), True: writable_hierarchy("cgroup", "pids")}
     made = []
 
-    def make(path):
-        # A unique top so that parallel runs and leftovers never collide.
+    def make(path, v1=False):
+        root = roots[v1]
+        if root is None:
+            pytest.skip(NO_CGROUPS.format("v1 (pids)" if v1 else "v2"))
         full = os.path.join(root, path)
         os.makedirs(full)
-        made.append(full)
+        made.append((root, full))
         return full
 
     yield make
-    for full in made:
-        # Deepest first, up to the top the test made.
+    for root, full in reversed(made):
+        # Deepest first, up to the root.
         while full != root and os.path.isdir(full):
             try:
                 os.rmdir(full)
             except OSError:
-                break  # a sibling made by another test is still there
+                break  # a sibling is still there
             full = os.path.dirname(full)
+
+
+@pytest.fixture
+def namespaced_daemon(made_cgroup):
+    """start(*cgroups) runs a torchmond placed in `cgroups` (made_cgroup's
+    paths) with a cgroup namespace of its own, rooted there: it reads every
+    client's cgroup relative to those, as a daemon in a container does, and
+    the layouts the tests make under them read as the host's own. Needs root
+    (unshare --cgroup)."""
+    started = []
+
+    def start(*cgroups):
+        # bash -c SCRIPT bash CGROUP... TORCHMOND FLAG...: joins each, then
+        # execs torchmond (the same pid) in a new cgroup namespace.
+        script = ('for g in "${@:1:%d}"; do echo $$ > "$g/cgroup.procs"; done; '
+                  'shift %d; exec unshare --cgroup -- "$@"' % (len(cgroups), len(cgroups)))
+        tmpdir = tempfile.mkdtemp(prefix="torchmon-pytest.")
+        d = Daemon(tmpdir, "--peer-labels", "on", wrapper=("bash", "-c", script, "bash", *cgroups))
+        started.append((d, tmpdir))
+        return d
+
+    yield start
+    for d, tmpdir in started:
+        d.stop()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def top():
+    """A unique top cgroup, so that parallel runs and leftovers never collide."""
+    return f"torchmon-test-{uuid.uuid4().hex[:8]}"
 
 
 def run_client(daemon, target, stat, *labels, cgroup=None):
@@ -146,37 +183,104 @@ def test_a_tcp_client_gets_no_vouched_labels_and_may_not_send_them(peer_daemon):
     assert "could not be derived for this connection" in out.stderr, out.stderr
 
 
-def test_a_slurm_steps_cgroup_gives_its_job_and_step(peer_daemon, made_cgroup):
+POD = "6b2c0b9e-8d7f-4c2a-9a51-5c1d2e3f4a5b"
+CONTAINER = "0123456789abcdef" * 4
+USER_TREE = "user.slice/user-0.slice/user@0.service/app.slice"
+
+
+def pod_path(pod=POD, container=CONTAINER, qos="burstable"):
+    """The kubelet's systemd driver: the pod's UID with '_' for '-', the
+    container runtime's scope named for the container id."""
+    return (f"kubepods.slice/kubepods-{qos}.slice/"
+            f"kubepods-{qos}-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope")
+
+
+def vouched(labels):
+    return {k: v for k, v in labels.items()
+            if k in ("slurm_job_id", "slurm_step", "k8s_pod_uid", "container_id", "systemd_unit")}
+
+
+def test_a_slurm_steps_cgroup_gives_its_job_and_step(namespaced_daemon, made_cgroup):
     # Slurm's cgroup v2 layout: slurmstepd's scope, then job, step, task.
-    top = f"torchmon-test-{uuid.uuid4().hex[:8]}"
-    cgroup = made_cgroup(f"{top}/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0")
-    out = run_client(peer_daemon, peer_daemon.target, "peer.slurm", cgroup=cgroup)
+    t = top()
+    d = namespaced_daemon(made_cgroup(t))
+    cgroup = made_cgroup(f"{t}/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0")
+    out = run_client(d, d.target, "peer.slurm", cgroup=cgroup)
     assert out.returncode == 0, out.stderr
-    labels = series_labels(peer_daemon, "peer.slurm")
+    labels = series_labels(d, "peer.slurm")
     assert labels["slurm_job_id"] == "4242", labels
     assert labels["slurm_step"] == "0", labels
     assert labels["systemd_unit"] == "slurmstepd.scope", labels
     assert labels["user"] == USER
     assert "k8s_pod_uid" not in labels, labels  # not a pod: absent, not guessed
-    event = event_labels(peer_daemon, "peer.slurm")
+    event = event_labels(d, "peer.slurm")
     assert (event["slurm_job_id"], event["slurm_step"]) == ("4242", "0"), event
 
 
-def test_a_pods_cgroup_gives_its_pod_and_container(peer_daemon, made_cgroup):
-    # The kubelet's systemd driver: the pod's UID with '_' for '-', the
-    # container runtime's scope named for the container id.
-    pod = "6b2c0b9e-8d7f-4c2a-9a51-5c1d2e3f4a5b"
-    container = "0123456789abcdef" * 4
-    top = f"torchmon-test-{uuid.uuid4().hex[:8]}"
-    cgroup = made_cgroup(
-        f"{top}/kubepods.slice/kubepods-burstable.slice/"
-        f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{container}.scope")
-    out = run_client(peer_daemon, peer_daemon.target, "peer.pod", cgroup=cgroup)
+def test_a_slurm_steps_cgroup_v1_gives_its_job_and_step(namespaced_daemon, made_cgroup):
+    t = top()
+    d = namespaced_daemon(made_cgroup(t, v1=True))
+    cgroup = made_cgroup(f"{t}/slurm/uid_0/job_77/step_batch/task_0", v1=True)
+    out = run_client(d, d.target, "peer.slurm1", cgroup=cgroup)
     assert out.returncode == 0, out.stderr
-    labels = series_labels(peer_daemon, "peer.pod")
-    assert labels["k8s_pod_uid"] == pod, labels
-    assert labels["container_id"] == container, labels
+    labels = series_labels(d, "peer.slurm1")
+    assert (labels.get("slurm_job_id"), labels.get("slurm_step")) == ("77", "batch"), labels
+
+
+def test_a_pods_cgroup_gives_its_pod_and_container(namespaced_daemon, made_cgroup):
+    t = top()
+    d = namespaced_daemon(made_cgroup(t))
+    cgroup = made_cgroup(f"{t}/{pod_path()}")
+    out = run_client(d, d.target, "peer.pod", cgroup=cgroup)
+    assert out.returncode == 0, out.stderr
+    labels = series_labels(d, "peer.pod")
+    assert labels["k8s_pod_uid"] == POD, labels
+    assert labels["container_id"] == CONTAINER, labels
     assert "slurm_job_id" not in labels, labels
+
+
+@pytest.mark.parametrize("forged,v1", [
+    # What a user makes under the subtree systemd delegates to it
+    # (user@<uid>.service has Delegate=yes): mkdir, or systemd-run --user
+    # --scope --unit=...-slurmstepd.
+    (f"{USER_TREE}/slurm/job_42/step_0", False),
+    (f"{USER_TREE}/slurm/uid_0/job_42/step_0", False),
+    (f"{USER_TREE}/system.slice/x-slurmstepd.scope/job_42/step_0/user/task_0", False),
+    (f"{USER_TREE}/{pod_path()}", False),
+    # cgroup v1: Slurm's hierarchy anywhere but at the top.
+    ("home/slurm/uid_0/job_42/step_0", True),
+])
+def test_slurm_and_pod_markers_a_user_can_make_give_no_label(namespaced_daemon, made_cgroup,
+                                                             forged, v1):
+    t = top()
+    d = namespaced_daemon(made_cgroup(t, v1=v1))
+    cgroup = made_cgroup(f"{t}/{forged}", v1=v1)
+    out = run_client(d, d.target, "peer.forged_path", cgroup=cgroup)
+    assert out.returncode == 0, out.stderr
+    labels = series_labels(d, "peer.forged_path")
+    assert labels["user"] == USER, labels
+    # The unit is the user's manager, which root's systemd made, not the
+    # scope the user named.
+    assert vouched(labels) == ({} if v1 else {"systemd_unit": "user@0.service"}), labels
+
+
+def test_a_daemon_in_a_pod_sees_another_pod_but_not_a_users_lookalike(namespaced_daemon,
+                                                                      made_cgroup):
+    # The daemon in a pod with a cgroup namespace of its own (a DaemonSet):
+    # another pod reads as "/../../../kubepods-besteffort.slice/...".
+    t = top()
+    other = "0f1e2d3c-4b5a-4697-8877-665544332211"
+    d = namespaced_daemon(made_cgroup(f"{t}/{pod_path()}"))
+    cgroup = made_cgroup(f"{t}/{pod_path(other, 'ab' * 32, 'besteffort')}")
+    out = run_client(d, d.target, "peer.other_pod", cgroup=cgroup)
+    assert out.returncode == 0, out.stderr
+    labels = series_labels(d, "peer.other_pod")
+    assert (labels.get("k8s_pod_uid"), labels.get("container_id")) == (other, "ab" * 32), labels
+    # The same layout in a user's tree reads as ".../user.slice/...": none.
+    cgroup = made_cgroup(f"{t}/{USER_TREE}/{pod_path(other, 'cd' * 32, 'besteffort')}")
+    out = run_client(d, d.target, "peer.user_pod", cgroup=cgroup)
+    assert out.returncode == 0, out.stderr
+    assert vouched(series_labels(d, "peer.user_pod")) == {"systemd_unit": "user@0.service"}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a pid namespace of its own needs root")

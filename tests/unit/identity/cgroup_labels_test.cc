@@ -87,13 +87,18 @@ TEST(CgroupLabelsTest, KubernetesSystemdDriverGivesThePodContainerAndScope) {
             Pod(kContainer, scope));
 }
 
-TEST(CgroupLabelsTest, PlainSystemdGivesTheInnermostUnit) {
+TEST(CgroupLabelsTest, PlainSystemdGivesTheOutermostUnit) {
   EXPECT_EQ(LabelsOfCgroupPath("/system.slice/torchjob.service"), Unit("torchjob.service"));
   EXPECT_EQ(LabelsOfCgroupPath("/user.slice/user-1000.slice/session-4.scope"),
             Unit("session-4.scope"));
+  // A user's own units are the user's choice of names: the unit is the
+  // user's manager, which the system's systemd made.
   EXPECT_EQ(LabelsOfCgroupPath(
                 "/user.slice/user-1000.slice/user@1000.service/app.slice/run-r4f2.scope"),
-            Unit("run-r4f2.scope"));
+            Unit("user@1000.service"));
+  // Below a container's scope, the container's own cgroups.
+  EXPECT_EQ(LabelsOfCgroupPath("/system.slice/docker-abc.scope/init.scope"),
+            Unit("docker-abc.scope"));
   EXPECT_EQ(LabelsOfCgroupPath("/"), CgroupLabels());
 }
 
@@ -107,6 +112,66 @@ TEST(CgroupLabelsTest, LookalikesOutsideSlurmOrKubepodsAreNotGuessed) {
   EXPECT_EQ(LabelsOfCgroupPath("/slurm/uid_1000/job_5/step_weird"), Slurm("5", ""));
   EXPECT_EQ(LabelsOfCgroupPath("/kubepods/burstable/pod1234/abc"), CgroupLabels());
   EXPECT_EQ(LabelsOfCgroupPath(std::string("/kubepods/pod") + kPod + "/short"), Pod(""));
+}
+
+// Paths any user can make: systemd delegates user@<uid>.service's subtree
+// to its user (mkdir under app.slice, or systemd-run --user --scope
+// --unit=...-slurmstepd), and a cgroup v1 hierarchy may be chowned to one.
+TEST(CgroupLabelsTest, SlurmAndPodMarkersInADelegatedSubtreeAreNotBelieved) {
+  const std::string user = "/user.slice/user-1000.slice/user@1000.service/app.slice";
+  EXPECT_EQ(LabelsOfCgroupPath(user + "/slurm/job_42/step_0"), Unit("user@1000.service"));
+  EXPECT_EQ(LabelsOfCgroupPath(user + "/slurm/uid_1000/job_42/step_0"),
+            Unit("user@1000.service"));
+  EXPECT_EQ(LabelsOfCgroupPath(user + "/x-slurmstepd.scope/job_42/step_0/user/task_0"),
+            Unit("user@1000.service"));
+  EXPECT_EQ(
+      LabelsOfCgroupPath(user + "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0"),
+      Unit("user@1000.service"));
+  EXPECT_EQ(LabelsOfCgroupPath(user + "/kubepods/burstable/pod" + kPod + "/" + kContainer),
+            Unit("user@1000.service"));
+  EXPECT_EQ(LabelsOfCgroupPath(user + "/kubepods.slice/kubepods-pod" + kPodSystemd +
+                               ".slice/cri-containerd-" + kContainer + ".scope"),
+            Unit("user@1000.service"));
+  // A login session's scope is the user's too.
+  EXPECT_EQ(LabelsOfCgroupPath("/user.slice/user-1000.slice/session-3.scope/slurm/uid_1/job_4"),
+            Unit("session-3.scope"));
+  // cgroup v1: Slurm's hierarchy is the first component, nowhere else.
+  EXPECT_EQ(LabelsOfCgroupPath("/home/alice/slurm/uid_1000/job_42/step_0"), CgroupLabels());
+  EXPECT_EQ(LabelsOfCgroupPath("/system.slice/slurmd.service/slurm/uid_1/job_4"),
+            Unit("slurmd.service"));
+  // A Slurm step's scope holds the job, not another layout.
+  EXPECT_EQ(LabelsOfCgroupPath("/system.slice/slurmstepd.scope/job_1/step_0/kubepods/pod" +
+                               std::string(kPod)),
+            Slurm("1", "0", "slurmstepd.scope"));
+  // A pod slice of another QoS class than the kubelet's.
+  EXPECT_EQ(LabelsOfCgroupPath(std::string("/kubepods.slice/kubepods-evil-pod") + kPodSystemd +
+                               ".slice"),
+            CgroupLabels());
+}
+
+TEST(CgroupLabelsTest, BelowACgroupNamespaceALayoutMayStartAtAnyLevel) {
+  // A daemon in a pod, with a cgroup namespace of its own, sees another
+  // pod from the common ancestor its path does not show.
+  const std::string scope = std::string("cri-containerd-") + kContainer + ".scope";
+  EXPECT_EQ(LabelsOfCgroupPath(std::string("/../../../kubepods-besteffort.slice/"
+                                           "kubepods-besteffort-pod") +
+                               kPodSystemd + ".slice/" + scope),
+            Pod(kContainer, scope));
+  EXPECT_EQ(LabelsOfCgroupPath(std::string("/../../kubepods-besteffort-pod") + kPodSystemd +
+                               ".slice/" + scope),
+            Pod(kContainer, scope));
+  // A daemon in a container on a Slurm node sees a step from system.slice.
+  EXPECT_EQ(LabelsOfCgroupPath("/../slurmstepd.scope/job_7/step_batch/user/task_0"),
+            Slurm("7", "batch", "slurmstepd.scope"));
+  // Up to the root and down into a user's tree: still the user's.
+  EXPECT_EQ(LabelsOfCgroupPath("/../../../user.slice/user-1000.slice/user@1000.service/"
+                               "app.slice/slurmstepd.scope/job_42/step_0"),
+            Unit("user@1000.service"));
+  // Inside the namespace a layout starts at its root, as on the host.
+  EXPECT_EQ(LabelsOfCgroupPath("/job_42/step_0"), CgroupLabels());
+  EXPECT_EQ(LabelsOfCgroupPath("/../job_42/step_0"), Slurm("42", "0"));
+  // ".." anywhere but in front is no path the kernel writes.
+  EXPECT_EQ(LabelsOfCgroupPath("/system.slice/../slurmstepd.scope/job_7"), CgroupLabels());
 }
 
 TEST(CgroupLabelsTest, AProcCgroupFileOfCgroupV2HasOneLine) {

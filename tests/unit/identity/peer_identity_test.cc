@@ -4,8 +4,12 @@
 #include "server/identity/peer_identity.h"
 
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -149,6 +153,82 @@ TEST(PeerIdentityTest, ThisProcessesGroupsAreTheKernels) {
   auto groups = SupplementaryGroupsOf(::getpid());
   ASSERT_TRUE(groups.ok()) << groups.status();
   EXPECT_THAT(*groups, UnorderedElementsAreArray(expected));
+}
+
+TEST(PeerIdentityTest, ThePeersGroupsAreWhatTheKernelRecordedAtConnect) {
+  SocketPair pair;
+  absl::StatusOr<std::vector<uint32_t>> groups = PeerGroupsOf(pair.server());
+  if (groups.status().code() == absl::StatusCode::kUnimplemented) {
+    GTEST_SKIP() << groups.status();
+  }
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  std::vector<gid_t> expected(static_cast<size_t>(::getgroups(0, nullptr)));
+  expected.resize(static_cast<size_t>(::getgroups(static_cast<int>(expected.size()), expected.data())));
+  EXPECT_THAT(*groups, UnorderedElementsAreArray(expected));
+}
+
+// A peer that connected and exited: its pid is free for another process
+// (here: a /proc tree that has a file under that pid, as a new process of
+// that pid would), and what /proc says of it is refused, not believed.
+TEST_F(ProcTree, WithAPidfdAPeerThatExitedIsNotReadUnderItsReusedPid) {
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un address = {};
+  address.sun_family = AF_UNIX;
+  // Abstract: nothing on disk to clean up.
+  const std::string name = "torchmon-test-pidfd-" + std::to_string(::getpid());
+  std::copy(name.begin(), name.end(), address.sun_path + 1);
+  const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    _exit(::connect(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 ? 0 : 1);
+  }
+  const int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(connection, 0);
+  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(connection);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_EQ(peer->pid, child);
+  absl::StatusOr<int> pidfd = PeerPidfdOf(connection);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);  // reaped: the pid is free
+  ASSERT_EQ(status, 0);
+  if (pidfd.status().code() == absl::StatusCode::kUnimplemented) {
+    ::close(connection);
+    ::close(listener);
+    GTEST_SKIP() << pidfd.status();
+  }
+  ASSERT_TRUE(pidfd.ok()) << pidfd.status();
+  AddProcess(peer->pid, "0::/system.slice/slurmstepd.scope/job_1/step_0\n");
+  std::filesystem::create_directories(root_ / std::to_string(peer->pid));
+  std::ofstream(root_ / std::to_string(peer->pid) / "status") << "Groups:\t27\n";
+  absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf(*peer, root_.string(), *pidfd);
+  EXPECT_EQ(labels.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(labels.status().message(), HasSubstr("exited before"));
+  EXPECT_EQ(SupplementaryGroupsOf(peer->pid, root_.string(), *pidfd).status().code(),
+            absl::StatusCode::kNotFound);
+  // Without the pidfd the same file would have been believed: the race the
+  // pidfd closes.
+  EXPECT_TRUE(VouchedLabelsOf(*peer, root_.string()).ok());
+  ::close(*pidfd);
+  ::close(connection);
+  ::close(listener);
+}
+
+TEST(PeerIdentityTest, WithAPidfdALivePeerIsReadAsBefore) {
+  SocketPair pair;
+  absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(pair.server());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  absl::StatusOr<int> pidfd = PeerPidfdOf(pair.server());
+  if (pidfd.status().code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << pidfd.status();
+  ASSERT_TRUE(pidfd.ok()) << pidfd.status();
+  absl::StatusOr<VouchedLabels> labels = VouchedLabelsOf(*peer, "/proc", *pidfd);
+  EXPECT_TRUE(labels.ok()) << labels.status();
+  EXPECT_TRUE(SupplementaryGroupsOf(peer->pid, "/proc", *pidfd).ok());
+  ::close(*pidfd);
 }
 
 TEST(PeerIdentityTest, AdminsAreRootTheDaemonsUserAndTheAdminGroupsMembers) {
