@@ -9,6 +9,21 @@
 
 namespace torchmon::server {
 
+// The connections of the metrics port (server/exposition/http_server.h).
+struct HttpCounters {
+  std::atomic<uint64_t> accepted{0};
+  std::atomic<int64_t> open{0};  // held now
+  // Closed to make room under a bound on connections, per address or in
+  // total; refused at accept when every held one was being answered.
+  std::atomic<uint64_t> evicted{0};
+  std::atomic<uint64_t> refused{0};
+  // Closed for a request not whole in time, an idle keep-alive past its
+  // time, or a response send without progress.
+  std::atomic<uint64_t> timed_out{0};
+  // Answered 4xx before any handler: malformed, too large, unsupported.
+  std::atomic<uint64_t> bad_requests{0};
+};
+
 struct DaemonStats {
   std::atomic<int64_t> ingest_streams_active{0};
   std::atomic<uint64_t> ingest_streams_total{0};
@@ -54,6 +69,7 @@ struct DaemonStats {
   // alert (--web-config-file): a client certificate refused, no shared
   // protocol version.
   std::atomic<uint64_t> metrics_tls_refused{0};
+  HttpCounters http;
   // Credential files SIGHUP could not re-read (the old ones stay in force).
   std::atomic<uint64_t> reloads_failed{0};
   // With --peer-labels: labels a client sent that the daemon sets itself

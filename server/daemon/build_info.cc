@@ -1,5 +1,6 @@
 #include "server/daemon/build_info.h"
 
+#include <openssl/crypto.h>
 #include <zlib.h>
 
 #include <string>
@@ -7,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "civetweb.h"
 #include "google/protobuf/stubs/common.h"
 #include "grpcpp/grpcpp.h"
 
@@ -45,7 +45,7 @@ std::string VerboseVersion() {
   absl::StrAppend(&out, "protobuf: ",
                   google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION), "\n");
   absl::StrAppend(&out, "zlib: ", zlibVersion(), "\n");
-  absl::StrAppend(&out, "civetweb: ", mg_version(), "\n");
+  absl::StrAppend(&out, "OpenSSL: ", OpenSSL_version(OPENSSL_VERSION), "\n");
 #ifdef TORCHMON_BUNDLED_SOURCES
   // "zlib 1:1.2.13.dfsg-1,openssl 3.0.20-1~deb12u2,...": deps.lock's pins.
   absl::StrAppend(&out, "bundled, built from Debian's source packages:\n");

@@ -253,10 +253,6 @@ absl::StatusOr<std::unique_ptr<ServerSecurity>> ServerSecurity::Load(
       security->web_users_ = true;
     }
     if (web->tls.has_value()) {
-      if (absl::Status s = MetricsHttpServer::CheckTlsAvailable(); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("--web-config-file ", options.web_config_file,
-                                                   ": tls_server_config: ", s.message()));
-      }
       auto https = HttpsContext::Create(*web->tls, &stats.metrics_tls_refused);
       if (!https.ok()) return https.status();
       security->metrics_https_ = *std::move(https);

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "CivetServer.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -17,52 +17,46 @@
 #include "server/core/rank_comparison.h"
 #include "server/exposition/content_negotiation.h"
 #include "server/exposition/gzip_stream.h"
+#include "server/exposition/http_server.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
 namespace {
 
 // A whole response of known length, never cached.
-void SendText(mg_connection* conn, int status, const char* type, absl::string_view body) {
-  mg_response_header_start(conn, status);
-  mg_response_header_add(conn, "Content-Type", type, -1);
-  mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-  mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
-  if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+void SendText(HttpResponseWriter& response, int status, const char* type, absl::string_view body) {
+  response.Send(status, type, body);
 }
 
 // 401 with the Basic challenge.
-void SendUnauthorized(mg_connection* conn, absl::string_view body) {
-  mg_response_header_start(conn, 401);
-  mg_response_header_add(conn, "WWW-Authenticate", BasicAuthChecker::kChallenge.data(),
-                         static_cast<int>(BasicAuthChecker::kChallenge.size()));
-  mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
-  mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
-  if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+void SendUnauthorized(HttpResponseWriter& response, absl::string_view body) {
+  response.Send(401, "text/plain; charset=utf-8", body,
+                {{"WWW-Authenticate", std::string(BasicAuthChecker::kChallenge)}});
 }
 
 // With `auth`, a request without credentials it accepts is counted, answered
 // 401 (`no_credentials` or `wrong_credentials` as the body) and true is
 // returned; the caller then stops. A peer that failed too often lately is
 // answered 429 with Retry-After, its credentials unchecked (throttled).
-bool Refused(mg_connection* conn, const BasicAuthChecker* auth, DaemonStats& stats,
-             absl::string_view no_credentials, absl::string_view wrong_credentials) {
+bool Refused(const IncomingHttpRequest& request, HttpResponseWriter& response, const BasicAuthChecker* auth,
+             DaemonStats& stats, absl::string_view no_credentials,
+             absl::string_view wrong_credentials) {
   if (auth == nullptr) return false;
-  const char* authorization = mg_get_header(conn, "Authorization");
+  const std::string* authorization = request.Header("authorization");
   if (authorization == nullptr) {
     // A browser's first request: the challenge, no guess to slow down.
     stats.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
-    SendUnauthorized(conn, no_credentials);
+    SendUnauthorized(response, no_credentials);
     return true;
   }
-  const std::string peer = mg_get_request_info(conn)->remote_addr;
-  const BasicAuthChecker::Admission admission = auth->Admit(peer, authorization, absl::Now());
+  const std::string& peer = request.remote_address;
+  const BasicAuthChecker::Admission admission = auth->Admit(peer, *authorization, absl::Now());
   switch (admission.kind) {
     case BasicAuthChecker::Admission::Kind::kAccepted:
       return false;
     case BasicAuthChecker::Admission::Kind::kRefused:
       stats.scrapes_unauthorized.fetch_add(1, std::memory_order_relaxed);
-      SendUnauthorized(conn, wrong_credentials);
+      SendUnauthorized(response, wrong_credentials);
       return true;
     case BasicAuthChecker::Admission::Kind::kWait:
       break;
@@ -72,38 +66,35 @@ bool Refused(mg_connection* conn, const BasicAuthChecker* auth, DaemonStats& sta
   const std::string body =
       absl::StrCat("torchmond: too many failed attempts from ", peer, "; retry in ", seconds,
                    " s (credentials are not checked until then)\n");
-  mg_response_header_start(conn, 429);
-  mg_response_header_add(conn, "Retry-After", std::to_string(seconds).c_str(), -1);
-  mg_response_header_add(conn, "Content-Type", "text/plain; charset=utf-8", -1);
-  mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
-  if (mg_response_header_send(conn) == 0) mg_write(conn, body.data(), body.size());
+  response.Send(429, "text/plain; charset=utf-8", body,
+                {{"Retry-After", std::to_string(seconds)}});
   return true;
 }
 
 }  // namespace
 
-class MetricsHttpServer::Handler final : public CivetHandler {
+class MetricsHttpServer::Handler {
  public:
   Handler(const MetricsExposition& exposition, DaemonStats& stats,
           std::shared_ptr<const BasicAuthChecker> auth)
       : exposition_(exposition), stats_(stats), auth_(std::move(auth)) {}
 
-  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
-    if (Refused(conn, auth_.get(), stats_,
-                "torchmond: /metrics needs HTTP basic auth (--metrics-auth-file)\n",
-                "torchmond: these credentials are not accepted for /metrics\n")) {
-      return true;
+  // GET /metrics; HEAD: the headers a GET would get, and no body
+  // (monitoring checks, curl -I).
+  void Serve(const IncomingHttpRequest& request, HttpResponseWriter& response) {
+    const bool head = response.head_only();
+    if (Refused(request, response, auth_.get(), stats_,
+                head ? "" : "torchmond: /metrics needs HTTP basic auth (--metrics-auth-file)\n",
+                head ? "" : "torchmond: these credentials are not accepted for /metrics\n")) {
+      return;
     }
     const auto start = std::chrono::steady_clock::now();
-    const Negotiated what = Negotiate(conn);
-    bool chunked = false;
-    if (!SendHeaders(conn, what, chunked)) return true;
+    const Negotiated what = Negotiate(request);
+    if (!SendHeaders(response, what) || head) return;
 
     size_t sent = 0;  // bytes on the wire, compressed or not
     auto send = [&](absl::string_view piece) {
-      const int n = chunked ? mg_send_chunk(conn, piece.data(), static_cast<unsigned>(piece.size()))
-                            : mg_write(conn, piece.data(), piece.size());
-      if (n <= 0) return false;  // the scraper went away: stop rendering
+      if (!response.Write(piece)) return false;  // the scraper went away: stop rendering
       sent += piece.size();
       return true;
     };
@@ -114,7 +105,6 @@ class MetricsHttpServer::Handler final : public CivetHandler {
     } else {
       exposition_.Render(what.format, send);
     }
-    if (chunked) mg_send_chunk(conn, "", 0);
     const size_t bytes = sent;
 
     const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -123,15 +113,6 @@ class MetricsHttpServer::Handler final : public CivetHandler {
     stats_.last_scrape_duration_us.store(
         std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count(),
         std::memory_order_relaxed);
-    return true;
-  }
-
-  // The headers a GET would get, and no body (monitoring checks, curl -I).
-  bool handleHead(CivetServer* /*server*/, mg_connection* conn) override {
-    if (Refused(conn, auth_.get(), stats_, "", "")) return true;
-    bool chunked = false;
-    SendHeaders(conn, Negotiate(conn), chunked);
-    return true;
   }
 
  private:
@@ -140,29 +121,22 @@ class MetricsHttpServer::Handler final : public CivetHandler {
     bool gzip;
   };
   // What the scraper's Accept and Accept-Encoding ask for.
-  static Negotiated Negotiate(mg_connection* conn) {
-    return Negotiated{NegotiateFormat(mg_get_header(conn, "Accept")),
-                      AcceptsGzip(mg_get_header(conn, "Accept-Encoding"))};
+  static Negotiated Negotiate(const IncomingHttpRequest& request) {
+    const std::string* accept = request.Header("accept");
+    const std::string* encoding = request.Header("accept-encoding");
+    return Negotiated{NegotiateFormat(accept != nullptr ? accept->c_str() : nullptr),
+                      AcceptsGzip(encoding != nullptr ? encoding->c_str() : nullptr)};
   }
 
-  // The 200 response's headers; false if the scraper went away.
-  static bool SendHeaders(mg_connection* conn, const Negotiated& what, bool& chunked) {
-    const mg_request_info* request = mg_get_request_info(conn);
-    // HTTP/1.0 has no chunked encoding: the body ends with the connection.
-    chunked = request->http_version != nullptr && std::strcmp(request->http_version, "1.0") != 0;
-    mg_response_header_start(conn, 200);
-    const absl::string_view type = ContentType(what.format);
-    mg_response_header_add(conn, "Content-Type", type.data(), static_cast<int>(type.size()));
-    if (what.gzip) mg_response_header_add(conn, "Content-Encoding", "gzip", -1);
+  // The 200 response's headers, the body streamed (chunked over HTTP/1.1);
+  // false if the scraper went away.
+  static bool SendHeaders(HttpResponseWriter& response, const Negotiated& what) {
+    HttpResponseWriter::Headers headers = {{"Content-Type", std::string(ContentType(what.format))}};
+    if (what.gzip) headers.emplace_back("Content-Encoding", "gzip");
     // A cache between scraper and daemon must not answer one format for another.
-    mg_response_header_add(conn, "Vary", "Accept, Accept-Encoding", -1);
-    mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-    if (chunked) {
-      mg_response_header_add(conn, "Transfer-Encoding", "chunked", -1);
-    } else {
-      mg_disable_connection_keep_alive(conn);
-    }
-    return mg_response_header_send(conn) == 0;
+    headers.emplace_back("Vary", "Accept, Accept-Encoding");
+    headers.emplace_back("Cache-Control", "no-store");
+    return response.Start(200, headers, -1);
   }
 
   const MetricsExposition& exposition_;
@@ -171,9 +145,9 @@ class MetricsHttpServer::Handler final : public CivetHandler {
 };
 
 // GET /healthz. No credentials asked, whatever --metrics-auth-file says.
-class MetricsHttpServer::HealthHandler final : public CivetHandler {
+class MetricsHttpServer::HealthHandler {
  public:
-  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
+  void Serve(HttpResponseWriter& response) {
     int status = 503;
     absl::string_view body;
     switch (state_.load(std::memory_order_acquire)) {
@@ -188,8 +162,7 @@ class MetricsHttpServer::HealthHandler final : public CivetHandler {
         body = "shutting down\n";
         break;
     }
-    SendText(conn, status, "text/plain; charset=utf-8", body);
-    return true;
+    SendText(response, status, "text/plain; charset=utf-8", body);
   }
 
   void Set(ServingState state) { state_.store(state, std::memory_order_release); }
@@ -199,24 +172,24 @@ class MetricsHttpServer::HealthHandler final : public CivetHandler {
 };
 
 // GET / and /api/*: the live page (live_page.h).
-class MetricsHttpServer::PageHandler final : public CivetHandler {
+class MetricsHttpServer::PageHandler {
  public:
   PageHandler(const LivePage& page, DaemonStats& stats,
               std::shared_ptr<const BasicAuthChecker> auth)
       : page_(page), stats_(stats), auth_(std::move(auth)) {}
 
-  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
-    if (Refused(conn, auth_.get(), stats_, "torchmond: the page needs HTTP basic auth\n",
+  void Serve(const IncomingHttpRequest& req, HttpResponseWriter& conn) {
+    if (Refused(req, conn, auth_.get(), stats_, "torchmond: the page needs HTTP basic auth\n",
                 "torchmond: these credentials are not accepted for the page\n")) {
-      return true;
+      return;
     }
-    const mg_request_info* request = mg_get_request_info(conn);
-    const std::string uri = request->local_uri != nullptr ? request->local_uri : "/";
+    const IncomingHttpRequest* request = &req;
+    const std::string& uri = request->path;
     if (uri == "/") {
       SendText(conn, 200, "text/html; charset=utf-8", LivePage::Html());
     } else if (uri == "/api/series") {
       Selector selector;
-      if (!ParseSelector(conn, request, &selector)) return true;
+      if (!ParseSelector(conn, request, &selector)) return;
       const Aggregator::SeriesOrder order = Query(request, "sort") == "recent"
                                                 ? Aggregator::SeriesOrder::kMostRecentFirst
                                                 : Aggregator::SeriesOrder::kMostDropsFirst;
@@ -225,12 +198,12 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
                                 order));
     } else if (uri == "/api/accounting") {
       Selector selector;
-      if (!ParseSelector(conn, request, &selector)) return true;
+      if (!ParseSelector(conn, request, &selector)) return;
       SendText(conn, 200, kJson,
                page_.AccountingJson(selector, Number(request, "limit", 20, LivePage::kMaxSeries)));
     } else if (uri == "/api/ranks") {
       Selector shared;
-      if (!ParseSelector(conn, request, &shared)) return true;
+      if (!ParseSelector(conn, request, &shared)) return;
       // stat= may repeat: the page asks for the stats it charts at once.
       std::vector<Selector> selectors;
       for (int i = 0; i < kMaxRankStats; ++i) {
@@ -246,7 +219,7 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
         if (!parsed.ok()) {
           SendText(conn, 400, "text/plain; charset=utf-8",
                    absl::StrCat("torchmond: /api/ranks?agg=: ", parsed.status().message(), "\n"));
-          return true;
+          return;
         }
         options.aggregate = AggregateRef{protocol::AggregationAs<Aggregation>(parsed->aggregation),
                                          parsed->quantile};
@@ -254,17 +227,17 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
       if (std::string key = Query(request, "rank_label"); !key.empty()) {
         options.rank_label = std::move(key);
       }
-      if (!UnixMs(conn, request, "window_start", &options.window_start_ms)) return true;
+      if (!UnixMs(conn, request, "window_start", &options.window_start_ms)) return;
       SendText(conn, 200, kJson, page_.RanksJson(selectors, options));
     } else if (uri == "/api/windows") {
       Selector selector;
-      if (!ParseSelector(conn, request, &selector)) return true;
+      if (!ParseSelector(conn, request, &selector)) return;
       if (selector.name.empty()) {
         SendText(conn, 400, "text/plain; charset=utf-8",
                  "torchmond: /api/windows needs ?stat=NAME\n");
       } else {
         int64_t start_ms = 0;
-        if (!UnixMs(conn, request, "start", &start_ms)) return true;
+        if (!UnixMs(conn, request, "start", &start_ms)) return;
         SendText(conn, 200, kJson,
                  page_.WindowsJson(selector, Number(request, "last", 60, 1000),
                                    Number(request, "series", 16, LivePage::kMaxChartSeries),
@@ -275,7 +248,6 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
     } else {
       SendText(conn, 404, "text/plain; charset=utf-8", "torchmond: not found\n");
     }
-    return true;
   }
 
  private:
@@ -287,25 +259,18 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
   static constexpr int kMaxLabelMatchers = 8;
 
   // The `occurrence`th ?name= (from 0), decoded; "" when absent.
-  static std::string Query(const mg_request_info* request, const char* name,
-                           int occurrence = 0) {
-    if (request->query_string == nullptr) return "";
-    std::string value(4096, '\0');
-    const int n = mg_get_var2(request->query_string, std::strlen(request->query_string), name,
-                              value.data(), value.size(), occurrence);
-    if (n < 0) return "";
-    value.resize(static_cast<size_t>(n));
-    return value;
+  static std::string Query(const IncomingHttpRequest* request, const char* name, int occurrence = 0) {
+    return request->Query(name, occurrence);
   }
   // ?name=MS, Unix milliseconds, into *ms when given; false after answering
   // 400 for one that is not a positive integer.
-  static bool UnixMs(mg_connection* conn, const mg_request_info* request, const char* name,
+  static bool UnixMs(HttpResponseWriter& conn, const IncomingHttpRequest* request, const char* name,
                      int64_t* ms) {
     const std::string text = Query(request, name);
     if (text.empty()) return true;
     if (!absl::SimpleAtoi(text, ms) || *ms <= 0) {
       SendText(conn, 400, "text/plain; charset=utf-8",
-               absl::StrCat("torchmond: ", request->local_uri, "?", name, "=", text,
+               absl::StrCat("torchmond: ", request->path, "?", name, "=", text,
                             " is not a positive number of Unix milliseconds\n"));
       return false;
     }
@@ -313,7 +278,7 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
   }
   // ?stat=GLOB&label=k=v&label=... (every label equal) into `selector`;
   // false after answering 400 for a label without "=".
-  static bool ParseSelector(mg_connection* conn, const mg_request_info* request,
+  static bool ParseSelector(HttpResponseWriter& conn, const IncomingHttpRequest* request,
                             Selector* selector) {
     selector->name = Query(request, "stat");
     for (int i = 0; i < kMaxLabelMatchers; ++i) {
@@ -322,7 +287,7 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
       const size_t eq = label.find('=');
       if (eq == std::string::npos) {
         SendText(conn, 400, "text/plain; charset=utf-8",
-                 absl::StrCat("torchmond: ", request->local_uri, "?label= needs key=value\n"));
+                 absl::StrCat("torchmond: ", request->path, "?label= needs key=value\n"));
         return false;
       }
       selector->labels.push_back(
@@ -331,7 +296,7 @@ class MetricsHttpServer::PageHandler final : public CivetHandler {
     return true;
   }
   // ?name=N, 1 to `max`; `fallback` when absent or not a number.
-  static size_t Number(const mg_request_info* request, const char* name, size_t fallback,
+  static size_t Number(const IncomingHttpRequest* request, const char* name, size_t fallback,
                        size_t max) {
     const std::string text = Query(request, name);
     char* end = nullptr;
@@ -353,59 +318,42 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (page != nullptr) server->page_handler_ = std::make_unique<PageHandler>(*page, stats, auth);
   server->handler_ = std::make_unique<Handler>(exposition, stats, std::move(auth));
   server->health_handler_ = std::make_unique<HealthHandler>();
-  // Two workers: a scrape of a large daemon takes a while, and a second
-  // scraper (or a health check) should not queue behind it.
-  // An 's' after the port: TLS on it, with the context HttpsContext
-  // builds (CivetWeb neither changes nor frees one a callback supplies).
-  const std::vector<std::string> options = {
-      "listening_ports", server->https_ != nullptr ? address + "s" : address, "num_threads", "2"};
-  CivetCallbacks callbacks;
-  callbacks.external_ssl_ctx = [](void** ssl_ctx, void* civet_server) {
-    const auto* https = static_cast<const HttpsContext*>(
-        static_cast<CivetServer*>(civet_server)->getUserContext());
-    if (https == nullptr) return 0;
-    *ssl_ctx = https->listening_context();
-    return 1;
+  MetricsHttpServer* self = server.get();
+  // Exactly these paths, not every path that starts with one.
+  auto route = [self](const IncomingHttpRequest& request, HttpResponseWriter& response) {
+    if (request.path == "/metrics") {
+      self->handler_->Serve(request, response);
+    } else if (request.path == "/healthz") {
+      self->health_handler_->Serve(response);
+    } else if (self->page_handler_ != nullptr &&
+               (request.path == "/" || absl::StartsWith(request.path, "/api/"))) {
+      self->page_handler_->Serve(request, response);
+    } else {
+      SendText(response, 404, "text/plain; charset=utf-8", "torchmond: not found\n");
+    }
   };
-  try {
-    server->server_ =
-        std::make_unique<CivetServer>(options, &callbacks, server->https_.get());
-  } catch (const std::exception& e) {
+  // TLS on every connection, with the context HttpsContext builds.
+  HttpServer::TlsContext tls;
+  if (server->https_ != nullptr) {
+    tls = [https = server->https_.get()] { return https->listening_context(); };
+  }
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      HttpServer::Start(address, route, std::move(tls), HttpLimits(), &stats.http);
+  if (!http.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+        absl::StrCat("cannot serve metrics on ", address, ": ", http.status().message()));
   }
-  const std::vector<int> ports = server->server_->getListeningPorts();
-  if (ports.empty() || ports.front() <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address));
-  }
-  // "$": exactly /metrics, not every path that starts with it.
-  server->server_->addHandler("/metrics$", server->handler_.get());
-  server->server_->addHandler("/healthz$", server->health_handler_.get());
-  if (server->page_handler_ != nullptr) {
-    server->server_->addHandler("/$", server->page_handler_.get());
-    server->server_->addHandler("/api/", server->page_handler_.get());
-  }
-  server->address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", ports.front());
+  server->server_ = *std::move(http);
+  server->address_ =
+      absl::StrCat(address.substr(0, address.rfind(':')), ":", server->server_->port());
   return server;
-}
-
-absl::Status MetricsHttpServer::CheckTlsAvailable() {
-  // Initializes CivetWeb with TLS, which loads OpenSSL if it is loaded at
-  // run time; a failure leaves the bit out of what it reports as done.
-  static const unsigned initialized = mg_init_library(MG_FEATURES_TLS);
-  if ((initialized & MG_FEATURES_TLS) != 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      "this torchmond's CivetWeb cannot serve TLS: Debian bookworm's libcivetweb1 1.15 loads "
-      "OpenSSL at run time by OpenSSL 1.1's function names, which OpenSSL 3 lacks. "
-      "tls_server_config needs a torchmond of the release build (its .deb, .rpm or tarball: "
-      "docs/install.md), which links its own; or keep /metrics on loopback behind a TLS proxy");
 }
 
 void MetricsHttpServer::SetServingState(ServingState state) { health_handler_->Set(state); }
 
 MetricsHttpServer::~MetricsHttpServer() {
-  // The server's threads use the handler: stop them first.
-  if (server_ != nullptr) server_->close();
+  // The server's threads use the handlers: stop them first.
+  server_.reset();
 }
 
 }  // namespace torchmon::server

@@ -1,9 +1,7 @@
 // The HTTP endpoint Prometheus scrapes: GET /metrics, streamed from a
-// MetricsExposition, and GET /healthz for liveness and readiness probes.
-// Built on CivetWeb, the embedded server prometheus-cpp's Exposer uses, but
-// serving our own exposition instead of the Exposer's
-// Collect-then-TextSerializer path (3.2 s for 100k series against 146 ms;
-// docs/performance.md).
+// MetricsExposition, GET /healthz for liveness and readiness probes, and
+// the live page. Served by HttpServer (http_server.h), which no idle or
+// slow peer can block.
 #ifndef TORCHMON_SERVER_EXPOSITION_METRICS_HTTP_SERVER_H_
 #define TORCHMON_SERVER_EXPOSITION_METRICS_HTTP_SERVER_H_
 
@@ -14,11 +12,10 @@
 #include "absl/status/statusor.h"
 #include "server/auth/auth.h"
 #include "server/core/daemon_stats.h"
+#include "server/exposition/http_server.h"
 #include "server/exposition/https_context.h"
 #include "server/exposition/live_page.h"
 #include "server/exposition/metrics_exposition.h"
-
-class CivetServer;
 
 namespace torchmon::server {
 
@@ -33,6 +30,7 @@ enum class ServingState {
 // /api/events its data, behind the same basic auth as /metrics.
 //
 // Thread-safe: scrapes run concurrently on the server's worker threads.
+// Its connections are counted in DaemonStats::http.
 // /metrics responses use chunked transfer encoding over HTTP/1.1; HTTP/1.0
 // ones end when the connection closes. Every other path is 404. With an auth
 // checker, a request for /metrics without credentials it accepts gets 401
@@ -50,12 +48,6 @@ class MetricsHttpServer {
       const std::string& address, const MetricsExposition& exposition, DaemonStats& stats,
       std::shared_ptr<const BasicAuthChecker> auth = nullptr, const LivePage* page = nullptr,
       std::shared_ptr<HttpsContext> https = nullptr);
-
-  // OK if this build's CivetWeb can serve TLS. FailedPrecondition saying
-  // why not otherwise: Debian bookworm's libcivetweb1 loads OpenSSL at run
-  // time by OpenSSL 1.1's names, which bookworm's OpenSSL 3 lacks; the
-  // release build (deploy/release/build.sh) links its own. Thread-safe.
-  static absl::Status CheckTlsAvailable();
 
   // Stops serving; waits for scrapes in progress.
   ~MetricsHttpServer();
@@ -78,7 +70,7 @@ class MetricsHttpServer {
   std::unique_ptr<HealthHandler> health_handler_;
   std::unique_ptr<PageHandler> page_handler_;
   std::shared_ptr<HttpsContext> https_;  // outlives server_, which uses it
-  std::unique_ptr<CivetServer> server_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace torchmon::server

@@ -132,6 +132,31 @@ const SelfMetric kSelfMetrics[] = {
      "requests for `/metrics` and the live page turned away unchecked (429, Retry-After): their "
      "address failed basic auth too often lately ([security](security.md#throttling))",
      Plain<&DaemonStats::scrapes_throttled>},
+    {"torchmon_daemon_http_connections", "gauge", "", "Connections held open on the metrics port.",
+     "connections held open on the metrics port ([security](security.md#slow-and-idle-peers))",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       sample("", Load(in.stats.http.open));
+     }},
+    {"torchmon_daemon_http_connections_accepted_total", "counter", "",
+     "Connections accepted on the metrics port.", "connections accepted on the metrics port",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       sample("", Load(in.stats.http.accepted));
+     }},
+    {"torchmon_daemon_http_connections_closed_total", "counter", "reason",
+     "Connections of the metrics port closed by torchmond before their peer was done.",
+     "connections of the metrics port closed by torchmond before their peer was done: "
+     "`evicted` (the oldest waiting one, to make room under the bound per address or in total), "
+     "`refused` (at accept: every held one was being answered), `timed_out` (a request not whole "
+     "10 s after its first byte, an idle keep-alive past 120 s, a response send stalled 10 s), "
+     "`bad_request` (malformed, too large or not GET/HEAD; answered 4xx) "
+     "([security](security.md#slow-and-idle-peers))",
+     [](const SelfMetricInputs& in, SelfMetricSampleFn sample) {
+       const HttpCounters& http = in.stats.http;
+       sample("bad_request", Load(http.bad_requests));
+       sample("evicted", Load(http.evicted));
+       sample("refused", Load(http.refused));
+       sample("timed_out", Load(http.timed_out));
+     }},
     {"torchmon_daemon_metrics_tls_refused_total", "counter", "",
      "TLS handshakes on the metrics port refused (a client certificate not accepted, no common "
      "TLS version).",

@@ -84,9 +84,12 @@ namespace {
 
 // OK if `pidfd` is none (-1) or its process still exists (a zombie
 // included: its pid is not free yet), so that what was just read of
-// /proc/<pid> was that process's.
+// /proc/<pid> was that process's. Signal 0 checks existence and
+// permission: EPERM (a daemon that dropped root, a peer of another user)
+// is an answer about a process that exists; ESRCH, one that has exited.
 absl::Status StillThere(int pidfd, absl::string_view path) {
-  if (pidfd < 0 || ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0) {
+  if (pidfd < 0 || ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 ||
+      errno == EPERM) {
     return absl::OkStatus();
   }
   return absl::NotFoundError(

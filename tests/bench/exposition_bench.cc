@@ -3,7 +3,10 @@
 //                   format (text 0.0.4, OpenMetrics, protobuf), plain or
 //                   gzipped, with or without a native histogram per series;
 //   BM_HttpScrape   the same through the real HTTP endpoint over loopback
-//                   (CivetWeb, chunked), read to the end by a client here;
+//                   (HttpServer, chunked), read to the end by a client here;
+//   BM_HttpScrapeWhileHeld  10k series through the endpoint while 0 or 256
+//                   other connections are held open, idle or with half a
+//                   request head sent (the slow peers of docs/security.md);
 //   BM_GenericPath  what prometheus-cpp's Exposer would do with the same
 //                   data: a ClientMetric per sample, then TextSerializer.
 //                   The path torchmond used before; kept here as the
@@ -233,6 +236,50 @@ void BM_HttpScrape(benchmark::State& state) {
   ReportScrape(state, n, bytes);
 }
 
+// Args: connections held open while scraping 10k series: half idle, half
+// with half a request head sent.
+void BM_HttpScrapeWhileHeld(benchmark::State& state) {
+  const int held = static_cast<int>(state.range(0));
+  Exposition& e = ExpositionOf(10'000);
+  DaemonStats http_stats;
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", e.exposition, http_stats);
+  if (!server.ok()) return state.SkipWithError(std::string(server.status().message()).c_str());
+  int port = 0;
+  const std::string& address = (*server)->address();
+  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
+    return state.SkipWithError("no port");
+  }
+  std::vector<int> fds;
+  for (int i = 0; i < held; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    // 16 per address, under the bound per address.
+    local.sin_addr.s_addr = htonl(0x7f000100u + static_cast<uint32_t>(i / 16));
+    bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      return state.SkipWithError("cannot hold a connection");
+    }
+    if (i % 2 == 1) {
+      const char half[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+      if (send(fd, half, sizeof(half) - 1, MSG_NOSIGNAL) < 0) return state.SkipWithError("send");
+    }
+    fds.push_back(fd);
+  }
+  size_t bytes = 0;
+  for (auto _ : state) {
+    bytes = HttpScrape(port, nullptr, "");
+    if (bytes == 0) return state.SkipWithError("scrape failed or was cut short");
+  }
+  state.counters["held_open"] = static_cast<double>(http_stats.http.open.load());
+  for (int fd : fds) close(fd);
+  ReportScrape(state, 10'000, bytes);
+}
+
 // --- the generic path, for comparison ----------------------------------------
 
 // The same series as prometheus-cpp MetricFamily objects, as the Collectable
@@ -397,6 +444,12 @@ BENCHMARK(BM_HttpScrape)
     ->Args({10'000, 0, 0})
     ->ArgsProduct({{100'000}, {0, 1, 2}, {0, 1}})
     ->ArgNames({"series", "format", "gzip"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_HttpScrapeWhileHeld)
+    ->Arg(0)
+    ->Arg(256)
+    ->ArgName("held")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_ValueSpelling)->Arg(0)->Arg(1)->ArgName("fallback");

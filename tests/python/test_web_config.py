@@ -1,14 +1,16 @@
 """--web-config-file, the exporter toolkit's web configuration, with this
 build's torchmond (docs/security.md, "/metrics over TLS"): bcrypt-hashed
-basic_auth_users over plain HTTP, their reload, the refusals at start. TLS
-itself, with a real Prometheus, is tests/release/test_web_config.py (the
-release build: Debian's libcivetweb cannot serve TLS, and this build says
-so). Hashes come from Python's crypt module (libxcrypt), never from
-torchmond's own bcrypt."""
+basic_auth_users over plain HTTP, their reload, the refusals at start, and
+a TLS scrape. TLS with a real Prometheus is tests/release/test_web_config.py.
+Hashes come from Python's crypt module (libxcrypt), never from torchmond's
+own bcrypt."""
 
 import os
+import socket
+import ssl
 import subprocess
 import tempfile
+import urllib.request
 
 import pytest
 
@@ -92,20 +94,32 @@ def test_hashed_users_are_asked_for_and_a_reload_replaces_them(private_dir):
         d.stop()
 
 
-def test_tls_is_refused_at_start_by_a_build_whose_civetweb_cannot_serve_it(private_dir):
+def test_this_build_serves_tls_and_nothing_in_clear(private_dir):
+    """The daemon's own HTTP server speaks TLS with the OpenSSL it links, in
+    every build: a client that trusts the CA scrapes; one that speaks plain
+    HTTP to the TLS port gets no scrape."""
     make_certificate(private_dir, "ca", "ca_ext")
     make_certificate(private_dir, "server", "server_ext", "ca")
     config = write_secret(os.path.join(private_dir, "web.yml"),
                           "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n")
-    daemon_config = os.path.join(private_dir, "torchmond.conf")
-    with open(daemon_config, "w") as f:
-        f.write(f"web-config-file = {config}\n")
-    proc = subprocess.run([TORCHMOND, "--check-config", daemon_config],
-                          capture_output=True, text=True, timeout=30)
-    if proc.returncode == 0:
-        pytest.skip("this build's CivetWeb serves TLS: tests/release/test_web_config.py covers it")
-    assert "cannot serve TLS" in proc.stderr, proc.stderr
-    assert "release build" in proc.stderr, proc.stderr
+    d = Daemon(private_dir, "--web-config-file", config)
+    try:
+        context = ssl.create_default_context(cafile=os.path.join(private_dir, "ca.pem"))
+        with urllib.request.urlopen(f"https://{d.metrics}/metrics", context=context,
+                                    timeout=10) as r:
+            assert r.status == 200
+            assert "torchmon_daemon_build_info" in r.read().decode()
+        with socket.create_connection(d.metrics.rsplit(":", 1), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            try:
+                while chunk := s.recv(65536):
+                    answer += chunk
+            except (ConnectionResetError, socket.timeout):
+                pass
+            assert b"torchmon_daemon_build_info" not in answer, answer[:200]
+    finally:
+        d.stop()
 
 
 def test_bad_configurations_are_refused_at_start_naming_the_problem(private_dir):

@@ -1,13 +1,13 @@
 // torchmond's command line.
 #include "server/daemon/options.h"
 
+#include <openssl/crypto.h>
 #include <zlib.h>
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "civetweb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "server/daemon/build_info.h"
@@ -139,7 +139,7 @@ TEST(VerboseVersionTest, NamesEachLinkedLibraryWithTheVersionItReports) {
   EXPECT_THAT(text, ::testing::StartsWith(absl::StrCat("torchmond ", TORCHMON_VERSION, "\n")));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("\ngRPC: ", grpc::Version(), "\n")));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("\nzlib: ", zlibVersion(), "\n")));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("\ncivetweb: ", mg_version(), "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("\nOpenSSL: ", OpenSSL_version(OPENSSL_VERSION), "\n")));
   EXPECT_THAT(text, HasSubstr("\nprotobuf: 3."));
   EXPECT_THAT(text, HasSubstr("\nC++ runtime: "));
   // The test build links the system's libraries; the portable build lists
