@@ -7,14 +7,14 @@
 #   deploy/release/deps.sh --bench      ->  $cache/deps-bench-<key>/prefix
 #
 # zlib, OpenSSL, c-ares, re2, abseil, protobuf, gRPC (grpc++ and what it
-# needs, nothing more), grpc++_reflection and civetweb: static,
+# needs, nothing more) and grpc++_reflection: static,
 # position-independent, hidden visibility, no tests, no tools, no debug
 # information. Their C++ is compiled for toolchain.sh's one C++ runtime, GCC
 # 10's libstdc++, so that the same archives serve torchmond, torchmonctl and
 # the Python extension (which link libstdc++ statically and export no C++)
 # and the tarball's C++ client library (which a user links with their own
-# g++ >= 10 and libstdc++; civetweb and grpc++_reflection are the daemon's
-# and stay out of it: build.sh).
+# g++ >= 10 and libstdc++; grpc++_reflection is the daemon's and stays out
+# of it: build.sh).
 #
 #   --bench      GoogleTest and Google Benchmark (deps.lock's bench lines,
 #                the versions the Debian-linked build uses), for the same
@@ -235,16 +235,6 @@ PROJECT
     cp "$b/build/libgrpc++_reflection.a" "$prefix/lib/"
 }
 [[ $flavour == bench ]] || step grpc-reflection build_grpc_reflection
-
-# civetweb with its C++ wrapper, as Debian builds it; TLS from the OpenSSL
-# above (its 1.1 API, which OpenSSL 3 keeps), linked rather than loaded at
-# run time. zig's clang makes __DATE__ an error (-Werror=date-time, for
-# reproducible builds); civetweb's build-date string is informational.
-[[ $flavour == bench ]] || step civetweb cmake_lib civetweb -DCIVETWEB_BUILD_TESTING=OFF -DCIVETWEB_ENABLE_CXX=ON \
-  -DCIVETWEB_ENABLE_WEBSOCKETS=ON -DCIVETWEB_ENABLE_SERVER_EXECUTABLE=OFF \
-  -DCIVETWEB_ENABLE_SSL=ON -DCIVETWEB_ENABLE_SSL_DYNAMIC_LOADING=OFF -DCIVETWEB_SSL_OPENSSL_API_1_1=ON \
-  -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON -DCIVETWEB_ALLOW_WARNINGS=ON \
-  -DCMAKE_C_FLAGS="$CFLAGS -Wno-error=date-time" -DCMAKE_CXX_FLAGS="$CXXFLAGS -Wno-error=date-time"
 
 # --- the benchmarks' frameworks (--bench) --------------------------------------
 # As Debian builds them, but static. Debian's benchmark takes its version

@@ -197,8 +197,8 @@ const DaemonFlag kDaemonFlags[] = {
          return absl::InvalidArgumentError(
              absl::StrCat("--metrics-listen \"", value, "\" is not HOST:PORT"));
        }
-       // Loopback unless told otherwise, as for --listen; CivetWeb would
-       // bind every interface for a bare port.
+       // Loopback unless told otherwise, as for --listen; a bare port
+       // would bind every interface.
        options.metrics_listen = value[0] == ':' ? absl::StrCat("127.0.0.1", value) : value;
        return absl::OkStatus();
      },

@@ -1,10 +1,11 @@
 // TLS for /metrics and the live page (--web-config-file's
-// tls_server_config): the OpenSSL context CivetWeb serves HTTPS with, whose
-// certificate, key, client CA and policy can be replaced while it serves.
+// tls_server_config): the OpenSSL context the HTTP server (http_server.h)
+// makes each connection from, whose certificate, key, client CA and policy
+// can be replaced while it serves.
 //
-// CivetWeb takes one SSL_CTX at start and keeps it. So that SIGHUP can
-// bring a renewed certificate or CA without a restart, the context it is
-// given holds no certificate: a ClientHello callback moves each new
+// The server takes one SSL_CTX and keeps it. So that SIGHUP can bring a
+// renewed certificate or CA without a restart, that context holds no
+// certificate: a ClientHello callback moves each new
 // connection onto the SSL_CTX of the material in force (SSL_set_SSL_CTX,
 // the call SNI uses), with that material's verification and protocol
 // versions. A connection keeps the context it started with (OpenSSL counts
@@ -62,8 +63,8 @@ class HttpsContext {
   // Create's) nothing changes.
   absl::Status Replace(const HttpsMaterial& material) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The context to hand CivetWeb (its external_ssl_ctx callback); owned
-  // here, valid while this lives.
+  // The context to make each connection's SSL from; owned here, valid
+  // while this lives.
   SSL_CTX* listening_context() const { return listening_; }
 
   ~HttpsContext();

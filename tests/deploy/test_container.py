@@ -174,7 +174,6 @@ def test_daemon_packages_cover_what_the_daemon_build_finds():
     files = [
         os.path.join(cache["gRPC_DIR"], "gRPCConfig.cmake"),
         os.path.join(cache["absl_DIR"], "abslConfig.cmake"),
-        os.path.join(cache["civetweb_DIR"], "civetweb-config.cmake"),
         os.path.join(cache["Snappy_DIR"], "SnappyConfig.cmake"),
         os.path.join(cache["Boost_INCLUDE_DIR"], "boost", "version.hpp"),
         os.path.join(cache["Protobuf_INCLUDE_DIR"], "google", "protobuf", "message.h"),

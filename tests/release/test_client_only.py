@@ -4,8 +4,8 @@
 
 Configures this tree with TORCHMON_BUILD_SERVER=OFF against the portable
 build's prefix (deploy/release/configure.sh: zig's clang, the build
-machine's /usr and /usr/local hidden from every find_*), with civetweb,
-Boost, prometheus-cpp and snappy disabled outright (zlib stays: gRPC links
+machine's /usr and /usr/local hidden from every find_*), with Boost,
+prometheus-cpp and snappy disabled outright (zlib stays: gRPC links
 it), then builds the
 client library, torchmonctl and the Python extension. A configure that still
 asked for any of them fails: CMAKE_DISABLE_FIND_PACKAGE_<name> makes a
@@ -40,13 +40,13 @@ def test_the_client_configures_and_builds_without_the_servers_dependencies():
     configure = subprocess.run(
         [os.path.join(RELEASE, "configure.sh"), str(build), "-DCMAKE_BUILD_TYPE=Release",
          "-DTORCHMON_BUILD_SERVER=OFF",
-         "-DCMAKE_DISABLE_FIND_PACKAGE_civetweb=ON", "-DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON",
+         "-DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON",
          "-DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON",
          "-DCMAKE_DISABLE_FIND_PACKAGE_Snappy=ON"],
         capture_output=True, text=True, timeout=3600)
     assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
     cache = (build / "CMakeCache.txt").read_text()
-    for absent in ("civetweb_DIR:PATH=/", "Snappy_DIR:PATH=/", "Boost_INCLUDE_DIR:PATH=/",
+    for absent in ("Snappy_DIR:PATH=/", "Boost_INCLUDE_DIR:PATH=/",
                    "TORCHMON_PROMETHEUS_CLIENT_MODEL_DIR:PATH=/"):
         assert absent not in cache, absent
     jobs = str(os.cpu_count() or 1)

@@ -310,22 +310,22 @@ def test_tarball_has_one_top_directory_and_the_documented_layout():
         assert f"{top}/{path}" in names, f"{path} missing from {tarball}"
     assert any(n.startswith(f"{top}/share/doc/") for n in names), "no share/doc/ in the tarball"
     # What is linked in comes with its licences: the daemon's and the C++
-    # client's (which has neither civetweb nor snappy).
+    # client's (which has no snappy).
     with tarfile.open(tarball) as t:
         versions = t.extractfile(f"{top}/share/torchmon/bundled-versions").read().decode()
     bundled = [line.split()[0] for line in versions.splitlines()]
-    assert {"grpc", "openssl", "protobuf", "abseil", "civetweb", "snappy"} <= set(bundled), bundled
+    assert {"grpc", "openssl", "protobuf", "abseil", "snappy"} <= set(bundled), bundled
+    assert "civetweb" not in bundled, bundled  # torchmond serves HTTP itself
     for package in bundled:
         for component in ("torchmond", "libtorchmon-dev"):
-            if component == "libtorchmon-dev" and package in ("civetweb", "snappy"):
+            if component == "libtorchmon-dev" and package == "snappy":
                 continue
             assert f"{top}/share/doc/{component}/bundled/{package}/copyright" in names, (
                 f"{package}'s licence missing from share/doc/{component}/bundled/")
     assert f"{top}/share/doc/torchmond/bundled/openssl/LICENSE.txt" in names
     assert f"{top}/share/doc/torchmond/bundled/snappy/COPYING" in names
-    for package in ("civetweb", "snappy"):
-        assert not any(n.startswith(f"{top}/share/doc/libtorchmon-dev/bundled/{package}")
-                       for n in names), package
+    assert not any(n.startswith(f"{top}/share/doc/libtorchmon-dev/bundled/snappy")
+                   for n in names)
 
 
 @pytest.mark.parametrize("suite", ["bullseye", "trixie"])
@@ -356,7 +356,7 @@ def test_deb_installs_offline_checks_its_config_and_purges(suite):
 
         # The licences of what torchmond links in come with it.
         for licence in ("grpc/LICENSE", "grpc/NOTICE.txt", "openssl/LICENSE.txt",
-                        "civetweb/copyright", "abseil/copyright", "snappy/copyright"):
+                        "abseil/copyright", "snappy/copyright"):
             assert os.path.isfile(f"{root}/usr/share/doc/torchmond/bundled/{licence}"), licence
 
         # postinst made the system user and its group.
@@ -601,8 +601,7 @@ def test_rpm_requires_glibc_and_systemd_only_and_runs_in_bullseye():
         "glibc >= 2.28", "systemd"], requires
 
     files = run(["rpm", "-qpl", rpm]).stdout.splitlines()
-    for licence in ("grpc/LICENSE", "openssl/LICENSE.txt", "civetweb/copyright",
-                    "snappy/copyright"):
+    for licence in ("grpc/LICENSE", "openssl/LICENSE.txt", "snappy/copyright"):
         assert f"/usr/share/doc/torchmond/bundled/{licence}" in files, licence
 
     with throwaway_root("bullseye") as root:

@@ -1,8 +1,6 @@
 """/metrics over TLS with bcrypt-hashed basic auth (--web-config-file, the
-exporter toolkit's format), from the release tarball's torchmond: Debian
-bookworm's libcivetweb cannot serve TLS (it loads OpenSSL 1.1's names from
-OpenSSL 3; the Debian-linked build refuses tls_server_config and says so),
-the release build links its own CivetWeb and OpenSSL.
+exporter toolkit's format), from the release tarball's torchmond and a real
+Prometheus (the Debian-linked build's TLS is tests/python/test_web_config.py).
 
     TORCHMON_RELEASE_DIR=OUT /usr/bin/python3 -m pytest tests/release/test_web_config.py
 

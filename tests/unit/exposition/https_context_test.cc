@@ -1,5 +1,5 @@
 // HttpsContext: real TLS handshakes over a socket pair, OpenSSL on both
-// ends, the server end being the context CivetWeb would be handed.
+// ends, the server end being the context the HTTP server is handed.
 // Certificates from the test PKI (tests/support/test_pki.h), made at test
 // time: nothing committed, nothing that expires.
 #include "server/exposition/https_context.h"
