@@ -227,8 +227,15 @@ std::string TokenAuthMetadataProcessor::ThrottleKeyOf(absl::string_view grpc_pee
   if (absl::StartsWith(grpc_peer, "ipv4:") || absl::StartsWith(grpc_peer, "ipv6:")) {
     // "ipv4:ADDR:PORT", "ipv6:[ADDR]:PORT" (also "ipv6:%5B...%5D:PORT",
     // URI-escaped, in some gRPC versions): the port is after the last ':'.
+    // IPv6 by /64 (AddressBucket), so a host cannot rotate addresses.
     if (const size_t colon = grpc_peer.rfind(':'); colon > 5) {
-      return std::string(grpc_peer.substr(0, colon));
+      absl::string_view address = grpc_peer.substr(5, colon - 5);
+      if (absl::ConsumePrefix(&address, "[")) {
+        absl::ConsumeSuffix(&address, "]");
+      } else if (absl::ConsumePrefix(&address, "%5B")) {
+        absl::ConsumeSuffix(&address, "%5D");
+      }
+      return absl::StrCat(grpc_peer.substr(0, 5), AddressBucket(address));
     }
   }
   return "";
@@ -362,14 +369,16 @@ BasicAuthChecker::Admission BasicAuthChecker::Admit(absl::string_view peer,
   // same address (they had to be right already), a scraper does not pay
   // for another client's mistakes, and its scrapes do not forgive them.
   if (Remembers(authorization)) return {Admission::Kind::kAccepted, absl::ZeroDuration()};
-  if (const absl::Duration wait = throttle_.Wait(peer, now); wait > absl::ZeroDuration()) {
+  // IPv6 peers by /64: a host has that many addresses to guess from.
+  const std::string key = AddressBucket(peer);
+  if (const absl::Duration wait = throttle_.Wait(key, now); wait > absl::ZeroDuration()) {
     return {Admission::Kind::kWait, wait};
   }
   if (Accepts(authorization)) {
-    throttle_.Succeeded(peer);
+    throttle_.Succeeded(key);
     return {Admission::Kind::kAccepted, absl::ZeroDuration()};
   }
-  throttle_.Failed(peer, now);
+  throttle_.Failed(key, now);
   return {Admission::Kind::kRefused, absl::ZeroDuration()};
 }
 

@@ -147,7 +147,8 @@ class TokenAuthMetadataProcessor final : public grpc::AuthMetadataProcessor {
                          absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The throttle's key for a gRPC peer string: its address without the
-  // port ("ipv4:10.0.0.7:41234" -> "ipv4:10.0.0.7"); "" for other peers
+  // port ("ipv4:10.0.0.7:41234" -> "ipv4:10.0.0.7"), an IPv6 one's /64
+  // ("ipv6:[2001:db8::7]:80" -> "ipv6:2001:db8::/64"); "" for other peers
   // (every client of a Unix socket gRPC accepted is "unix:"): slowing one
   // would slow them all.
   static std::string ThrottleKeyOf(absl::string_view grpc_peer);
@@ -216,7 +217,8 @@ class BasicAuthChecker {
   void Replace(HashedCredentials credentials) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Accepts, for a request from `peer` (its address) at `now`, unless the
-  // peer failed too often lately (FailureThrottle): then it is turned away
+  // peer (an IPv6 one: its /64, AddressBucket) failed too often lately
+  // (FailureThrottle): then it is turned away
   // unchecked, `wait` saying for how long. Credentials this checker
   // accepted before always go through and leave the throttle as it is (a
   // scraper sharing an address with a client that keeps failing is not

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <openssl/crypto.h>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -278,25 +280,62 @@ struct Blowfish {
   }
 };
 
+// What "$2a$" adds to the key, as crypt_blowfish 1.1 and later (and so
+// libxcrypt) define it: 0x10000, to be XORed into the first word of the
+// first expansion, for a key of which some byte (not the first of its
+// 32-bit word) has its top bit set and whose words are nevertheless the
+// same as the sign-extending "$2x$" bug would have made them. Without it
+// such a key's "$2a$" hash would equal its "$2x$" one, which the bug's
+// wrong hashes share with other passwords ("\xff\xff\xa3" and "\xa3").
+// The `bytes` are the cycled key, as KeyWords reads it.
+uint32_t TwoASafetyBit(const uint8_t* bytes, size_t n) {
+  uint32_t sign = 0;
+  uint32_t diff = 0;
+  size_t at = 0;
+  for (size_t word = 0; word < kKeyWords; ++word) {
+    uint32_t correct = 0;
+    uint32_t buggy = 0;
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t byte = bytes[at];
+      correct = (correct << 8) | byte;
+      buggy = (buggy << 8) | static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(byte)));
+      if (i > 0) sign |= buggy & 0x80;
+      at = (at + 1) % n;
+    }
+    diff |= correct ^ buggy;
+  }
+  return diff == 0 && sign != 0 ? 0x10000 : 0;
+}
+
+// Overwrites `bytes` with zeros in a way the compiler may not drop: the
+// key and what was derived from it are wiped once used.
+void Wipe(void* bytes, size_t n) { OPENSSL_cleanse(bytes, n); }
+
 std::array<uint8_t, kDigestBytes> Digest(absl::string_view password,
-                                         const std::array<uint8_t, kSaltBytes>& salt, int cost) {
+                                         const std::array<uint8_t, kSaltBytes>& salt, int cost,
+                                         char minor) {
   // The password with its terminating NUL, cut to 72 bytes.
   std::array<uint8_t, kMaxKeyBytes> key_bytes{};
   const size_t copied = std::min(password.size(), kMaxKeyBytes);
   for (size_t i = 0; i < copied; ++i) key_bytes[i] = static_cast<uint8_t>(password[i]);
   const size_t key_length = std::min(password.size() + 1, kMaxKeyBytes);
-  const std::array<uint32_t, kKeyWords> key = KeyWords(key_bytes.data(), key_length);
+  std::array<uint32_t, kKeyWords> key = KeyWords(key_bytes.data(), key_length);
+  std::array<uint32_t, kKeyWords> first_key = key;
+  if (minor == 'a') first_key[0] ^= TwoASafetyBit(key_bytes.data(), key_length);
+  Wipe(key_bytes.data(), key_bytes.size());
   const std::array<uint32_t, kKeyWords> salt_key = KeyWords(salt.data(), salt.size());
   const std::array<uint32_t, 4> salt_words = {salt_key[0], salt_key[1], salt_key[2], salt_key[3]};
 
   // EksBlowfishSetup. About 4 KiB of state, on the stack of the caller.
   Blowfish state;
-  state.ExpandKey(&salt_words, key);
+  state.ExpandKey(&salt_words, first_key);
+  Wipe(first_key.data(), sizeof(first_key));
   const uint64_t rounds = uint64_t{1} << cost;
   for (uint64_t i = 0; i < rounds; ++i) {
     state.ExpandKey(nullptr, key);
     state.ExpandKey(nullptr, salt_key);
   }
+  Wipe(key.data(), sizeof(key));
 
   static constexpr char kMagic[] = "OrpheanBeholderScryDoubt";
   std::array<uint32_t, 6> text;
@@ -310,6 +349,9 @@ std::array<uint8_t, kDigestBytes> Digest(absl::string_view password,
   for (size_t i = 0; i < digest.size(); ++i) {
     digest[i] = static_cast<uint8_t>(text[i / 4] >> (24 - 8 * (i % 4)));
   }
+  // The state is a function of the key: no copy of it outlives the check.
+  Wipe(&state, sizeof(state));
+  Wipe(text.data(), sizeof(text));
   return digest;
 }
 
@@ -356,7 +398,8 @@ absl::StatusOr<BcryptHash> ParseBcryptHash(absl::string_view hash) {
 
 bool BcryptMatches(const BcryptHash& hash, absl::string_view password) {
   if (hash.cost < kMinBcryptCost || hash.cost > kMaxBcryptCost) return false;
-  const std::array<uint8_t, kDigestBytes> digest = Digest(password, hash.salt, hash.cost);
+  const std::array<uint8_t, kDigestBytes> digest =
+      Digest(password, hash.salt, hash.cost, hash.minor);
   const auto bytes = [](const std::array<uint8_t, kDigestBytes>& d) {
     return absl::string_view(reinterpret_cast<const char*>(d.data()), d.size());
   };
@@ -371,7 +414,7 @@ std::string BcryptHashOf(absl::string_view password, absl::string_view salt16, i
   }
   std::array<uint8_t, kSaltBytes> salt;
   for (size_t i = 0; i < salt.size(); ++i) salt[i] = static_cast<uint8_t>(salt16[i]);
-  const std::array<uint8_t, kDigestBytes> digest = Digest(password, salt, cost);
+  const std::array<uint8_t, kDigestBytes> digest = Digest(password, salt, cost, minor);
   const char cost_digits[] = {static_cast<char>('0' + cost / 10),
                               static_cast<char>('0' + cost % 10)};
   return absl::StrCat("$2", absl::string_view(&minor, 1), "$", absl::string_view(cost_digits, 2),

@@ -26,11 +26,20 @@ namespace torchmon::server {
 // Costs a hash may name: log2 of the number of key-expansion rounds.
 inline constexpr int kMinBcryptCost = 4;
 inline constexpr int kMaxBcryptCost = 31;
+// The most torchmond checks (a web config naming more is refused at load):
+// a check takes about 1 s at 14 on a current x86 core, doubling with each
+// step, on one of the metrics port's four workers.
+inline constexpr int kMaxServedBcryptCost = 14;
 
-// The parts of a "$2a$", "$2b$" or "$2y$" hash. The three minors verify the
-// same way: they differ only for passwords of 255 bytes or more, where
-// OpenBSD's first "$2a$" wrapped the length at 256; like libxcrypt, every
-// minor here takes the first 72 bytes of any password.
+// The parts of a "$2a$", "$2b$" or "$2y$" hash. "$2b$" and "$2y$" verify the
+// same way. "$2a$" is crypt_blowfish's and libxcrypt's: the same but for a
+// password with a byte whose top bit is set (not the first of its 4-byte
+// group) whose key the sign-extension bug of "$2x$" would have left
+// unchanged; for those, "$2a$" alters the key's first word so that its hash
+// cannot be the "$2x$" one ("\xff\xff\xa3": crypt_blowfish's countermeasure,
+// Openwall's test list). Like libxcrypt, every minor takes the first 72
+// bytes of any password (OpenBSD's first "$2a$" wrapped lengths at 256).
+// Every key and the state derived from it are wiped once used.
 struct BcryptHash {
   char minor = 'b';
   int cost = 0;

@@ -1,8 +1,33 @@
 #include "server/auth/failure_throttle.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 namespace torchmon::server {
+
+std::string AddressBucket(absl::string_view address) {
+  in6_addr v6;
+  const std::string text(address);
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    // An IPv4-mapped address is that IPv4 address.
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      char v4[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &v6.s6_addr[12], v4, sizeof(v4));
+      return v4;
+    }
+    std::memset(&v6.s6_addr[8], 0, 8);
+    char prefix[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, &v6, prefix, sizeof(prefix));
+    return absl::StrCat(prefix, "/64");
+  }
+  return text;
+}
+
 
 absl::Duration FailureThrottle::Backoff(uint32_t failures) const {
   if (failures <= options_.tolerated) return absl::ZeroDuration();

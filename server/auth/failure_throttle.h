@@ -57,6 +57,13 @@ class FailureThrottle {
   absl::flat_hash_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
 };
 
+// The key a peer's address is counted under, by the throttles and the
+// metrics port's bounds: an IPv4 address as it is (an IPv4-mapped IPv6
+// address as its IPv4 one), an IPv6 address as its /64 ("2001:db8:1:2::/64"):
+// a host is routed a /64, so one host has 2^64 addresses to try from.
+// Anything else is returned as given.
+std::string AddressBucket(absl::string_view address);
+
 }  // namespace torchmon::server
 
 #endif  // TORCHMON_SERVER_AUTH_FAILURE_THROTTLE_H_

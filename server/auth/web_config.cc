@@ -27,23 +27,51 @@ struct Line {
   absl::string_view text;  // without indentation and comment
 };
 
+bool IsBlank(char c) { return c == ' ' || c == '\t'; }
+
 // The position of a comment ('#' at the start or after a blank, outside
-// quotes) in `text`, or its size.
+// quotes) in `text`, or its size. A quote opens at the start, after a
+// blank or after a ':'; inside single quotes '' is a quote, inside double
+// quotes a backslash escapes the next character (YAML's rules), so neither
+// ends the quoted text.
 size_t CommentStart(absl::string_view text) {
   char quote = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (quote != 0) {
-      if (c == quote) quote = 0;
+    if (quote == '\'') {
+      if (c == '\'') {
+        if (i + 1 < text.size() && text[i + 1] == '\'') {
+          ++i;  // '' inside single quotes
+        } else {
+          quote = 0;
+        }
+      }
       continue;
     }
-    if ((c == '"' || c == '\'') && (i == 0 || text[i - 1] == ' ' || text[i - 1] == ':')) {
+    if (quote == '"') {
+      if (c == '\\') {
+        ++i;  // an escaped character, a quote included
+      } else if (c == '"') {
+        quote = 0;
+      }
+      continue;
+    }
+    if ((c == '"' || c == '\'') && (i == 0 || IsBlank(text[i - 1]) || text[i - 1] == ':')) {
       quote = c;
-    } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+    } else if (c == '#' && (i == 0 || IsBlank(text[i - 1]))) {
       return i;
     }
   }
   return text.size();
+}
+
+// Where the ':' that ends a plain key lies: the first followed by a blank
+// or ending the line; npos if none.
+size_t KeyEnd(absl::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ':' && (i + 1 == text.size() || IsBlank(text[i + 1]))) return i;
+  }
+  return absl::string_view::npos;
 }
 
 class Parser {
@@ -57,6 +85,8 @@ class Parser {
   absl::StatusOr<std::vector<Line>> Lines(absl::string_view text) const {
     std::vector<Line> lines;
     int number = 0;
+    // A UTF-8 byte order mark, which some editors write first: not text.
+    absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
     for (absl::string_view raw : absl::StrSplit(text, '\n')) {
       ++number;
       absl::ConsumeSuffix(&raw, "\r");
@@ -128,8 +158,7 @@ class Parser {
         return Error(line.number, "expected \"key: value\"");
       }
     } else {
-      end = text.find(": ");
-      if (end == absl::string_view::npos && absl::EndsWith(text, ":")) end = text.size() - 1;
+      end = KeyEnd(text);
       if (end == absl::string_view::npos || end == 0) {
         return Error(line.number, "expected \"key: value\" or \"key:\"");
       }
@@ -336,6 +365,16 @@ absl::StatusOr<WebConfig> ParseWebConfig(absl::string_view text, absl::string_vi
           return parser.Error(hash->line,
                               absl::StrCat("basic_auth_users.", user, ": ", parsed.status().message(),
                                            " (make one with `htpasswd -nBC 10 ", user, "`)"));
+        }
+        if (parsed->cost > kMaxServedBcryptCost) {
+          return parser.Error(
+              hash->line,
+              absl::StrCat("basic_auth_users.", user, ": bcrypt cost ", parsed->cost, " is over ",
+                           kMaxServedBcryptCost,
+                           ", the most torchmond checks (each check takes 2^cost key "
+                           "expansions on one of the metrics port's workers: about 1 s at 14, "
+                           "twice that for each step up); hash it again with `htpasswd -nBC 12 ",
+                           user, "`"));
         }
         config.basic_auth_users.emplace_back(user, *std::move(parsed));
       }

@@ -102,24 +102,6 @@ void SetNonBlocking(int fd, bool on) {
 
 }  // namespace
 
-std::string AddressBucket(absl::string_view address) {
-  in6_addr v6;
-  const std::string text(address);
-  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
-    // An IPv4-mapped address is that IPv4 address.
-    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
-      char v4[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &v6.s6_addr[12], v4, sizeof(v4));
-      return v4;
-    }
-    std::memset(&v6.s6_addr[8], 0, 8);
-    char prefix[INET6_ADDRSTRLEN];
-    inet_ntop(AF_INET6, &v6, prefix, sizeof(prefix));
-    return absl::StrCat(prefix, "/64");
-  }
-  return text;
-}
-
 const std::string* IncomingHttpRequest::Header(absl::string_view name) const {
   for (const auto& [key, value] : headers) {
     if (absl::EqualsIgnoreCase(key, name)) return &value;

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/auth/failure_throttle.h"
 #include "server/core/daemon_stats.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
@@ -142,10 +143,6 @@ class HttpServer {
   int port_ = 0;
   std::unique_ptr<Loop> loop_;
 };
-
-// The key a peer's connections are counted under: the address, or its /64
-// for IPv6 (a host is given a /64, so one host has 2^64 addresses).
-std::string AddressBucket(absl::string_view address);
 
 }  // namespace torchmon::server
 

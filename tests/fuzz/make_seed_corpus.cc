@@ -1,6 +1,6 @@
 // Writes the seed corpus of the fuzz targets: tests/fuzz/corpus/<target>/.
 //
-//   make_seed_corpus <dir>    writes <dir>/ingest/*, <dir>/selector/* and <dir>/cgroup/*
+//   make_seed_corpus <dir>    writes <dir>/<target>/* for ingest, selector, cgroup and web_config
 //
 // Seeds are what real clients and users send (a training process's stream,
 // two ranks, torchmonctl command lines) plus the edge cases the daemon must
@@ -462,8 +462,26 @@ int main(int argc, char** argv) {
       {"forged_pod", "0::" + user + PodScope("besteffort") + "\n"},
       {"user_unit", "0::" + user + "/run-r4f2.scope\n"},
   };
+  const std::string hash = "$2b$04$zuGHkdPzwb9KCcf8rLNc5eFPSsX10hv.UMzE2ki0Zd/edgTbfr3.a";
+  const std::vector<std::pair<std::string, std::string>> web_config = {
+      {"toolkit_example",
+       "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+       "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+       "  min_version: TLS12\n  max_version: TLS13\n"
+       "basic_auth_users:\n  prometheus: " + hash + "\n"},
+      {"quoting", "\xEF\xBB\xBF---\ntls_server_config:\n  cert_file:\t'it''s # x.crt'  # c\n"
+                  "  key_file: \"k \\\"2\\\".key\"\n"
+                  "basic_auth_users:\n  'grafana':\t\"" + hash + "\"\n...\n"},
+      {"crlf_empty", "# nothing\r\ntls_server_config: {}\r\nbasic_auth_users:\r\n"
+                     "http_server_config: ~\r\n"},
+      {"refused", "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: x\n"
+                  "basic_auth_users:\n  u: hunter2\n"},
+  };
   bool ok = MakeDir(root) && MakeDir(root + "/ingest") && MakeDir(root + "/selector") &&
-            MakeDir(root + "/cgroup");
+            MakeDir(root + "/cgroup") && MakeDir(root + "/web_config");
+  for (const auto& [name, content] : web_config) {
+    ok = ok && WriteFile(root + "/web_config/" + name, content);
+  }
   for (const auto& [name, content] : cgroup) ok = ok && WriteFile(root + "/cgroup/" + name, content);
   for (const auto& [name, content] : ingest) ok = ok && WriteFile(root + "/ingest/" + name, content);
   for (const auto& [name, content] : selector) {

@@ -329,8 +329,13 @@ TEST(TokenAuthMetadataProcessorTest, ByDefaultFiveFailuresInARowAreChecked) {
 
 TEST(TokenAuthMetadataProcessorTest, APeerIsItsAddressWithoutThePort) {
   EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv4:10.0.0.7:41234"), "ipv4:10.0.0.7");
-  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:[::1]:41234"), "ipv6:[::1]");
-  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:%5B::1%5D:5"), "ipv6:%5B::1%5D");
+  // IPv6 by /64: one host has all of it.
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:[::1]:41234"), "ipv6:::/64");
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:%5B::1%5D:5"), "ipv6:::/64");
+  EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:[2001:db8:1:2::7]:443"),
+            TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:[2001:db8:1:2:ffff::1]:80"));
+  EXPECT_NE(TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:[2001:db8:1:2::7]:443"),
+            TokenAuthMetadataProcessor::ThrottleKeyOf("ipv6:[2001:db8:1:3::7]:443"));
   // Peers that cannot be told apart are not throttled.
   EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("unix:"), "");
   EXPECT_EQ(TokenAuthMetadataProcessor::ThrottleKeyOf("unix:/run/torchmon.sock"), "");
@@ -480,6 +485,38 @@ TEST(BasicAuthCheckerTest, CredentialsAcceptedBeforeForgiveNoFailure) {
       checker.Admit("10.0.0.1", Basic("prometheus:guess3"), later + absl::Milliseconds(500));
   EXPECT_EQ(next.kind, Kind::kWait);
   EXPECT_EQ(next.wait, absl::Milliseconds(1500));  // the second failure's 2 s
+}
+
+// A host is routed a /64: guesses from every address of it are one peer's;
+// another /64 is another peer.
+TEST(BasicAuthCheckerTest, IPv6AddressesOfOneSlash64AreThrottledAsOne) {
+  using Kind = BasicAuthChecker::Admission::Kind;
+  BasicAuthChecker checker(Credentials{{"prometheus", "pw"}});
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  ASSERT_EQ(checker.Admit("2001:db8:1:2::10", Basic("prometheus:guess"), now).kind,
+            Kind::kRefused);
+  EXPECT_EQ(checker.Admit("2001:db8:1:2:dead:beef:0:1", Basic("prometheus:guess2"),
+                          now + absl::Milliseconds(10))
+                .kind,
+            Kind::kWait);
+  EXPECT_EQ(checker.Admit("2001:db8:1:3::10", Basic("prometheus:guess3"),
+                          now + absl::Milliseconds(20))
+                .kind,
+            Kind::kRefused);
+  // IPv4 addresses stay one each, mapped or not.
+  ASSERT_EQ(checker.Admit("192.0.2.1", Basic("prometheus:guess"), now).kind, Kind::kRefused);
+  EXPECT_EQ(checker.Admit("::ffff:192.0.2.1", Basic("prometheus:guess"), now).kind, Kind::kWait);
+  EXPECT_EQ(checker.Admit("192.0.2.2", Basic("prometheus:guess"), now).kind, Kind::kRefused);
+}
+
+TEST(AddressBucketTest, IPv4IsTheAddressAndIPv6ItsSlash64) {
+  EXPECT_EQ(AddressBucket("192.0.2.7"), "192.0.2.7");
+  EXPECT_EQ(AddressBucket("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::/64");
+  EXPECT_EQ(AddressBucket("2001:db8:1:2::1"), AddressBucket("2001:db8:1:2:ffff::9"));
+  EXPECT_NE(AddressBucket("2001:db8:1:2::1"), AddressBucket("2001:db8:1:3::1"));
+  EXPECT_EQ(AddressBucket("::ffff:192.0.2.7"), "192.0.2.7");
+  EXPECT_EQ(AddressBucket("::1"), "::/64");
+  EXPECT_EQ(AddressBucket("not an address"), "not an address");
 }
 
 }  // namespace

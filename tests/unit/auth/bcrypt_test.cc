@@ -95,6 +95,129 @@ TEST(BcryptTest, MatchesFixedLibxcryptVectorsAndRefusesAOneByteChange) {
   for (const Vector& v : FixedVectors()) ExpectAgrees(v.password, v.hash);
 }
 
+// Openwall's crypt_blowfish test list (wrapper.c of crypt_blowfish 1.3,
+// which libxcrypt's bcrypt is): every "$2a$", "$2b$" and "$2y$" line is
+// matched and reproduced; the "$2x$" lines (the sign-extension bug's
+// hashes) are refused, naming the bug.
+struct Line {
+  const char* hash;
+  std::string password;
+};
+std::vector<Line> OpenwallList() {
+  const std::string after72 = "chars after 72 are ignored as usual";
+  std::string aa55, ff3;
+  for (int i = 0; i < 36; ++i) aa55 += "\xaa\x55";
+  for (int i = 0; i < 24; ++i) ff3 += "\x55\xaa\xff";
+  return {
+      {"$2a$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW", "U*U"},
+      {"$2a$05$CCCCCCCCCCCCCCCCCCCCC.VGOzA784oUp/Z0DY336zx7pLYAy0lwK", "U*U*"},
+      {"$2a$05$XXXXXXXXXXXXXXXXXXXXXOAcXxm9kjPGEMsLznoKqmqw7tc8WCx4a", "U*U*U"},
+      {"$2a$05$abcdefghijklmnopqrstuu5s2v8.iXieOjg/.AySBTTZIIVFJeBui",
+       "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789chars after 72 are "
+       "ignored"},
+      {"$2x$05$/OK.fbVrR/bpIqNJ5ianF.CE5elHaaO4EbggVDjb8P19RukzXSM3e", "\xa3"},
+      {"$2x$05$/OK.fbVrR/bpIqNJ5ianF.CE5elHaaO4EbggVDjb8P19RukzXSM3e", "\xff\xff\xa3"},
+      {"$2y$05$/OK.fbVrR/bpIqNJ5ianF.CE5elHaaO4EbggVDjb8P19RukzXSM3e", "\xff\xff\xa3"},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.nqd1wy.pTMdcvrRWxyiGL2eMz.2a85.", "\xff\xff\xa3"},
+      {"$2b$05$/OK.fbVrR/bpIqNJ5ianF.CE5elHaaO4EbggVDjb8P19RukzXSM3e", "\xff\xff\xa3"},
+      {"$2y$05$/OK.fbVrR/bpIqNJ5ianF.Sa7shbm4.OzKpvFnX1pQLmQW96oUlCq", "\xa3"},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.Sa7shbm4.OzKpvFnX1pQLmQW96oUlCq", "\xa3"},
+      {"$2b$05$/OK.fbVrR/bpIqNJ5ianF.Sa7shbm4.OzKpvFnX1pQLmQW96oUlCq", "\xa3"},
+      {"$2x$05$/OK.fbVrR/bpIqNJ5ianF.o./n25XVfn6oAPaUvHe.Csk4zRfsYPi", "1\xa3" "345"},
+      {"$2x$05$/OK.fbVrR/bpIqNJ5ianF.o./n25XVfn6oAPaUvHe.Csk4zRfsYPi", "\xff\xa3" "345"},
+      {"$2x$05$/OK.fbVrR/bpIqNJ5ianF.o./n25XVfn6oAPaUvHe.Csk4zRfsYPi",
+       "\xff\xa3" "34" "\xff\xff\xff\xa3" "345"},
+      {"$2y$05$/OK.fbVrR/bpIqNJ5ianF.o./n25XVfn6oAPaUvHe.Csk4zRfsYPi",
+       "\xff\xa3" "34" "\xff\xff\xff\xa3" "345"},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.ZC1JEJ8Z4gPfpe1JOr/oyPXTWl9EFd.",
+       "\xff\xa3" "34" "\xff\xff\xff\xa3" "345"},
+      {"$2y$05$/OK.fbVrR/bpIqNJ5ianF.nRht2l/HRhr6zmCp9vYUvvsqynflf9e", "\xff\xa3" "345"},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.nRht2l/HRhr6zmCp9vYUvvsqynflf9e", "\xff\xa3" "345"},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.6IflQkJytoRVc1yuaNtHfiuq.FRlSIS", "\xa3" "ab"},
+      {"$2x$05$/OK.fbVrR/bpIqNJ5ianF.6IflQkJytoRVc1yuaNtHfiuq.FRlSIS", "\xa3" "ab"},
+      {"$2y$05$/OK.fbVrR/bpIqNJ5ianF.6IflQkJytoRVc1yuaNtHfiuq.FRlSIS", "\xa3" "ab"},
+      {"$2x$05$6bNw2HLQYeqHYyBfLMsv/OiwqTymGIGzFsA4hOTWebfehXHNprcAS", "\xd1\x91"},
+      {"$2x$05$6bNw2HLQYeqHYyBfLMsv/O9LIGgn8OMzuDoHfof8AQimSGfcSWxnS",
+       "\xd0\xc1\xd2\xcf\xcc\xd8"},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.swQOIzjOiJ9GHEPuhEkvqrUyvWhEMx6",
+       std::string(72, '\xaa') + after72},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.R9xrDjiycxMbQE2bp.vgqlYpW5wx2yy", aa55},
+      {"$2a$05$/OK.fbVrR/bpIqNJ5ianF.9tQZzcJfm3uj2NvJ/n5xkhpqLrMpWCe", ff3},
+      {"$2a$05$CCCCCCCCCCCCCCCCCCCCC.7uG0VCzI2bS7j6ymqJi9CdcdxiRTWNy", ""},
+  };
+}
+
+TEST(BcryptTest, OpenwallsListIsMatchedAndItsTwoXLinesRefused) {
+  int matched = 0, refused = 0;
+  for (const Line& line : OpenwallList()) {
+    if (std::string(line.hash).rfind("$2x$", 0) == 0) {
+      absl::StatusOr<BcryptHash> parsed = ParseBcryptHash(line.hash);
+      EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << line.hash;
+      EXPECT_THAT(parsed.status().message(), HasSubstr("sign-extension")) << line.hash;
+      ++refused;
+    } else {
+      ExpectAgrees(line.password, line.hash);
+      ++matched;
+    }
+  }
+  EXPECT_EQ(matched, 20);
+  EXPECT_EQ(refused, 8);
+}
+
+// "$2a$"'s countermeasure is what separates these: one password, the same
+// salt, three minors, and "$2a$" alone differs.
+TEST(BcryptTest, TwoADiffersFromTwoBOnlyWhereTheBugWouldHaveHidden) {
+  const std::string salt = "0123456789abcdef";
+  const std::string b = BcryptHashOf("\xff\xff\xa3", salt, 5, 'b');
+  const std::string y = BcryptHashOf("\xff\xff\xa3", salt, 5, 'y');
+  const std::string a = BcryptHashOf("\xff\xff\xa3", salt, 5, 'a');
+  EXPECT_EQ(b.substr(4), y.substr(4));
+  EXPECT_NE(a.substr(4), b.substr(4));
+  // A password without such a byte hashes the same under every minor.
+  EXPECT_EQ(BcryptHashOf("p\xc3\xa4ss", salt, 5, 'a').substr(4),
+            BcryptHashOf("p\xc3\xa4ss", salt, 5, 'b').substr(4));
+}
+
+// The vectors of jBCrypt, by OpenBSD's bcrypt's author, and the 254- and
+// 255-byte passwords of OpenBSD's length fix ("$2b$": every minor here
+// takes their first 72 bytes).
+TEST(BcryptTest, OpenBsdsVectorsAreMatched) {
+  const std::string digits = std::string("0123456789") + "0123456789" + "0123456789" +
+                             "0123456789" + "0123456789" + "0123456789" + "0123456789" +
+                             "0123456789" + "0123456789" + "0123456789" + "0123456789" +
+                             "0123456789" + "0123456789" + "0123456789" + "0123456789" +
+                             "0123456789" + "0123456789" + "0123456789" + "0123456789" +
+                             "0123456789" + "0123456789" + "0123456789" + "0123456789" +
+                             "0123456789" + "0123456789" + "0123456789";
+  const std::vector<Line> lines = {
+      {"$2a$06$DCq7YPn5Rq63x1Lad4cll.TV4S6ytwfsfvkgY8jIucDrjc8deX1s.", ""},
+      {"$2a$08$HqWuK6/Ng6sg9gQzbLrgb.Tl.ZHfXLhvt/SgVyWhQqgqcZ7ZuUtye", ""},
+      {"$2a$10$k1wbIrmNyFAPwPVPSVa/zecw2BCEnBwVS2GbrmgzxFUOqW9dk4TCW", ""},
+      {"$2a$06$m0CrhHm10qJ3lXRY.5zDGO3rS2KdeeWLuGmsfGlMfOxih58VYVfxe", "a"},
+      {"$2a$08$cfcvVd2aQ8CMvoMpP2EBfeodLEkkFJ9umNEfPD18.hUF62qqlC/V.", "a"},
+      {"$2a$06$If6bvum7DFjUnE9p2uDeDu0YHzrHM6tf.iqN8.yx.jNN1ILEf7h0i", "abc"},
+      {"$2a$08$Ro0CUfOqk6cXEKf3dyaM7OhSCvnwM9s4wIX9JeLapehKK5YdLxKcm", "abc"},
+      {"$2a$10$WvvTPHKwdBJ3uk0Z37EMR.hLA2W6N9AEBhEgrAOljy2Ae5MtaSIUi", "abc"},
+      {"$2a$06$.rCVZVOThsIa97pEDOxvGuRRgzG64bvtJ0938xuqzv18d3ZpQhstC",
+       "abcdefghijklmnopqrstuvwxyz"},
+      {"$2a$04$R1lJ2gkNaoPGdafE.H.16.1MKHPvmKwryeulRe225LKProWYwt9Oi", digits.substr(0, 254)},
+      {"$2a$04$R1lJ2gkNaoPGdafE.H.16.1MKHPvmKwryeulRe225LKProWYwt9Oi", digits.substr(0, 255)},
+  };
+  for (const Line& line : lines) ExpectAgrees(line.password, line.hash);
+}
+
+// crypt_blowfish's list of settings it refuses.
+TEST(BcryptTest, OpenwallsBadSettingsAreRefused) {
+  for (const char* hash : {"$2a$03$CCCCCCCCCCCCCCCCCCCCC.7uG0VCzI2bS7j6ymqJi9CdcdxiRTWNy",
+                           "$2a$32$CCCCCCCCCCCCCCCCCCCCC.7uG0VCzI2bS7j6ymqJi9CdcdxiRTWNy",
+                           "$2c$05$CCCCCCCCCCCCCCCCCCCCC.7uG0VCzI2bS7j6ymqJi9CdcdxiRTWNy",
+                           "$2z$05$CCCCCCCCCCCCCCCCCCCCC.7uG0VCzI2bS7j6ymqJi9CdcdxiRTWNy",
+                           "$2`$05$CCCCCCCCCCCCCCCCCCCCC.7uG0VCzI2bS7j6ymqJi9CdcdxiRTWNy",
+                           "$2{$05$CCCCCCCCCCCCCCCCCCCCC.7uG0VCzI2bS7j6ymqJi9CdcdxiRTWNy"}) {
+    EXPECT_EQ(ParseBcryptHash(hash).status().code(), absl::StatusCode::kInvalidArgument) << hash;
+  }
+}
+
 TEST(BcryptTest, ParsesMinorCostSaltAndDigest) {
   absl::StatusOr<BcryptHash> parsed =
       ParseBcryptHash("$2y$05$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW");

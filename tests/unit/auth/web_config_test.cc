@@ -145,5 +145,47 @@ TEST(WebConfigTest, AHashInsideQuotesOrAfterTextIsNotAComment) {
   EXPECT_EQ(config->tls->key_file, "/etc/torchmon/k#2");
 }
 
+// What exporter-toolkit's users write, read as Go's YAML reads it.
+TEST(WebConfigTest, ABomTabsAfterColonsAndEveryQuotingAreRead) {
+  absl::StatusOr<WebConfig> config =
+      Parse("\xEF\xBB\xBFtls_server_config:\n"
+            "  cert_file:\t'it''s # here.crt'   # a comment\n"
+            "  key_file: \"k \\\"#2\\\".key\"\t# another\n"
+            "  client_auth_type:\t\"RequireAndVerifyClientCert\"\n"
+            "  client_ca_file: ca.pem\n"
+            "basic_auth_users:\n"
+            "  'prometheus':\t" + std::string(kHash) + "\n"
+            "  \"grafana\": '" + std::string(kHash) + "'\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tls->cert_file, "/etc/torchmon/it's # here.crt");
+  EXPECT_EQ(config->tls->key_file, "/etc/torchmon/k \"#2\".key");
+  EXPECT_EQ(config->tls->client_auth, ClientAuthType::kRequireAndVerifyClientCert);
+  ASSERT_EQ(config->basic_auth_users.size(), 2u);
+  EXPECT_EQ(config->basic_auth_users[0].first, "prometheus");
+  EXPECT_EQ(config->basic_auth_users[1].first, "grafana");
+  // CRLF line ends read the same.
+  absl::StatusOr<WebConfig> crlf = Parse("basic_auth_users:\r\n  prometheus: " +
+                                         std::string(kHash) + "\r\n");
+  ASSERT_TRUE(crlf.ok()) << crlf.status();
+  EXPECT_EQ(crlf->basic_auth_users.size(), 1u);
+}
+
+TEST(WebConfigTest, AColonInsideAPlainValueIsPartOfIt) {
+  absl::StatusOr<WebConfig> config =
+      Parse("tls_server_config:\n  cert_file: c:d.crt\n  key_file: /k:2\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tls->cert_file, "/etc/torchmon/c:d.crt");
+  EXPECT_EQ(config->tls->key_file, "/k:2");
+}
+
+TEST(WebConfigTest, AHashOverTheCostTorchmondChecksIsRefusedNamingTheUserAndLine) {
+  // A cost-15 hash: the limit is 14 (kMaxServedBcryptCost).
+  const std::string text = std::string("basic_auth_users:\n  prometheus: ") + kHash + "\n" +
+                           "  slow: $2b$15$zuGHkdPzwb9KCcf8rLNc5eFPSsX10hv.UMzE2ki0Zd/edgTbfr3.a\n";
+  const std::string error = ErrorOf(text);
+  EXPECT_THAT(error, HasSubstr("web.yml line 3: basic_auth_users.slow: bcrypt cost 15 is over 14"));
+  EXPECT_THAT(error, HasSubstr("htpasswd -nBC 12 slow"));
+}
+
 }  // namespace
 }  // namespace torchmon::server

@@ -428,14 +428,5 @@ TEST_F(HttpServerTest, AReaderThatStopsReadingIsCutOffAfterTheWriteTimeout) {
   EXPECT_TRUE(Eventually([&] { return counters_.open.load() == 0; }));
 }
 
-TEST(AddressBucketTest, IPv4IsTheAddressAndIPv6ItsSlash64) {
-  EXPECT_EQ(AddressBucket("192.0.2.7"), "192.0.2.7");
-  EXPECT_EQ(AddressBucket("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::/64");
-  EXPECT_EQ(AddressBucket("2001:db8:1:2::1"), AddressBucket("2001:db8:1:2:ffff::9"));
-  EXPECT_NE(AddressBucket("2001:db8:1:2::1"), AddressBucket("2001:db8:1:3::1"));
-  EXPECT_EQ(AddressBucket("::ffff:192.0.2.7"), "192.0.2.7");
-  EXPECT_EQ(AddressBucket("::1"), "::/64");
-}
-
 }  // namespace
 }  // namespace torchmon::server
