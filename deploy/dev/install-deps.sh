@@ -23,7 +23,7 @@ set -euo pipefail
 daemon_packages=(
   build-essential cmake
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libboost-dev zlib1g-dev golang-github-prometheus-client-model-dev libssl-dev
+  libboost-dev libcurl4-openssl-dev zlib1g-dev golang-github-prometheus-client-model-dev libssl-dev
   libsnappy-dev
 )
 packages=(

@@ -78,14 +78,14 @@ rm -r "$stage/$name/lib"
 # and beside them one archive of everything they link, with those
 # libraries' headers. One archive: the linker resolves the libraries'
 # references among themselves in any order, and a user names one library.
-# protobuf-lite is left out (libprotobuf holds all of it), and so is
-# grpc++_reflection, which only torchmond links.
+# protobuf-lite is left out (libprotobuf holds all of it), and so are
+# grpc++_reflection and curl, which only torchmond links.
 cmake --install "$build" --component dev --prefix "$stage/$name" >&2
 {
   echo "create $stage/$name/lib/libtorchmon_bundled.a"
   for archive in "$prefix"/lib/lib*.a; do
     case $archive in
-      */libprotobuf-lite.a | */libgrpc++_reflection.a) ;;
+      */libprotobuf-lite.a | */libgrpc++_reflection.a | */libcurl*.a) ;;
       *) echo "addlib $archive" ;;
     esac
   done
@@ -100,10 +100,10 @@ printf '%s\n' "$bundled" | tr , '\n' >"$stage/$name/share/torchmon/bundled-versi
 tar -C "$stage" --owner=0 --group=0 --sort=name -czf "$out/$name.tar.gz" "$name"
 
 # The wheel: pip over this build's extension, tagged for glibc 2.28. The
-# extension links every library of deps.lock, and not snappy (the
-# daemon's).
+# extension links every library of deps.lock but curl, and not snappy
+# (both the daemon's).
 TORCHMON_WHEEL_BUILD_DIR=$build TORCHMON_WHEEL_MIN_GLIBC=$glibc TORCHMON_BUNDLED_LICENSES=$prefix/licenses \
-  TORCHMON_BUNDLED_SOURCES=$(tr , '\n' <<<"$bundled" | grep -Ev '^snappy ' | paste -sd,) \
+  TORCHMON_BUNDLED_SOURCES=$(tr , '\n' <<<"$bundled" | grep -Ev '^(curl|snappy) ' | paste -sd,) \
   "$root/deploy/dev/build-wheels.sh" "$out" >&2
 
 log "done in $((SECONDS - started)) s:"

@@ -44,7 +44,7 @@ bundled=$(cat "${bundled_prefixes[@]/%//versions}" | paste -sd,)
 # the install rules copy (cmake/Install.cmake): copies, not links, since
 # install(DIRECTORY) would install a link as a link. torchmond carries them
 # all; the C++ client library (the dev component) all but the daemon's own,
-# snappy.
+# curl and snappy.
 licenses=$build/bundled-licenses
 client_licenses=$build/bundled-licenses-client
 rm -rf "$licenses" "$client_licenses"
@@ -53,6 +53,7 @@ for p in "${bundled_prefixes[@]}"; do
   cp -r "$p/licenses/." "$licenses/"
 done
 cp -r "$prefix/licenses/." "$client_licenses/"
+rm -r "$client_licenses/curl"
 
 # The build machine's headers that the build uses, each alone in a directory
 # of its own: zig's clang must not see /usr/include (bookworm's glibc 2.36

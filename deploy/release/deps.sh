@@ -7,14 +7,14 @@
 #   deploy/release/deps.sh --bench      ->  $cache/deps-bench-<key>/prefix
 #
 # zlib, OpenSSL, c-ares, re2, abseil, protobuf, gRPC (grpc++ and what it
-# needs, nothing more) and grpc++_reflection: static,
+# needs, nothing more), grpc++_reflection and curl: static,
 # position-independent, hidden visibility, no tests, no tools, no debug
 # information. Their C++ is compiled for toolchain.sh's one C++ runtime, GCC
 # 10's libstdc++, so that the same archives serve torchmond, torchmonctl and
 # the Python extension (which link libstdc++ statically and export no C++)
 # and the tarball's C++ client library (which a user links with their own
-# g++ >= 10 and libstdc++; grpc++_reflection is the daemon's and stays out
-# of it: build.sh).
+# g++ >= 10 and libstdc++; grpc++_reflection and curl are the daemon's and
+# stay out of it: build.sh).
 #
 #   --bench      GoogleTest and Google Benchmark (deps.lock's bench lines,
 #                the versions the Debian-linked build uses), for the same
@@ -127,8 +127,12 @@ cmake_lib() {  # cmake_lib NAME CMAKE-ARGS...: configure, build, install
 }
 
 # --- the libraries, in link order ---------------------------------------------
+# The libraries built without CMake get the compiler cache its launcher
+# variable names (deploy/dev/test.sh sets it), as the CMake ones do.
+launched_cc="${CMAKE_C_COMPILER_LAUNCHER:+$CMAKE_C_COMPILER_LAUNCHER }$CC"
 build_zlib() {
-  cd "${srcdir[zlib]}" && ./configure --static --prefix="$prefix" && make -j"$jobs" libz.a && make install
+  cd "${srcdir[zlib]}" && CC=$launched_cc ./configure --static --prefix="$prefix" &&
+    make -j"$jobs" libz.a && make install
 }
 [[ $flavour == bench ]] || step zlib build_zlib
 
@@ -137,7 +141,7 @@ build_openssl() {
   # libssl.a. OPENSSLDIR /etc/ssl is where Debian, Ubuntu and SUSE keep
   # openssl.cnf and the CA certificates.
   cd "${srcdir[openssl]}" &&
-    ./Configure linux-x86_64 no-shared no-module no-engine no-dso no-afalgeng no-tests \
+    CC=$launched_cc ./Configure linux-x86_64 no-shared no-module no-engine no-dso no-afalgeng no-tests \
       no-ui-console --prefix="$prefix" --libdir=lib --openssldir=/etc/ssl $common &&
     make -j"$jobs" build_libs && make install_dev
 }
@@ -145,6 +149,18 @@ build_openssl() {
 
 [[ $flavour == bench ]] || step c-ares cmake_lib c-ares -DCARES_STATIC=ON -DCARES_SHARED=OFF -DCARES_BUILD_TOOLS=OFF \
   -DCARES_BUILD_TESTS=OFF -DCARES_STATIC_PIC=ON
+# libcurl, torchmond's push client: HTTP and HTTPS only, on the OpenSSL,
+# zlib and c-ares above (c-ares: name lookups bounded and cancellable
+# without a thread), no CA bundle of its own (torchmond finds the system's
+# at run time: server/push/http_client.cc), no HTTP/2, IDN, PSL, SSH, LDAP
+# or GSSAPI, no curl tool.
+[[ $flavour == bench ]] || step curl cmake_lib curl -DBUILD_SHARED_LIBS=OFF -DBUILD_CURL_EXE=OFF \
+  -DBUILD_TESTING=OFF -DHTTP_ONLY=ON -DCURL_USE_OPENSSL=ON -DENABLE_ARES=ON -DCURL_ZLIB=ON \
+  -DCURL_BROTLI=OFF -DCURL_ZSTD=OFF -DUSE_NGHTTP2=OFF -DUSE_LIBIDN2=OFF -DCURL_USE_LIBPSL=OFF \
+  -DCURL_USE_LIBSSH2=OFF -DCURL_USE_LIBSSH=OFF -DCURL_USE_GSSAPI=OFF -DCURL_DISABLE_LDAP=ON \
+  -DENABLE_UNIX_SOCKETS=OFF -DENABLE_MANUAL=OFF -DCURL_CA_BUNDLE=none -DCURL_CA_PATH=none \
+  -DCURL_CA_FALLBACK=OFF -DOPENSSL_ROOT_DIR="$prefix" -DOPENSSL_USE_STATIC_LIBS=ON \
+  -DZLIB_ROOT="$prefix" -DZLIB_USE_STATIC_LIBS=ON
 build_re2() {
   # Debian's re2 is repacked without its generated Unicode tables; they are
   # made again from Debian's unicode-data, as debian/rules does.

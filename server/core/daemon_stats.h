@@ -110,6 +110,8 @@ struct DaemonStats {
     std::atomic<uint64_t> sent_requests{0};
     std::atomic<uint64_t> sent_bytes{0};    // request bodies, as sent (compressed)
     std::atomic<uint64_t> retried{0};       // requests sent again after a failure
+    // Connections opened to the endpoint (each, for https, a TLS handshake).
+    std::atomic<uint64_t> connections{0};
     std::atomic<uint64_t> dropped[kExportDropReasons] = {};
     // Window ends queued (the one being sent included), and when the
     // oldest of them was queued (daemon clock, Unix ms; 0 when none).

@@ -1,5 +1,6 @@
 #include "server/daemon/build_info.h"
 
+#include <curl/curl.h>
 #include <openssl/crypto.h>
 #include <zlib.h>
 
@@ -46,6 +47,7 @@ std::string VerboseVersion() {
                   google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION), "\n");
   absl::StrAppend(&out, "zlib: ", zlibVersion(), "\n");
   absl::StrAppend(&out, "OpenSSL: ", OpenSSL_version(OPENSSL_VERSION), "\n");
+  absl::StrAppend(&out, "libcurl: ", curl_version_info(CURLVERSION_NOW)->version, "\n");
 #ifdef TORCHMON_BUNDLED_SOURCES
   // "zlib 1:1.2.13.dfsg-1,openssl 3.0.20-1~deb12u2,...": deps.lock's pins.
   absl::StrAppend(&out, "bundled, built from Debian's source packages:\n");

@@ -1,4 +1,5 @@
 // torchmond: the torchmon daemon. See `torchmond --help` and docs/.
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -13,6 +14,9 @@ int main(int argc, char** argv) {
   // cycles: 25-35 ns per lock, paid per sample block on the ingest path.
   // The test suite keeps the check; the daemon does not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // A peer that goes away mid-write is an error of that write (EPIPE), not
+  // the end of the daemon: every socket here is a network peer's.
+  std::signal(SIGPIPE, SIG_IGN);
   auto options = torchmon::server::ParseDaemonOptions(argc, argv);
   if (!options.ok()) {
     std::cerr << "torchmond: " << options.status().message() << "\n";

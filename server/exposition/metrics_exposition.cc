@@ -178,6 +178,12 @@ void RenderExporters(const DaemonStats& stats, int64_t now_ms, ExpositionWriter&
   counter("torchmon_export_retried_total",
           "Requests sent again after no answer, a 429 or a 5xx.",
           [](const DaemonStats::Exporter& e) { return e.retried.load(std::memory_order_relaxed); });
+  counter("torchmon_export_connections_total",
+          "Connections opened to the endpoint (for https, each a TLS handshake); kept between "
+          "requests while it keeps them open.",
+          [](const DaemonStats::Exporter& e) {
+            return e.connections.load(std::memory_order_relaxed);
+          });
   const char* const kReasons[DaemonStats::kExportDropReasons] = {"queue_full", "rejected", "shutdown"};
   std::string reason_parts[DaemonStats::kExportDropReasons];
   for (int r = 0; r < DaemonStats::kExportDropReasons; ++r) {

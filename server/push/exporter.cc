@@ -164,7 +164,11 @@ void Exporter::Run() {
     sending_ = true;
     mu_.Unlock();
 
-    auto answer = HttpPost(endpoint, HttpRequest{content_type_, headers_, request.body, cancel_fd_});
+    const int64_t connections = session_.connections();
+    auto answer =
+        session_.Post(endpoint, HttpRequest{content_type_, headers_, request.body, cancel_fd_});
+    stats_.connections.fetch_add(static_cast<uint64_t>(session_.connections() - connections),
+                                 std::memory_order_relaxed);
     const int status = answer.ok() ? answer->status : 0;
     PushOutcome outcome = OutcomeOf(status);
     std::string message;

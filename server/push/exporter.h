@@ -116,6 +116,8 @@ class Exporter {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the thread is past its loop
   // Written by Finish at its deadline: cuts a request on the wire.
   int cancel_fd_ = -1;
+  // The sending thread's: its connection stays open between requests.
+  HttpSession session_;
   absl::Time finish_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Failed attempts in a row at the request at the front.
   int failures_ ABSL_GUARDED_BY(mu_) = 0;

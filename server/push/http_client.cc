@@ -1,24 +1,14 @@
 #include "server/push/http_client.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
+#include <curl/curl.h>
+#include <sys/stat.h>
 
 #include <cerrno>
-#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <memory>
-#include <sstream>
+#include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -34,19 +24,6 @@
 
 namespace torchmon::server {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::string OpenSslErrors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out.empty() ? "no detail from OpenSSL" : out;
-}
 
 // The first line of a credential file, without its line end.
 absl::StatusOr<std::string> ReadSecret(const std::string& path, absl::string_view what) {
@@ -64,368 +41,393 @@ absl::StatusOr<std::string> ReadSecret(const std::string& path, absl::string_vie
   return line;
 }
 
-struct FdCloser {
-  void operator()(int* fd) const {
-    if (*fd >= 0) ::close(*fd);
-    delete fd;
-  }
-};
-struct SslCtxFree {
-  void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
-};
-struct SslFree {
-  void operator()(SSL* s) const { SSL_free(s); }
-};
-
-// When an exchange must end: at `at`, or as soon as `cancel_fd` (if ≥ 0)
-// is readable.
-struct Deadline {
-  Clock::time_point at;
-  int cancel_fd = -1;
-};
-
-int MsLeft(const Deadline& deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(left);
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// Waits until `fd` is ready for `events`, the deadline passes or the
-// exchange is cancelled.
-absl::Status WaitFor(int fd, short events, const Deadline& deadline, absl::string_view doing) {
-  for (;;) {
-    pollfd p[2] = {{fd, events, 0}, {deadline.cancel_fd, POLLIN, 0}};
-    const int left = MsLeft(deadline);
-    if (left == 0) return absl::DeadlineExceededError(absl::StrCat("timed out ", doing));
-    const int n = ::poll(p, deadline.cancel_fd >= 0 ? 2 : 1, left);
-    if (n > 0 && deadline.cancel_fd >= 0 && p[1].revents != 0) {
-      return absl::CancelledError(absl::StrCat("cut short ", doing, ": the daemon is stopping"));
-    }
-    if (n > 0) return absl::OkStatus();
-    if (n == 0) return absl::DeadlineExceededError(absl::StrCat("timed out ", doing));
-    if (errno != EINTR) return absl::UnavailableError(absl::StrCat(doing, ": ", std::strerror(errno)));
-  }
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// A connected, non-blocking TCP socket to url.host:url.port.
-absl::StatusOr<int> Connect(const HttpUrl& url, const Deadline& deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string port = absl::StrCat(url.port);
-  if (int rc = ::getaddrinfo(url.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve ", url.host, ": ", ::gai_strerror(rc)));
-  }
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(found, ::freeaddrinfo);
-  std::string errors;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    std::unique_ptr<int, FdCloser> owned(new int(fd));
-    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      absl::Status waited = WaitFor(fd, POLLOUT, deadline, "connecting");
-      if (!waited.ok()) return waited;
-      int err = 0;
-      socklen_t len = sizeof(err);
-      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      rc = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (rc == 0) {
-      const int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      *owned = -1;
-      return fd;
-    }
-    absl::StrAppend(&errors, errors.empty() ? "" : "; ", std::strerror(errno));
-  }
-  return absl::UnavailableError(
-      absl::StrCat("cannot connect to ", url.host, ":", url.port, ": ", errors));
+// "host" or "[v6]" as a URL writes it.
+std::string UrlHost(const std::string& host) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
 }
 
-// Bytes in and out of one connection, plain or TLS, within a deadline.
-class Connection {
- public:
-  Connection(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
-
-  absl::Status WriteAll(absl::string_view data, const Deadline& deadline) {
-    while (!data.empty()) {
-      ssize_t n;
-      if (ssl_ != nullptr) {
-        ERR_clear_error();
-        const int r = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
-        if (r <= 0) {
-          absl::Status s = Retry(SSL_get_error(ssl_, r), deadline, "sending");
-          if (!s.ok()) return s;
-          continue;
-        }
-        n = r;
-      } else {
-        n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            return absl::UnavailableError(absl::StrCat("sending: ", std::strerror(errno)));
-          }
-          absl::Status s = WaitFor(fd_, POLLOUT, deadline, "sending");
-          if (!s.ok()) return s;
-          continue;
-        }
-      }
-      data.remove_prefix(static_cast<size_t>(n));
-    }
-    return absl::OkStatus();
+bool IsLoopback(absl::string_view host) {
+  if (absl::EqualsIgnoreCase(host, "localhost") ||
+      absl::EndsWithIgnoreCase(host, ".localhost")) {
+    return true;
   }
+  in_addr v4;
+  in6_addr v6;
+  const std::string text(host);
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
 
-  // Up to `size` bytes into `buf`; 0 at the end of the stream.
-  absl::StatusOr<size_t> Read(char* buf, size_t size, const Deadline& deadline) {
-    for (;;) {
-      if (ssl_ != nullptr) {
-        ERR_clear_error();
-        const int r = SSL_read(ssl_, buf, static_cast<int>(size));
-        if (r > 0) return static_cast<size_t>(r);
-        const int err = SSL_get_error(ssl_, r);
-        if (err == SSL_ERROR_ZERO_RETURN) return 0;
-        // A peer that closes without close_notify: the body ends there
-        // (HTTP/1.1 with Connection: close).
-        if (err == SSL_ERROR_SYSCALL || (err == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_error()) ==
-                                                                     SSL_R_UNEXPECTED_EOF_WHILE_READING)) {
-          return 0;
-        }
-        absl::Status s = Retry(err, deadline, "reading the answer");
-        if (!s.ok()) return s;
+// Whether `host` (an address) lies in `cidr` ("10.0.0.0/8", "fd00::/8").
+bool InCidr(const std::string& host, absl::string_view cidr) {
+  const size_t slash = cidr.find('/');
+  int bits = 0;
+  if (slash == absl::string_view::npos || !absl::SimpleAtoi(cidr.substr(slash + 1), &bits)) {
+    return false;
+  }
+  const std::string network(cidr.substr(0, slash));
+  unsigned char a[16], b[16];
+  int length = 0;
+  if (inet_pton(AF_INET, host.c_str(), a) == 1 && inet_pton(AF_INET, network.c_str(), b) == 1) {
+    length = 4;
+  } else if (inet_pton(AF_INET6, host.c_str(), a) == 1 &&
+             inet_pton(AF_INET6, network.c_str(), b) == 1) {
+    length = 16;
+  } else {
+    return false;
+  }
+  if (bits < 0 || bits > length * 8) return false;
+  for (int i = 0; i < length; ++i) {
+    const int keep = std::min(8, std::max(0, bits - 8 * i));
+    const unsigned mask = keep == 0 ? 0u : (0xffu << (8 - keep)) & 0xffu;
+    if ((a[i] & mask) != (b[i] & mask)) return false;
+  }
+  return true;
+}
+
+// NO_PROXY's rules, as Go's net/http reads them.
+bool Bypassed(const HttpUrl& url, absl::string_view no_proxy) {
+  const std::string host = absl::AsciiStrToLower(url.host);
+  for (absl::string_view entry : absl::StrSplit(no_proxy, ',', absl::SkipWhitespace())) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry == "*") return true;
+    std::string name = absl::AsciiStrToLower(entry);
+    if (InCidr(host, name)) return true;
+    // "host:port" matches that port only; "[v6]:port" and "[v6]" too.
+    int port = 0;
+    if (const size_t colon = name.rfind(':');
+        colon != std::string::npos && name.find(':') == colon &&
+        absl::SimpleAtoi(name.substr(colon + 1), &port)) {
+      if (port != url.port) continue;
+      name.resize(colon);
+    } else if (absl::StartsWith(name, "[")) {
+      const size_t close = name.find(']');
+      if (close == std::string::npos) continue;
+      if (close + 1 < name.size() &&
+          (!absl::SimpleAtoi(name.substr(close + 2), &port) || port != url.port)) {
         continue;
       }
-      const ssize_t n = ::recv(fd_, buf, size, 0);
-      if (n >= 0) return static_cast<size_t>(n);
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return absl::UnavailableError(absl::StrCat("reading the answer: ", std::strerror(errno)));
-      }
-      absl::Status s = WaitFor(fd_, POLLIN, deadline, "waiting for the answer");
-      if (!s.ok()) return s;
+      name = name.substr(1, close - 1);
+    }
+    absl::string_view domain = name;
+    absl::ConsumePrefix(&domain, "*");
+    const bool leading_dot = absl::ConsumePrefix(&domain, ".");
+    if (domain.empty()) continue;
+    if (host == domain && !leading_dot) return true;
+    if (host == domain && leading_dot) return true;
+    if (host.size() > domain.size() && absl::EndsWith(host, domain) &&
+        host[host.size() - domain.size() - 1] == '.') {
+      return true;
     }
   }
+  return false;
+}
 
-  // After an SSL call returned `err`: waits for the socket if that is what
-  // it needs, or says what failed.
-  absl::Status Retry(int err, const Deadline& deadline, absl::string_view doing) {
-    if (err == SSL_ERROR_WANT_READ) return WaitFor(fd_, POLLIN, deadline, doing);
-    if (err == SSL_ERROR_WANT_WRITE) return WaitFor(fd_, POLLOUT, deadline, doing);
-    if (err == SSL_ERROR_SYSCALL && errno != 0) {
-      return absl::UnavailableError(absl::StrCat(doing, ": ", std::strerror(errno)));
-    }
-    return absl::UnavailableError(absl::StrCat(doing, ": ", OpenSslErrors()));
-  }
+std::once_flag curl_initialized;
 
- private:
-  int fd_;
-  SSL* ssl_;
+// What a transfer read of the answer.
+struct Received {
+  HttpResponse response;
 };
 
-// A TLS client context for `e`: its CA (or the system's), its client
-// certificate, TLS 1.2 at least.
-absl::StatusOr<std::unique_ptr<SSL_CTX, SslCtxFree>> ClientContext(const PushEndpoint& e) {
-  std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_client_method()));
-  if (ctx == nullptr) return absl::InternalError("SSL_CTX_new: " + OpenSslErrors());
-  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
-  const int loaded = e.ca_file.empty()
-                         ? SSL_CTX_set_default_verify_paths(ctx.get())
-                         : SSL_CTX_load_verify_locations(ctx.get(), e.ca_file.c_str(), nullptr);
-  if (loaded != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot load the CA certificates ", e.ca_file.empty() ? "of the system" : e.ca_file, ": ",
-        OpenSslErrors()));
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  auto* received = static_cast<Received*>(user);
+  const size_t n = size * count;
+  std::string& body = received->response.body;
+  if (body.size() < HttpResponse::kMaxKeptBody) {
+    body.append(data, std::min(n, HttpResponse::kMaxKeptBody - body.size()));
   }
-  if (!e.cert_file.empty()) {
-    if (SSL_CTX_use_certificate_chain_file(ctx.get(), e.cert_file.c_str()) != 1 ||
-        SSL_CTX_use_PrivateKey_file(ctx.get(), e.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx.get()) != 1) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot use the client certificate ",
-                                                        e.cert_file, " with key ", e.key_file,
-                                                        ": ", OpenSslErrors()));
-    }
-  }
-  return ctx;
+  return n;
 }
 
-absl::StatusOr<std::unique_ptr<SSL, SslFree>> Handshake(SSL_CTX* ctx, int fd, const PushEndpoint& e,
-                                                        const Deadline& deadline) {
-  std::unique_ptr<SSL, SslFree> ssl(SSL_new(ctx));
-  if (ssl == nullptr) return absl::InternalError("SSL_new: " + OpenSslErrors());
-  SSL_set_fd(ssl.get(), fd);
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* received = static_cast<Received*>(user);
+  const size_t n = size * count;
+  absl::string_view line(data, n);
+  if (absl::StartsWith(line, "HTTP/")) {
+    // A new answer (after a 1xx, or a proxy's CONNECT answer): only the
+    // final one's headers count.
+    received->response.retry_after.clear();
+    received->response.body.clear();
+    return n;
+  }
+  const size_t colon = line.find(':');
+  if (colon != absl::string_view::npos &&
+      absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(line.substr(0, colon)), "retry-after")) {
+    received->response.retry_after =
+        std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return n;
+}
+
+// The error a failed transfer means, worded as the exporters log it.
+absl::Status TransferError(CURLcode code, const char* detail, const PushEndpoint& e,
+                           const std::string& proxy) {
+  const std::string why = detail[0] != '\0' ? detail : curl_easy_strerror(code);
   const std::string& name = e.server_name.empty() ? e.url.host : e.server_name;
-  // An address is verified against the certificate's IP entries, a name
-  // against its DNS entries (and sent as SNI).
-  unsigned char ip[16];
-  const bool is_ip = inet_pton(AF_INET, name.c_str(), ip) == 1 || inet_pton(AF_INET6, name.c_str(), ip) == 1;
-  X509_VERIFY_PARAM* param = SSL_get0_param(ssl.get());
-  if (is_ip) {
-    X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
-  } else {
-    SSL_set_tlsext_host_name(ssl.get(), name.c_str());
-    X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
+  switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+      return absl::UnavailableError(absl::StrCat("cannot resolve ", e.url.host, ": ", why));
+    case CURLE_COULDNT_RESOLVE_PROXY:
+      return absl::UnavailableError(absl::StrCat("cannot resolve the proxy ", proxy, ": ", why));
+    case CURLE_COULDNT_CONNECT:
+      return absl::UnavailableError(
+          absl::StrCat(proxy.empty() ? "connecting to " : "connecting through the proxy ",
+                       proxy.empty() ? absl::StrCat(UrlHost(e.url.host), ":", e.url.port) : proxy,
+                       ": ", why));
+    case CURLE_OPERATION_TIMEDOUT:
+      return absl::DeadlineExceededError(
+          absl::StrCat("timed out after ", e.timeout_ms, " ms: ", why));
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return absl::UnavailableError(absl::StrCat(
+          "TLS handshake: the server's certificate for ", name, " does not verify: ", why));
+    case CURLE_SSL_CACERT_BADFILE:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot load the CA certificates ", e.ca_file.empty() ? "of the system" : e.ca_file,
+          ": ", why));
+    case CURLE_SSL_CERTPROBLEM:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot use the client certificate ", e.cert_file, " with key ", e.key_file, ": ", why));
+    case CURLE_SSL_CONNECT_ERROR:
+      return absl::UnavailableError(absl::StrCat("TLS handshake with ", name, ": ", why));
+    default:
+      return absl::UnavailableError(why);
   }
-  Connection conn(fd, ssl.get());
-  for (;;) {
-    ERR_clear_error();
-    const int r = SSL_connect(ssl.get());
-    if (r == 1) return ssl;
-    const int err = SSL_get_error(ssl.get(), r);
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-      absl::Status s = conn.Retry(err, deadline, "in the TLS handshake");
-      if (!s.ok()) return s;
-      continue;
-    }
-    const long verify = SSL_get_verify_result(ssl.get());
-    if (verify != X509_V_OK) {
-      return absl::UnavailableError(absl::StrCat("TLS handshake: the server's certificate for ", name,
-                                                 " does not verify: ",
-                                                 X509_verify_cert_error_string(verify)));
-    }
-    return conn.Retry(err, deadline, "in the TLS handshake");
-  }
-}
-
-// Parses the status line and headers of `head` (up to the blank line).
-absl::Status ParseHead(absl::string_view head, HttpResponse& response, int64_t& content_length,
-                       bool& chunked) {
-  std::vector<absl::string_view> lines = absl::StrSplit(head, "\r\n");
-  std::vector<absl::string_view> status = absl::StrSplit(lines[0], absl::MaxSplits(' ', 2));
-  if (status.size() < 2 || !absl::StartsWith(status[0], "HTTP/1.") ||
-      !absl::SimpleAtoi(status[1], &response.status) || response.status < 100 ||
-      response.status > 599) {
-    return absl::UnavailableError(absl::StrCat("the answer is not HTTP/1.x: \"",
-                                               absl::CEscape(lines[0].substr(0, 80)), "\""));
-  }
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const size_t colon = lines[i].find(':');
-    if (colon == absl::string_view::npos) continue;
-    const std::string name = absl::AsciiStrToLower(lines[i].substr(0, colon));
-    const absl::string_view value = absl::StripAsciiWhitespace(lines[i].substr(colon + 1));
-    if (name == "retry-after") response.retry_after = std::string(value);
-    if (name == "content-length" && !absl::SimpleAtoi(value, &content_length)) content_length = -1;
-    if (name == "transfer-encoding" && absl::StrContains(absl::AsciiStrToLower(value), "chunked")) chunked = true;
-  }
-  return absl::OkStatus();
-}
-
-// The body of a chunked answer, as far as it is complete in `raw`.
-std::string Dechunk(absl::string_view raw) {
-  std::string out;
-  for (;;) {
-    const size_t eol = raw.find("\r\n");
-    if (eol == absl::string_view::npos) break;
-    uint64_t size = 0;
-    const absl::string_view size_text = raw.substr(0, raw.substr(0, eol).find(';'));
-    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(size_text), &size) || size == 0) break;
-    raw.remove_prefix(eol + 2);
-    if (raw.size() < size) {
-      out.append(raw.data(), raw.size());
-      break;
-    }
-    out.append(raw.data(), size);
-    raw.remove_prefix(std::min<size_t>(raw.size(), size + 2));
-  }
-  return out;
 }
 
 }  // namespace
 
-absl::StatusOr<HttpResponse> HttpPost(const PushEndpoint& endpoint, const HttpRequest& request) {
-  const Deadline deadline{Clock::now() + std::chrono::milliseconds(endpoint.timeout_ms),
-                          request.cancel_fd};
+std::string ProxyFor(const HttpUrl& url, const char* (*getenv)(const char*)) {
+  // The upper-case name first, then the lower-case one, as Go reads them.
+  auto env = [&](const char* upper, const char* lower) -> std::string {
+    for (const char* name : {upper, lower}) {
+      const char* value = getenv(name);
+      if (value != nullptr && value[0] != '\0') return value;
+    }
+    return "";
+  };
+  std::string proxy = url.tls ? env("HTTPS_PROXY", "https_proxy") : env("HTTP_PROXY", "http_proxy");
+  if (proxy.empty() || IsLoopback(url.host) || Bypassed(url, env("NO_PROXY", "no_proxy"))) {
+    return "";
+  }
+  if (proxy.find("://") == std::string::npos) proxy = "http://" + proxy;
+  return proxy;
+}
+
+CaLocations SystemCaFiles(absl::string_view root) {
+  CaLocations found;
+  const char* file = std::getenv("SSL_CERT_FILE");
+  const char* dirs = std::getenv("SSL_CERT_DIR");
+  if (file != nullptr && file[0] != '\0') found.file = file;
+  if (dirs != nullptr && dirs[0] != '\0') {
+    for (absl::string_view dir : absl::StrSplit(dirs, ':', absl::SkipEmpty())) {
+      if (IsDir(std::string(dir))) {
+        found.dir = std::string(dir);
+        break;
+      }
+    }
+  }
+  if (!found.file.empty() || !found.dir.empty()) return found;
+  // Where each distribution keeps its bundle (the list Go's crypto/x509
+  // looks through, in its order).
+  for (const char* path : {
+           "/etc/ssl/certs/ca-certificates.crt",                 // Debian, Ubuntu, Gentoo, Arch
+           "/etc/pki/tls/certs/ca-bundle.crt",                   // Fedora, RHEL 6
+           "/etc/ssl/ca-bundle.pem",                             // SUSE
+           "/etc/pki/tls/cacert.pem",                            // OpenELEC
+           "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",  // RHEL 7+, Rocky, Alma
+           "/etc/ssl/cert.pem",                                  // Alpine
+       }) {
+    if (IsFile(absl::StrCat(root, path))) {
+      found.file = absl::StrCat(root, path);
+      break;
+    }
+  }
+  for (const char* path : {"/etc/ssl/certs", "/etc/pki/tls/certs"}) {
+    if (IsDir(absl::StrCat(root, path))) {
+      found.dir = absl::StrCat(root, path);
+      break;
+    }
+  }
+  return found;
+}
+
+HttpSession::HttpSession() {
+  std::call_once(curl_initialized, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  curl_ = curl_easy_init();
+  multi_ = curl_multi_init();
+}
+
+HttpSession::~HttpSession() {
+  if (curl_ != nullptr) curl_easy_cleanup(static_cast<CURL*>(curl_));
+  if (multi_ != nullptr) curl_multi_cleanup(static_cast<CURLM*>(multi_));
+}
+
+absl::StatusOr<HttpResponse> HttpSession::Post(const PushEndpoint& endpoint,
+                                               const HttpRequest& request) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  CURLM* multi = static_cast<CURLM*>(multi_);
+  if (curl == nullptr || multi == nullptr) return absl::InternalError("libcurl failed to start");
   const HttpUrl& url = endpoint.url;
+
+  // Credentials, read now: a rotated token or password applies to the
+  // next request.
   std::string authorization;
   if (!endpoint.bearer_token_file.empty()) {
-    auto token = ReadSecret(endpoint.bearer_token_file, "bearer token");
+    absl::StatusOr<std::string> token = ReadSecret(endpoint.bearer_token_file, "bearer token");
     if (!token.ok()) return token.status();
     authorization = "Bearer " + *token;
   } else if (!endpoint.basic_auth_username.empty()) {
-    auto password = ReadSecret(endpoint.basic_auth_password_file, "basic auth password");
+    absl::StatusOr<std::string> password =
+        ReadSecret(endpoint.basic_auth_password_file, "basic auth password");
     if (!password.ok()) return password.status();
-    authorization =
-        "Basic " + absl::Base64Escape(absl::StrCat(endpoint.basic_auth_username, ":", *password));
-  }
-  std::unique_ptr<SSL_CTX, SslCtxFree> ctx;
-  if (url.tls) {
-    auto made = ClientContext(endpoint);
-    if (!made.ok()) return made.status();
-    ctx = *std::move(made);
+    authorization = "Basic " + absl::Base64Escape(
+                                   absl::StrCat(endpoint.basic_auth_username, ":", *password));
   }
 
-  auto fd = Connect(url, deadline);
-  if (!fd.ok()) return fd.status();
-  std::unique_ptr<int, FdCloser> owned(new int(*fd));
-  std::unique_ptr<SSL, SslFree> ssl;
-  if (url.tls) {
-    auto shaken = Handshake(ctx.get(), *fd, endpoint, deadline);
-    if (!shaken.ok()) return shaken.status();
-    ssl = *std::move(shaken);
+  const std::string proxy = ProxyFor(url, [](const char* name) -> const char* {
+    return std::getenv(name);
+  });
+  const bool tls = url.tls || absl::StartsWith(proxy, "https://");
+  CaLocations cas;
+  if (tls && !endpoint.ca_file.empty()) {
+    cas.file = endpoint.ca_file;
+  } else if (tls) {
+    cas = SystemCaFiles();
+    if (cas.file.empty() && cas.dir.empty()) {
+      return absl::FailedPreconditionError(
+          "cannot load the CA certificates of the system: none in any of the places "
+          "distributions keep them (/etc/ssl/certs/ca-certificates.crt, "
+          "/etc/pki/tls/certs/ca-bundle.crt, /etc/ssl/ca-bundle.pem, "
+          "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem, /etc/ssl/cert.pem, "
+          "/etc/ssl/certs/), and no SSL_CERT_FILE or SSL_CERT_DIR; give the endpoint ca_file=");
+    }
   }
-  Connection conn(*fd, ssl.get());
 
-  const bool v6 = url.host.find(':') != std::string::npos;
-  const bool default_port = url.port == (url.tls ? 443 : 80);
-  std::string head = absl::StrCat("POST ", url.path, " HTTP/1.1\r\nHost: ", v6 ? "[" : "", url.host,
-                                  v6 ? "]" : "", default_port ? "" : absl::StrCat(":", url.port),
-                                  "\r\nUser-Agent: torchmond/", TORCHMON_VERSION,
-                                  "\r\nContent-Type: ", request.content_type,
-                                  "\r\nContent-Length: ", request.body.size(),
-                                  "\r\nConnection: close\r\n");
-  if (!authorization.empty()) absl::StrAppend(&head, "Authorization: ", authorization, "\r\n");
-  for (const auto& [name, value] : request.headers) absl::StrAppend(&head, name, ": ", value, "\r\n");
-  head += "\r\n";
-  if (absl::Status s = conn.WriteAll(head, deadline); !s.ok()) return s;
-  if (absl::Status s = conn.WriteAll(request.body, deadline); !s.ok()) return s;
+  curl_easy_reset(curl);  // options only: the connection and TLS session stay
+  char error[CURL_ERROR_SIZE] = "";
+  Received received;
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, endpoint.timeout_ms)));
+  curl_easy_setopt(curl, CURLOPT_POST, 1L);
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.data());
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &received);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &received);
+  curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, "torchmond/" TORCHMON_VERSION);
 
-  // The answer: its head, then as much of its body as is kept.
-  std::string raw;
-  HttpResponse response;
-  int64_t content_length = -1;
-  bool chunked = false;
-  size_t body_at = std::string::npos;
-  char buf[16 * 1024];
+  // The TLS name: server_name= when given (sent as SNI and verified), with
+  // the connection still made to the URL's host and Host naming it.
+  std::string target = url.text;
+  struct curl_slist* connect_to = nullptr;
+  struct curl_slist* headers = nullptr;
+  if (url.tls && !endpoint.server_name.empty() && endpoint.server_name != url.host) {
+    target = absl::StrCat("https://", UrlHost(endpoint.server_name), ":", url.port, url.path);
+    connect_to = curl_slist_append(
+        connect_to, absl::StrCat(UrlHost(endpoint.server_name), ":", url.port, ":",
+                                 UrlHost(url.host), ":", url.port)
+                        .c_str());
+    headers = curl_slist_append(headers,
+                                absl::StrCat("Host: ", UrlHost(url.host), ":", url.port).c_str());
+    curl_easy_setopt(curl, CURLOPT_CONNECT_TO, connect_to);
+  }
+  curl_easy_setopt(curl, CURLOPT_URL, target.c_str());
+
+  headers = curl_slist_append(headers, absl::StrCat("Content-Type: ", request.content_type).c_str());
+  for (const auto& [name, value] : request.headers) {
+    headers = curl_slist_append(headers, absl::StrCat(name, ": ", value).c_str());
+  }
+  if (!authorization.empty()) {
+    headers = curl_slist_append(headers, absl::StrCat("Authorization: ", authorization).c_str());
+  }
+  // The body goes at once: a receiver's early answer still stops it, and
+  // none waits a second for a 100 Continue that servers may never send.
+  headers = curl_slist_append(headers, "Expect:");
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+
+  curl_easy_setopt(curl, CURLOPT_PROXY, proxy.c_str());  // "": none, whatever curl would read
+  if (tls) {
+    curl_easy_setopt(curl, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2));
+    // Set or left unset each time: an empty CAPATH would be a path.
+    if (!cas.file.empty()) {
+      curl_easy_setopt(curl, CURLOPT_CAINFO, cas.file.c_str());
+      curl_easy_setopt(curl, CURLOPT_PROXY_CAINFO, cas.file.c_str());
+    }
+    if (!cas.dir.empty()) {
+      curl_easy_setopt(curl, CURLOPT_CAPATH, cas.dir.c_str());
+      curl_easy_setopt(curl, CURLOPT_PROXY_CAPATH, cas.dir.c_str());
+    }
+    if (!endpoint.cert_file.empty()) {
+      curl_easy_setopt(curl, CURLOPT_SSLCERT, endpoint.cert_file.c_str());
+      curl_easy_setopt(curl, CURLOPT_SSLKEY, endpoint.key_file.c_str());
+    }
+  }
+
+  // The exchange, on the multi interface so that `cancel_fd` can end it
+  // at once, name lookup included.
+  bool cancelled = false;
+  CURLcode result = CURLE_OK;
+  curl_multi_add_handle(multi, curl);
   for (;;) {
-    auto n = conn.Read(buf, sizeof(buf), deadline);
-    if (!n.ok()) {
-      // An answer whose head arrived is an answer, even cut short.
-      if (body_at != std::string::npos) break;
-      return n.status();
+    int running = 0;
+    if (curl_multi_perform(multi, &running) != CURLM_OK) break;
+    if (running == 0) break;
+    curl_waitfd cancel = {request.cancel_fd, CURL_WAIT_POLLIN, 0};
+    const bool watch = request.cancel_fd >= 0;
+    curl_multi_poll(multi, watch ? &cancel : nullptr, watch ? 1 : 0, 1000, nullptr);
+    if (watch && (cancel.revents & CURL_WAIT_POLLIN) != 0) {
+      cancelled = true;
+      break;
     }
-    if (*n == 0) break;
-    if (raw.size() < HttpResponse::kMaxKeptBody + 16 * 1024) raw.append(buf, *n);
-    if (body_at == std::string::npos) {
-      const size_t end = raw.find("\r\n\r\n");
-      if (end == std::string::npos) {
-        if (raw.size() > 64 * 1024) return absl::UnavailableError("the answer's headers never end");
-        continue;
-      }
-      if (absl::Status s = ParseHead(absl::string_view(raw).substr(0, end), response,
-                                     content_length, chunked);
-          !s.ok()) {
-        return s;
-      }
-      body_at = end + 4;
+  }
+  int left = 0;
+  while (CURLMsg* message = curl_multi_info_read(multi, &left)) {
+    if (message->msg == CURLMSG_DONE && message->easy_handle == curl) {
+      result = message->data.result;
     }
-    const size_t have = raw.size() - body_at;
-    if (content_length >= 0 && have >= static_cast<size_t>(content_length)) break;
-    if (chunked && absl::EndsWith(raw, "0\r\n\r\n")) break;
-    if (have >= HttpResponse::kMaxKeptBody && !chunked && content_length < 0) break;
   }
-  if (body_at == std::string::npos) {
-    return absl::UnavailableError(
-        raw.empty() ? "the connection closed without an answer" : "the answer ended in its headers");
+  curl_multi_remove_handle(multi, curl);
+  long new_connections = 0;
+  curl_easy_getinfo(curl, CURLINFO_NUM_CONNECTS, &new_connections);
+  connections_ += new_connections;
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(headers);
+  curl_slist_free_all(connect_to);
+  // The handle keeps no pointer to what this call owned past here.
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
+  curl_easy_setopt(curl, CURLOPT_CONNECT_TO, nullptr);
+
+  if (cancelled) {
+    return absl::CancelledError("cut short: the daemon is stopping");
   }
-  absl::string_view body = absl::string_view(raw).substr(body_at);
-  if (content_length >= 0) body = body.substr(0, static_cast<size_t>(content_length));
-  response.body = chunked ? Dechunk(body) : std::string(body);
-  if (response.body.size() > HttpResponse::kMaxKeptBody) response.body.resize(HttpResponse::kMaxKeptBody);
-  return response;
+  // An answer counts even if the exchange then failed (a receiver that
+  // answered early and closed while the body was going).
+  if (result != CURLE_OK && status < 200) return TransferError(result, error, endpoint, proxy);
+  if (status < 200) return absl::UnavailableError("no HTTP answer");
+  received.response.status = static_cast<int>(status);
+  return std::move(received.response);
+}
+
+absl::StatusOr<HttpResponse> HttpPost(const PushEndpoint& endpoint, const HttpRequest& request) {
+  HttpSession session;
+  return session.Post(endpoint, request);
 }
 
 }  // namespace torchmon::server

@@ -7,7 +7,9 @@
 //                   2,000 series windows; bytes per window reported.
 //   BM_PushSend     the same requests POSTed by the exporter's HTTP client
 //                   to a loopback receiver that reads and discards them:
-//                   what sending adds (a connection per request).
+//                   what sending adds, on one kept connection (as the
+//                   exporters send) or a connection per request; the
+//                   connections opened per window reported.
 //   BM_CloseWindows what the window timer pays to close the window of
 //                   every series, with and without the histogram copies
 //                   the push takes (AggregatorOptions::histograms_on_close).
@@ -132,6 +134,7 @@ class DiscardingReceiver {
     close(fd_);
   }
   int port() const { return port_; }
+  int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
   void Serve() {
@@ -139,66 +142,86 @@ class DiscardingReceiver {
     while (!stop_) {
       const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
-      std::string head;
-      size_t body = 0, length = 0;
-      bool in_body = false;
-      for (;;) {
-        const ssize_t r = read(c, buf, sizeof(buf));
-        if (r <= 0) break;
-        if (!in_body) {
-          head.append(buf, static_cast<size_t>(r));
-          const size_t end = head.find("\r\n\r\n");
-          if (end == std::string::npos) continue;
-          const size_t at = head.find("Content-Length: ");
-          if (at == std::string::npos ||
-              !absl::SimpleAtoi(head.substr(at + 16, head.find("\r\n", at) - at - 16), &length)) {
+      connections_.fetch_add(1, std::memory_order_relaxed);
+      // Requests one after another on the connection, until the client
+      // closes it: a receiver that keeps connections, as every one does.
+      std::string in;
+      bool open = true;
+      while (open) {
+        size_t end;
+        while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+          const ssize_t r = read(c, buf, sizeof(buf));
+          if (r <= 0) {
+            open = false;
             break;
           }
-          body = head.size() - end - 4;
-          in_body = true;
-        } else {
-          body += static_cast<size_t>(r);
+          in.append(buf, static_cast<size_t>(r));
         }
-        if (body >= length) break;
-      }
-      static const char kAnswer[] = "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
-      if (write(c, kAnswer, sizeof(kAnswer) - 1) < 0) {
-        // The client went away: nothing to answer.
+        if (!open) break;
+        size_t length = 0;
+        const size_t at = in.find("Content-Length: ");
+        if (at == std::string::npos || at > end ||
+            !absl::SimpleAtoi(in.substr(at + 16, in.find("\r\n", at) - at - 16), &length)) {
+          break;
+        }
+        size_t have = in.size() - end - 4;
+        in.clear();
+        while (have < length) {
+          const ssize_t r = read(c, buf, std::min(sizeof(buf), length - have));
+          if (r <= 0) {
+            open = false;
+            break;
+          }
+          have += static_cast<size_t>(r);
+        }
+        if (have > length) break;  // a pipelined request: not sent by the clients here
+        static const char kAnswer[] = "HTTP/1.1 204 No Content\r\n\r\n";
+        if (write(c, kAnswer, sizeof(kAnswer) - 1) < 0) open = false;
       }
       close(c);
     }
   }
+  std::atomic<int64_t> connections_{0};
   int fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
-// Args: series; protocol. Encodes and POSTs a window, as an exporter does.
+// Args: series; protocol; kept. Encodes and POSTs a window, as an exporter
+// does: on one session kept for the whole run (kept=1, what the exporters
+// do), or on a session of its own per request (kept=0: a connection, and
+// for https a TLS handshake, per request). Reports the connections opened
+// per window.
 void BM_PushSend(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const auto protocol = static_cast<PushProtocol>(state.range(1));
+  const bool kept = state.range(2) != 0;
   const auto& windows = WindowsOf(n, false);
   DiscardingReceiver receiver;
   auto endpoint = ParsePushEndpoint(protocol, "bench",
                                     absl::StrCat("http://127.0.0.1:", receiver.port(), "/write"));
   if (!endpoint.ok()) std::abort();
   std::vector<EncodedRequest> requests;
+  HttpSession session;
   for (auto _ : state) {
     requests = EncodeWith(protocol, windows);
     for (const EncodedRequest& r : requests) {
-      auto answer = HttpPost(*endpoint, HttpRequest{"application/x-protobuf", {}, r.body});
+      const HttpRequest request{"application/x-protobuf", {}, r.body};
+      auto answer = kept ? session.Post(*endpoint, request) : HttpPost(*endpoint, request);
       if (!answer.ok() || answer->status != 204) {
         state.SkipWithError("the receiver did not take a request");
         return;
       }
     }
   }
+  state.counters["connections_per_window"] =
+      static_cast<double>(receiver.connections()) / static_cast<double>(state.iterations());
   ReportWindow(state, n, requests);
 }
 BENCHMARK(BM_PushSend)
-    ->ArgNames({"series", "otlp"})
-    ->ArgsProduct({{1000, 10000, 100000}, {0, 1}})
+    ->ArgNames({"series", "otlp", "kept"})
+    ->ArgsProduct({{1000, 10000, 100000}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -5,7 +5,7 @@
 Configures this tree with TORCHMON_BUILD_SERVER=OFF against the portable
 build's prefix (deploy/release/configure.sh: zig's clang, the build
 machine's /usr and /usr/local hidden from every find_*), with Boost,
-prometheus-cpp and snappy disabled outright (zlib stays: gRPC links
+prometheus-cpp, snappy and curl disabled outright (zlib stays: gRPC links
 it), then builds the
 client library, torchmonctl and the Python extension. A configure that still
 asked for any of them fails: CMAKE_DISABLE_FIND_PACKAGE_<name> makes a
@@ -42,7 +42,7 @@ def test_the_client_configures_and_builds_without_the_servers_dependencies():
          "-DTORCHMON_BUILD_SERVER=OFF",
          "-DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON",
          "-DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON",
-         "-DCMAKE_DISABLE_FIND_PACKAGE_Snappy=ON"],
+         "-DCMAKE_DISABLE_FIND_PACKAGE_Snappy=ON", "-DCMAKE_DISABLE_FIND_PACKAGE_CURL=ON"],
         capture_output=True, text=True, timeout=3600)
     assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
     cache = (build / "CMakeCache.txt").read_text()

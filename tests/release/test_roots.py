@@ -21,6 +21,9 @@ build host inside it but the artefact under test:
   shipped configuration, postinst made the torchmon user, purge works;
 - the tarball's torchmond serves gRPC (TCP and a Unix socket) and /metrics in
   bullseye, its torchmonctl pushes and reads back, SIGTERM ends it with 0;
+- the tarball's torchmond pushes remote-write over TLS to a receiver whose
+  CA is only in the system's store, laid out as Debian's and as RHEL 8's
+  (/etc/pki, no /etc/ssl);
 - the wheel installs with pip --no-index into a venv of trixie's python3, and
   1..1000 recorded through the Python API come back from the tarball's daemon
   exactly (count, sum, max; p99 within the sketch's documented 1 %), with an
@@ -40,20 +43,24 @@ tarball carry the licences of every library they link in.
 
 import contextlib
 import glob
+import http.server
 import json
 import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import urllib.request
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from certificates import make_certificate  # noqa: E402
 from torchmond import LaunchedDaemon, wait_for  # noqa: E402  (the shared helpers)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -205,7 +212,7 @@ class ChrootDaemon:
     tests/support/torchmond.py reads it). Short grace, so that a 1 s
     window closes 1.1 s after its end."""
 
-    def __init__(self, root, prefix):
+    def __init__(self, root, prefix, *flags):
         self.root, self.prefix = root, prefix
         self.run_dir = tempfile.mkdtemp(prefix="torchmond.", dir=root + "/tmp")
         self.socket = self.run_dir[len(root):] + "/torchmond.sock"  # path inside the root
@@ -215,7 +222,7 @@ class ChrootDaemon:
             self.launched = LaunchedDaemon(
                 ["chroot", root, f"{prefix}/bin/torchmond", "--listen", f"unix://{self.socket}",
                  "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--grace",
-                 "100ms"], stderr=self.stderr, timeout=30, env=CHROOT_ENV)
+                 "100ms", *flags], stderr=self.stderr, timeout=30, env=CHROOT_ENV)
         except RuntimeError as e:
             self.stderr.close()
             pytest.fail(str(e))
@@ -261,9 +268,9 @@ class ChrootDaemon:
 
 
 @contextlib.contextmanager
-def chroot_daemon(root, prefix):
+def chroot_daemon(root, prefix, *flags):
     """A ChrootDaemon that is killed on the way out, whatever happened."""
-    daemon = ChrootDaemon(root, prefix)
+    daemon = ChrootDaemon(root, prefix, *flags)
     try:
         yield daemon
     finally:
@@ -310,22 +317,23 @@ def test_tarball_has_one_top_directory_and_the_documented_layout():
         assert f"{top}/{path}" in names, f"{path} missing from {tarball}"
     assert any(n.startswith(f"{top}/share/doc/") for n in names), "no share/doc/ in the tarball"
     # What is linked in comes with its licences: the daemon's and the C++
-    # client's (which has no snappy).
+    # client's (which has neither snappy nor curl).
     with tarfile.open(tarball) as t:
         versions = t.extractfile(f"{top}/share/torchmon/bundled-versions").read().decode()
     bundled = [line.split()[0] for line in versions.splitlines()]
-    assert {"grpc", "openssl", "protobuf", "abseil", "snappy"} <= set(bundled), bundled
+    assert {"grpc", "openssl", "protobuf", "abseil", "curl", "snappy"} <= set(bundled), bundled
     assert "civetweb" not in bundled, bundled  # torchmond serves HTTP itself
     for package in bundled:
         for component in ("torchmond", "libtorchmon-dev"):
-            if component == "libtorchmon-dev" and package == "snappy":
+            if component == "libtorchmon-dev" and package in ("curl", "snappy"):
                 continue
             assert f"{top}/share/doc/{component}/bundled/{package}/copyright" in names, (
                 f"{package}'s licence missing from share/doc/{component}/bundled/")
     assert f"{top}/share/doc/torchmond/bundled/openssl/LICENSE.txt" in names
     assert f"{top}/share/doc/torchmond/bundled/snappy/COPYING" in names
-    assert not any(n.startswith(f"{top}/share/doc/libtorchmon-dev/bundled/snappy")
-                   for n in names)
+    for package in ("curl", "snappy"):
+        assert not any(n.startswith(f"{top}/share/doc/libtorchmon-dev/bundled/{package}")
+                       for n in names), package
 
 
 @pytest.mark.parametrize("suite", ["bullseye", "trixie"])
@@ -356,7 +364,7 @@ def test_deb_installs_offline_checks_its_config_and_purges(suite):
 
         # The licences of what torchmond links in come with it.
         for licence in ("grpc/LICENSE", "grpc/NOTICE.txt", "openssl/LICENSE.txt",
-                        "abseil/copyright", "snappy/copyright"):
+                        "abseil/copyright", "curl/copyright", "snappy/copyright"):
             assert os.path.isfile(f"{root}/usr/share/doc/torchmond/bundled/{licence}"), licence
 
         # postinst made the system user and its group.
@@ -402,6 +410,71 @@ def test_tarball_daemon_serves_grpc_and_metrics_in_bullseye():
             assert f'torchmon_daemon_build_info{{version="{VERSION}"}} 1' in body, body[:2000]
 
             daemon.stop()
+
+
+class TlsReceiver:
+    """An HTTPS receiver on 127.0.0.1 (a certificate for 127.0.0.1 that
+    `ca` signed) that answers every POST 204 and counts them."""
+
+    def __init__(self, directory):
+        make_certificate(directory, "ca", "ca_ext")
+        make_certificate(directory, "server", "server_ext", "ca")
+        self.ca = os.path.join(directory, "ca.pem")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(os.path.join(directory, "server.pem"),
+                                os.path.join(directory, "server.key"))
+        self.posts = 0
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                receiver.posts += 1
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_tarball_daemon_pushes_over_tls_with_the_systems_cas_in_debian_and_el_layouts(tmp_path):
+    """No ca_file=: the CA is found where Debian keeps it, and where RHEL 8
+    and its rebuilds keep theirs (no /etc/ssl at all)."""
+    receiver = TlsReceiver(str(tmp_path))
+    with open(receiver.ca) as f:
+        ca = f.read()
+    try:
+        with throwaway_root("bullseye") as root:
+            prefix = unpack_tarball(root)
+            for layout, path in (("debian", "/etc/ssl/certs/ca-certificates.crt"),
+                                 ("el", "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem")):
+                shutil.rmtree(root + "/etc/ssl", ignore_errors=True)
+                shutil.rmtree(root + "/etc/pki", ignore_errors=True)
+                os.makedirs(os.path.dirname(root + path))
+                with open(root + path, "w") as f:
+                    f.write(ca)
+                before = receiver.posts
+                with chroot_daemon(root, prefix, "--remote-write-url",
+                                   f"https://127.0.0.1:{receiver.port}/api/v1/write") as daemon:
+                    push = chroot(root, f"{prefix}/bin/torchmonctl", "--target", daemon.tcp,
+                                  "push", "release.tls", "1", "--window", "100ms", check=False)
+                    assert push.returncode == 0, show(push)
+                    poll(lambda: receiver.posts, lambda n: n > before, 20,
+                         f"a push over TLS with the {layout} layout's CAs; stderr:\n"
+                         f"{daemon.read_stderr()}")
+                    daemon.stop()
+    finally:
+        receiver.stop()
 
 
 RECORD_PY = r'''
@@ -601,7 +674,7 @@ def test_rpm_requires_glibc_and_systemd_only_and_runs_in_bullseye():
         "glibc >= 2.28", "systemd"], requires
 
     files = run(["rpm", "-qpl", rpm]).stdout.splitlines()
-    for licence in ("grpc/LICENSE", "openssl/LICENSE.txt", "snappy/copyright"):
+    for licence in ("grpc/LICENSE", "openssl/LICENSE.txt", "curl/copyright", "snappy/copyright"):
         assert f"/usr/share/doc/torchmond/bundled/{licence}" in files, licence
 
     with throwaway_root("bullseye") as root:

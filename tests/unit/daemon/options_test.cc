@@ -1,6 +1,7 @@
 // torchmond's command line.
 #include "server/daemon/options.h"
 
+#include <curl/curl.h>
 #include <openssl/crypto.h>
 #include <zlib.h>
 
@@ -140,6 +141,8 @@ TEST(VerboseVersionTest, NamesEachLinkedLibraryWithTheVersionItReports) {
   EXPECT_THAT(text, HasSubstr(absl::StrCat("\ngRPC: ", grpc::Version(), "\n")));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("\nzlib: ", zlibVersion(), "\n")));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("\nOpenSSL: ", OpenSSL_version(OPENSSL_VERSION), "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("\nlibcurl: ", curl_version_info(CURLVERSION_NOW)->version,
+                                           "\n")));
   EXPECT_THAT(text, HasSubstr("\nprotobuf: 3."));
   EXPECT_THAT(text, HasSubstr("\nC++ runtime: "));
   // The test build links the system's libraries; the portable build lists
