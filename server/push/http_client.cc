@@ -319,6 +319,11 @@ absl::StatusOr<HttpResponse> HttpSession::Post(const PushEndpoint& endpoint,
   Received received;
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  // An exchange cut short (the timeout, a cancel) does not wait for a name
+  // lookup still running on the threaded resolver (Debian's libcurl): the
+  // lookup's thread is left to finish and free itself. The release build's
+  // c-ares has no such thread.
+  curl_easy_setopt(curl, CURLOPT_QUICK_EXIT, 1L);
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(1, endpoint.timeout_ms)));
   curl_easy_setopt(curl, CURLOPT_POST, 1L);
