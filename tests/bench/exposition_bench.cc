@@ -196,6 +196,25 @@ size_t HttpScrape(int port, std::string* keep, const std::string& headers = "") 
   return absl::EndsWith(tail, "\r\n0\r\n\r\n") ? total : 0;
 }
 
+// Starts the metrics endpoint of `e` on a free loopback port into `server`;
+// its port, or 0 after marking the benchmark skipped.
+int ServeOnLoopback(Exposition& e, DaemonStats& stats, std::unique_ptr<MetricsHttpServer>& server,
+                    benchmark::State& state) {
+  auto started = MetricsHttpServer::Start("127.0.0.1:0", e.exposition, stats);
+  if (!started.ok()) {
+    state.SkipWithError(std::string(started.status().message()).c_str());
+    return 0;
+  }
+  server = *std::move(started);
+  int port = 0;
+  const std::string& address = server->address();
+  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
+    state.SkipWithError("no port");
+    return 0;
+  }
+  return port;
+}
+
 // Args: series; the Accept header of format 0 (none: text 0.0.4), 1
 // (OpenMetrics) or 2 (protobuf, as Prometheus with native histograms asks);
 // Accept-Encoding: gzip (as Prometheus always asks).
@@ -213,13 +232,9 @@ void BM_HttpScrape(benchmark::State& state) {
   if (gzip) headers += "Accept-Encoding: gzip\r\n";
   Exposition& e = ExpositionOf(n);
   DaemonStats http_stats;
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", e.exposition, http_stats);
-  if (!server.ok()) return state.SkipWithError(std::string(server.status().message()).c_str());
-  int port = 0;
-  const std::string& address = (*server)->address();
-  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
-    return state.SkipWithError("no port");
-  }
+  std::unique_ptr<MetricsHttpServer> server;
+  const int port = ServeOnLoopback(e, http_stats, server, state);
+  if (port == 0) return;
   size_t bytes = 0;
   for (auto _ : state) {
     bytes = HttpScrape(port, nullptr, headers);
@@ -242,13 +257,9 @@ void BM_HttpScrapeWhileHeld(benchmark::State& state) {
   const int held = static_cast<int>(state.range(0));
   Exposition& e = ExpositionOf(10'000);
   DaemonStats http_stats;
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", e.exposition, http_stats);
-  if (!server.ok()) return state.SkipWithError(std::string(server.status().message()).c_str());
-  int port = 0;
-  const std::string& address = (*server)->address();
-  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
-    return state.SkipWithError("no port");
-  }
+  std::unique_ptr<MetricsHttpServer> server;
+  const int port = ServeOnLoopback(e, http_stats, server, state);
+  if (port == 0) return;
   std::vector<int> fds;
   for (int i = 0; i < held; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -330,13 +330,25 @@ TEST(HttpSessionTest, AConnectionTheReceiverClosedIsOpenedAgain) {
   EXPECT_EQ(session.connections(), 3);
 }
 
+// A receiver that reads a request and never answers, until released.
+class SilentReceiver {
+ public:
+  SilentReceiver()
+      : receiver_([this](int fd) {
+          std::string head, rest;
+          (void)ReadHead(fd, &head, &rest);
+          while (!release_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }) {}
+  ~SilentReceiver() { release_ = true; }
+  PushEndpoint Endpoint(const std::string& options) const { return receiver_.Endpoint(options); }
+
+ private:
+  std::atomic<bool> release_{false};
+  RawReceiver receiver_;
+};
+
 TEST(HttpSessionTest, ACancelEndsAnExchangeAtOnce) {
-  std::atomic<bool> release{false};
-  RawReceiver receiver([&](int fd) {
-    std::string head, rest;
-    (void)ReadHead(fd, &head, &rest);
-    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  });
+  SilentReceiver receiver;
   const int cancel = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   std::thread canceller([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -348,7 +360,6 @@ TEST(HttpSessionTest, ACancelEndsAnExchangeAtOnce) {
   auto answer = session.Post(receiver.Endpoint("timeout=60s"),
                              HttpRequest{"application/x-protobuf", {}, "body", cancel});
   canceller.join();
-  release = true;
   ASSERT_FALSE(answer.ok());
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(std::string(answer.status().message()), ::testing::HasSubstr("stopping"));
@@ -356,15 +367,9 @@ TEST(HttpSessionTest, ACancelEndsAnExchangeAtOnce) {
 }
 
 TEST(HttpSessionTest, NoAnswerWithinTheTimeoutSaysSo) {
-  std::atomic<bool> release{false};
-  RawReceiver receiver([&](int fd) {
-    std::string head, rest;
-    (void)ReadHead(fd, &head, &rest);
-    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  });
+  SilentReceiver receiver;
   HttpSession session;
   auto answer = session.Post(receiver.Endpoint("timeout=300ms"), kSmall);
-  release = true;
   ASSERT_FALSE(answer.ok());
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(answer.status().message()), ::testing::HasSubstr("timed out after 300 ms"));
