@@ -67,6 +67,15 @@ cp -r "$python_include"/. "$host/python/"
 multiarch_pyconfig=/usr/include/x86_64-linux-gnu/$(basename "$python_include")/pyconfig.h
 [[ ! -f $multiarch_pyconfig ]] || cp "$multiarch_pyconfig" "$host/python/pyconfig.h"
 
+# A build directory configured against other prefixes (a changed pin gives
+# the libraries a new one, and the old one may be gone) starts its
+# configuration again: its cache names packages found in the old prefix.
+if [[ -f $build/CMakeCache.txt ]] &&
+  ! grep -qxF "CMAKE_PREFIX_PATH:UNINITIALIZED=$prefixes" "$build/CMakeCache.txt"; then
+  echo "configure.sh: $build was configured against other libraries; configuring it afresh" >&2
+  rm -f "$build/CMakeCache.txt"
+fi
+
 # The build machine's /usr is hidden from every find_*: what the build finds
 # is the portable prefix's, or named here.
 cmake -S "$root" -B "$build" -G "Unix Makefiles" \
