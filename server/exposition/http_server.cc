@@ -217,10 +217,11 @@ struct HttpServer::Connection {
 
   // A short answer sent from the loop, best effort (a non-blocking send of
   // a few hundred bytes fits any socket buffer); the connection then closes.
-  void SendErrorNow(int status, absl::string_view message) {
+  // `extra_headers`: whole header lines ("Allow: GET, HEAD\r\n"), or none.
+  void SendErrorNow(int status, absl::string_view message, absl::string_view extra_headers) {
     const std::string text = absl::StrCat(
-        "HTTP/1.1 ", status, " ", Reason(status),
-        "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: ",
+        "HTTP/1.1 ", status, " ", Reason(status), "\r\n", extra_headers,
+        "Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: ",
         message.size(), "\r\n\r\n", message);
     if (ssl != nullptr) {
       ERR_clear_error();
@@ -518,13 +519,13 @@ class HttpServer::Loop {
       const size_t space = c->in.find(' ');
       if (!IsToken(absl::string_view(c->in).substr(0, std::min(space, c->in.size()))) ||
           space == 0) {
-        Refuse(c, 400, {}, "torchmond: not an HTTP request line\n");
+        Refuse(c, 400, "torchmond: not an HTTP request line\n");
         return;
       }
       const size_t end = c->in.find("\r\n\r\n");
       if ((end == std::string::npos && c->in.size() > limits_.max_head_bytes) ||
           (end != std::string::npos && end + 4 > limits_.max_head_bytes)) {
-        Refuse(c, 431, {}, absl::StrCat("torchmond: a request head over ", limits_.max_head_bytes,
+        Refuse(c, 431, absl::StrCat("torchmond: a request head over ", limits_.max_head_bytes,
                                         " bytes\n"));
         return;
       }
@@ -543,24 +544,10 @@ class HttpServer::Loop {
   }
 
   // A 4xx answered from here, then the connection closed.
-  void Refuse(Connection* c, int status, const std::string& allow, absl::string_view message) {
+  void Refuse(Connection* c, int status, absl::string_view message,
+              absl::string_view extra_headers = {}) {
     counters_.bad_requests.fetch_add(1, std::memory_order_relaxed);
-    if (!allow.empty()) {
-      // Only 405 carries one; folded into the message-less form below.
-      const std::string text = absl::StrCat(
-          "HTTP/1.1 405 Method Not Allowed\r\nAllow: ", allow,
-          "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: ",
-          message.size(), "\r\n\r\n", message);
-      if (c->ssl != nullptr) {
-        ERR_clear_error();
-        SSL_write(c->ssl, text.data(), static_cast<int>(text.size()));
-      } else {
-        [[maybe_unused]] ssize_t n =
-            send(c->fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      }
-    } else {
-      c->SendErrorNow(status, message);
-    }
+    c->SendErrorNow(status, message, extra_headers);
     // What the peer sent past the request is read away first: a close
     // with unread input resets the connection, and the reset can reach
     // the peer before the answer does.
@@ -575,7 +562,7 @@ class HttpServer::Loop {
     std::vector<absl::string_view> lines = absl::StrSplit(head, "\r\n");
     const std::vector<absl::string_view> start = absl::StrSplit(lines[0], ' ');
     if (start.size() != 3 || !IsToken(start[0]) || start[1].empty()) {
-      Refuse(c, 400, {}, "torchmond: not an HTTP request line\n");
+      Refuse(c, 400, "torchmond: not an HTTP request line\n");
       return false;
     }
     IncomingHttpRequest& request = c->request;
@@ -587,10 +574,10 @@ class HttpServer::Loop {
     } else if (start[2] == "HTTP/1.0") {
       request.minor_version = 0;
     } else if (absl::StartsWith(start[2], "HTTP/")) {
-      Refuse(c, 505, {}, "torchmond: HTTP/1.0 and HTTP/1.1 only\n");
+      Refuse(c, 505, "torchmond: HTTP/1.0 and HTTP/1.1 only\n");
       return false;
     } else {
-      Refuse(c, 400, {}, "torchmond: not an HTTP request line\n");
+      Refuse(c, 400, "torchmond: not an HTTP request line\n");
       return false;
     }
     absl::string_view target = start[1];
@@ -600,18 +587,18 @@ class HttpServer::Loop {
       target = slash == absl::string_view::npos ? "/" : target.substr(slash);
     }
     if (target.empty() || target[0] != '/') {
-      Refuse(c, 400, {}, "torchmond: the request target is not a path\n");
+      Refuse(c, 400, "torchmond: the request target is not a path\n");
       return false;
     }
     const size_t question = target.find('?');
     if (!PercentDecode(target.substr(0, question), false, &request.path)) {
-      Refuse(c, 400, {}, "torchmond: a bad %-escape in the path\n");
+      Refuse(c, 400, "torchmond: a bad %-escape in the path\n");
       return false;
     }
     if (question != absl::string_view::npos) request.query = std::string(target.substr(question + 1));
     constexpr size_t kMaxHeaders = 100;
     if (lines.size() - 1 > kMaxHeaders) {
-      Refuse(c, 431, {}, absl::StrCat("torchmond: more than ", kMaxHeaders, " header fields\n"));
+      Refuse(c, 431, absl::StrCat("torchmond: more than ", kMaxHeaders, " header fields\n"));
       return false;
     }
     std::optional<size_t> content_length;
@@ -620,7 +607,7 @@ class HttpServer::Loop {
       const size_t colon = line.find(':');
       if (colon == absl::string_view::npos || !IsToken(line.substr(0, colon))) {
         // A line folded onto the previous one is refused too (RFC 9112 5.2).
-        Refuse(c, 400, {}, "torchmond: a malformed header field\n");
+        Refuse(c, 400, "torchmond: a malformed header field\n");
         return false;
       }
       std::string name = absl::AsciiStrToLower(line.substr(0, colon));
@@ -630,22 +617,23 @@ class HttpServer::Loop {
         size_t length = 0;
         if (!absl::SimpleAtoi(value, &length) || value.empty() || !absl::ascii_isdigit(value[0]) ||
             (content_length.has_value() && *content_length != length)) {
-          Refuse(c, 400, {}, "torchmond: a bad Content-Length\n");
+          Refuse(c, 400, "torchmond: a bad Content-Length\n");
           return false;
         }
         content_length = length;
       } else if (name == "transfer-encoding") {
-        Refuse(c, 501, {}, "torchmond: a request body in Transfer-Encoding is not accepted\n");
+        Refuse(c, 501, "torchmond: a request body in Transfer-Encoding is not accepted\n");
         return false;
       }
       request.headers.emplace_back(std::move(name), std::string(value));
     }
     if (request.method != "GET" && request.method != "HEAD") {
-      Refuse(c, 405, "GET, HEAD", absl::StrCat("torchmond: ", request.method, " is not served\n"));
+      Refuse(c, 405, absl::StrCat("torchmond: ", request.method, " is not served\n"),
+             "Allow: GET, HEAD\r\n");
       return false;
     }
     if (content_length.value_or(0) > kMaxBodyBytes) {
-      Refuse(c, 413, {}, "torchmond: a GET or HEAD has no use for a body this large\n");
+      Refuse(c, 413, "torchmond: a GET or HEAD has no use for a body this large\n");
       return false;
     }
     c->body_left = content_length.value_or(0);

@@ -121,10 +121,10 @@ bool Bypassed(const HttpUrl& url, absl::string_view no_proxy) {
     }
     absl::string_view domain = name;
     absl::ConsumePrefix(&domain, "*");
-    const bool leading_dot = absl::ConsumePrefix(&domain, ".");
+    absl::ConsumePrefix(&domain, ".");
     if (domain.empty()) continue;
-    if (host == domain && !leading_dot) return true;
-    if (host == domain && leading_dot) return true;
+    // The domain itself, with or without the leading dot, and its subdomains.
+    if (host == domain) return true;
     if (host.size() > domain.size() && absl::EndsWith(host, domain) &&
         host[host.size() - domain.size() - 1] == '.') {
       return true;
