@@ -16,6 +16,7 @@ bind-mounted over /etc's in a mount namespace of the daemon's own
 
 import http.server
 import os
+import random
 import re
 import socket
 import socketserver
@@ -196,9 +197,18 @@ def test_an_address_that_drops_every_syn_does_not_keep_the_next_from_being_tried
     # whose backlog is full: SYNs are dropped, so a connect there neither
     # succeeds nor fails before its timeout. The resolver sorts 127.0.0.1
     # first (the longest prefix shared with the source address).
-    receiver = Receiver(host="127.0.0.2")
-    black_hole = socket.socket()
-    black_hole.bind(("127.0.0.1", receiver.port))
+    # The black hole's port first, then the receiver at that port on
+    # 127.0.0.2; another run beside this one may hold a port on either.
+    for _ in range(20):
+        black_hole = socket.socket()
+        black_hole.bind(("127.0.0.1", 0))
+        try:
+            receiver = Receiver(port=black_hole.getsockname()[1], host="127.0.0.2")
+            break
+        except OSError:
+            black_hole.close()
+    else:
+        pytest.fail("no port free on both 127.0.0.1 and 127.0.0.2")
     black_hole.listen(0)
     fillers = []
     for _ in range(3):
@@ -225,9 +235,19 @@ def test_an_address_that_drops_every_syn_does_not_keep_the_next_from_being_tried
 
 @needs_root
 def test_a_dns_server_that_never_answers_costs_the_timeout_and_no_more_at_shutdown(tmpdir):
+    # A DNS server that reads nothing and answers nothing, at an address of
+    # this run's own (another run beside this one has its own).
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    silent.bind(("127.0.0.9", 53))  # reads nothing, answers nothing
-    wrapper = namespaced(tmpdir, "", nameserver="127.0.0.9")
+    for _ in range(20):
+        nameserver = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.9"
+        try:
+            silent.bind((nameserver, 53))
+            break
+        except OSError:
+            continue
+    else:
+        pytest.fail("no free loopback address for a DNS server")
+    wrapper = namespaced(tmpdir, "", nameserver=nameserver)
     try:
         # glibc alone would wait 30 s x 2 tries: the endpoint's 1.5 s bounds it.
         d = Daemon(tmpdir, "--remote-write-url",
