@@ -126,7 +126,12 @@ absl::StatusOr<protocol::NamedAggregation> ParseComparedAggregation(absl::string
 
 absl::StatusOr<Command> BuildRanks(const SplitCommandLine& line) {
   RanksCommand command;
-  if (absl::Status s = TakeStat(line, command.stat); !s.ok()) return s;
+  if (line.positionals.empty()) {
+    // What names a synchronous job's straggler (docs/torch-metrics.md).
+    command.stat = kDefaultRanksStat;
+  } else if (absl::Status s = TakeStat(line, command.stat); !s.ok()) {
+    return s;
+  }
   for (const auto& [flag, value] : line.flags) {
     if (flag == Flag::kLabel) {
       if (absl::Status s = AddLabel(value, command.labels); !s.ok()) return s;

@@ -81,7 +81,12 @@ struct WatchCommand {
   protocol::LabelList labels;
 };
 
-// ranks STAT [--agg AGG] [--rank-label KEY] [--window-start MS] [--label k=v]...
+// What `ranks` compares when given no STAT: each step's time outside
+// collective waits (torchmon._torch_metrics; the daemon's
+// kDefaultStragglerStat).
+inline constexpr char kDefaultRanksStat[] = "torch.dist.compute_s";
+
+// ranks [STAT] [--agg AGG] [--rank-label KEY] [--window-start MS] [--label k=v]...
 struct RanksCommand {
   std::string stat;  // exact or glob
   protocol::LabelList labels;

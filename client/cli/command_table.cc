@@ -60,12 +60,15 @@ const std::vector<CommandSpec>& Commands() {
        "Prints each window of the matching series as it closes, one line each (one JSON\n"
        "object per line with --json), until Ctrl-C or the daemon ends the stream.",
        {kSeriesLabelFlag}},
-      {"ranks", "STAT", "compare the ranks in one window: slowest first, spread, missing ranks",
+      {"ranks", "[STAT]", "compare the ranks in one window: stragglers, spread, missing ranks",
        "Compares the ranks of each matching stat in one window: every rank's value,\n"
-       "largest (slowest) first, the median, max/median, and the ranks missing that\n"
+       "largest (slowest) first, its ratio to the median and its straggler score\n"
+       "(distance above the median in robust standard deviations), the ranks flagged\n"
+       "stragglers (score >= 3 and 1.2x the median), and the ranks missing that\n"
        "window; with a quantile (--agg p99), also that quantile of all the ranks'\n"
        "samples together. Series are grouped by stat and their labels other than the\n"
-       "rank label, local_rank and host.",
+       "rank label, local_rank and host. STAT defaults to torch.dist.compute_s, each\n"
+       "step's time outside collective waits (docs/torch-metrics.md, Stragglers).",
        {kAggComparedFlag,
         {"--rank-label", Flag::kRankLabel, "KEY", "the label naming a rank (default rank)"},
         {"--window-start", Flag::kWindowStart, "MS",

@@ -291,13 +291,26 @@ std::string RenderRanksTable(const v1::CompareRanksResponse& response,
     if (c.has_all_ranks()) {
       absl::StrAppend(&out, "all ranks ", agg, ": ", FormatNumber(c.all_ranks()), "\n");
     }
+    if (!c.stragglers().empty()) {
+      absl::StrAppend(&out, "stragglers: rank", c.stragglers_size() > 1 ? "s " : " ",
+                      absl::StrJoin(c.stragglers(), ", "), "\n");
+    }
     if (!c.missing_ranks().empty()) {
       absl::StrAppend(&out, "missing this window: ranks ", absl::StrJoin(c.missing_ranks(), ", "),
                       "\n");
     }
-    Table table({{"RANK"}, {absl::AsciiStrToUpper(agg), true}, {"ACCEPTED", true}});
+    Table table({{"RANK"},
+                 {"HOST"},
+                 {absl::AsciiStrToUpper(agg), true},
+                 {"/MEDIAN", true},
+                 {"SCORE", true},
+                 {"ACCEPTED", true},
+                 {""}});
     for (const v1::RankValue& r : c.ranks()) {
-      table.AddRow({r.rank(), FormatNumber(r.value()), absl::StrCat(r.accepted())});
+      const auto host = r.series().labels().find("host");
+      table.AddRow({r.rank(), host == r.series().labels().end() ? "-" : host->second,
+                    FormatNumber(r.value()), FormatNumber(r.ratio()), FormatNumber(r.score()),
+                    absl::StrCat(r.accepted()), r.straggler() ? "straggler" : ""});
     }
     out += table.Render();
   }
@@ -313,10 +326,15 @@ std::string RankComparisonJson(const v1::RankComparison& c, const protocol::Name
     ranks.push_back(absl::StrCat("{\"rank\":", JsonString(r.rank()),
                                  ",\"labels\":", JsonLabels(r.series().labels()),
                                  ",\"value\":", JsonNumber(r.value()),
-                                 ",\"accepted\":", r.accepted(), "}"));
+                                 ",\"accepted\":", r.accepted(),
+                                 ",\"ratio\":", JsonNumber(r.ratio()),
+                                 ",\"score\":", JsonNumber(r.score()),
+                                 ",\"straggler\":", r.straggler() ? "true" : "false", "}"));
   }
   std::vector<std::string> missing;
   for (const std::string& m : c.missing_ranks()) missing.push_back(JsonString(m));
+  std::vector<std::string> stragglers;
+  for (const std::string& s : c.stragglers()) stragglers.push_back(JsonString(s));
   return absl::StrCat(
       "{\"stat\":", JsonString(c.stat()), ",\"labels\":", JsonLabels(c.labels()),
       ",\"aggregation\":", JsonString(protocol::AggregationName(aggregation)),
@@ -325,6 +343,7 @@ std::string RankComparisonJson(const v1::RankComparison& c, const protocol::Name
       "],\"min\":", JsonNumber(c.min()), ",\"max\":", JsonNumber(c.max()),
       ",\"median\":", JsonNumber(c.median()), ",\"slowest_rank\":", JsonString(c.slowest_rank()),
       ",\"max_over_median\":", JsonNumber(c.max_over_median()),
+      ",\"mad\":", JsonNumber(c.mad()), ",\"stragglers\":[", absl::StrJoin(stragglers, ","), "]",
       ",\"all_ranks\":", c.has_all_ranks() ? JsonNumber(c.all_ranks()) : "null", "}");
 }
 

@@ -22,6 +22,30 @@ struct Group {
   std::vector<Member> members;
 };
 
+double MedianOfSorted(const std::vector<double>& sorted) {
+  const size_t n = sorted.size();
+  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
+// Each rank's ratio and score, the group's MAD and stragglers (the header
+// says what they mean); `values` are the non-NaN values, sorted.
+void Score(const std::vector<double>& values, RankComparison& c) {
+  std::vector<double> deviations;
+  deviations.reserve(values.size());
+  for (double v : values) deviations.push_back(std::fabs(v - c.median));
+  std::sort(deviations.begin(), deviations.end());
+  c.mad = MedianOfSorted(deviations);
+  const double spread =
+      std::max(kMadToSigma * c.mad, kSpreadFloorOfMedian * std::fabs(c.median));
+  for (RankEntry& r : c.ranks) {
+    r.ratio = c.median != 0 ? r.value / c.median : kNaN;
+    r.score = spread > 0 ? (r.value - c.median) / spread : kNaN;
+    // NaN compares false: a rank without a number is never flagged.
+    r.straggler = r.score >= kStragglerScore && r.ratio >= kStragglerRatio;
+    if (r.straggler) c.stragglers.push_back(r.rank);  // ranks are sorted largest first
+  }
+}
+
 }  // namespace
 
 std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& series,
@@ -92,14 +116,15 @@ std::vector<RankComparison> CompareRanks(const std::vector<SeriesSnapshot>& seri
     std::sort(c.missing.begin(), c.missing.end());
     std::sort(values.begin(), values.end());
     if (values.empty()) {
-      c.min = c.max = c.median = c.max_over_median = kNaN;
+      c.min = c.max = c.median = c.max_over_median = c.mad = kNaN;
+      for (RankEntry& r : c.ranks) r.ratio = r.score = kNaN;
     } else {
       c.min = values.front();
       c.max = values.back();
-      const size_t n = values.size();
-      c.median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+      c.median = MedianOfSorted(values);
       c.slowest_rank = c.ranks.front().rank;
       c.max_over_median = c.median != 0 ? c.max / c.median : kNaN;
+      Score(values, c);
     }
     out.push_back(std::move(c));
   }

@@ -16,6 +16,24 @@
 
 namespace torchmon::server {
 
+// The straggler score (docs/torch-metrics.md, "Stragglers"): how far a
+// rank's value lies above the group's median, in robust standard
+// deviations (1.4826 x the median absolute deviation, MAD), with the spread
+// taken as at least kSpreadFloorOfMedian of the median, so that ranks alike
+// to a few per cent are not told apart by their noise. A rank is a
+// straggler in a window when its score is at least kStragglerScore and its
+// value at least kStragglerRatio times the median: the same thresholds as
+// the shipped TorchmonStraggler alert (deploy/prometheus/rules).
+inline constexpr double kMadToSigma = 1.4826;
+inline constexpr double kSpreadFloorOfMedian = 0.05;
+inline constexpr double kStragglerScore = 3.0;
+inline constexpr double kStragglerRatio = 1.2;
+
+// What `ranks` and the live page compare when asked for no stat: each
+// step's time outside collective waits (torchmon._torch_metrics), which
+// synchronous training does not make equal on every rank.
+inline constexpr char kDefaultStragglerStat[] = "torch.dist.compute_s";
+
 struct RankComparisonOptions {
   AggregateRef aggregate;  // mean unless set
   std::string rank_label = "rank";
@@ -27,6 +45,9 @@ struct RankEntry {
   std::shared_ptr<const SeriesKey> series;
   double value = 0;
   uint64_t accepted = 0;
+  double ratio = 0;        // value / median (NaN if the median is 0 or NaN)
+  double score = 0;        // the straggler score (NaN where it has none)
+  bool straggler = false;  // score >= kStragglerScore and ratio >= kStragglerRatio
 };
 
 struct RankComparison {
@@ -39,6 +60,8 @@ struct RankComparison {
   double min = 0, max = 0, median = 0;  // over non-NaN values (NaN if none)
   std::string slowest_rank;           // the rank of `max`
   double max_over_median = 0;         // NaN if median is 0 or NaN
+  double mad = 0;                     // median absolute deviation from the median
+  std::vector<std::string> stragglers;  // ranks flagged, highest score first
   // For a quantile: that quantile of every listed rank's samples pooled
   // (Aggregator::MergedQuantile); nullopt otherwise or once a rank's
   // sketch of the window is gone.

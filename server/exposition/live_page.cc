@@ -100,10 +100,15 @@ std::string LivePage::RanksJson(const std::vector<Selector>& selectors,
         ranks.push_back(absl::StrCat("{\"rank\":", JsonString(r.rank),
                                      ",\"labels\":", LabelsJson(r.series->labels.get()),
                                      ",\"value\":", JsonNumber(r.value),
-                                     ",\"accepted\":", r.accepted, "}"));
+                                     ",\"accepted\":", r.accepted,
+                                     ",\"ratio\":", JsonNumber(r.ratio),
+                                     ",\"score\":", JsonNumber(r.score),
+                                     ",\"straggler\":", r.straggler ? "true" : "false", "}"));
       }
       std::vector<std::string> missing;
       for (const std::string& m : c.missing) missing.push_back(JsonString(m));
+      std::vector<std::string> stragglers;
+      for (const std::string& s : c.stragglers) stragglers.push_back(JsonString(s));
       elements.push_back(absl::StrCat(
           "{\"stat\":", JsonString(c.stat), ",\"labels\":", LabelsJson(c.labels),
           ",\"aggregation\":", aggregation, ",\"start_ms\":", c.start_ms,
@@ -112,6 +117,7 @@ std::string LivePage::RanksJson(const std::vector<Selector>& selectors,
           ",\"max\":", JsonNumber(c.max), ",\"median\":", JsonNumber(c.median),
           ",\"slowest_rank\":", JsonString(c.slowest_rank),
           ",\"max_over_median\":", JsonNumber(c.max_over_median),
+          ",\"mad\":", JsonNumber(c.mad), ",\"stragglers\":[", absl::StrJoin(stragglers, ","), "]",
           c.all_ranks.has_value() ? absl::StrCat(",\"all_ranks\":", JsonNumber(*c.all_ranks))
                                   : "",
           "}"));

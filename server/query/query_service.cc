@@ -417,6 +417,9 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
       KeyToProto(*r.series, rank->mutable_series());
       rank->set_value(r.value);
       rank->set_accepted(r.accepted);
+      rank->set_ratio(r.ratio);
+      rank->set_score(r.score);
+      rank->set_straggler(r.straggler);
     }
     for (const std::string& m : c.missing) out->add_missing_ranks(m);
     out->set_min(c.min);
@@ -425,6 +428,8 @@ grpc::ServerUnaryReactor* QueryService::CompareRanks(grpc::CallbackServerContext
     out->set_slowest_rank(c.slowest_rank);
     out->set_max_over_median(c.max_over_median);
     if (c.all_ranks.has_value()) out->set_all_ranks(*c.all_ranks);
+    out->set_mad(c.mad);
+    for (const std::string& s : c.stragglers) out->add_stragglers(s);
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

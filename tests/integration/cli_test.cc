@@ -323,6 +323,16 @@ TEST_F(CliTest, RanksComparesTheNewestWindowSlowestFirstAndNamesTheMissingRank) 
   EXPECT_EQ(Number(At(c, "median")), 101.0);
   EXPECT_EQ(String(At(c, "slowest_rank")), "1");
   EXPECT_DOUBLE_EQ(Number(At(c, "max_over_median")), 150.0 / 101.0);
+  // The straggler score: deviations 49, 0, 2 -> MAD 2; the spread's floor,
+  // 5 % of the median, is larger than 1.4826 x 2.
+  EXPECT_DOUBLE_EQ(Number(At(c, "mad")), 2.0);
+  const Value slowest = Elements(At(c, "ranks")).at(0);
+  EXPECT_DOUBLE_EQ(Number(At(slowest, "score")), 49.0 / (0.05 * 101.0));
+  EXPECT_DOUBLE_EQ(Number(At(slowest, "ratio")), 150.0 / 101.0);
+  EXPECT_TRUE(Bool(At(slowest, "straggler")));
+  EXPECT_FALSE(Bool(At(Elements(At(c, "ranks"))[1], "straggler")));
+  ASSERT_EQ(Elements(At(c, "stragglers")).size(), 1u);
+  EXPECT_EQ(String(Elements(At(c, "stragglers"))[0]), "1");
 
   // An earlier window by its start, another aggregation; the table form.
   const Value old = Elements(At(CtlJson({"ranks", "cli.*", "--agg", "max", "--window-start",
@@ -335,6 +345,7 @@ TEST_F(CliTest, RanksComparesTheNewestWindowSlowestFirstAndNamesTheMissingRank) 
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("slowest rank 1: 150  median 101"));
   EXPECT_THAT(table.out, HasSubstr("missing this window: ranks 3"));
+  EXPECT_THAT(table.out, HasSubstr("stragglers: rank 1\n"));
 }
 
 TEST_F(CliTest, TopShowsTheWidestSpreadFirstAndDropsSinceThePreviousRefresh) {

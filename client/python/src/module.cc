@@ -48,6 +48,11 @@ PyMethodDef module_methods[] = {
     {"step_interval_hook", NewStepIntervalHook, METH_VARARGS,
      "step_interval_hook(client, on_due, early, every, on_error)\n\n"
      "The optimizer step post-hook of PyTorch's own metrics (step_hook.h)."},
+    {"step_split", StepSplit, METH_VARARGS,
+     "step_split(hook, window_s, every_step) -> add_wait\n\n"
+     "Split each step of `hook` into collective waits and the rest (step_hook.h)."},
+    {"step_split_record", StepSplitRecord, METH_VARARGS,
+     "step_split_record(hook, extra_waited)\n\nRecord the step that just ended (step_hook.h)."},
     {nullptr, nullptr, 0, nullptr}};
 
 // ---------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 #include "step_hook.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,6 +31,17 @@ struct StepHook {
   uint64_t every = 1;
   uint64_t steps = 0;
   bool on = true;
+  // The straggler split (step_split, step_hook.h): per step of the primary
+  // optimizer (the first of `optimizers`), the seconds the process waited
+  // in collectives and the rest. Touched with the GIL held only.
+  struct Split {
+    bool on = false;
+    bool every_step = true;  // false: a step's split is recorded by step_split_record
+    double waited = 0;       // since the primary optimizer's last step
+    double step_s = -1;      // the step that just ended (-1: none to record)
+    double step_waited = 0;  // what was waited in it
+    std::unique_ptr<Stat> compute, wait;
+  } split;
   // Most jobs step one optimizer (a GAN two): a vector scanned in order.
   std::vector<Optimizer> optimizers;
 };
@@ -84,6 +97,17 @@ StepHook::Optimizer* EntryOf(StepHook& hook, PyObject* optimizer, bool* made) {
   return &hook.optimizers.emplace_back(std::move(entry));
 }
 
+// Records the step that just ended, if any and not yet recorded: waited
+// in it (plus `extra_waited`, what was waited where no Python code sees it)
+// and the rest of its interval.
+void RecordSplit(StepHook::Split& split, double extra_waited) {
+  if (split.step_s < 0) return;
+  const double waited = std::min(split.step_waited + extra_waited, split.step_s);
+  split.wait->add(waited);
+  split.compute->add(split.step_s - waited);
+  split.step_s = -1;
+}
+
 PyObject* CallHook(PyObject* capsule, PyObject* args) {
   StepHook& hook = HookOf(capsule);
   if (!hook.on) Py_RETURN_NONE;
@@ -99,8 +123,16 @@ PyObject* CallHook(PyObject* capsule, PyObject* args) {
     Fail(hook);
     Py_RETURN_NONE;
   }
-  if (!made) entry->stat->add(std::chrono::duration<double>(now - entry->last).count());
+  const double interval = std::chrono::duration<double>(now - entry->last).count();
+  if (!made) entry->stat->add(interval);
   entry->last = now;
+  if (hook.split.on && entry == &hook.optimizers.front()) {
+    StepHook::Split& split = hook.split;
+    split.step_s = made ? -1 : interval;
+    split.step_waited = split.waited;
+    split.waited = 0;
+    if (split.every_step) RecordSplit(split, 0);
+  }
   ++hook.steps;
   if (hook.on_due && (hook.steps <= hook.early || hook.steps % hook.every == 0)) {
     Ref result(PyObject_CallNoArgs(hook.on_due.get()));
@@ -118,7 +150,70 @@ void DeleteHook(PyObject* capsule) {
   delete static_cast<StepHook*>(PyCapsule_GetPointer(capsule, kCapsuleName));
 }
 
+StepHook* HookOfCallable(PyObject* hook) {
+  PyObject* capsule = PyCFunction_Check(hook) ? PyCFunction_GetSelf(hook) : nullptr;
+  if (capsule == nullptr || !PyCapsule_IsValid(capsule, kCapsuleName)) {
+    PyErr_Format(PyExc_TypeError, "expected a step_interval_hook, not %s",
+                 TypeName(hook).c_str());
+    return nullptr;
+  }
+  return &HookOf(capsule);
+}
+
+PyObject* AddWait(PyObject* capsule, PyObject* seconds) {
+  const double s = PyFloat_AsDouble(seconds);
+  if (s == -1.0 && PyErr_Occurred()) return nullptr;
+  if (s > 0) HookOf(capsule).split.waited += s;
+  Py_RETURN_NONE;
+}
+
+PyMethodDef add_wait_def = {
+    "add_wait", AddWait, METH_O,
+    "add_wait(seconds)\n\nThe process waited `seconds` in a collective."};
+
 }  // namespace
+
+PyObject* StepSplit(PyObject*, PyObject* args) {
+  PyObject* callable;
+  double window_s;
+  int every_step;
+  if (!PyArg_ParseTuple(args, "Odp:step_split", &callable, &window_s, &every_step)) {
+    return nullptr;
+  }
+  StepHook* hook = HookOfCallable(callable);
+  if (hook == nullptr) return nullptr;
+  if (!(window_s >= 0.001 && window_s <= 86400)) {
+    PyErr_Format(PyExc_ValueError, "step_split(): a window of %R s is outside 0.001 to 86400",
+                 PyTuple_GetItem(args, 1));
+    return nullptr;
+  }
+  StepHook::Split& split = hook->split;
+  if (!split.on) {
+    const auto window = std::chrono::milliseconds(std::llround(window_s * 1000));
+    const bool ok = Guarded([&] {
+      const std::vector<StatAggregation> aggregations{Aggregation::COUNT, Aggregation::MEAN,
+                                                      Aggregation::SUM};
+      split.compute = std::make_unique<Stat>(*hook->client, "torch.dist.compute_s",
+                                             aggregations, window);
+      split.wait = std::make_unique<Stat>(*hook->client, "torch.dist.wait_s", aggregations,
+                                          window);
+    });
+    if (!ok) return nullptr;
+    split.on = true;
+  }
+  split.every_step = every_step != 0;
+  return PyCFunction_NewEx(&add_wait_def, PyCFunction_GetSelf(callable), nullptr);
+}
+
+PyObject* StepSplitRecord(PyObject*, PyObject* args) {
+  PyObject* callable;
+  double extra_waited;
+  if (!PyArg_ParseTuple(args, "Od:step_split_record", &callable, &extra_waited)) return nullptr;
+  StepHook* hook = HookOfCallable(callable);
+  if (hook == nullptr) return nullptr;
+  if (hook->split.on) RecordSplit(hook->split, std::max(extra_waited, 0.0));
+  Py_RETURN_NONE;
+}
 
 PyObject* NewStepIntervalHook(PyObject*, PyObject* args) {
   PyObject *client, *on_due, *on_error;

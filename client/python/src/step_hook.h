@@ -26,6 +26,23 @@ namespace torchmon::python {
 // hook off. Optimizers are held weakly. Call with the GIL held.
 PyObject* NewStepIntervalHook(PyObject* module, PyObject* args);
 
+// step_split(hook, window_s, every_step) -> add_wait
+//
+// The straggler split of docs/torch-metrics.md on `hook` (a
+// step_interval_hook): per step of the first optimizer that stepped, the
+// seconds waited in collectives as a sample of torch.dist.wait_s and the
+// rest of the step's interval as one of torch.dist.compute_s (count, mean
+// and sum, in windows of `window_s`). `add_wait(seconds)`, cheap, adds to
+// what the current step waited; any thread may call it with the GIL held.
+// every_step false: a step's split is recorded only by step_split_record,
+// for jobs whose waits are measured per sampled step elsewhere (DDP).
+// Called again, only changes every_step.
+PyObject* StepSplit(PyObject* module, PyObject* args);
+
+// step_split_record(hook, extra_waited): records the step that just ended
+// (once), with `extra_waited` seconds of waits added to what add_wait saw.
+PyObject* StepSplitRecord(PyObject* module, PyObject* args);
+
 }  // namespace torchmon::python
 
 #endif  // TORCHMON_PYTHON_STEP_HOOK_H_

@@ -11,6 +11,10 @@ reports, per process and window, what PyTorch measures itself:
   and overlap times (``DistributedDataParallel._get_ddp_logging_data()``);
 - optimizer steps: the wall time between steps, per optimizer class
   (torch >= 2.0's global step hooks);
+- the straggler split of each step (torch >= 2.0): how long the process
+  waited in torch.distributed's collectives and how long it did anything
+  else, which tells the rank that holds a synchronous job back from the
+  ranks that wait for it (docs/torch-metrics.md, "Stragglers");
 - CUDA memory: allocated, reserved and peak bytes per device, and
   out-of-memory events, where CUDA is in use.
 
@@ -31,6 +35,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -48,7 +53,18 @@ _PROBE_KEY = "torchmon.backend_probe"
 # DDP_SAMPLE_RATE (torch's kDDPRuntimeLoggingSampleRate); reading it costs
 # microseconds, so it is read only where it may have changed.
 _DDP_EARLY_ITERATIONS = 12
-_DDP_POLL_EVERY = 25
+_DDP_POLL_EVERY = 4
+# The rate at which DDP samples its timings on CPU (torch's default: every
+# 100th iteration), so that the straggler split of DDP's gradient
+# all-reduce, which no Python code waits for, is recorded every 4th step.
+# On CPU its timer reads the clock; on CUDA it would synchronize events,
+# and the split comes from NCCL's completion hook instead.
+_DDP_CPU_SAMPLE_RATE = _DDP_POLL_EVERY
+
+# The windows of the straggler split's series: short enough to name a
+# straggler within seconds, long enough to hold many steps.
+DIST_WINDOW_ENV = "TORCHMON_TORCH_DIST_WINDOW_S"
+_DIST_WINDOW_S = 10.0
 
 
 def _ddp_may_have_changed(calls: int) -> bool:
@@ -97,6 +113,9 @@ def boot() -> None:
     _booted = True
     try:
         _make_backend_global()
+        # NCCL times its collectives (the straggler split, _hook_nccl_groups)
+        # only if asked before a process group is made.
+        os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         if "torch" in sys.modules:
             enable()
             return
@@ -198,6 +217,14 @@ class _Metrics:
         # DDP module's.
         self._ddp_read_all: Optional[Callable[[], None]] = None
         self._steps_seen = False
+        # The optimizer step hook (step_hook.h) and, once the straggler
+        # split is on, its window, its add_wait and the NCCL process groups
+        # given a completion hook.
+        self._step_hook: Any = None
+        self._dist_window_s = _DIST_WINDOW_S
+        self._add_wait: Optional[Callable[[float], None]] = None
+        self._nccl_timing = False
+        self._nccl_groups: set = set()  # id() of each group seen: groups take no weak reference
 
     # --- helpers -----------------------------------------------------------
 
@@ -231,6 +258,7 @@ class _Metrics:
                                 ("compile", self._install_compile),
                                 ("ddp", self._install_ddp),
                                 ("optimizer", self._install_optimizer),
+                                ("dist", self._install_dist),
                                 ("cuda", self._install_cuda)):
             try:
                 self.status[source] = install()
@@ -327,10 +355,15 @@ class _Metrics:
             if not once.on:
                 return
             try:
+                exposed: Optional[float] = None
                 for ref in modules:
                     module = ref()
                     if module is not None:
-                        self._read_ddp(module)
+                        waited = self._read_ddp(module)
+                        if waited is not None:
+                            exposed = (exposed or 0.0) + waited
+                if exposed is not None and self._add_wait is not None:
+                    _torchmon.step_split_record(self._step_hook, exposed)
             except Exception as e:  # noqa: BLE001
                 once.fail(e)
 
@@ -358,6 +391,17 @@ class _Metrics:
         def __init__(module: Any, *args: Any, **kwargs: Any) -> None:
             original_init(module, *args, **kwargs)
             module._torchmon_ddp = [0, None]  # forwards seen, the iteration recorded
+            try:
+                on_cpu = next(module.parameters()).device.type == "cpu"
+            except StopIteration:
+                on_cpu = False
+            if on_cpu and self._add_wait is not None:
+                # DDP's reducer waits for its all-reduce in C++: on CPU, its
+                # sampled timings say how long (see _read_ddp), and a step's
+                # split is recorded where they do.
+                module._set_ddp_runtime_logging_sample_rate(_DDP_CPU_SAMPLE_RATE)
+                _torchmon.step_split(self._step_hook, self._dist_window_s, False)
+                module._torchmon_ddp.append(True)
             if not self._steps_seen:
                 module._torchmon_ddp_hook = module.register_forward_pre_hook(forward_pre_hook)
             modules[:] = [ref for ref in modules if ref() is not None]
@@ -368,19 +412,28 @@ class _Metrics:
         self._ddp_read_all = read_all
         return "on"
 
-    def _read_ddp(self, module: Any) -> None:
+    def _read_ddp(self, module: Any) -> Optional[float]:
         """Records `module`'s DDP logging data if it holds an iteration not
-        recorded yet."""
+        recorded yet. Returns, for a module on CPU, how long that iteration
+        waited for its gradients' all-reduce after its backward computed
+        (communication less its overlap with computation), else None."""
         state = module._torchmon_ddp
         data = module._get_ddp_logging_data()
         iteration = data.get("iteration")
         if not iteration or iteration == state[1]:
-            return
+            return None
         state[1] = iteration
         for field, name in _DDP_TIMES:
             value = data.get(field)
             if isinstance(value, int):
                 self._stat(name, ("value", "mean", "max")).add(value / 1e9)
+        if len(state) < 3:
+            return None
+        comm = data.get("backward_comm_time")
+        overlap = data.get("backward_compute_comm_overlap_time")
+        if not isinstance(comm, int) or not isinstance(overlap, int):
+            return None
+        return max(comm - overlap, 0) / 1e9
 
     # --- optimizer steps ----------------------------------------------------
 
@@ -396,18 +449,92 @@ class _Metrics:
         ddp_read_all = self._ddp_read_all
 
         def on_due() -> None:
-            # Steps 1 to 12, then every 25th (as DDP samples): the first
-            # one tells DDP's forward pre-hooks to leave.
+            # Steps 1 to 12, then every 4th: the first one tells DDP's
+            # forward pre-hooks to leave.
             self._steps_seen = True
             if ddp_read_all is not None:
                 ddp_read_all()
+            if self._add_wait is not None and self._nccl_timing:
+                self._hook_nccl_groups()
 
         # Native (step_hook.h): it runs on the training thread after every
         # step, where Python code is cold and costs microseconds.
         step_post_hook = _torchmon.step_interval_hook(
             self._client._native, on_due, _DDP_EARLY_ITERATIONS, _DDP_POLL_EVERY, once.fail)
         register(step_post_hook)
+        self._step_hook = step_post_hook
         return "on"
+
+    # --- the straggler split --------------------------------------------------
+
+    def _install_dist(self) -> str:
+        """Each step's seconds waited in collectives and the rest (step_hook.h):
+        torch.distributed's Python collectives, sync and async, wait for
+        their Work in Work.wait, which is timed here; DDP's reducer waits in
+        C++, measured by its own timings (_read_ddp); on NCCL a wait only
+        orders streams, and the GPU's time in each collective comes from
+        the process group's completion hook (_hook_nccl_groups)."""
+        if self._step_hook is None:
+            return "needs torch >= 2.0 (global optimizer step hooks)"
+        distributed = getattr(self._torch, "distributed", None)
+        if distributed is None or not distributed.is_available():
+            return "this torch has no torch.distributed"
+        c10d = getattr(self._torch._C, "_distributed_c10d", None)
+        work = getattr(c10d, "Work", None)
+        if work is None or not callable(getattr(work, "wait", None)):
+            return "this torch.distributed has no Work.wait"
+        window = os.environ.get(DIST_WINDOW_ENV, "").strip()
+        if window:
+            try:
+                self._dist_window_s = float(window)
+            except ValueError:
+                return f"{DIST_WINDOW_ENV}={window!r} is no number of seconds"
+        try:
+            add_wait = _torchmon.step_split(self._step_hook, self._dist_window_s, True)
+        except ValueError as e:
+            return f"{DIST_WINDOW_ENV}: {e}"
+        original = work.wait
+        clock = time.perf_counter
+
+        def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+            start = clock()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                add_wait(clock() - start)
+
+        wait.__wrapped__ = original  # type: ignore[attr-defined]
+        wait.__doc__ = original.__doc__
+        work.wait = wait
+        self._add_wait = add_wait
+        # NCCL measures a collective's GPU time only where asked before its
+        # process group is made (boot() asks, as the switch is read).
+        self._nccl_timing = os.environ.get("TORCH_NCCL_ENABLE_TIMING", "") in ("1", "true")
+        return "on"
+
+    def _hook_nccl_groups(self) -> None:
+        """Gives each NCCL process group not seen yet a completion hook that
+        adds the GPU time of each of its collectives to the step's waits.
+        Run at due steps: a group made since is hooked within 4 steps."""
+        c10d = self._torch.distributed.distributed_c10d
+        world = getattr(c10d, "_world", None)
+        groups = list(getattr(world, "pg_map", {}) or ())
+        add_wait = self._add_wait
+
+        def completed(info: Any) -> None:
+            add_wait(info.active_duration.total_seconds())
+
+        for group in groups:
+            if id(group) in self._nccl_groups:
+                continue
+            self._nccl_groups.add(id(group))
+            try:
+                if "nccl" not in str(c10d.get_backend(group)):
+                    continue
+                group._register_on_completion_hook(completed)
+            except Exception as e:  # noqa: BLE001 - e.g. the job registered its own
+                _report(f"torch.dist.wait_s: an NCCL process group's collectives are not "
+                        f"timed: {type(e).__name__}: {e}")
 
     # --- CUDA memory ------------------------------------------------------------
 

@@ -92,6 +92,17 @@ TEST(UsageTextTest, EveryFlagACommandListsIsOneItsParserAccepts) {
   }
 }
 
+// `ranks` with no STAT compares the straggler split's compute time.
+TEST(RanksCommandTest, WithoutAStatItComparesTheStragglerSplit) {
+  auto parsed = ParseCommandLine({"ranks"}, "unix:///tmp/x.sock");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(std::get<RanksCommand>(parsed->command).stat, "torch.dist.compute_s");
+  parsed = ParseCommandLine({"ranks", "train.*"}, "unix:///tmp/x.sock");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(std::get<RanksCommand>(parsed->command).stat, "train.*");
+  EXPECT_FALSE(ParseCommandLine({"ranks", "a", "b"}, "unix:///tmp/x.sock").ok());
+}
+
 TEST(UsageTextTest, AFlagOfAnotherCommandIsNeitherListedNorAccepted) {
   const std::vector<std::string> series = ListedFlags(UsageText("series"), true);
   EXPECT_EQ(series, (std::vector<std::string>{"--stat", "--label"}));

@@ -1,6 +1,7 @@
 // CompareRanks: grouping, window choice, ordering, spread, missing ranks.
 #include "server/core/rank_comparison.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -137,6 +138,8 @@ TEST_F(RankComparisonTest, NaNValuesGoLastAndStayOutOfTheSpread) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_THAT(Ranks(c[0]), ElementsAre("2", "0", "1"));
   EXPECT_TRUE(std::isnan(c[0].ranks[2].value));
+  EXPECT_TRUE(std::isnan(c[0].ranks[2].score));
+  EXPECT_FALSE(c[0].ranks[2].straggler);
   EXPECT_EQ(c[0].max, 4);
   EXPECT_EQ(c[0].median, 3);
   EXPECT_EQ(c[0].slowest_rank, "2");
@@ -155,6 +158,69 @@ TEST_F(RankComparisonTest, NothingToCompareWithoutAClosedWindow) {
   RankComparisonOptions absent;
   absent.window_start_ms = 5000;
   EXPECT_THAT(Compare(absent), IsEmpty());
+}
+
+
+// Each rank's ratio to the median and its straggler score: (value - median)
+// / max(1.4826 MAD, 5 % of the median).
+TEST_F(RankComparisonTest, TheScoreIsTheDistanceAboveTheMedianInRobustDeviations) {
+  const double values[] = {100, 104, 130, 96, 102, 98};
+  for (int i = 0; i < 6; ++i) AddWindow(AddSeries("compute_s", std::to_string(i)), 1000, {values[i]});
+  auto comparisons = Compare();
+  ASSERT_EQ(comparisons.size(), 1u);
+  const RankComparison& c = comparisons[0];
+  EXPECT_DOUBLE_EQ(c.median, 101);
+  // |v - 101|: 1 3 29 5 1 3 -> sorted 1 1 3 3 5 29 -> MAD 3.
+  EXPECT_DOUBLE_EQ(c.mad, 3);
+  const double spread = std::max(1.4826 * 3, 0.05 * 101);  // the floor: 5.05
+  ASSERT_EQ(c.ranks[0].rank, "2");
+  EXPECT_DOUBLE_EQ(c.ranks[0].ratio, 130.0 / 101);
+  EXPECT_DOUBLE_EQ(c.ranks[0].score, 29 / spread);
+  EXPECT_TRUE(c.ranks[0].straggler);
+  EXPECT_THAT(c.stragglers, ElementsAre("2"));
+  // 104: 0.59 deviations above, 1.03x: no straggler; below the median, negative.
+  EXPECT_DOUBLE_EQ(c.ranks[1].score, 3 / spread);
+  EXPECT_FALSE(c.ranks[1].straggler);
+  EXPECT_LT(c.ranks.back().score, 0);
+}
+
+// A spread wider than the floor: a rank 1.25x the median of ranks that
+// vary by +-15 % is no straggler (score under 3), though over 1.2x.
+TEST_F(RankComparisonTest, NoStragglerAmongRanksThatVaryAsMuchAsItStandsOut) {
+  const double values[] = {85, 100, 115, 90, 110, 125, 100};
+  for (int i = 0; i < 7; ++i) AddWindow(AddSeries("compute_s", std::to_string(i)), 1000, {values[i]});
+  const RankComparison c = Compare()[0];
+  EXPECT_DOUBLE_EQ(c.median, 100);
+  EXPECT_DOUBLE_EQ(c.mad, 10);  // 15 0 15 10 10 25 0 -> 0 0 10 10 15 15 25
+  EXPECT_EQ(c.ranks[0].rank, "5");
+  EXPECT_DOUBLE_EQ(c.ranks[0].ratio, 1.25);
+  EXPECT_NEAR(c.ranks[0].score, 25 / 14.826, 1e-12);
+  EXPECT_FALSE(c.ranks[0].straggler);
+  EXPECT_THAT(c.stragglers, IsEmpty());
+}
+
+// Both thresholds bind: 3.6 deviations above ranks alike to 0.1 % (the
+// floor, 5 % of the median, is the spread) but only 1.18x the median is no
+// straggler; two stragglers are both named, highest score first.
+TEST_F(RankComparisonTest, AStragglerNeedsBothTheScoreAndTheRatio) {
+  const double values[] = {100, 100.1, 99.9, 118, 100};
+  for (int i = 0; i < 5; ++i) AddWindow(AddSeries("a", std::to_string(i)), 1000, {values[i]});
+  const double two[] = {100, 160, 100, 140, 101, 99, 100};
+  for (int i = 0; i < 7; ++i) AddWindow(AddSeries("b", std::to_string(i)), 1000, {two[i]});
+  auto comparisons = Compare();
+  ASSERT_EQ(comparisons.size(), 2u);
+  EXPECT_GT(comparisons[0].ranks[0].score, 3);
+  EXPECT_THAT(comparisons[0].stragglers, IsEmpty());
+  EXPECT_THAT(comparisons[1].stragglers, ElementsAre("1", "3"));
+}
+
+// Equal ranks of value 0: no spread, so no score (NaN) and no straggler.
+TEST_F(RankComparisonTest, RanksAllZeroHaveNoScore) {
+  for (int i = 0; i < 3; ++i) AddWindow(AddSeries("z", std::to_string(i)), 1000, {0});
+  const RankComparison c = Compare()[0];
+  EXPECT_TRUE(std::isnan(c.ranks[0].score));
+  EXPECT_TRUE(std::isnan(c.ranks[0].ratio));
+  EXPECT_THAT(c.stragglers, IsEmpty());
 }
 
 }  // namespace

@@ -1,0 +1,285 @@
+"""Real synchronous training jobs with a straggler, watched by the shipped
+Prometheus rules: the harness of tests/release/test_stragglers.py and
+tests/bench/straggler_detection.py.
+
+A job of tests/support/straggler_job.py runs on torch 2.6 in a throwaway
+copy of the cached trixie-torch root (tests/release/roots.sh), with the
+portable wheel pip-installed and TORCHMON_TORCH_METRICS=1: nothing in the
+job knows torchmon. Its ranks run on two "nodes": each node is a UTS
+namespace with its own hostname, its own torchmond (the tarball's) and its
+ranks, so the job's series carry two hosts and two instances, as across
+machines. A real Prometheus (trixie's 2.53, from the trixie-receivers
+root) scrapes both daemons with a copy of deploy/prometheus whose only
+change is the targets file: the shipped scrape interval, rule groups and
+alert. Its alerts are polled every 0.25 s through the HTTP API.
+
+An episode makes one rank slow (extra compute, factor x its own) from a
+step that falls at a random moment, then waits for TorchmonStraggler to
+fire naming that rank and its host; detection latency is measured from
+the moment the rank applied the change (its own clock, printed by the
+job) to the first poll that sees the alert firing.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "prometheus"))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+from prom_cluster import DEPLOY_PROMETHEUS, Prometheus, free_loopback_port  # noqa: E402
+from test_roots import CHROOT_ENV, artefact, chroot, put, throwaway_root, unpack_tarball  # noqa: E402
+
+# The straggler split's window (torchmon._torch_metrics' default), and the
+# shipped torchmon-stragglers group's evaluation interval.
+WINDOW_S = 10.0
+EVALUATION_S = 5.0
+# The bound the issue set: three windows plus one rule evaluation.
+DETECTION_BOUND_S = 3 * WINDOW_S + EVALUATION_S
+JOB = "straggler-test"
+NODES = ("node-a", "node-b")
+
+
+def receivers_root():
+    out = subprocess.run([os.path.join(HERE, "roots.sh"), "trixie-receivers"], check=True,
+                         stdout=subprocess.PIPE, text=True, timeout=1800)
+    return out.stdout.strip()
+
+
+def shipped_prometheus_config(tmpdir, targets):
+    """A copy of deploy/prometheus with a targets file: nothing else changed."""
+    config_dir = os.path.join(tmpdir, "prometheus")
+    shutil.copytree(DEPLOY_PROMETHEUS, config_dir)
+    with open(os.path.join(config_dir, "targets", "straggler-nodes.json"), "w") as f:
+        json.dump([{"targets": targets}], f)
+    return os.path.join(config_dir, "prometheus.yml")
+
+
+def in_node(root, hostname, *argv):
+    """argv inside `root`, in a new UTS namespace named `hostname`."""
+    return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec chroot "$@"', hostname, root,
+            *argv]
+
+
+class Job:
+    """The ranks of one training job: the last rank alone on the last node,
+    the others on the first (so a straggler can be either)."""
+
+    def __init__(self, world):
+        self.world = world
+        self.procs = []
+        self.events = []  # (rank, JSON object) as the ranks print them
+        self._threads = []
+
+    def node_of(self, rank):
+        return NODES[-1] if rank == self.world - 1 else NODES[0]
+
+
+class Cluster:
+    """The root, two daemons (one per node), Prometheus, and the job's
+    control file. Use as a context manager."""
+
+    def __init__(self):
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+
+    def _start(self):
+        wheel = artefact("torchmon-*-cp310-abi3-manylinux_2_28_x86_64.whl")
+        receivers = receivers_root()
+        self.root = root = self._stack.enter_context(throwaway_root("trixie-torch"))
+        chroot(root, "python3", "-m", "venv", "--system-site-packages", "/venv", timeout=300)
+        chroot(root, "/venv/bin/pip", "install", "-q", "--no-index", put(root, wheel), timeout=300)
+        self.prefix = unpack_tarball(root)
+        shutil.copy(os.path.join(REPO, "tests", "support", "straggler_job.py"), root + "/tmp/")
+        self.tmp = tempfile.mkdtemp(prefix="torchmon-stragglers.")
+        self._stack.callback(shutil.rmtree, self.tmp, ignore_errors=True)
+        self._stack.callback(self._show_logs_on_error)
+        self.daemons = {}
+        for node in NODES:
+            port = free_loopback_port()
+            os.makedirs(f"{root}/run/{node}", mode=0o700)
+            socket_path = f"/run/{node}/torchmond.sock"
+            log = open(os.path.join(self.tmp, f"{node}.log"), "w")
+            proc = subprocess.Popen(in_node(root, node, f"{self.prefix}/bin/torchmond",
+                                            "--listen", f"unix://{socket_path}",
+                                            "--metrics-listen", f"127.0.0.1:{port}"),
+                                    stdout=log, stderr=subprocess.STDOUT, env=CHROOT_ENV)
+            self._stack.callback(stop, proc)
+            self.daemons[node] = {"socket": socket_path, "metrics": f"127.0.0.1:{port}",
+                                  "proc": proc}
+        for node, d in self.daemons.items():
+            wait_until(lambda: os.path.exists(root + d["socket"]), 20, f"{node}'s daemon")
+        config = shipped_prometheus_config(self.tmp, [d["metrics"] for d in self.daemons.values()])
+        self.prometheus = Prometheus(config, self.tmp,
+                                     binary=os.path.join(receivers, "usr", "bin", "prometheus"))
+        self._stack.callback(self.prometheus.stop)
+        self.control = "/tmp/straggler-control"
+        self.set_slow(None)
+
+    def _show_logs_on_error(self):
+        if sys.exc_info()[0] is not None:
+            for name in sorted(os.listdir(self.tmp)):
+                if name.endswith((".log", ".err")):
+                    with open(os.path.join(self.tmp, name)) as f:
+                        sys.stderr.write(f"--- {name}\n{f.read()[-3000:]}\n")
+
+    def set_slow(self, rank, factor=2.0):
+        """Makes `rank` slow by `factor` from its next step (None: no rank)."""
+        with open(self.root + self.control, "w") as f:
+            f.write("" if rank is None else f"{rank} {factor}\n")
+
+    def stop_job(self, job, timeout=120):
+        """Ends the job within 16 steps, and waits for it."""
+        with open(self.root + self.control, "w") as f:
+            f.write("stop\n")
+        try:
+            return self.wait_job(job, timeout)
+        finally:
+            self.set_slow(None)
+
+    def start_job(self, kind, world, seconds):
+        job = Job(world)
+        init = f"tcp://127.0.0.1:{free_loopback_port()}"
+        for rank in range(world):
+            node = job.node_of(rank)
+            env = ["env", f"RANK={rank}", f"LOCAL_RANK={rank}", f"WORLD_SIZE={world}",
+                   f"TORCHELASTIC_RUN_ID={JOB}", "TORCHMON_TORCH_METRICS=1", "USE_LIBUV=0",
+                   f"TORCHMON_TARGET=unix://{self.daemons[node]['socket']}"]
+            proc = subprocess.Popen(
+                in_node(self.root, node, *env, "/venv/bin/python", "/tmp/straggler_job.py",
+                        "--kind", kind, "--world", str(world), "--seconds", str(seconds),
+                        "--control", self.control, "--init", init),
+                stdout=subprocess.PIPE, stderr=open(os.path.join(self.tmp, f"rank{rank}.err"), "w"),
+                text=True, env=CHROOT_ENV)
+            job.procs.append(proc)
+            reader = threading.Thread(target=_read_events, args=(proc, rank, job.events),
+                                      daemon=True)
+            reader.start()
+            job._threads.append(reader)
+        return job
+
+    def wait_job(self, job, timeout):
+        codes = [p.wait(timeout=timeout) for p in job.procs]
+        for t in job._threads:
+            t.join(5)
+        if any(codes):
+            errors = "".join(open(os.path.join(self.tmp, f"rank{r}.err")).read()[-2000:]
+                             for r in range(job.world))
+            raise AssertionError(f"the job's ranks exited {codes}:\n{errors}")
+        return job
+
+    def firing(self):
+        """The TorchmonStraggler alerts firing now: [labels]."""
+        alerts = self.prometheus.api("alerts")["alerts"]
+        return [a["labels"] for a in alerts
+                if a["labels"].get("alertname") == "TorchmonStraggler" and a["state"] == "firing"]
+
+    def query(self, expr):
+        return self.prometheus.query(expr)
+
+
+def _read_events(proc, rank, events):
+    for line in proc.stdout:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                events.append((rank, json.loads(line)))
+            except ValueError:
+                pass
+
+
+def wait_until(condition, timeout, what, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def compute_means(cluster):
+    """rank -> the newest window mean of torch.dist.compute_s, from Prometheus."""
+    out = {}
+    for sample in cluster.query(f'job_rank:torchmon_dist_compute_seconds:mean{{job="{JOB}"}}'):
+        labels, value = sample
+        out[int(labels["rank"])] = value
+    return out
+
+
+def watch_healthy(cluster, seconds, poll_s=0.25):
+    """Polls the alerts for `seconds`; returns every firing seen (labels)."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for labels in cluster.firing():
+            if labels not in seen:
+                seen.append(dict(labels, seen_at=time.time()))
+        time.sleep(poll_s)
+    return seen
+
+
+def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolve=True):
+    """Makes `slow_rank` slow now, waits for TorchmonStraggler to fire, then
+    makes it healthy again and waits for the alert to resolve. Returns
+    {"latency_s" (None: not within give_up_s), "named" (the alert's rank and
+    host), "wrong" (alerts naming another rank), "slowdown" (the slow rank's
+    compute time while slow over before, from Prometheus)}."""
+    before = compute_means(cluster).get(slow_rank)
+    applied = len(job.events)
+    cluster.set_slow(slow_rank, factor)
+    # The moment the rank applied the change, by its own clock.
+    wait_until(lambda: any(rank == slow_rank and e.get("slow")
+                           for rank, e in job.events[applied:]), 10, "the slow rank's change")
+    started = next(e["time"] for rank, e in job.events[applied:] if rank == slow_rank
+                   and e.get("slow"))
+    latency, named, wrong = None, None, []
+    while time.time() - started < give_up_s:
+        for labels in cluster.firing():
+            if labels.get("rank") == str(slow_rank):
+                latency = time.time() - started
+                named = {"rank": labels.get("rank"), "host": labels.get("host"),
+                         "job": labels.get("job")}
+            elif labels not in wrong:
+                wrong.append(labels)
+        if latency is not None:
+            break
+        time.sleep(poll_s)
+    during = compute_means(cluster).get(slow_rank)
+    cluster.set_slow(None)
+    if resolve:
+        # Healthy again: the alert resolves once a healthy window is scraped.
+        wait_until(lambda: not cluster.firing(), 4 * WINDOW_S, "the alert to resolve", 0.5)
+    return {"latency_s": latency, "named": named, "wrong": wrong,
+            "slowdown": during / before if before and during else None}
+
+

@@ -1,0 +1,63 @@
+"""Stragglers named in real synchronous training jobs (docs/torch-metrics.md,
+"Stragglers"): tests/release/straggler_harness.py runs a DDP job and an
+FSDP job (3 ranks, gloo, torch 2.6 in a trixie root, on two "nodes" with a
+daemon each) with TORCHMON_TORCH_METRICS=1 and nothing else, scraped by a
+real Prometheus 2.53 with the shipped configuration and rules.
+
+    TORCHMON_RELEASE_DIR=OUT /usr/bin/python3 -m pytest tests/release/test_stragglers.py -v
+
+Each job is one healthy episode (4 windows: TorchmonStraggler must not
+fire) and one slow episode: the rank alone on its node computes twice as
+long per step from a step at a random moment; the alert must fire naming
+that rank, its host and the job within three windows plus one rule
+evaluation. tests/bench/straggler_detection.py runs 20 such episodes and
+a healthy job as long, and gives the figures docs/torch-metrics.md quotes.
+Needs root (chroot, mount, unshare), as the release tests do.
+"""
+
+import random
+import time
+
+import pytest
+from test_roots import RELEASE_DIR
+
+if not RELEASE_DIR:  # test_roots skips its module; this one must skip too
+    pytest.skip("TORCHMON_RELEASE_DIR is not set", allow_module_level=True)
+
+import straggler_harness as h  # noqa: E402
+
+HEALTHY_S = 4 * h.WINDOW_S
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with h.Cluster() as c:
+        yield c
+
+
+@pytest.mark.parametrize("kind", ["ddp", "fsdp"])
+def test_a_slow_rank_is_named_and_a_healthy_job_raises_nothing(cluster, kind):
+    world = 3
+    seconds = 20 + HEALTHY_S + h.DETECTION_BOUND_S + 4 * h.WINDOW_S
+    job = cluster.start_job(kind, world, seconds)
+    try:
+        # Every rank's split has reached Prometheus: the job has started.
+        h.wait_until(lambda: len(h.compute_means(cluster)) == world, 60,
+                     "every rank's torch.dist.compute_s in Prometheus", 1.0)
+        false_alarms = h.watch_healthy(cluster, HEALTHY_S)
+        assert false_alarms == [], false_alarms
+        # A random moment within one window: a random step.
+        time.sleep(random.uniform(0, h.WINDOW_S))
+        result = h.episode(cluster, job, world - 1, factor=2.0, resolve=False)
+    finally:
+        cluster.stop_job(job)
+    print(kind, result)
+    assert result["wrong"] == [], result
+    assert result["latency_s"] is not None, result
+    assert result["latency_s"] <= h.DETECTION_BOUND_S, result
+    assert result["named"] == {"rank": str(world - 1), "host": h.NODES[-1], "job": h.JOB}, result
+    # The rank was made at least 30 % slower by what it computes.
+    assert result["slowdown"] >= 1.3, result
+    # Every rank reported the split through the job's end.
+    statuses = [e["metrics"] for _, e in job.events if "metrics" in e]
+    assert len(statuses) == world and all(s["dist"] == "on" for s in statuses), statuses
