@@ -264,10 +264,20 @@ def test_the_straggler_is_highlighted_in_its_chart_and_the_panel(job, page):
     (c,) = answer["comparisons"]
     assert c["slowest_rank"] == "2" and c["max_over_median"] > 2.5
     assert "3" in c["missing"]  # rank 3 stopped: no newest window
+    # The daemon's straggler score of ranks 0-2: (310 - median) over the
+    # larger of 1.4826 x MAD and 5 % of the median.
+    values = sorted(STEP_MS[r] for r in (0, 1, 2))
+    median = values[1]
+    mad = sorted(abs(v - median) for v in values)[1]
+    score = (STEP_MS[2] - median) / max(1.4826 * mad, 0.05 * median)
+    assert c["ranks"][0]["rank"] == "2" and c["stragglers"] == ["2"], c
+    assert abs(c["ranks"][0]["score"] - score) < 1e-9, (c, score)
     row = page.eval("""(() => { const r = document.querySelector('#straggler-rows tr[data-stat="train.step_ms"]');
         return {slowest: r.dataset.slowest, missing: r.querySelector('[data-missing]')?.dataset.missing,
-                text: r.textContent, cls: r.className}; })()""")
+                text: r.textContent, cls: r.className,
+                score: r.querySelector('[data-score]').dataset.score}; })()""")
     assert row["slowest"] == "2" and row["cls"] == "straggler"
+    assert row["score"] == f"{score:.2f}", (row, score)
     assert row["missing"] == "3"
     assert "rank 2" in row["text"]
     chart = page.eval("""(() => { const c = document.querySelector('[data-chart="train.step_ms"]');

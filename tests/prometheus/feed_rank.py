@@ -46,6 +46,9 @@ def torch_metrics(client):
         stat("torch.ddp.backward_compute_s", ddp, 0.5),
         stat("torch.ddp.backward_comm_s", ddp, 0.125),
         stat("torch.ddp.backward_overlap_s", ddp, 0.0625),
+        # The straggler split, alike on every rank: no straggler.
+        stat("torch.dist.compute_s", [M.COUNT, M.MEAN, M.SUM], 0.09375),
+        stat("torch.dist.wait_s", [M.COUNT, M.MEAN, M.SUM], 0.03125),
         stat("torch.optim.step_interval_s", [M.COUNT, M.MEAN, M.MAX], 0.125,
              {"optimizer": "SGD"}),
         stat("torch.compile.time_s", [M.COUNT, M.SUM, M.MAX], 1.5),

@@ -196,8 +196,9 @@ class Feeders:
 
 def copy_config(tmpdir, targets, interval="1s"):
     """Copies deploy/prometheus and drops a file_sd targets file into it.
-    The one change to the shipped prometheus.yml: the global scrape and
-    evaluation intervals, shortened so that a test sees data in seconds."""
+    The one change to the shipped prometheus.yml: the scrape and evaluation
+    intervals (global, and the torchmond job's own), shortened so that a
+    test sees data in seconds."""
     config_dir = os.path.join(tmpdir, "prometheus")
     shutil.copytree(DEPLOY_PROMETHEUS, config_dir)
     config_path = os.path.join(config_dir, "prometheus.yml")
@@ -205,6 +206,9 @@ def copy_config(tmpdir, targets, interval="1s"):
         config = yaml.safe_load(f)
     config["global"]["scrape_interval"] = interval
     config["global"]["evaluation_interval"] = interval
+    for job in config["scrape_configs"]:
+        if "scrape_interval" in job:
+            job["scrape_interval"] = interval
     with open(config_path, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     with open(os.path.join(config_dir, "targets", "test-nodes.json"), "w") as f:

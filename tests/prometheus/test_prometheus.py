@@ -225,6 +225,23 @@ def test_cross_rank_recording_rules(cluster, stat, value):
             assert by(result) == {(): want}, rule
 
 
+def test_straggler_rules_on_ranks_alike(cluster):
+    """Every rank's straggler split is 0.09375 s (feed_rank.py): the median is
+    that, no deviation, every ratio 1 and every score 0, and no alert."""
+    ranks = {(pc.host(n), str(pc.global_rank(n, r)))
+             for n in range(pc.NODES) for r in range(pc.RANKS_PER_NODE)}
+    means = cluster.prometheus.query('job_rank:torchmon_dist_compute_seconds:mean{job="promtest"}')
+    assert {(l["host"], l["rank"]): v for l, v in means} == {k: 0.09375 for k in ranks}
+    assert by(cluster.prometheus.query(
+        'job:torchmon_dist_compute_seconds:median{job="promtest"}')) == {(): 0.09375}
+    assert by(cluster.prometheus.query(
+        'job:torchmon_dist_compute_seconds:mad{job="promtest"}')) == {(): 0.0}
+    for rule, want in (("job_rank:torchmon_straggler:ratio", 1.0),
+                       ("job_rank:torchmon_straggler:score", 0.0)):
+        got = cluster.prometheus.query(f'{rule}{{job="promtest"}}')
+        assert {(l["host"], l["rank"]): v for l, v in got} == {k: want for k in ranks}, rule
+
+
 def test_drop_and_rate_recording_rules(cluster):
     # The per-node and per-job rules are compared at one evaluation of their
     # group, T: two queries "now" can fall either side of the next one. The

@@ -107,7 +107,7 @@ def assert_reported_once(stderr):
     assert len(lines) == 1, stderr
     assert lines[0].startswith(f"torchmon: torch {torch.__version__}: not reported: "), lines
     for missing in ("wait_counters (needs torch >= 2.6)", "compile (needs torch >= 2.0",
-                    "optimizer (needs torch >= 2.0"):
+                    "optimizer (needs torch >= 2.0", "dist (needs torch >= 2.0"):
         assert missing in lines[0], lines
 
 
@@ -128,6 +128,10 @@ def assert_store_and_steps_recorded(daemon, out):
         (step,) = steps
         assert step["labels"]["optimizer"] == "SGD", step
         assert step["counters"]["accepted"] == 4, step
+        # The straggler split of those 4 steps (no collective among them).
+        for stat in ("torch.dist.compute_s", "torch.dist.wait_s"):
+            (split,) = daemon.series(stat)
+            assert split["counters"]["accepted"] == 4, split
     else:
         assert daemon.series("pytorch.wait_counter.*") == []
         assert steps == []
@@ -238,6 +242,63 @@ def test_the_native_step_hook_records_each_optimizers_intervals_and_calls_on_due
     assert len(errors) == 1 and isinstance(errors[0], TypeError), errors
 
 
+def test_the_straggler_split_records_each_step_of_the_first_optimizer(daemon, default_client_for):
+    # step_split on the native step hook, driven as torch and the Work.wait
+    # wrapper drive it: waits added during a step are that step's
+    # torch.dist.wait_s, the rest of its interval its torch.dist.compute_s.
+    import time
+
+    import torchmon._torchmon as native
+
+    class SGD:
+        pass
+
+    class Adam:
+        pass
+
+    hook = native.step_interval_hook(default_client_for._native, None, 0, 1, None)
+    add_wait = native.step_split(hook, 10.0, True)
+    # Every sample in one 10 s window: the steps below take 0.2 s.
+    while time.time() % 10 > 9:
+        time.sleep(0.05)
+    sgd, adam = SGD(), Adam()
+    hook(sgd, (), {})  # the first step of the first optimizer: no interval yet
+    intervals = []
+    for waited in (0.01, 0.02, 0.0):
+        started = time.monotonic()
+        time.sleep(0.05)
+        add_wait(waited / 2)
+        add_wait(waited / 2)
+        hook(adam, (), {})  # another optimizer's step ends no step of the split
+        hook(sgd, (), {})
+        intervals.append(time.monotonic() - started)
+    # A wait longer than its step is the step: compute 0, never negative.
+    add_wait(5.0)
+    hook(sgd, (), {})
+    assert default_client_for.flush(10)
+    closed = daemon.windows_when(lambda w: len(w) == 2, "torch.dist.*_s", timeout=30)
+    windows = {w["stat"]: w for w in closed}
+    assert len(windows) == 2, closed
+    wait, compute = windows["torch.dist.wait_s"], windows["torch.dist.compute_s"]
+    assert wait["aggregates"]["count"] == compute["aggregates"]["count"] == 4
+    # Seconds waited: 0.01 + 0.02 + 0 + the last step's whole interval.
+    last = wait["aggregates"]["sum"] - 0.03
+    assert 0 < last < 1.0, wait
+    # compute + wait of each step is its interval: the three timed steps'
+    # compute is what they did not wait, within the clock reads around them.
+    assert abs(compute["aggregates"]["sum"] - (sum(intervals) - 0.03)) < 0.01, (compute, intervals)
+    # The window: as asked, and the two stats' aggregations.
+    assert wait["end_ms"] - wait["start_ms"] == 10000
+    assert sorted(wait["aggregates"]) == ["count", "mean", "sum"]
+    # Bad input: a window out of range, something that is no hook.
+    with pytest.raises(ValueError, match="window"):
+        native.step_split(hook, 0.0, True)
+    with pytest.raises(TypeError, match="step_interval_hook"):
+        native.step_split(print, 10.0, True)
+    with pytest.raises(TypeError):
+        add_wait("a while")
+
+
 DDP_RANK = """
     import os, torch, torch.distributed as dist
     dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"],
@@ -282,12 +343,30 @@ def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemo
         global_step_hooks = hasattr(torch.optim.Optimizer, "register_step_post_hook")
         assert f"ddp forward hooks {0 if global_step_hooks else 1}" in stdout, stdout
 
-    # DDP samples its timings at iterations 1 to 10, then every 100th:
-    # each rank's 10 samples of each, labelled with its rank.
+    # DDP samples its timings at iterations 1 to 10, then every 100th
+    # (torch 1.13: each rank's 10 samples of each, labelled with its rank).
+    # Where the straggler split is on (global step hooks, torch >= 2.0),
+    # torchmon makes a CPU module sample every 4th iteration and reads it
+    # at the steps that may hold a new one (1 to 12, then every 4th): in
+    # 50 steps, iterations 1 to 10 and 12, 16, ... 44 (48 is logged at the
+    # 49th forward, after the last read), 19 samples; one either side for
+    # the phase of DDP's count against the steps'.
+    split = hasattr(torch.optim.Optimizer, "register_step_post_hook")
     for stat in DDP_STATS:
         series = daemon.series(stat)
         assert sorted(s["labels"]["rank"] for s in series) == ["0", "1"], (stat, series)
-        assert all(s["counters"]["accepted"] == 10 for s in series), (stat, series)
+        for s in series:
+            accepted = s["counters"]["accepted"]
+            assert (18 <= accepted <= 20) if split else accepted == 10, (stat, series)
+    if split:
+        # Each such read records the step's split: what DDP's reducer waited
+        # for its all-reduce after the backward computed, and the rest.
+        for stat in ("torch.dist.compute_s", "torch.dist.wait_s"):
+            series = daemon.series(stat)
+            assert sorted(s["labels"]["rank"] for s in series) == ["0", "1"], (stat, series)
+            assert all(17 <= s["counters"]["accepted"] <= 20 for s in series), (stat, series)
+    else:
+        assert daemon.series("torch.dist.*") == []
     steps = daemon.series("torch.optim.step_interval_s")
     if TORCH_2_6:
         assert sorted(s["labels"]["rank"] for s in steps) == ["0", "1"], steps

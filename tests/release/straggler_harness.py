@@ -197,6 +197,13 @@ class Cluster:
     def query(self, expr):
         return self.prometheus.query(expr)
 
+    def cluster_ranks(self, *args):
+        """`python -m torchmon.cluster ranks ... --prometheus` with the
+        wheel, inside the root (Prometheus listens on the shared loopback)."""
+        return chroot(self.root, "/venv/bin/python", "-m", "torchmon.cluster", "ranks", *args,
+                      "--prometheus", f"http://{self.prometheus.address}", check=False,
+                      timeout=60)
+
 
 def _read_events(proc, rank, events):
     for line in proc.stdout:
@@ -248,12 +255,15 @@ def watch_healthy(cluster, seconds, poll_s=0.25):
     return seen
 
 
-def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolve=True):
+def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolve=True,
+            on_detect=None):
     """Makes `slow_rank` slow now, waits for TorchmonStraggler to fire, then
     makes it healthy again and waits for the alert to resolve. Returns
     {"latency_s" (None: not within give_up_s), "named" (the alert's rank and
     host), "wrong" (alerts naming another rank), "slowdown" (the slow rank's
-    compute time while slow over before, from Prometheus)}."""
+    compute time while slow over before, from Prometheus), "on_detect": what
+    on_detect() returned, called once the alert fired, while the rank is
+    still slow}."""
     before = compute_means(cluster).get(slow_rank)
     applied = len(job.events)
     cluster.set_slow(slow_rank, factor)
@@ -275,11 +285,12 @@ def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolv
             break
         time.sleep(poll_s)
     during = compute_means(cluster).get(slow_rank)
+    detected = on_detect() if on_detect is not None and latency is not None else None
     cluster.set_slow(None)
     if resolve:
         # Healthy again: the alert resolves once a healthy window is scraped.
         wait_until(lambda: not cluster.firing(), 4 * WINDOW_S, "the alert to resolve", 0.5)
     return {"latency_s": latency, "named": named, "wrong": wrong,
-            "slowdown": during / before if before and during else None}
+            "slowdown": during / before if before and during else None, "on_detect": detected}
 
 

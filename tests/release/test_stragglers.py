@@ -15,6 +15,7 @@ a healthy job as long, and gives the figures docs/torch-metrics.md quotes.
 Needs root (chroot, mount, unshare), as the release tests do.
 """
 
+import json
 import random
 import time
 
@@ -48,7 +49,9 @@ def test_a_slow_rank_is_named_and_a_healthy_job_raises_nothing(cluster, kind):
         assert false_alarms == [], false_alarms
         # A random moment within one window: a random step.
         time.sleep(random.uniform(0, h.WINDOW_S))
-        result = h.episode(cluster, job, world - 1, factor=2.0, resolve=False)
+        result = h.episode(cluster, job, world - 1, factor=2.0, resolve=False,
+                           on_detect=lambda: (cluster.cluster_ranks("--job", h.JOB),
+                                              cluster.cluster_ranks("--job", h.JOB, "--json")))
     finally:
         cluster.stop_job(job)
     print(kind, result)
@@ -58,6 +61,19 @@ def test_a_slow_rank_is_named_and_a_healthy_job_raises_nothing(cluster, kind):
     assert result["named"] == {"rank": str(world - 1), "host": h.NODES[-1], "job": h.JOB}, result
     # The rank was made at least 30 % slower by what it computes.
     assert result["slowdown"] >= 1.3, result
+    # The job-wide view from Prometheus names the same rank and host, in
+    # the table `torchmonctl ranks` prints.
+    table, as_json = result["on_detect"]
+    assert table.returncode == 0 and as_json.returncode == 0, (table.stderr, as_json.stderr)
+    assert f"stragglers: rank {world - 1}\n" in table.stdout, table.stdout
+    row = next(line.split() for line in table.stdout.splitlines()
+               if line.startswith(f"{world - 1} "))
+    assert row[1] == h.NODES[-1] and row[-1] == "straggler", table.stdout
+    [comparison] = json.loads(as_json.stdout)["comparisons"]
+    assert comparison["stat"] == "torch.dist.compute_s" and comparison["labels"]["job"] == h.JOB
+    assert comparison["stragglers"] == [str(world - 1)], comparison
+    assert sorted(r["rank"] for r in comparison["ranks"]) == [str(r) for r in range(world)]
+    assert {r["host"] for r in comparison["ranks"]} == set(h.NODES), comparison
     # Every rank reported the split through the job's end.
     statuses = [e["metrics"] for _, e in job.events if "metrics" in e]
     assert len(statuses) == world and all(s["dist"] == "on" for s in statuses), statuses
