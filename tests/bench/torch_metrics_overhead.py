@@ -38,6 +38,10 @@ Reported:
               is still there (torch < 2.0); as a share
               of the step: what the ratio above measures, without the
               machine's noise;
+  all_reduce  a one-rank sync dist.all_reduce of one float, ns per call,
+              off and on: on, its Work.wait goes through the straggler
+              split's timing wrapper, which every Python collective of a
+              job (FSDP's, plain ones) pays;
   wait pair   torch.monitor._WaitCounter(key).guard() entered and left,
               ns per pair, off and on (torch >= 2.6 only: c10's counter
               with torchmon's backend behind it, against none).
@@ -158,6 +162,16 @@ for _ in range(calls):
     for hook in hooks:
         hook(model, ())
 print("ddp_hook_ns", (time.perf_counter_ns() - start) / calls)
+# A Python collective, sync: with the switch its Work.wait goes through
+# torchmon's timing wrapper (the straggler split), whose cost this is
+# against off. One rank: the all-reduce itself is short.
+one = torch.zeros(1, device={device!r})
+for _ in range(200):
+    dist.all_reduce(one)
+start = time.perf_counter_ns()
+for _ in range(calls):
+    dist.all_reduce(one)
+print("allreduce_ns", (time.perf_counter_ns() - start) / calls)
 counter = getattr(torch.monitor, "_WaitCounter", None)
 if counter is not None:
     guard = counter("bench.torch_metrics_overhead")
@@ -194,7 +208,7 @@ def run(mode, args, target):
     if mode == "on" and "'ddp': 'on'" not in values.get("status", ""):
         sys.exit(f"the switch did not enable the metrics: {out.stdout}{out.stderr}")
     return {key: float(values[key]) for key in ("step_ns", "step_cpu_ns", "pair_ns", "idle_step_ns",
-                                                 "ddp_hook_ns", "blocks_ratio")
+                                                 "ddp_hook_ns", "blocks_ratio", "allreduce_ns")
             if key in values}
 
 
@@ -273,6 +287,9 @@ def main():
           f"{median('off', 'idle_step_ns'):.0f}, on {median('on', 'idle_step_ns'):.0f}), "
           f"DDP forward {ddp_hook:.0f} ns; {direct:.0f} ns = "
           f"{100 * direct / median('off', 'step_ns'):.3f} % of the step")
+    print(f"a one-rank sync all_reduce (its Work.wait timed with the switch): off "
+          f"{median('off', 'allreduce_ns'):.0f} ns, on {median('on', 'allreduce_ns'):.0f} ns, "
+          f"+{median('on', 'allreduce_ns') - median('off', 'allreduce_ns'):.0f} ns per collective")
     if "pair_ns" in runs["off"][0]:
         print(f"_WaitCounter guard pair: off {median('off', 'pair_ns'):.0f} ns, "
               f"on {median('on', 'pair_ns'):.0f} ns")

@@ -196,9 +196,9 @@ class Feeders:
 
 def copy_config(tmpdir, targets, interval="1s"):
     """Copies deploy/prometheus and drops a file_sd targets file into it.
-    The one change to the shipped prometheus.yml: the scrape and evaluation
-    intervals (global, and the torchmond job's own), shortened so that a
-    test sees data in seconds."""
+    The one change to the shipped files: the scrape and evaluation
+    intervals (global, the torchmond job's own and the rule groups' own),
+    shortened so that a test sees data in seconds."""
     config_dir = os.path.join(tmpdir, "prometheus")
     shutil.copytree(DEPLOY_PROMETHEUS, config_dir)
     config_path = os.path.join(config_dir, "prometheus.yml")
@@ -209,6 +209,18 @@ def copy_config(tmpdir, targets, interval="1s"):
     for job in config["scrape_configs"]:
         if "scrape_interval" in job:
             job["scrape_interval"] = interval
+    # And the rule groups that set their own (torchmon-stragglers).
+    rules_dir = os.path.join(config_dir, "rules")
+    for name in os.listdir(rules_dir):
+        path = os.path.join(rules_dir, name)
+        with open(path) as f:
+            rules = yaml.safe_load(f)
+        if any("interval" in g for g in rules["groups"]):
+            for group in rules["groups"]:
+                if "interval" in group:
+                    group["interval"] = interval
+            with open(path, "w") as f:
+                yaml.safe_dump(rules, f, sort_keys=False)
     with open(config_path, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     with open(os.path.join(config_dir, "targets", "test-nodes.json"), "w") as f:

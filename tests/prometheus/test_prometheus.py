@@ -242,6 +242,56 @@ def test_straggler_rules_on_ranks_alike(cluster):
         assert {(l["host"], l["rank"]): v for l, v in got} == {k: want for k in ranks}, rule
 
 
+def cluster_ranks(cluster, *args):
+    """python -m torchmon.cluster ranks ... against the live Prometheus."""
+    import sys
+    from torchmon_testing import PYTHON_DIR
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    return subprocess.run([sys.executable, "-m", "torchmon.cluster", "ranks", *args],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_the_job_wide_ranks_table_from_prometheus(cluster):
+    """torchmon.cluster compares every rank of the job across the three
+    nodes as `torchmonctl ranks` compares one node's: step time 100 + 10n +
+    r ms for rank r of node n (feed_rank.py)."""
+    address = f"http://{cluster.prometheus.address}"
+    out = cluster_ranks(cluster, "train.step_time_ms", "--prometheus", address, "--job",
+                        "promtest", "--json")
+    assert out.returncode == 0, out.stderr
+    import json
+    [c] = json.loads(out.stdout)["comparisons"]
+    values = sorted(pc.step_time_ms(n, r) for n in range(NODES) for r in range(RANKS_PER_NODE))
+    median = (values[5] + values[6]) / 2
+    mad_values = sorted(abs(v - median) for v in values)
+    mad = (mad_values[5] + mad_values[6]) / 2
+    assert c["stat"] == "train.step_time_ms" and c["labels"]["job"] == "promtest", c
+    assert c["median"] == median and c["mad"] == mad, c
+    top = c["ranks"][0]
+    slowest = pc.global_rank(NODES - 1, RANKS_PER_NODE - 1)
+    assert (top["rank"], top["host"], top["instance"]) == (
+        str(slowest), pc.host(NODES - 1), cluster.instances[NODES - 1]), top
+    spread = max(1.4826 * mad, 0.05 * median)
+    assert abs(top["score"] - (values[-1] - median) / spread) < 1e-9, (top, spread)
+    assert [r["value"] for r in c["ranks"]] == values[::-1]
+    # Ranks alike to 20 %: no straggler; the table says the same.
+    assert c["stragglers"] == [] and not any(r["straggler"] for r in c["ranks"]), c
+    table = cluster_ranks(cluster, "train.step_time_ms", "--prometheus", address + "/")
+    assert table.returncode == 0, table.stderr
+    first = table.stdout.splitlines()[0]
+    assert first.startswith("train.step_time_ms job=promtest"), table.stdout
+    assert first.endswith(f"  mean of each rank's newest window, from {address}/"), table.stdout
+    assert f"slowest rank {slowest}: {values[-1]:g}  median {median:g}" in table.stdout, table.stdout
+    row = next(line.split() for line in table.stdout.splitlines()
+               if line.startswith(f"{slowest} "))
+    assert row[1] == pc.host(NODES - 1) and row[-1] == cluster.instances[NODES - 1], row
+    # A stat nobody sends: an empty answer that says so; Prometheus away: 1.
+    none = cluster_ranks(cluster, "no.such_stat", "--prometheus", address)
+    assert none.returncode == 0 and none.stdout.startswith("no ranks to compare"), none
+    away = cluster_ranks(cluster, "--prometheus", f"http://127.0.0.1:{pc.free_loopback_port()}")
+    assert away.returncode == 1 and "cannot ask Prometheus: http://127.0.0.1:" in away.stderr, away
+
+
 def test_drop_and_rate_recording_rules(cluster):
     # The per-node and per-job rules are compared at one evaluation of their
     # group, T: two queries "now" can fall either side of the next one. The

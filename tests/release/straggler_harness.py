@@ -256,14 +256,15 @@ def watch_healthy(cluster, seconds, poll_s=0.25):
 
 
 def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolve=True,
-            on_detect=None):
+            on_detect=None, settle_s=0.0):
     """Makes `slow_rank` slow now, waits for TorchmonStraggler to fire, then
     makes it healthy again and waits for the alert to resolve. Returns
     {"latency_s" (None: not within give_up_s), "named" (the alert's rank and
     host), "wrong" (alerts naming another rank), "slowdown" (the slow rank's
-    compute time while slow over before, from Prometheus), "on_detect": what
-    on_detect() returned, called once the alert fired, while the rank is
-    still slow}."""
+    compute time while slow over before, from Prometheus, `settle_s` after
+    the alert fired: with 0, the window seen then may be slow for part of
+    it only), "on_detect": what on_detect() returned, called then, while
+    the rank is still slow}."""
     before = compute_means(cluster).get(slow_rank)
     applied = len(job.events)
     cluster.set_slow(slow_rank, factor)
@@ -284,6 +285,8 @@ def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolv
         if latency is not None:
             break
         time.sleep(poll_s)
+    if latency is not None:
+        time.sleep(settle_s)
     during = compute_means(cluster).get(slow_rank)
     detected = on_detect() if on_detect is not None and latency is not None else None
     cluster.set_slow(None)
