@@ -194,6 +194,16 @@ class Feeders:
             log.close()
 
 
+def shipped_config(tmpdir, targets):
+    """A copy of deploy/prometheus with a targets file of `targets` (rewrite
+    it to change them: Prometheus watches it): nothing else changed."""
+    config_dir = os.path.join(tmpdir, "prometheus")
+    shutil.copytree(DEPLOY_PROMETHEUS, config_dir)
+    with open(os.path.join(config_dir, "targets", "nodes.json"), "w") as f:
+        json.dump([{"targets": targets}], f)
+    return os.path.join(config_dir, "prometheus.yml")
+
+
 def copy_config(tmpdir, targets, interval="1s"):
     """Copies deploy/prometheus and drops a file_sd targets file into it.
     The one change to the shipped files: the scrape and evaluation

@@ -29,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -37,7 +36,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "prometheus"))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-from prom_cluster import DEPLOY_PROMETHEUS, Prometheus, free_loopback_port  # noqa: E402
+from prom_cluster import Prometheus, free_loopback_port, shipped_config  # noqa: E402
 from test_roots import CHROOT_ENV, artefact, chroot, put, throwaway_root, unpack_tarball  # noqa: E402
 
 # The straggler split's window (torchmon._torch_metrics' default), and the
@@ -54,15 +53,6 @@ def receivers_root():
     out = subprocess.run([os.path.join(HERE, "roots.sh"), "trixie-receivers"], check=True,
                          stdout=subprocess.PIPE, text=True, timeout=1800)
     return out.stdout.strip()
-
-
-def shipped_prometheus_config(tmpdir, targets):
-    """A copy of deploy/prometheus with a targets file: nothing else changed."""
-    config_dir = os.path.join(tmpdir, "prometheus")
-    shutil.copytree(DEPLOY_PROMETHEUS, config_dir)
-    with open(os.path.join(config_dir, "targets", "straggler-nodes.json"), "w") as f:
-        json.dump([{"targets": targets}], f)
-    return os.path.join(config_dir, "prometheus.yml")
 
 
 def in_node(root, hostname, *argv):
@@ -129,7 +119,7 @@ class Cluster:
                                   "proc": proc}
         for node, d in self.daemons.items():
             wait_until(lambda: os.path.exists(root + d["socket"]), 20, f"{node}'s daemon")
-        config = shipped_prometheus_config(self.tmp, [d["metrics"] for d in self.daemons.values()])
+        config = shipped_config(self.tmp, [d["metrics"] for d in self.daemons.values()])
         self.prometheus = Prometheus(config, self.tmp,
                                      binary=os.path.join(receivers, "usr", "bin", "prometheus"))
         self._stack.callback(self.prometheus.stop)
