@@ -49,15 +49,16 @@ def percentile(values, q):
 def slow_job(cluster, kind, args, rng):
     # Long enough for every episode at its slowest; stopped when done.
     seconds = args.episodes * (2 * h.WINDOW_S + 60 + 4 * h.WINDOW_S) + 120
-    job = cluster.start_job(kind, args.world, seconds)
+    job = cluster.start_job(kind, args.world, seconds, f"{kind}-episodes")
     started = time.monotonic()
     episodes, healthy_alarms = [], []
     try:
-        h.wait_until(lambda: len(h.compute_means(cluster)) == args.world, 90,
+        h.wait_until(lambda: len(h.compute_means(cluster, job)) == args.world, 90,
                      "every rank's torch.dist.compute_s in Prometheus", 1.0)
-        h.watch_healthy(cluster, 2 * h.WINDOW_S)  # the first windows settle
+        h.watch_healthy(cluster, job, 2 * h.WINDOW_S)  # the first windows settle
         for n in range(args.episodes):
-            healthy_alarms += h.watch_healthy(cluster, rng.uniform(h.WINDOW_S, 2 * h.WINDOW_S))
+            healthy_alarms += h.watch_healthy(cluster, job,
+                                              rng.uniform(h.WINDOW_S, 2 * h.WINDOW_S))
             rank = rng.randrange(args.world)
             result = h.episode(cluster, job, rank, args.factor)
             result.update(episode=n, rank=rank)
@@ -69,25 +70,25 @@ def slow_job(cluster, kind, args, rng):
                   f"other alerts {len(result['wrong'])}", flush=True)
     finally:
         cluster.stop_job(job)
-    return episodes, healthy_alarms, time.monotonic() - started
+    return episodes, healthy_alarms, time.monotonic() - started, job.name
 
 
 def healthy_job(cluster, kind, args, seconds):
-    job = cluster.start_job(kind, args.world, seconds + 300)
+    job = cluster.start_job(kind, args.world, seconds + 300, f"{kind}-healthy")
     try:
-        h.wait_until(lambda: len(h.compute_means(cluster)) == args.world, 90,
+        h.wait_until(lambda: len(h.compute_means(cluster, job)) == args.world, 90,
                      "every rank's torch.dist.compute_s in Prometheus", 1.0)
-        return h.watch_healthy(cluster, seconds)
+        return h.watch_healthy(cluster, job, seconds)
     finally:
         cluster.stop_job(job)
 
 
-def summarize(kind, episodes, gap_alarms, healthy_alarms, healthy_s, args):
+def summarize(kind, job_name, episodes, gap_alarms, healthy_alarms, healthy_s, args):
     latencies = [e["latency_s"] for e in episodes if e["latency_s"] is not None]
     within = [e for e in episodes if e["latency_s"] is not None
               and e["latency_s"] <= h.DETECTION_BOUND_S
               and e["named"] == {"rank": str(e["rank"]), "host": h.Job(args.world).node_of(e["rank"]),
-                                 "job": h.JOB}]
+                                 "job": job_name}]
     slowdowns = [e["slowdown"] for e in episodes if e["slowdown"] is not None]
     return {
         "kind": kind, "world": args.world, "factor": args.factor, "episodes": len(episodes),
@@ -118,9 +119,9 @@ def main():
     summaries = []
     with h.Cluster() as cluster:
         for kind in args.kinds.split(","):
-            episodes, gap_alarms, slow_s = slow_job(cluster, kind, args, rng)
+            episodes, gap_alarms, slow_s, name = slow_job(cluster, kind, args, rng)
             healthy = healthy_job(cluster, kind, args, slow_s)
-            summary = summarize(kind, episodes, gap_alarms, healthy, slow_s, args)
+            summary = summarize(kind, name, episodes, gap_alarms, healthy, slow_s, args)
             summaries.append(summary)
             print(json.dumps(summary, indent=1), flush=True)
     if args.json:

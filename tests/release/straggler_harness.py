@@ -45,7 +45,6 @@ WINDOW_S = 10.0
 EVALUATION_S = 5.0
 # The bound the issue set: three windows plus one rule evaluation.
 DETECTION_BOUND_S = 3 * WINDOW_S + EVALUATION_S
-JOB = "straggler-test"
 NODES = ("node-a", "node-b")
 
 
@@ -62,11 +61,13 @@ def in_node(root, hostname, *argv):
 
 
 class Job:
-    """The ranks of one training job: the last rank alone on the last node,
-    the others on the first (so a straggler can be either)."""
+    """The ranks of one training job, named `name` (its `job` label, as
+    torchrun's TORCHELASTIC_RUN_ID gives it): the last rank alone on the
+    last node, the others on the first (so a straggler can be either)."""
 
-    def __init__(self, world):
+    def __init__(self, world, name="straggler-test"):
         self.world = world
+        self.name = name
         self.procs = []
         self.events = []  # (rank, JSON object) as the ranks print them
         self._threads = []
@@ -147,13 +148,16 @@ class Cluster:
         finally:
             self.set_slow(None)
 
-    def start_job(self, kind, world, seconds):
-        job = Job(world)
+    def start_job(self, kind, world, seconds, name):
+        """A job of `name`: a name of its own, so that no series of an
+        earlier job (a daemon keeps a series' last window for its TTL) is
+        taken for one of its ranks."""
+        job = Job(world, name)
         init = f"tcp://127.0.0.1:{free_loopback_port()}"
         for rank in range(world):
             node = job.node_of(rank)
             env = ["env", f"RANK={rank}", f"LOCAL_RANK={rank}", f"WORLD_SIZE={world}",
-                   f"TORCHELASTIC_RUN_ID={JOB}", "TORCHMON_TORCH_METRICS=1", "USE_LIBUV=0",
+                   f"TORCHELASTIC_RUN_ID={name}", "TORCHMON_TORCH_METRICS=1", "USE_LIBUV=0",
                    f"TORCHMON_TARGET=unix://{self.daemons[node]['socket']}"]
             proc = subprocess.Popen(
                 in_node(self.root, node, *env, "/venv/bin/python", "/tmp/straggler_job.py",
@@ -178,11 +182,12 @@ class Cluster:
             raise AssertionError(f"the job's ranks exited {codes}:\n{errors}")
         return job
 
-    def firing(self):
-        """The TorchmonStraggler alerts firing now: [labels]."""
+    def firing(self, job_name):
+        """The TorchmonStraggler alerts of job `job_name` firing now: [labels]."""
         alerts = self.prometheus.api("alerts")["alerts"]
         return [a["labels"] for a in alerts
-                if a["labels"].get("alertname") == "TorchmonStraggler" and a["state"] == "firing"]
+                if a["labels"].get("alertname") == "TorchmonStraggler" and a["state"] == "firing"
+                and a["labels"].get("job") == job_name]
 
     def query(self, expr):
         return self.prometheus.query(expr)
@@ -224,25 +229,27 @@ def stop(proc):
             proc.wait()
 
 
-def compute_means(cluster):
-    """rank -> the newest window mean of torch.dist.compute_s, from Prometheus."""
+def compute_means(cluster, job):
+    """rank -> the newest window mean of torch.dist.compute_s of `job`, from Prometheus."""
     out = {}
-    for sample in cluster.query(f'job_rank:torchmon_dist_compute_seconds:mean{{job="{JOB}"}}'):
+    for sample in cluster.query(f'job_rank:torchmon_dist_compute_seconds:mean{{job="{job.name}"}}'):
         labels, value = sample
         out[int(labels["rank"])] = value
     return out
 
 
-def watch_healthy(cluster, seconds, poll_s=0.25):
-    """Polls the alerts for `seconds`; returns every firing seen (labels)."""
-    seen = []
+def watch_healthy(cluster, job, seconds, poll_s=0.25):
+    """Polls `job`'s alerts for `seconds`; returns every one seen firing (its
+    labels, with the time it was first seen)."""
+    seen = {}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        for labels in cluster.firing():
-            if labels not in seen:
-                seen.append(dict(labels, seen_at=time.time()))
+        for labels in cluster.firing(job.name):
+            key = tuple(sorted(labels.items()))
+            if key not in seen:
+                seen[key] = dict(labels, seen_at=time.time())
         time.sleep(poll_s)
-    return seen
+    return list(seen.values())
 
 
 def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolve=True,
@@ -255,7 +262,7 @@ def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolv
     the alert fired: with 0, the window seen then may be slow for part of
     it only), "on_detect": what on_detect() returned, called then, while
     the rank is still slow}."""
-    before = compute_means(cluster).get(slow_rank)
+    before = compute_means(cluster, job).get(slow_rank)
     applied = len(job.events)
     cluster.set_slow(slow_rank, factor)
     # The moment the rank applied the change, by its own clock.
@@ -265,7 +272,7 @@ def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolv
                    and e.get("slow"))
     latency, named, wrong = None, None, []
     while time.time() - started < give_up_s:
-        for labels in cluster.firing():
+        for labels in cluster.firing(job.name):
             if labels.get("rank") == str(slow_rank):
                 latency = time.time() - started
                 named = {"rank": labels.get("rank"), "host": labels.get("host"),
@@ -277,12 +284,13 @@ def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolv
         time.sleep(poll_s)
     if latency is not None:
         time.sleep(settle_s)
-    during = compute_means(cluster).get(slow_rank)
+    during = compute_means(cluster, job).get(slow_rank)
     detected = on_detect() if on_detect is not None and latency is not None else None
     cluster.set_slow(None)
     if resolve:
         # Healthy again: the alert resolves once a healthy window is scraped.
-        wait_until(lambda: not cluster.firing(), 4 * WINDOW_S, "the alert to resolve", 0.5)
+        wait_until(lambda: not cluster.firing(job.name), 4 * WINDOW_S, "the alert to resolve",
+                   0.5)
     return {"latency_s": latency, "named": named, "wrong": wrong,
             "slowdown": during / before if before and during else None, "on_detect": detected}
 
