@@ -87,7 +87,7 @@ def summarize(kind, job_name, episodes, gap_alarms, healthy_alarms, healthy_s, a
     latencies = [e["latency_s"] for e in episodes if e["latency_s"] is not None]
     within = [e for e in episodes if e["latency_s"] is not None
               and e["latency_s"] <= h.DETECTION_BOUND_S
-              and e["named"] == {"rank": str(e["rank"]), "host": h.Job(args.world).node_of(e["rank"]),
+              and e["named"] == {"rank": str(e["rank"]), "host": h.node_of(e["rank"], args.world),
                                  "job": job_name}]
     slowdowns = [e["slowdown"] for e in episodes if e["slowdown"] is not None]
     return {

@@ -11,9 +11,11 @@ daemons' native histograms; a second Prometheus without native histograms
 scrapes one node through OpenMetrics."""
 
 import collections
+import json
 import math
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -22,7 +24,7 @@ import yaml
 
 import prom_cluster as pc
 from prom_cluster import CAPPED, EVAL_STEP, NAN_EVAL_LOSS, NODES, RANKS_PER_NODE
-from torchmon_testing import OWN_USER, wait_for
+from torchmon_testing import OWN_USER, PYTHON_DIR, wait_for
 
 STEP = 'stat="train.step_time_ms"'
 EVAL = f'job="promtest",stat="{EVAL_STEP}"'
@@ -244,8 +246,6 @@ def test_straggler_rules_on_ranks_alike(cluster):
 
 def cluster_ranks(cluster, *args):
     """python -m torchmon.cluster ranks ... against the live Prometheus."""
-    import sys
-    from torchmon_testing import PYTHON_DIR
     env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
     return subprocess.run([sys.executable, "-m", "torchmon.cluster", "ranks", *args],
                           capture_output=True, text=True, timeout=60, env=env)
@@ -259,7 +259,6 @@ def test_the_job_wide_ranks_table_from_prometheus(cluster):
     out = cluster_ranks(cluster, "train.step_time_ms", "--prometheus", address, "--job",
                         "promtest", "--json")
     assert out.returncode == 0, out.stderr
-    import json
     [c] = json.loads(out.stdout)["comparisons"]
     values = sorted(pc.step_time_ms(n, r) for n in range(NODES) for r in range(RANKS_PER_NODE))
     median = (values[5] + values[6]) / 2

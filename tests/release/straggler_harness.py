@@ -60,12 +60,17 @@ def in_node(root, hostname, *argv):
             *argv]
 
 
+def node_of(rank, world):
+    """The node of `rank` in a job of `world` ranks: the last rank alone on
+    the last node, the others on the first (so a straggler can be either)."""
+    return NODES[-1] if rank == world - 1 else NODES[0]
+
+
 class Job:
     """The ranks of one training job, named `name` (its `job` label, as
-    torchrun's TORCHELASTIC_RUN_ID gives it): the last rank alone on the
-    last node, the others on the first (so a straggler can be either)."""
+    torchrun's TORCHELASTIC_RUN_ID gives it), placed by node_of()."""
 
-    def __init__(self, world, name="straggler-test"):
+    def __init__(self, world, name):
         self.world = world
         self.name = name
         self.procs = []
@@ -73,7 +78,7 @@ class Job:
         self._threads = []
 
     def node_of(self, rank):
-        return NODES[-1] if rank == self.world - 1 else NODES[0]
+        return node_of(rank, self.world)
 
 
 class Cluster:
@@ -87,11 +92,14 @@ class Cluster:
         try:
             self._start()
         except BaseException:
+            self._show_logs()
             self._stack.close()
             raise
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *_):
+        if exc_type is not None:
+            self._show_logs()
         self._stack.close()
 
     def _start(self):
@@ -104,7 +112,6 @@ class Cluster:
         shutil.copy(os.path.join(REPO, "tests", "support", "straggler_job.py"), root + "/tmp/")
         self.tmp = tempfile.mkdtemp(prefix="torchmon-stragglers.")
         self._stack.callback(shutil.rmtree, self.tmp, ignore_errors=True)
-        self._stack.callback(self._show_logs_on_error)
         self.daemons = {}
         for node in NODES:
             port = free_loopback_port()
@@ -127,8 +134,9 @@ class Cluster:
         self.control = "/tmp/straggler-control"
         self.set_slow(None)
 
-    def _show_logs_on_error(self):
-        if sys.exc_info()[0] is not None:
+    def _show_logs(self):
+        """The daemons' logs and the ranks' stderr, for a failure."""
+        if getattr(self, "tmp", None) and os.path.isdir(self.tmp):
             for name in sorted(os.listdir(self.tmp)):
                 if name.endswith((".log", ".err")):
                     with open(os.path.join(self.tmp, name)) as f:
