@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import types
 import urllib.request
 
@@ -241,6 +242,23 @@ def test_the_native_step_hook_records_each_optimizers_intervals_and_calls_on_due
     hook(object(), (), {})
     assert len(errors) == 1 and isinstance(errors[0], TypeError), errors
 
+    # A least gap between due calls after the early steps: steps faster
+    # than it call on_due once per gap, however many there are.
+    gapped = []
+    hook = native.step_interval_hook(default_client_for._native, lambda: gapped.append(1), 2, 1,
+                                     None, 0.5)
+    for _ in range(1000):
+        hook(sgd, (), {})
+    assert len(gapped) == 2  # steps 1 and 2, the early ones; the gap holds from the last
+    time.sleep(0.55)
+    for _ in range(1000):
+        hook(sgd, (), {})
+    assert len(gapped) == 3
+    with pytest.raises(ValueError, match="min_gap"):
+        native.step_interval_hook(default_client_for._native, None, 0, 1, None, -1.0)
+    with pytest.raises(ValueError, match="min_gap"):
+        native.step_interval_hook(default_client_for._native, None, 0, 1, None, float("nan"))
+
 
 def test_the_straggler_split_records_each_step_of_the_first_optimizer(daemon, default_client_for):
     # step_split on the native step hook, driven as torch and the Work.wait
@@ -300,7 +318,7 @@ def test_the_straggler_split_records_each_step_of_the_first_optimizer(daemon, de
 
 
 DDP_RANK = """
-    import os, torch, torch.distributed as dist
+    import os, time, torch, torch.distributed as dist
     dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"],
                             rank=int(os.environ["RANK"]), world_size=2)
     torch.manual_seed(0)
@@ -311,6 +329,7 @@ DDP_RANK = """
         optimizer.zero_grad()
         model(torch.randn(32, 64)).square().mean().backward()
         optimizer.step()
+        time.sleep(0.004)  # 4 steps outlast the 2 ms between reads of a 0.2 s window
     dist.barrier()
     dist.destroy_process_group()
     import torchmon
@@ -331,7 +350,7 @@ def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemo
     ranks = [subprocess.Popen(
         [sys.executable, "-c", script(DDP_RANK)],
         env=child_env(python_env, switch=True, RANK=str(rank), WORLD_SIZE="2",
-                      INIT_METHOD=init),
+                      INIT_METHOD=init, TORCHMON_TORCH_DIST_WINDOW_S="0.2"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     outputs = [p.communicate(timeout=300) for p in ranks]
     for p, (stdout, stderr) in zip(ranks, outputs):
@@ -347,7 +366,8 @@ def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemo
     # (torch 1.13: each rank's 10 samples of each, labelled with its rank).
     # Where the straggler split is on (global step hooks, torch >= 2.0),
     # torchmon makes a CPU module sample every 4th iteration and reads it
-    # at the steps that may hold a new one (1 to 12, then every 4th): in
+    # at the steps that may hold a new one (1 to 12, then every 4th, at
+    # least a hundredth of the split's window apart: 2 ms here): in
     # 50 steps, iterations 1 to 10 and 12, 16, ... 44 (48 is logged at the
     # 49th forward, after the last read), 19 samples; one either side for
     # the phase of DDP's count against the steps'.

@@ -29,6 +29,11 @@ struct StepHook {
   Ref on_error;
   uint64_t early = 0;
   uint64_t every = 1;
+  // After the early steps, on_due runs no more often than this: a step of
+  // a few ms would otherwise run Python code on the training thread
+  // hundreds of times a second.
+  std::chrono::steady_clock::duration min_gap{0};
+  std::chrono::steady_clock::time_point last_due{};
   uint64_t steps = 0;
   bool on = true;
   // The straggler split (step_split, step_hook.h): per step of the primary
@@ -134,7 +139,9 @@ PyObject* CallHook(PyObject* capsule, PyObject* args) {
     if (split.every_step) RecordSplit(split, 0);
   }
   ++hook.steps;
-  if (hook.on_due && (hook.steps <= hook.early || hook.steps % hook.every == 0)) {
+  if (hook.on_due && (hook.steps <= hook.early ||
+                      (hook.steps % hook.every == 0 && now - hook.last_due >= hook.min_gap))) {
+    hook.last_due = now;
     Ref result(PyObject_CallNoArgs(hook.on_due.get()));
     if (!result) Fail(hook);
   }
@@ -218,8 +225,9 @@ PyObject* StepSplitRecord(PyObject*, PyObject* args) {
 PyObject* NewStepIntervalHook(PyObject*, PyObject* args) {
   PyObject *client, *on_due, *on_error;
   unsigned long long early, every;
-  if (!PyArg_ParseTuple(args, "OOKKO:step_interval_hook", &client, &on_due, &early, &every,
-                        &on_error)) {
+  double min_gap_s = 0;
+  if (!PyArg_ParseTuple(args, "OOKKO|d:step_interval_hook", &client, &on_due, &early, &every,
+                        &on_error, &min_gap_s)) {
     return nullptr;
   }
   if (!PyObject_TypeCheck(client, client_type)) {
@@ -231,12 +239,19 @@ PyObject* NewStepIntervalHook(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "step_interval_hook(): every must be at least 1");
     return nullptr;
   }
+  if (!(min_gap_s >= 0 && min_gap_s <= 3600)) {
+    PyErr_Format(PyExc_ValueError, "step_interval_hook(): a min_gap of %R s is outside 0 to 3600",
+                 PyTuple_GetItem(args, 5));
+    return nullptr;
+  }
   auto hook = std::make_unique<StepHook>();
   hook->client = ClientPtrOf(client);
   if (on_due != Py_None) hook->on_due = Ref((Py_INCREF(on_due), on_due));
   if (on_error != Py_None) hook->on_error = Ref((Py_INCREF(on_error), on_error));
   hook->early = early;
   hook->every = every;
+  hook->min_gap = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(min_gap_s));
   Ref capsule(PyCapsule_New(hook.get(), kCapsuleName, DeleteHook));
   if (!capsule) return nullptr;
   hook.release();  // the capsule owns it now

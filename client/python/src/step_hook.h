@@ -13,14 +13,15 @@
 
 namespace torchmon::python {
 
-// step_interval_hook(client, on_due, early, every, on_error) -> hook
+// step_interval_hook(client, on_due, early, every, on_error, min_gap_s=0) -> hook
 //
 // `hook(optimizer, args, kwargs)` records, per optimizer object, the wall
 // time since its previous step as a sample of
 // torch.optim.step_interval_s{optimizer=<its class name>} on `client`
 // (count, mean, max and a native histogram, in torchmon::WaitCounter's
 // windows). Then, counting the steps of every optimizer, it calls
-// `on_due()` at steps 1 to `early` and at every `every`-th after. Never
+// `on_due()` at steps 1 to `early` and after them at every `every`-th
+// step that comes at least `min_gap_s` seconds after the last call. Never
 // raises into the step: an error (an optimizer that takes no weak
 // reference, no memory) calls `on_error(exception)` once and turns the
 // hook off. Optimizers are held weakly. Call with the GIL held.

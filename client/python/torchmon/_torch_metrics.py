@@ -65,6 +65,12 @@ _DDP_CPU_SAMPLE_RATE = _DDP_POLL_EVERY
 # straggler within seconds, long enough to hold many steps.
 DIST_WINDOW_ENV = "TORCHMON_TORCH_DIST_WINDOW_S"
 _DIST_WINDOW_S = 10.0
+# After the first steps, the Python code of the optimizer step hook (DDP's
+# data read, the split of a sampled DDP step recorded, NCCL groups hooked)
+# runs at most this many times a split window: every 4th step of 3.6 ms
+# cost 1 to 2 % of the step on CPU (docs/performance.md); 100 samples a
+# window are plenty for a mean.
+_DUE_PER_DIST_WINDOW = 100
 
 
 def _ddp_may_have_changed(calls: int) -> bool:
@@ -222,6 +228,13 @@ class _Metrics:
         # given a completion hook.
         self._step_hook: Any = None
         self._dist_window_s = _DIST_WINDOW_S
+        self._dist_window_error: Optional[str] = None
+        window = os.environ.get(DIST_WINDOW_ENV, "").strip()
+        if window:
+            try:
+                self._dist_window_s = float(window)
+            except ValueError:
+                self._dist_window_error = f"{DIST_WINDOW_ENV}={window!r} is no number of seconds"
         self._add_wait: Optional[Callable[[float], None]] = None
         self._nccl_timing = False
         self._nccl_groups: set = set()  # id() of each group seen: groups take no weak reference
@@ -449,8 +462,9 @@ class _Metrics:
         ddp_read_all = self._ddp_read_all
 
         def on_due() -> None:
-            # Steps 1 to 12, then every 4th: the first one tells DDP's
-            # forward pre-hooks to leave.
+            # Steps 1 to 12, then every 4th at most _DUE_PER_DIST_WINDOW
+            # times a window: the first one tells DDP's forward pre-hooks
+            # to leave.
             self._steps_seen = True
             if ddp_read_all is not None:
                 ddp_read_all()
@@ -460,10 +474,20 @@ class _Metrics:
         # Native (step_hook.h): it runs on the training thread after every
         # step, where Python code is cold and costs microseconds.
         step_post_hook = _torchmon.step_interval_hook(
-            self._client._native, on_due, _DDP_EARLY_ITERATIONS, _DDP_POLL_EVERY, once.fail)
+            self._client._native, on_due, _DDP_EARLY_ITERATIONS, _DDP_POLL_EVERY, once.fail,
+            self._due_gap_s())
         register(step_post_hook)
         self._step_hook = step_post_hook
         return "on"
+
+    def _due_gap_s(self) -> float:
+        """The least time between two calls of on_due after the first steps:
+        a share of the split's window (one step_split accepts; else the
+        default's, and _install_dist reports the window)."""
+        window = self._dist_window_s
+        if not 0.001 <= window <= 86400:  # NaN too
+            window = _DIST_WINDOW_S
+        return window / _DUE_PER_DIST_WINDOW
 
     # --- the straggler split --------------------------------------------------
 
@@ -483,12 +507,8 @@ class _Metrics:
         work = getattr(c10d, "Work", None)
         if work is None or not callable(getattr(work, "wait", None)):
             return "this torch.distributed has no Work.wait"
-        window = os.environ.get(DIST_WINDOW_ENV, "").strip()
-        if window:
-            try:
-                self._dist_window_s = float(window)
-            except ValueError:
-                return f"{DIST_WINDOW_ENV}={window!r} is no number of seconds"
+        if self._dist_window_error:
+            return self._dist_window_error
         try:
             add_wait = _torchmon.step_split(self._step_hook, self._dist_window_s, True)
         except ValueError as e:
