@@ -12,7 +12,8 @@ add_executable(torchmon-loadgen
   loadgen/options.cc
   loadgen/process_metrics.cc
   loadgen/rank_worker.cc
-  loadgen/report.cc)
+  loadgen/report.cc
+  loadgen/sync_job.cc)
 # Headers are included as "loadgen/<name>.h".
 target_include_directories(torchmon-loadgen PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(torchmon-loadgen PRIVATE

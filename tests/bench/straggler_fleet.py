@@ -4,29 +4,35 @@ with the ranks of a synchronous job, scraped by one real Prometheus with
 the shipped configuration and rules.
 
     /usr/bin/python3 tests/bench/straggler_fleet.py [--daemons 64] [--ranks 8]
-        [--stages 8,16,32,64] [--episodes 10] [--factor 1.3] [--json FILE]
+        [--stages 8,16,32,64] [--episodes 20] [--factor 1.3] [--healthy-s S]
+        [--json FILE]
 
-Each "node" is a torchmond of the build tree and one process that plays
-its ranks with torchmon's Python client, as TORCHMON_TORCH_METRICS=1 would
-report them: every step (200 ms), each rank adds its compute time to
-torch.dist.compute_s and the rest of the step to torch.dist.wait_s. The
-job is synchronous: a step lasts as long as the slowest rank's compute
-(plus a fixed communication time), every rank of every node computing the
-same pseudo-random draws for a step (a shared seed), so that each knows
-the slowest without talking to the others. A rank's compute is 100 ms x
-its own offset (normal, 1 %, fixed for the run) x the step's noise
-(normal, 3 %); a straggler's is that x `--factor`, from a step at a random
-moment (a control file every node reads). Nothing here is real training:
-the ranks' numbers are simulated, the daemons, the scrape, the rules and
-the alert are not.
+Each "node" is a torchmond of the build tree and one `torchmon-loadgen
+--sync-job` beside it (docs/loadgen.md) that plays the node's ranks of one
+job as TORCHMON_TORCH_METRICS=1 reports them: every step (200 ms), each
+rank's compute in torch.dist.compute_s and the rest of the step in
+torch.dist.wait_s. The job is synchronous: a step lasts as long as the
+slowest rank's compute plus 20 ms of communication; every process draws
+the same numbers for a step, so each knows the slowest rank of the whole
+job. A rank's compute is 100 ms x its own offset (normal, 1 %) x the
+step's noise (normal, 3 %); a straggler's is that x `--factor` from a known
+step (the control file every node re-reads each step names it). Nothing
+here is real training: the ranks' numbers are drawn, the clients, daemons,
+scrapes, rules and alert are real.
 
 1. Cost: daemons are added in `--stages`; at each, after the series settle,
    Prometheus' resident memory, CPU seconds per second over 30 s, head
    series (its own /metrics) and the straggler group's evaluation time.
 2. Detection, with every daemon: `--episodes` episodes as
    tests/bench/straggler_detection.py runs them (a random rank of the
-   whole job, the alert must name it and its host within three windows
-   plus one evaluation, 35 s), then as long without a straggler.
+   whole job slow from a known step; the alert must name it and its host
+   within three windows plus one evaluation, 35 s, counted from that
+   step's start), then `--healthy-s` seconds (default: as long as the
+   episodes took) without a straggler, every alert counted as false.
+3. The job-wide view: at each detection, `python -m torchmon.cluster ranks
+   --prometheus URL --job fleet --json` (docs/cli.md) asked the same
+   Prometheus; it must list the slow rank, and only it, as the straggler,
+   with its host.
 
 Prometheus: the trixie-receivers root's 2.53 if tests/release/roots.sh
 has it cached (or can make it), else `prometheus` on PATH.
@@ -53,77 +59,15 @@ sys.path.insert(0, os.path.join(REPO, "tests", "prometheus"))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 
 STEP_S = 0.2
-COMPUTE_S = 0.1
-COMM_S = 0.02
 WINDOW_S = 10.0
 EVALUATION_S = 5.0
 BOUND_S = 3 * WINDOW_S + EVALUATION_S
 JOB = "fleet"
+LOADGEN = os.path.join(BUILD, "tests", "bench", "torchmon-loadgen")
 
 
-# --- a node: its ranks, simulated ------------------------------------------
-
-def rank_offsets(seed, world):
-    rng = random.Random(f"{seed}-offsets")
-    return [1 + rng.gauss(0, 0.01) for _ in range(world)]
-
-
-def step_computes(seed, step, offsets, slow):
-    """Every rank's compute seconds at `step`: the same on every node."""
-    rng = random.Random(f"{seed}-{step}")
-    computes = [COMPUTE_S * o * (1 + rng.gauss(0, 0.03)) for o in offsets]
-    if slow is not None:
-        computes[slow[0]] *= slow[1]
-    return computes
-
-
-def read_control(path, last):
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except FileNotFoundError:
-        return last, None
-    if last is not None and mtime == last[0]:
-        return last, last[1]
-    with open(path) as f:
-        words = f.read().split()
-    slow = (int(words[0]), float(words[1])) if len(words) == 2 else None
-    return (mtime, slow), slow
-
-
-def node_main(args):
-    import datetime
-    import torchmon
-    M = torchmon.Aggregation
-    world = args.daemons * args.ranks
-    offsets = rank_offsets(args.seed, world)
-    window = datetime.timedelta(seconds=WINDOW_S)
-    mine = []
-    for local in range(args.ranks):
-        rank = args.node * args.ranks + local
-        client = torchmon.Client(target=args.target, labels_from_environment=False, labels={
-            "job": JOB, "host": f"node-{args.node:03d}", "rank": str(rank),
-            "local_rank": str(local)})
-        mine.append((rank, client,
-                     torchmon.Stat("torch.dist.compute_s", [M.COUNT, M.MEAN, M.SUM], window,
-                                   client=client),
-                     torchmon.Stat("torch.dist.wait_s", [M.COUNT, M.MEAN, M.SUM], window,
-                                   client=client)))
-    control = None
-    step = int((time.time() - args.t0) / STEP_S) + 1
-    while time.time() < args.end:
-        due = args.t0 + step * STEP_S
-        pause = due - time.time()
-        if pause > 0:
-            time.sleep(pause)
-        control, slow = read_control(args.control, control)
-        computes = step_computes(args.seed, step, offsets, slow)
-        lasted = max(computes) + COMM_S
-        for rank, _client, compute, wait in mine:
-            compute.add(computes[rank])
-            wait.add(lasted - computes[rank])
-        step += 1
-    for _rank, client, _c, _w in mine:
-        client.flush(5)
+def host_of(node):
+    return f"node-{node:03d}"
 
 
 # --- the fleet ---------------------------------------------------------------
@@ -178,20 +122,20 @@ class Fleet:
 
     def grow(self, count):
         from torchmond import LaunchedDaemon
-        end = time.time() + 24 * 3600
         while len(self.daemons) < count:
             i = len(self.daemons)
             d = LaunchedDaemon([os.path.join(BUILD, "server", "torchmond"), "--listen",
                                 f"unix://{self.tmp}/d{i}.sock", "--metrics-listen",
                                 "127.0.0.1:0"])
             self.daemons.append(d)
-            env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "client", "python"))
             self.nodes.append(subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--node", str(i), "--target",
-                 d.ready.unix_target, "--t0", repr(self.t0), "--end", repr(end),
-                 "--control", self.control, "--seed", str(self.args.seed),
-                 "--daemons", str(self.args.daemons), "--ranks", str(self.args.ranks)],
-                env=env))
+                [LOADGEN, "--target", d.ready.unix_target, "--sync-job", "--job", JOB,
+                 "--host", host_of(i), "--world", str(self.args.daemons * self.args.ranks),
+                 "--first-rank", str(i * self.args.ranks), "--ranks", str(self.args.ranks),
+                 "--seed", str(self.args.seed), "--step", f"{round(STEP_S * 1000)}ms",
+                 "--window", f"{round(WINDOW_S)}s", "--duration", "24h",
+                 "--straggler-file", self.control],
+                stdout=subprocess.DEVNULL))
         with open(self.targets + ".tmp", "w") as f:
             json.dump([{"targets": [d.ready.metrics for d in self.daemons]}], f)
         os.replace(self.targets + ".tmp", self.targets)
@@ -209,9 +153,27 @@ class Fleet:
         self.prometheus.stop()
 
     def set_slow(self, rank, factor):
+        """Makes `rank` slow from a step a little ahead (every node reads the
+        file at each step); returns the Unix time that step starts."""
+        from_step = int(time.time() / STEP_S) + 3
         with open(self.control + ".tmp", "w") as f:
-            f.write("" if rank is None else f"{rank} {factor}\n")
+            f.write("" if rank is None else f"{rank} {factor} {from_step}\n")
         os.replace(self.control + ".tmp", self.control)
+        return from_step * STEP_S
+
+    def cluster_view(self):
+        """What `python -m torchmon.cluster ranks --job fleet` says now."""
+        out = subprocess.run(
+            [sys.executable, "-m", "torchmon.cluster", "ranks", "--prometheus",
+             f"http://{self.prometheus.address}", "--job", JOB, "--json"],
+            env=dict(os.environ, PYTHONPATH=os.path.join(BUILD, "client", "python")),
+            capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            return {"error": out.stderr.strip()[-500:]}
+        (comparison,) = json.loads(out.stdout)["comparisons"]
+        hosts = {r["rank"]: r["host"] for r in comparison["ranks"]}
+        return {"ranks": len(comparison["ranks"]), "stragglers": comparison["stragglers"],
+                "hosts": [hosts[r] for r in comparison["stragglers"]]}
 
     def firing(self):
         return [a["labels"] for a in self.prometheus.api("alerts")["alerts"]
@@ -247,21 +209,16 @@ def main():
     p.add_argument("--daemons", type=int, default=64)
     p.add_argument("--ranks", type=int, default=8, help="ranks per daemon")
     p.add_argument("--stages", default="8,16,32,64")
-    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--factor", type=float, default=1.3)
     p.add_argument("--settle", type=float, default=45.0)
+    p.add_argument("--healthy-s", type=float, default=None,
+                   help="seconds without a straggler after the episodes (default: as long)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", default=None)
-    # A node process (internal).
-    p.add_argument("--node", type=int, default=None)
-    p.add_argument("--target")
-    p.add_argument("--t0", type=float)
-    p.add_argument("--end", type=float)
-    p.add_argument("--control")
     args = p.parse_args()
-    if args.node is not None:
-        node_main(args)
-        return
+    if not os.access(LOADGEN, os.X_OK):
+        sys.exit(f"no {LOADGEN}: build the tree first (cmake --build build)")
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.prometheus = prometheus_binary()
     rng = random.Random(args.seed)
@@ -286,9 +243,8 @@ def main():
             for n in range(args.episodes):
                 time.sleep(rng.uniform(WINDOW_S, 2 * WINDOW_S))
                 rank = rng.randrange(world)
-                t_slow = time.time()
-                fleet.set_slow(rank, args.factor)
-                latency, named, wrong = None, None, []
+                t_slow = fleet.set_slow(rank, args.factor)
+                latency, named, wrong, view = None, None, [], None
                 while time.time() - t_slow < 60:
                     for labels in fleet.firing():
                         if labels.get("rank") == str(rank):
@@ -297,41 +253,55 @@ def main():
                         elif labels not in wrong:
                             wrong.append(labels)
                     if latency is not None:
+                        view = fleet.cluster_view()
                         break
                     time.sleep(0.25)
                 fleet.set_slow(None, 1)
                 wait_until(lambda: not fleet.firing(), 60, 0.5)
                 episode = {"episode": n, "rank": rank, "latency_s": latency,
-                           "named": named, "expected": (str(rank), f"node-{rank // args.ranks:03d}"),
-                           "other_alerts": wrong}
+                           "named": named, "expected": (str(rank), host_of(rank // args.ranks)),
+                           "other_alerts": wrong, "cluster_view": view}
                 report["episodes"].append(episode)
                 print(json.dumps(episode), flush=True)
             slow_s = time.monotonic() - started
-            deadline = time.monotonic() + slow_s
+            healthy_s = args.healthy_s if args.healthy_s is not None else slow_s
+            deadline = time.monotonic() + healthy_s
             while time.monotonic() < deadline:
                 for labels in fleet.firing():
                     if labels not in report["healthy_alerts"]:
                         report["healthy_alerts"].append(labels)
                 time.sleep(0.5)
-            report["healthy_s"] = round(slow_s)
+            report["episodes_s"] = round(slow_s)
+            report["healthy_s"] = round(healthy_s)
         finally:
             fleet.stop()
-    latencies = [e["latency_s"] for e in report["episodes"] if e["latency_s"] is not None]
+    latencies = sorted(e["latency_s"] for e in report["episodes"] if e["latency_s"] is not None)
     within = [e for e in report["episodes"] if e["latency_s"] is not None
               and e["latency_s"] <= BOUND_S and tuple(e["named"]) == tuple(e["expected"])]
+    viewed = [e for e in report["episodes"] if e["cluster_view"]
+              and e["cluster_view"].get("stragglers") == [e["expected"][0]]
+              and e["cluster_view"].get("hosts") == [e["expected"][1]]]
     report["summary"] = {
         "episodes": len(report["episodes"]), "within_bound": len(within), "bound_s": BOUND_S,
         "missed": len(report["episodes"]) - len(latencies),
         "latency_median_s": statistics.median(latencies) if latencies else None,
+        "latency_p90_s": latencies[int(0.9 * (len(latencies) - 1))] if latencies else None,
         "latency_max_s": max(latencies, default=None),
         "other_alerts": sum(len(e["other_alerts"]) for e in report["episodes"]),
+        "cluster_view_named_it_alone": len(viewed),
+        "healthy_s": report.get("healthy_s"),
         "healthy_alerts": len(report["healthy_alerts"])}
     if len(report["cost"]) >= 2:
-        a, b = report["cost"][0], report["cost"][-1]
-        series = b.get("head_series", math.nan) - a.get("head_series", math.nan)
-        report["summary"]["prometheus_bytes_per_series"] = (b["rss_mib"] - a["rss_mib"]) * 2**20 / series
-        report["summary"]["prometheus_cpu_per_s_per_1000_series"] = (
-            (b["cpu_per_s"] - a["cpu_per_s"]) * 1000 / series)
+        # Least squares over the stages: resident bytes and CPU per head series.
+        xs = [c.get("head_series", math.nan) for c in report["cost"]]
+        for key, name, scale in (("rss_mib", "prometheus_bytes_per_series", 2**20),
+                                 ("cpu_per_s", "prometheus_cpu_s_per_s_per_1000_series", 1000),
+                                 ("straggler_group_s", "straggler_group_s_per_1000_series", 1000)):
+            ys = [c.get(key, math.nan) for c in report["cost"]]
+            mx, my = statistics.fmean(xs), statistics.fmean(ys)
+            slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+                     / sum((x - mx) ** 2 for x in xs))
+            report["summary"][name] = slope * scale
     print(json.dumps(report["summary"], indent=1), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
@@ -19,6 +21,7 @@
 #include "loadgen/process_metrics.h"
 #include "loadgen/rank_worker.h"
 #include "loadgen/report.h"
+#include "loadgen/sync_job.h"
 #include "machine/machine.h"
 #include "tests/support/daemon_launch.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
@@ -82,6 +85,20 @@ absl::StatusOr<v1::ListSeriesResponse> ListJobSeries(const std::string& target,
   }
 }
 
+// Keeps the series whose rank label is within [first, end).
+void KeepRanks(int first, int end, v1::ListSeriesResponse& response) {
+  auto* all = response.mutable_series();
+  auto mine = [&](const v1::SeriesInfo& info) {
+    const auto it = info.series().labels().find("rank");
+    int rank;
+    return it != info.series().labels().end() && absl::SimpleAtoi(it->second, &rank) &&
+           rank >= first && rank < end;
+  };
+  all->erase(std::remove_if(all->begin(), all->end(), [&](const v1::SeriesInfo& info) {
+               return !mine(info);
+             }), all->end());
+}
+
 int Run(int argc, char** argv) {
   absl::StatusOr<LoadgenOptions> parsed = ParseLoadgenOptions(argc, argv);
   if (!parsed.ok()) {
@@ -95,7 +112,7 @@ int Run(int argc, char** argv) {
     return kExitExact;
   }
   signal(SIGPIPE, SIG_IGN);  // a dead rank must not kill the parent
-  const std::string job = RandomJob();
+  const std::string job = options.job_name.empty() ? RandomJob() : options.job_name;
   const std::chrono::milliseconds query_timeout(options.query_timeout_ms);
 
   // The spawned daemon, and its directory (which outlives it).
@@ -128,7 +145,13 @@ int Run(int argc, char** argv) {
   // Forked ranks first: nothing in this process may have touched gRPC yet.
   std::unique_ptr<ForkedRanks> forked;
   std::vector<std::unique_ptr<RankWorker>> workers;
-  if (options.processes) {
+  std::unique_ptr<SyncJob> sync_job;
+  if (options.sync_job) {
+    sync_job = std::make_unique<SyncJob>(options, target, job);
+    if (absl::Status s = sync_job->Connect(query_timeout); !s.ok()) {
+      return Fail(kExitUnreachable, std::string(s.message()));
+    }
+  } else if (options.processes) {
     absl::StatusOr<std::unique_ptr<ForkedRanks>> started = ForkedRanks::Start(options, target, job);
     if (!started.ok()) return Fail(kExitUnreachable, std::string(started.status().message()));
     forked = std::move(*started);
@@ -156,6 +179,8 @@ int Run(int argc, char** argv) {
     if (absl::Status s = forked->Go(start); !s.ok()) {
       return Fail(kExitUnreachable, std::string(s.message()));
     }
+  } else if (sync_job) {
+    rank_threads.emplace_back([&] { results = sync_job->Run(start); });
   } else {
     for (size_t i = 0; i < workers.size(); ++i) {
       rank_threads.emplace_back([&, i] { results[i] = workers[i]->Run(start, rate_per_thread); });
@@ -196,9 +221,15 @@ int Run(int argc, char** argv) {
 
   absl::StatusOr<v1::ListSeriesResponse> series = ListJobSeries(target, job, query_timeout);
   if (!series.ok()) return Fail(kExitUnreachable, std::string(series.status().message()));
+  if (options.sync_job) {
+    // The job's other ranks may be played beside this daemon too: only
+    // this process's are its to account for.
+    KeepRanks(options.first_rank, options.first_rank + options.ranks, *series);
+  }
   const Report report = BuildReport(job, results, *series, measurements);
 
   workers.clear();
+  sync_job.reset();
   if (daemon) {
     absl::StatusOr<int> stopped = daemon->Stop(SIGTERM, kDaemonStopTimeout);
     if (!stopped.ok()) {

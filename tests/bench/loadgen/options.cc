@@ -1,10 +1,13 @@
 #include "loadgen/options.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "loadgen/sync_job.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::loadgen {
@@ -35,6 +38,24 @@ std::string LoadgenUsage() {
          "  --aggs LIST            Aggregations, e.g. mean,max. Default: mean\n"
          "  --max-samples N        Per-window cap of every stat (0 = none). Default: 0\n"
          "  --buffer-bytes N       ClientOptions.buffer_bytes of each rank. Default: 33554432\n"
+         "A synchronous job (--sync-job; docs/loadgen.md):\n"
+         "  --sync-job             Play ranks of a synchronous training job: per step, each\n"
+         "                         rank's torch.dist.compute_s and torch.dist.wait_s, the\n"
+         "                         step as long as the slowest rank's compute plus --comm.\n"
+         "                         --ranks ranks here; --window is the stats' window.\n"
+         "  --job NAME             The job label (default: loadgen-<random>).\n"
+         "  --host NAME            A host label on every rank (default: none).\n"
+         "  --world N              Ranks in the whole job. Default: --ranks\n"
+         "  --first-rank N         This process's first rank. Default: 0\n"
+         "  --seed N               Draws of the job; the same in each of its processes. Default: 1\n"
+         "  --step DURATION        Wall time between steps, numbered by the clock. Default: 200ms\n"
+         "  --compute DURATION     A rank's mean compute per step. Default: 100ms\n"
+         "  --comm DURATION        Communication after the slowest rank. Default: 20ms\n"
+         "  --noise F              A step's compute noise, relative (normal). Default: 0.03\n"
+         "  --rank-spread F        Each rank's fixed offset, relative (normal). Default: 0.01\n"
+         "  --straggler R:F@N      Rank R computes F times as long from the Nth step on.\n"
+         "  --straggler-file PATH  \"RANK FACTOR [STEP]\" (STEP: the clock's step number),\n"
+         "                         re-read every step; empty or absent: no straggler.\n"
          "Bounds and output:\n"
          "  --flush-timeout DURATION  Bound on each rank's final Flush. Default: 30s\n"
          "  --query-timeout DURATION  Deadline of the connect check and ListSeries. Default: 10s\n"
@@ -47,6 +68,8 @@ std::string LoadgenUsage() {
 
 absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
   LoadgenOptions options;
+  std::string straggler;
+  std::vector<std::string> given;  // flags of one mode only
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string inline_value;
@@ -82,6 +105,7 @@ absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
       }
       return *ms;
     };
+    given.push_back(arg);
 #define LOADGEN_ASSIGN(lhs, expr)     \
   do {                                \
     auto _v = (expr);                 \
@@ -143,6 +167,39 @@ absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
       LOADGEN_ASSIGN(options.query_timeout_ms, duration());
     } else if (arg == "--json") {
       options.json = true;
+    } else if (arg == "--sync-job") {
+      options.sync_job = true;
+    } else if (arg == "--job") {
+      LOADGEN_ASSIGN(options.job_name, value());
+    } else if (arg == "--host") {
+      LOADGEN_ASSIGN(options.host, value());
+    } else if (arg == "--world") {
+      LOADGEN_ASSIGN(options.world, integer(1, 1 << 20));
+    } else if (arg == "--first-rank") {
+      LOADGEN_ASSIGN(options.first_rank, integer(0, 1 << 20));
+    } else if (arg == "--seed") {
+      int64_t n;
+      LOADGEN_ASSIGN(n, integer(0, INT64_MAX));
+      options.seed = static_cast<uint64_t>(n);
+    } else if (arg == "--step") {
+      LOADGEN_ASSIGN(options.step_ms, duration());
+    } else if (arg == "--compute") {
+      LOADGEN_ASSIGN(options.compute_ms, duration());
+    } else if (arg == "--comm") {
+      LOADGEN_ASSIGN(options.comm_ms, duration());
+    } else if (arg == "--noise" || arg == "--rank-spread") {
+      std::string text;
+      LOADGEN_ASSIGN(text, value());
+      double f;
+      if (!absl::SimpleAtod(text, &f) || !std::isfinite(f) || f < 0 || f > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(arg, " \"", text, "\" is not a relative spread in [0, 1]"));
+      }
+      (arg == "--noise" ? options.noise : options.rank_spread) = f;
+    } else if (arg == "--straggler") {
+      LOADGEN_ASSIGN(straggler, value());
+    } else if (arg == "--straggler-file") {
+      LOADGEN_ASSIGN(options.straggler_file, value());
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag \"", arg, "\""));
     }
@@ -170,6 +227,49 @@ absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
         protocol::FormatDurationMs(protocol::kMaxWindowMs)));
   }
   if (options.aggregations.empty()) return absl::InvalidArgumentError("--aggs is empty");
+  static const std::vector<std::string> kSyncOnly = {
+      "--job",     "--host", "--world", "--first-rank",  "--seed",      "--step",
+      "--compute", "--comm", "--noise", "--rank-spread", "--straggler", "--straggler-file"};
+  static const std::vector<std::string> kNotSync = {"--processes", "--stats", "--threads-per-rank",
+                                                    "--rate",      "--aggs",  "--max-samples"};
+  const std::vector<std::string>& foreign = options.sync_job ? kNotSync : kSyncOnly;
+  std::vector<std::string> misplaced;
+  for (const std::string& flag : given) {
+    if (std::find(foreign.begin(), foreign.end(), flag) != foreign.end() &&
+        std::find(misplaced.begin(), misplaced.end(), flag) == misplaced.end()) {
+      misplaced.push_back(flag);
+    }
+  }
+  if (!misplaced.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(misplaced, ", "),
+        options.sync_job ? " cannot be used with --sync-job (its ranks add two stats a step)"
+                         : " needs --sync-job"));
+  }
+  if (!options.sync_job) return options;
+  if (options.world == 0) options.world = options.first_rank + options.ranks;
+  if (options.first_rank + options.ranks > options.world) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks ", options.first_rank, " to ",
+                                                   options.first_rank + options.ranks - 1,
+                                                   " are not all within --world ", options.world));
+  }
+  if (options.step_ms <= 0 || options.compute_ms <= 0 || options.comm_ms < 0) {
+    return absl::InvalidArgumentError("--step and --compute must be > 0, --comm >= 0");
+  }
+  if (!straggler.empty() && !options.straggler_file.empty()) {
+    return absl::InvalidArgumentError("give --straggler or --straggler-file, not both");
+  }
+  if (!straggler.empty()) {
+    absl::StatusOr<std::optional<Straggler>> parsed =
+        ParseStraggler(straggler, options.world, /*words=*/false);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--straggler: ",
+                                                                     parsed.status().message()));
+    if (*parsed) {
+      options.straggler_rank = (*parsed)->rank;
+      options.straggler_factor = (*parsed)->factor;
+      options.straggler_after_steps = (*parsed)->from_step;
+    }
+  }
   return options;
 }
 

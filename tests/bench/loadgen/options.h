@@ -45,6 +45,23 @@ struct LoadgenOptions {
   int64_t flush_timeout_ms = 30000;
   int64_t query_timeout_ms = 10000;
   bool json = false;
+  // --sync-job (loadgen/sync_job.h): this process plays ranks first_rank ..
+  // first_rank + ranks - 1 of a synchronous job of `world` ranks.
+  bool sync_job = false;
+  std::string job_name;  // the job label; empty: loadgen-<random>
+  std::string host;      // a host label on every rank; empty: none
+  int world = 0;         // 0: ranks
+  int first_rank = 0;
+  uint64_t seed = 1;
+  int64_t step_ms = 200;
+  int64_t compute_ms = 100;
+  int64_t comm_ms = 20;
+  double noise = 0.03;
+  double rank_spread = 0.01;
+  int straggler_rank = -1;  // --straggler RANK:FACTOR@STEPS; -1: none
+  double straggler_factor = 1;
+  int64_t straggler_after_steps = 0;
+  std::string straggler_file;
 };
 
 // Parses argv (argv[0] is the program). InvalidArgument with a message

@@ -136,18 +136,39 @@ Report BuildReport(const std::string& job, const std::vector<RankResult>& ranks,
 std::string FormatText(const LoadgenOptions& options, const Report& r) {
   const Measurements& m = r.measurements;
   const uint64_t dropped = r.capped + r.late + r.skewed + r.daemon_client_dropped;
-  std::string out = absl::StrCat(
-      "torchmon-loadgen  job=", r.job, "  target=", m.target, "\n", "  load         ",
-      options.ranks, " ranks (", options.processes ? "processes" : "threads", ") x ",
-      options.threads_per_rank, " threads x ", options.stats / options.threads_per_rank,
-      options.stats % options.threads_per_rank != 0 ? "+" : "",
-      " stats = ", options.ranks * options.stats, " series; window ",
-      protocol::FormatDurationMs(options.window_ms), ", aggs ", AggregationNames(options),
-      ", buffer ", options.buffer_bytes, " bytes\n");
-  absl::StrAppend(
-      &out, "  offered      ",
-      options.rate > 0 ? absl::StrCat(Rate(options.rate), " samples/s") : std::string("flat out"),
-      " for ", protocol::FormatDurationMs(options.duration_ms), "\n");
+  std::string out = absl::StrCat("torchmon-loadgen  job=", r.job, "  target=", m.target, "\n");
+  if (options.sync_job) {
+    absl::StrAppend(
+        &out, "  load         a synchronous job: ranks ", options.first_rank, " to ",
+        options.first_rank + options.ranks - 1, " of ", options.world, ", a step every ",
+        protocol::FormatDurationMs(options.step_ms), " (compute ",
+        protocol::FormatDurationMs(options.compute_ms), ", noise ", options.noise,
+        ", rank spread ", options.rank_spread, "; comm ", protocol::FormatDurationMs(options.comm_ms),
+        "), seed ", options.seed, "; window ", protocol::FormatDurationMs(options.window_ms), "\n");
+    absl::StrAppend(&out, "  offered      2 samples a rank a step for ",
+                    protocol::FormatDurationMs(options.duration_ms), "; straggler ",
+                    options.straggler_rank >= 0
+                        ? absl::StrCat("rank ", options.straggler_rank, " x",
+                                       options.straggler_factor, " from step ",
+                                       options.straggler_after_steps)
+                        : !options.straggler_file.empty()
+                              ? absl::StrCat("from ", options.straggler_file)
+                              : std::string("none"),
+                    "\n");
+  } else {
+    absl::StrAppend(
+        &out, "  load         ", options.ranks, " ranks (",
+        options.processes ? "processes" : "threads", ") x ", options.threads_per_rank,
+        " threads x ", options.stats / options.threads_per_rank,
+        options.stats % options.threads_per_rank != 0 ? "+" : "", " stats = ",
+        options.ranks * options.stats, " series; window ",
+        protocol::FormatDurationMs(options.window_ms), ", aggs ", AggregationNames(options),
+        ", buffer ", options.buffer_bytes, " bytes\n");
+    absl::StrAppend(&out, "  offered      ",
+                    options.rate > 0 ? absl::StrCat(Rate(options.rate), " samples/s")
+                                     : std::string("flat out"),
+                    " for ", protocol::FormatDurationMs(options.duration_ms), "\n");
+  }
   absl::StrAppendFormat(&out, "  sent         %s samples/s  (%s samples in %.3f s)\n",
                         Rate(PerSecond(r.sent, r.produce_seconds)), Grouped(r.sent),
                         r.produce_seconds);
@@ -204,7 +225,7 @@ std::string FormatJson(const LoadgenOptions& options, const Report& r) {
   std::string out = absl::StrCat(
       "{\"job\":", JsonString(r.job), ",\"target\":", JsonString(m.target),
       ",\"config\":{\"ranks\":", options.ranks,
-      ",\"mode\":", options.processes ? "\"processes\"" : "\"threads\"",
+      ",\"mode\":", options.sync_job ? "\"sync_job\"" : options.processes ? "\"processes\"" : "\"threads\"",
       ",\"stats_per_rank\":", options.stats, ",\"threads_per_rank\":", options.threads_per_rank,
       ",\"rate\":", JsonNumber(options.rate), ",\"duration_ms\":", options.duration_ms,
       ",\"window_ms\":", options.window_ms, ",\"aggs\":", JsonString(AggregationNames(options)),
