@@ -41,7 +41,9 @@ Reported:
   all_reduce  a one-rank sync dist.all_reduce of one float, ns per call,
               off and on: on, its Work.wait goes through the straggler
               split's timing wrapper, which every Python collective of a
-              job (FSDP's, plain ones) pays;
+              job (FSDP's, plain ones) pays; and in the on process, the
+              wrapper taken off and put back in random-order blocks: its
+              cost per collective without the variance between processes;
   wait pair   torch.monitor._WaitCounter(key).guard() entered and left,
               ns per pair, off and on (torch >= 2.6 only: c10's counter
               with torchmon's backend behind it, against none).
@@ -176,6 +178,23 @@ start = time.perf_counter_ns()
 for _ in range(calls):
     dist.all_reduce(one)
 print("allreduce_ns", (time.perf_counter_ns() - start) / calls)
+# And in this process, the wrapper taken off and put back in a random
+# order of blocks (on only: off has no wrapper): its cost per collective
+# without the variance between processes.
+Work = torch._C._distributed_c10d.Work
+wrapped = Work.wait
+if hasattr(wrapped, "__wrapped__"):
+    per = {{True: [], False: []}}
+    order = [True, False] * 8
+    __import__("random").shuffle(order)
+    for timed in order:
+        Work.wait = wrapped if timed else wrapped.__wrapped__
+        start = time.perf_counter_ns()
+        for _ in range(calls // 8):
+            dist.all_reduce(one)
+        per[timed].append((time.perf_counter_ns() - start) / (calls // 8))
+    Work.wait = wrapped
+    print("wait_wrapper_ns", statistics.median(per[True]) - statistics.median(per[False]))
 counter = getattr(torch.monitor, "_WaitCounter", None)
 if counter is not None:
     guard = counter("bench.torch_metrics_overhead")
@@ -212,7 +231,8 @@ def run(mode, args, target):
     if mode == "on" and "'ddp': 'on'" not in values.get("status", ""):
         sys.exit(f"the switch did not enable the metrics: {out.stdout}{out.stderr}")
     return {key: float(values[key]) for key in ("step_ns", "step_cpu_ns", "pair_ns", "idle_step_ns",
-                                                 "ddp_hook_ns", "blocks_ratio", "allreduce_ns")
+                                                 "ddp_hook_ns", "blocks_ratio", "allreduce_ns",
+                                                 "wait_wrapper_ns")
             if key in values}
 
 
@@ -294,6 +314,9 @@ def main():
     print(f"a one-rank sync all_reduce (its Work.wait timed with the switch): off "
           f"{median('off', 'allreduce_ns'):.0f} ns, on {median('on', 'allreduce_ns'):.0f} ns, "
           f"+{median('on', 'allreduce_ns') - median('off', 'allreduce_ns'):.0f} ns per collective")
+    if "wait_wrapper_ns" in runs["on"][0]:
+        print(f"the Work.wait wrapper in one process, taken off and put back: "
+              f"+{median('on', 'wait_wrapper_ns'):.0f} ns per collective (median of rounds)")
     if "pair_ns" in runs["off"][0]:
         print(f"_WaitCounter guard pair: off {median('off', 'pair_ns'):.0f} ns, "
               f"on {median('on', 'pair_ns'):.0f} ns")
