@@ -71,11 +71,13 @@ def test_a_straggler_of_a_synchronous_job_is_the_rank_the_daemon_names(daemon):
     assert 1.8 < slow["ratio"] < 2.2 and slow["labels"]["host"] == "node-001", comparison
 
 
-def test_the_same_seed_draws_the_same_job_in_every_process(daemon):
+def test_every_process_of_a_job_knows_its_slowest_rank(daemon):
     # Two processes, ranks 0-1 and 2-3 of one job, played against one daemon
-    # at once: each knows the slowest rank of the whole job from the seed
-    # alone, so their steps are equal.
-    common = ("--job", "two", "--world", "4", "--ranks", "2", "--seed", "11")
+    # at once, rank 3 1.5 times as slow and no noise: the first process
+    # makes its steps as long as rank 3's compute, which only the draws it
+    # shares with the second tell it, plus the communication.
+    common = ("--job", "two", "--world", "4", "--ranks", "2", "--seed", "11", "--noise", "0",
+              "--rank-spread", "0", "--straggler", "3:1.5")
     runs = [subprocess.Popen([LOADGEN, "--target", daemon.target, "--sync-job", "--step", "50ms",
                               "--compute", "20ms", "--comm", "5ms", "--window", "1s",
                               "--duration", "3s", "--first-rank", first, *common],
@@ -86,11 +88,11 @@ def test_the_same_seed_draws_the_same_job_in_every_process(daemon):
         assert run.returncode == 0, stdout + stderr
     split = compute_and_wait(daemon)
     assert sorted(split) == ["0", "1", "2", "3"], split
-    # Each process's steps are numbered by the clock: the steps both played
-    # are the same, each lasting as long in both. Per step the totals match;
-    # the counts may differ by a step at either end.
-    per_step = [(s["compute"] + s["wait"]) / s["steps"] for s in split.values()]
-    assert max(per_step) / min(per_step) < 1.01, split
+    for rank, s in split.items():
+        assert s["steps"] > 0, split
+        compute = 0.030 if rank == "3" else 0.020
+        assert abs(s["compute"] / s["steps"] - compute) < 1e-9, (rank, split)
+        assert abs((s["compute"] + s["wait"]) / s["steps"] - 0.035) < 1e-9, (rank, split)
 
 
 def test_a_straggler_file_is_read_each_step_and_a_bad_one_is_said_and_ignored(daemon, tmp_path):

@@ -53,7 +53,7 @@ std::string LoadgenUsage() {
          "  --comm DURATION        Communication after the slowest rank. Default: 20ms\n"
          "  --noise F              A step's compute noise, relative (normal). Default: 0.03\n"
          "  --rank-spread F        Each rank's fixed offset, relative (normal). Default: 0.01\n"
-         "  --straggler R:F@N      Rank R computes F times as long from the Nth step on.\n"
+         "  --straggler R:F@N      Rank R computes F times as long from N steps after the first.\n"
          "  --straggler-file PATH  \"RANK FACTOR [STEP]\" (STEP: the clock's step number),\n"
          "                         re-read every step; empty or absent: no straggler.\n"
          "Bounds and output:\n"

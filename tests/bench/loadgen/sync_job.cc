@@ -172,15 +172,16 @@ std::vector<RankResult> SyncJob::Run(Clock::time_point start) {
   const double step_s = static_cast<double>(options_.step_ms) / 1000;
   const double comm_s = static_cast<double>(options_.comm_ms) / 1000;
   std::this_thread::sleep_until(start);
+  // The step in progress: the first played, recorded at its end.
+  const auto first_step = static_cast<int64_t>(std::floor(UnixSeconds() / step_s));
   std::optional<Straggler> fixed;
   if (options_.straggler_rank >= 0) {
     // --straggler RANK:FACTOR@STEPS counts steps from the first one played.
     fixed = Straggler{options_.straggler_rank, options_.straggler_factor,
-                      static_cast<int64_t>(std::floor(UnixSeconds() / step_s)) + 1 +
-                          options_.straggler_after_steps};
+                      first_step + options_.straggler_after_steps};
   }
   // Each step is recorded at its end, on the wall clock's step boundary.
-  for (int64_t step = static_cast<int64_t>(std::floor(UnixSeconds() / step_s));; ++step) {
+  for (int64_t step = first_step;; ++step) {
     const double boundary = static_cast<double>(step + 1) * step_s;
     const double pause = boundary - UnixSeconds();
     if (pause > 0) std::this_thread::sleep_for(std::chrono::duration<double>(pause));
