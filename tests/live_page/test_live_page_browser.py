@@ -277,20 +277,22 @@ def test_the_straggler_is_highlighted_in_its_chart_and_the_panel(job, page):
     assert abs(c["ranks"][0]["score"] - score) < 1e-9, (c, score)
     row_js = """(() => { const r = document.querySelector('#straggler-rows tr[data-stat="train.step_ms"]');
         return {slowest: r.dataset.slowest, missing: r.querySelector('[data-missing]')?.dataset.missing,
-                text: r.textContent, cls: r.className,
+                text: r.textContent, cls: r.className, end: Number(r.dataset.end),
                 score: r.querySelector('[data-score]').dataset.score}; })()"""
     row = page.eval(row_js)
     assert row["slowest"] == "2" and row["cls"] == "straggler"
-    # The panel shows the daemon's score of the window it last drew: the
-    # same as /api/ranks once both are of one window (the page refreshes
-    # every 2 s; a window may close between the two reads).
-    deadline = time.monotonic() + 15
+    # The panel shows the daemon's score of the window it last drew (its
+    # end in data-end): the same as /api/ranks of that window. The page
+    # refreshes every 2 s and the job's windows are 0.5 s, so the two are
+    # compared once the daemon's newest is the page's.
+    deadline = time.monotonic() + 30
     while True:
-        (newest,) = api(job.daemon, "/api/ranks?stat=train.step_ms&agg=mean")["comparisons"]
         row = page.eval(row_js)
-        if row["score"] == f"{newest['ranks'][0]['score']:.2f}" or time.monotonic() > deadline:
+        (newest,) = api(job.daemon, "/api/ranks?stat=train.step_ms&agg=mean")["comparisons"]
+        if newest["end_ms"] == row["end"] or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
+    assert newest["end_ms"] == row["end"], (row, newest)
     assert row["score"] == f"{newest['ranks'][0]['score']:.2f}", (row, newest)
     assert row["missing"] == "3"
     assert "rank 2" in row["text"]
