@@ -88,15 +88,15 @@ absl::StatusOr<v1::ListSeriesResponse> ListJobSeries(const std::string& target,
 // Keeps the series whose rank label is within [first, end).
 void KeepRanks(int first, int end, v1::ListSeriesResponse& response) {
   auto* all = response.mutable_series();
-  auto mine = [&](const v1::SeriesInfo& info) {
-    const auto it = info.series().labels().find("rank");
-    int rank;
-    return it != info.series().labels().end() && absl::SimpleAtoi(it->second, &rank) &&
-           rank >= first && rank < end;
-  };
-  all->erase(std::remove_if(all->begin(), all->end(), [&](const v1::SeriesInfo& info) {
-               return !mine(info);
-             }), all->end());
+  all->erase(std::remove_if(all->begin(), all->end(),
+                            [&](const v1::SeriesInfo& info) {
+                              const auto it = info.series().labels().find("rank");
+                              int rank;
+                              return it == info.series().labels().end() ||
+                                     !absl::SimpleAtoi(it->second, &rank) || rank < first ||
+                                     rank >= end;
+                            }),
+             all->end());
 }
 
 int Run(int argc, char** argv) {

@@ -264,11 +264,7 @@ absl::StatusOr<LoadgenOptions> ParseLoadgenOptions(int argc, char** argv) {
         ParseStraggler(straggler, options.world, /*words=*/false);
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--straggler: ",
                                                                      parsed.status().message()));
-    if (*parsed) {
-      options.straggler_rank = (*parsed)->rank;
-      options.straggler_factor = (*parsed)->factor;
-      options.straggler_after_steps = (*parsed)->from_step;
-    }
+    options.straggler = *parsed;
   }
   return options;
 }

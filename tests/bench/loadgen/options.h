@@ -4,6 +4,7 @@
 #define TORCHMON_TESTS_BENCH_LOADGEN_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,16 @@ enum ExitCode : int {
   kExitUsage = 2,
   // The daemon could not be reached (or started), or did not answer a query.
   kExitUnreachable = 3,
+};
+
+// A rank of a --sync-job made slow: from step `from_step` on, its compute
+// is `factor` times its own. Steps count from the first one played in
+// --straggler, and by the wall clock (loadgen/sync_job.h) in a straggler
+// file.
+struct Straggler {
+  int rank = -1;
+  double factor = 1;
+  int64_t from_step = 0;
 };
 
 struct LoadgenOptions {
@@ -58,9 +69,7 @@ struct LoadgenOptions {
   int64_t comm_ms = 20;
   double noise = 0.03;
   double rank_spread = 0.01;
-  int straggler_rank = -1;  // --straggler RANK:FACTOR@STEPS; -1: none
-  double straggler_factor = 1;
-  int64_t straggler_after_steps = 0;
+  std::optional<Straggler> straggler;  // --straggler RANK:FACTOR@STEPS
   std::string straggler_file;
 };
 

@@ -64,19 +64,52 @@ void Produce(const std::vector<Stat*>& stats, Clock::time_point start, Clock::ti
 
 std::string StatName(int index) { return absl::StrFormat("loadgen.s%05d", index); }
 
-RankWorker::RankWorker(const LoadgenOptions& options, const std::string& target,
-                       const std::string& job, int rank)
-    : options_(options), rank_(rank) {
+ClientOptions RankClientOptions(const LoadgenOptions& options, const std::string& target,
+                                std::vector<std::pair<std::string, std::string>> labels,
+                                const std::string& name) {
   ClientOptions client_options;
   client_options.target = target;
-  client_options.labels = {{"job", job}, {"rank", absl::StrCat(rank)}};
+  client_options.labels = std::move(labels);
   client_options.labels_from_environment = false;
   client_options.buffer_bytes = options.buffer_bytes;
   client_options.log_to_stderr = false;
-  client_options.client_name = absl::StrCat("torchmon-loadgen rank=", rank);
-  // Run() already flushed; a daemon gone by then must not hold up the exit.
+  client_options.client_name = absl::StrCat("torchmon-loadgen ", name);
+  // The rank already flushed; a daemon gone by then must not hold up the exit.
   client_options.destructor_flush_timeout = std::chrono::milliseconds(500);
-  client_ = std::make_unique<Client>(std::move(client_options));
+  return client_options;
+}
+
+absl::Status ConnectRank(Client& client, int rank, std::chrono::milliseconds timeout) {
+  absl::Status status = client.Flush(timeout);
+  if (!status.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", rank, " could not reach the daemon: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+RankResult FinishRank(const LoadgenOptions& options, Client& client, int rank,
+                      const std::vector<const Stat*>& stats, Clock::time_point start,
+                      Clock::time_point produced) {
+  RankResult result;
+  result.rank = rank;
+  const absl::Status flushed = client.Flush(std::chrono::milliseconds(options.flush_timeout_ms));
+  if (!flushed.ok()) result.flush_error = std::string(flushed.message());
+  result.produce_seconds = ClockToSeconds(produced - start);
+  result.total_seconds = ClockToSeconds(Clock::now() - start);
+  for (const Stat* stat : stats) result.added.emplace_back(stat->name(), stat->added());
+  const ClientStats client_stats = client.Stats();
+  result.client_dropped = client_stats.samples_dropped;
+  result.samples_written = client_stats.samples_sent;
+  result.errors = client.TakeErrors();
+  return result;
+}
+
+RankWorker::RankWorker(const LoadgenOptions& options, const std::string& target,
+                       const std::string& job, int rank)
+    : options_(options), rank_(rank) {
+  client_ = std::make_unique<Client>(RankClientOptions(
+      options, target, {{"job", job}, {"rank", absl::StrCat(rank)}}, absl::StrCat("rank=", rank)));
   const std::chrono::milliseconds window(options.window_ms);
   stats_.reserve(static_cast<size_t>(options.stats));
   for (int s = 0; s < options.stats; ++s) {
@@ -91,12 +124,7 @@ RankWorker::~RankWorker() {
 }
 
 absl::Status RankWorker::Connect(std::chrono::milliseconds timeout) {
-  absl::Status status = client_->Flush(timeout);
-  if (!status.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", rank_, " could not reach the daemon: ", status.message()));
-  }
-  return absl::OkStatus();
+  return ConnectRank(*client_, rank_, timeout);
 }
 
 RankResult RankWorker::Run(Clock::time_point start, double rate_per_thread) {
@@ -116,20 +144,10 @@ RankResult RankWorker::Run(Clock::time_point start, double rate_per_thread) {
   for (std::thread& t : producers) t.join();
   const Clock::time_point produced = Clock::now();
 
-  RankResult result;
-  result.rank = rank_;
-  const absl::Status flushed = client_->Flush(std::chrono::milliseconds(options_.flush_timeout_ms));
-  if (!flushed.ok()) result.flush_error = std::string(flushed.message());
-  const Clock::time_point done = Clock::now();
+  std::vector<const Stat*> stats;
+  for (const auto& stat : stats_) stats.push_back(stat.get());
+  RankResult result = FinishRank(options_, *client_, rank_, stats, start, produced);
   if (options_.processes) result.cpu_seconds = SelfCpuSeconds() - cpu_start;
-
-  result.produce_seconds = ClockToSeconds(produced - start);
-  result.total_seconds = ClockToSeconds(done - start);
-  for (const auto& stat : stats_) result.added.emplace_back(stat->name(), stat->added());
-  const ClientStats stats = client_->Stats();
-  result.client_dropped = stats.samples_dropped;
-  result.samples_written = stats.samples_sent;
-  result.errors = client_->TakeErrors();
   return result;
 }
 

@@ -37,6 +37,24 @@ struct RankResult {
 // Stat names are "loadgen.s<index>", zero-padded so that they sort.
 std::string StatName(int index);
 
+// What every rank's client is made with: `labels` (job and rank at least),
+// nothing from the environment, the options' buffer, quiet, named
+// "torchmon-loadgen <name>", and a short destructor flush.
+ClientOptions RankClientOptions(const LoadgenOptions& options, const std::string& target,
+                                std::vector<std::pair<std::string, std::string>> labels,
+                                const std::string& name);
+
+// Waits until the daemon acknowledged everything `client` sent so far (its
+// stat definitions): Unavailable, naming `rank`, on timeout.
+absl::Status ConnectRank(Client& client, int rank, std::chrono::milliseconds timeout);
+
+// A rank's accounting once it stopped producing at `produced`: its final
+// flush (bounded by options.flush_timeout_ms), what each of `stats` added,
+// and the client's counters and errors.
+RankResult FinishRank(const LoadgenOptions& options, Client& client, int rank,
+                      const std::vector<const Stat*>& stats, Clock::time_point start,
+                      Clock::time_point produced);
+
 // Not thread-safe: one caller drives Connect → Run.
 class RankWorker {
  public:

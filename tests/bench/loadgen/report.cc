@@ -147,10 +147,10 @@ std::string FormatText(const LoadgenOptions& options, const Report& r) {
         "), seed ", options.seed, "; window ", protocol::FormatDurationMs(options.window_ms), "\n");
     absl::StrAppend(&out, "  offered      2 samples a rank a step for ",
                     protocol::FormatDurationMs(options.duration_ms), "; straggler ",
-                    options.straggler_rank >= 0
-                        ? absl::StrCat("rank ", options.straggler_rank, " x",
-                                       options.straggler_factor, " from step ",
-                                       options.straggler_after_steps)
+                    options.straggler
+                        ? absl::StrCat("rank ", options.straggler->rank, " x",
+                                       options.straggler->factor, " from step ",
+                                       options.straggler->from_step)
                         : !options.straggler_file.empty()
                               ? absl::StrCat("from ", options.straggler_file)
                               : std::string("none"),

@@ -78,18 +78,22 @@ absl::StatusOr<std::optional<Straggler>> ParseStraggler(const std::string& text,
   return std::optional<Straggler>(s);
 }
 
-std::vector<double> StepComputes(const LoadgenOptions& options, int64_t step,
-                                 const std::optional<Straggler>& straggler) {
-  const int world = options.world;
+std::vector<double> RankOffsets(const LoadgenOptions& options) {
+  std::vector<double> offsets(static_cast<size_t>(options.world));
+  for (size_t r = 0; r < offsets.size(); ++r) {
+    offsets[r] = std::max(1 + options.rank_spread * Normal(options.seed, kOffsetDomain, r, 0), 0.01);
+  }
+  return offsets;
+}
+
+std::vector<double> StepComputes(const LoadgenOptions& options, const std::vector<double>& offsets,
+                                 int64_t step, const std::optional<Straggler>& straggler) {
   const double compute = static_cast<double>(options.compute_ms) / 1000;
-  std::vector<double> computes(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    const double offset = 1 + options.rank_spread * Normal(options.seed, kOffsetDomain,
-                                                           static_cast<uint64_t>(r), 0);
-    const double noise = 1 + options.noise * Normal(options.seed, kNoiseDomain,
-                                                     static_cast<uint64_t>(step),
-                                                     static_cast<uint64_t>(r));
-    computes[static_cast<size_t>(r)] = compute * std::max(offset, 0.01) * std::max(noise, 0.01);
+  std::vector<double> computes(offsets.size());
+  for (size_t r = 0; r < offsets.size(); ++r) {
+    const double noise =
+        1 + options.noise * Normal(options.seed, kNoiseDomain, static_cast<uint64_t>(step), r);
+    computes[r] = compute * offsets[r] * std::max(noise, 0.01);
   }
   if (straggler && step >= straggler->from_step) {
     computes[static_cast<size_t>(straggler->rank)] *= straggler->factor;
@@ -104,25 +108,18 @@ struct SyncJob::Rank {
 };
 
 SyncJob::SyncJob(const LoadgenOptions& options, const std::string& target, const std::string& job)
-    : options_(options) {
+    : options_(options), offsets_(RankOffsets(options)) {
   const std::chrono::milliseconds window(options.window_ms);
   const std::vector<StatAggregation> aggregations{Aggregation::COUNT, Aggregation::MEAN,
                                                   Aggregation::SUM};
   for (int local = 0; local < options.ranks; ++local) {
     auto rank = std::make_unique<Rank>();
     rank->rank = options.first_rank + local;
-    ClientOptions client_options;
-    client_options.target = target;
-    client_options.labels = {{"job", job},
-                             {"rank", absl::StrCat(rank->rank)},
-                             {"local_rank", absl::StrCat(local)}};
-    if (!options.host.empty()) client_options.labels.emplace_back("host", options.host);
-    client_options.labels_from_environment = false;
-    client_options.buffer_bytes = options.buffer_bytes;
-    client_options.log_to_stderr = false;
-    client_options.client_name = absl::StrCat("torchmon-loadgen sync rank=", rank->rank);
-    client_options.destructor_flush_timeout = std::chrono::milliseconds(500);
-    rank->client = std::make_unique<Client>(std::move(client_options));
+    std::vector<std::pair<std::string, std::string>> labels = {
+        {"job", job}, {"rank", absl::StrCat(rank->rank)}, {"local_rank", absl::StrCat(local)}};
+    if (!options.host.empty()) labels.emplace_back("host", options.host);
+    rank->client = std::make_unique<Client>(RankClientOptions(
+        options, target, std::move(labels), absl::StrCat("sync rank=", rank->rank)));
     rank->compute = std::make_unique<Stat>(*rank->client, kComputeStat, aggregations, window);
     rank->wait = std::make_unique<Stat>(*rank->client, kWaitStat, aggregations, window);
     ranks_.push_back(std::move(rank));
@@ -139,10 +136,7 @@ SyncJob::~SyncJob() {
 
 absl::Status SyncJob::Connect(std::chrono::milliseconds timeout) {
   for (auto& rank : ranks_) {
-    if (absl::Status s = rank->client->Flush(timeout); !s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("rank ", rank->rank, " could not reach the daemon: ", s.message()));
-    }
+    if (absl::Status s = ConnectRank(*rank->client, rank->rank, timeout); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -174,12 +168,9 @@ std::vector<RankResult> SyncJob::Run(Clock::time_point start) {
   std::this_thread::sleep_until(start);
   // The step in progress: the first played, recorded at its end.
   const auto first_step = static_cast<int64_t>(std::floor(UnixSeconds() / step_s));
-  std::optional<Straggler> fixed;
-  if (options_.straggler_rank >= 0) {
-    // --straggler RANK:FACTOR@STEPS counts steps from the first one played.
-    fixed = Straggler{options_.straggler_rank, options_.straggler_factor,
-                      first_step + options_.straggler_after_steps};
-  }
+  std::optional<Straggler> fixed = options_.straggler;
+  // --straggler RANK:FACTOR@STEPS counts steps from the first one played.
+  if (fixed) fixed->from_step += first_step;
   // Each step is recorded at its end, on the wall clock's step boundary.
   for (int64_t step = first_step;; ++step) {
     const double boundary = static_cast<double>(step + 1) * step_s;
@@ -188,7 +179,7 @@ std::vector<RankResult> SyncJob::Run(Clock::time_point start) {
     if (Clock::now() >= end) break;
     const std::optional<Straggler> straggler =
         options_.straggler_file.empty() ? fixed : ReadStragglerFile();
-    const std::vector<double> computes = StepComputes(options_, step, straggler);
+    const std::vector<double> computes = StepComputes(options_, offsets_, step, straggler);
     const double lasted = *std::max_element(computes.begin(), computes.end()) + comm_s;
     for (auto& rank : ranks_) {
       const double compute = computes[static_cast<size_t>(rank->rank)];
@@ -199,19 +190,8 @@ std::vector<RankResult> SyncJob::Run(Clock::time_point start) {
   const Clock::time_point produced = Clock::now();
   std::vector<RankResult> results;
   for (auto& rank : ranks_) {
-    RankResult result;
-    result.rank = rank->rank;
-    const absl::Status flushed =
-        rank->client->Flush(std::chrono::milliseconds(options_.flush_timeout_ms));
-    if (!flushed.ok()) result.flush_error = std::string(flushed.message());
-    result.produce_seconds = std::chrono::duration<double>(produced - start).count();
-    result.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    result.added = {{kComputeStat, rank->compute->added()}, {kWaitStat, rank->wait->added()}};
-    const ClientStats stats = rank->client->Stats();
-    result.client_dropped = stats.samples_dropped;
-    result.samples_written = stats.samples_sent;
-    result.errors = rank->client->TakeErrors();
-    results.push_back(std::move(result));
+    results.push_back(FinishRank(options_, *rank->client, rank->rank,
+                                 {rank->compute.get(), rank->wait.get()}, start, produced));
   }
   return results;
 }

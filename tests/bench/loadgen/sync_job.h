@@ -31,24 +31,20 @@
 
 namespace torchmon::loadgen {
 
-// A rank made slow: from step `from_step` on (wall-clock numbering), its
-// compute is `factor` times its own.
-struct Straggler {
-  int rank = -1;
-  double factor = 1;
-  int64_t from_step = 0;
-};
-
 // "RANK:FACTOR" or "RANK:FACTOR@STEP" (--straggler), or the same as
 // whitespace-separated words "RANK FACTOR [STEP]" (a --straggler-file; an
 // empty file is no straggler). RANK must be within [0, world).
 absl::StatusOr<std::optional<Straggler>> ParseStraggler(const std::string& text, int world,
                                                         bool words);
 
-// Every rank's compute seconds at `step`, a pure function of its arguments:
-// the same in every process of the job.
-std::vector<double> StepComputes(const LoadgenOptions& options, int64_t step,
-                                 const std::optional<Straggler>& straggler);
+// Each rank's fixed offset (normal around 1, --rank-spread): the same in
+// every process of the job.
+std::vector<double> RankOffsets(const LoadgenOptions& options);
+
+// Every rank's compute seconds at `step` (wall-clock numbering), a pure
+// function of its arguments: the same in every process of the job.
+std::vector<double> StepComputes(const LoadgenOptions& options, const std::vector<double>& offsets,
+                                 int64_t step, const std::optional<Straggler>& straggler);
 
 class SyncJob {
  public:
@@ -69,6 +65,7 @@ class SyncJob {
   std::optional<Straggler> ReadStragglerFile();
 
   const LoadgenOptions options_;
+  const std::vector<double> offsets_;  // RankOffsets
   std::vector<std::unique_ptr<Rank>> ranks_;
   // The straggler file's last contents, re-parsed only when they change.
   std::string file_text_;
