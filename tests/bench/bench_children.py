@@ -18,6 +18,23 @@ BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "bui
 PYTHON_DIR = os.environ.get("TORCHMON_PYTHON_DIR", os.path.join(BUILD, "client", "python"))
 
 
+def rss_bytes(pid):
+    """The resident memory of process `pid` (VmRSS), in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS for pid %d" % pid)
+
+
+def cpu_seconds(pid):
+    """The user and system CPU time process `pid` has used, in seconds
+    (clock-tick resolution)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def machine_line():
     """The machine the figures come from, as torchmon-machine prints it (CPU
     model, CPUs, L2, L3, clocksource, VM): a figure without its CPU cannot be

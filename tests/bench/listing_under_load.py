@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 
-from bench_children import LaunchedDaemon, machine_line
+from bench_children import LaunchedDaemon, machine_line, rss_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
@@ -38,14 +38,6 @@ TORCHMOND = os.path.join(BUILD, "server", "torchmond")
 TORCHMONCTL = os.path.join(BUILD, "client", "cli", "torchmonctl")
 LOADGEN = os.path.join(BUILD, "tests", "bench", "torchmon-loadgen")
 PROBE = os.path.join(BUILD, "tests", "bench", "torchmon-ingest-probe")
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS for pid %d" % pid)
 
 
 class RssSampler(threading.Thread):

@@ -9,14 +9,10 @@ building into build/:
 """
 import json, os, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_children import LaunchedDaemon  # noqa: E402
+from bench_children import LaunchedDaemon, rss_bytes as rss  # noqa: E402
 B = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")
 TORCHMOND = B + "/server/torchmond"
 LOADGEN = B + "/tests/bench/torchmon-loadgen"
-def rss(pid):
-    for line in open("/proc/%d/status" % pid):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
 def run(window, history):
     with tempfile.TemporaryDirectory(prefix="tm-long.") as tmp:
         os.chmod(tmp, 0o700)

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from bench_children import LaunchedDaemon, machine_line
+from bench_children import LaunchedDaemon, machine_line, rss_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
@@ -40,14 +40,6 @@ LOADGEN = os.path.join(BUILD, "tests", "bench", "torchmon-loadgen")
 
 WINDOW_S = 2
 GRACE_S = 1
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS for pid %d" % pid)
 
 
 def run_one(series, clients, rate, duration_s):

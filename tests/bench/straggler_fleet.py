@@ -57,6 +57,9 @@ BUILD = os.environ.get("TORCHMON_BUILD_DIR", os.path.join(REPO, "build"))
 sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 sys.path.insert(0, os.path.join(REPO, "tests", "prometheus"))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+sys.path.insert(0, HERE)
+from bench_children import cpu_seconds, rss_bytes  # noqa: E402
+from torchmond import LaunchedDaemon, wait_for  # noqa: E402
 
 STEP_S = 0.2
 WINDOW_S = 10.0
@@ -85,16 +88,6 @@ def prometheus_binary():
     return shutil.which("prometheus")
 
 
-def process_cost(pid):
-    """(resident bytes, CPU seconds) of `pid`."""
-    with open(f"/proc/{pid}/status") as f:
-        rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return rss, (int(fields[11]) + int(fields[12])) / ticks
-
-
 def own_metrics(address):
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -121,7 +114,6 @@ class Fleet:
         self.prometheus = Prometheus(config, tmp, binary=args.prometheus)
 
     def grow(self, count):
-        from torchmond import LaunchedDaemon
         while len(self.daemons) < count:
             i = len(self.daemons)
             d = LaunchedDaemon([os.path.join(BUILD, "server", "torchmond"), "--listen",
@@ -185,20 +177,11 @@ class Fleet:
             f'job_rank:torchmon_dist_compute_seconds:mean{{job="{JOB}"}}'))
 
 
-def wait_until(condition, timeout, interval=1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return False
-
-
 def measure_cost(fleet, seconds=30.0):
     pid = fleet.prometheus.proc.pid
-    rss0, cpu0 = process_cost(pid)
+    cpu0 = cpu_seconds(pid)
     time.sleep(seconds)
-    rss1, cpu1 = process_cost(pid)
+    rss1, cpu1 = rss_bytes(pid), cpu_seconds(pid)
     own = own_metrics(fleet.prometheus.address)
     return {"daemons": len(fleet.daemons), "ranks": len(fleet.daemons) * fleet.args.ranks,
             "rss_mib": rss1 / 2**20, "cpu_per_s": (cpu1 - cpu0) / seconds, **own}
@@ -233,7 +216,7 @@ def main():
         try:
             for count in stages:
                 fleet.grow(count)
-                wait_until(lambda: fleet.ranks_seen() >= count * args.ranks, 120)
+                wait_for(lambda: fleet.ranks_seen() >= count * args.ranks, 120, 1.0)
                 time.sleep(args.settle)
                 cost = measure_cost(fleet)
                 report["cost"].append(cost)
@@ -257,7 +240,7 @@ def main():
                         break
                     time.sleep(0.25)
                 fleet.set_slow(None, 1)
-                wait_until(lambda: not fleet.firing(), 60, 0.5)
+                wait_for(lambda: not fleet.firing(), 60, 0.5)
                 episode = {"episode": n, "rank": rank, "latency_s": latency,
                            "named": named, "expected": (str(rank), host_of(rank // args.ranks)),
                            "other_alerts": wrong, "cluster_view": view}

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 from prom_cluster import Prometheus, free_loopback_port, shipped_config  # noqa: E402
 from test_roots import CHROOT_ENV, artefact, chroot, put, throwaway_root, unpack_tarball  # noqa: E402
+from torchmond import wait_for  # noqa: E402
 
 # The straggler split's window (torchmon._torch_metrics' default), and the
 # shipped torchmon-stragglers group's evaluation interval.
@@ -219,12 +220,8 @@ def _read_events(proc, rank, events):
 
 
 def wait_until(condition, timeout, what, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    if not wait_for(condition, timeout, interval):
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def stop(proc):
