@@ -27,16 +27,18 @@ def sync_job(daemon, *args):
 
 
 def compute_and_wait(daemon):
-    """Per rank: seconds computed, seconds waited and steps over the closed
-    windows."""
+    """Per rank: seconds computed, seconds waited and steps over the windows
+    closed for both stats (the last one may close between the two reads)."""
+    closed = {stat: {(w["labels"]["rank"], w["start_ms"]): w["aggregates"]
+                     for w in daemon.windows(stat)}
+              for stat in ("torch.dist.compute_s", "torch.dist.wait_s")}
     out = {}
-    for stat in ("torch.dist.compute_s", "torch.dist.wait_s"):
-        for w in daemon.windows(stat):
-            rank = w["labels"]["rank"]
-            sums = out.setdefault(rank, {"compute": 0.0, "wait": 0.0, "steps": 0})
-            sums["compute" if stat.endswith("compute_s") else "wait"] += w["aggregates"]["sum"]
-            if stat.endswith("compute_s"):
-                sums["steps"] += w["aggregates"]["count"]
+    for key in closed["torch.dist.compute_s"].keys() & closed["torch.dist.wait_s"].keys():
+        compute, wait = closed["torch.dist.compute_s"][key], closed["torch.dist.wait_s"][key]
+        sums = out.setdefault(key[0], {"compute": 0.0, "wait": 0.0, "steps": 0})
+        sums["compute"] += compute["sum"]
+        sums["wait"] += wait["sum"]
+        sums["steps"] += compute["count"]
     return out
 
 
