@@ -476,6 +476,9 @@ int main(int argc, char** argv) {
                      "http_server_config: ~\r\n"},
       {"refused", "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: x\n"
                   "basic_auth_users:\n  u: hunter2\n"},
+      // A "hash" that is a piece of the refusal's own wording (found by
+      // the fuzzer): the message holds it without quoting it back.
+      {"wording", "basic_auth_users:\n  prometheus: $\" (make one with `ht\n"},
   };
   bool ok = MakeDir(root) && MakeDir(root + "/ingest") && MakeDir(root + "/selector") &&
             MakeDir(root + "/cgroup") && MakeDir(root + "/web_config");
