@@ -8,6 +8,11 @@
 namespace torchmon::detail {
 namespace {
 
+#if defined(__x86_64__)
+// The TSC's calibration (x86-64 only: elsewhere, aarch64 included,
+// NowMicros() is clock_gettime's, which the vDSO answers there from the
+// generic timer).
+
 // Calibrations are published round-robin into these slots rather than
 // allocated, so a reader never touches freed memory. A slot is rewritten
 // only after kSlots newer calibrations (≥ kSlots × 10 ms = 2.5 s): a reader
@@ -19,16 +24,13 @@ constexpr int64_t kMinRecalibrationMicros = 10'000;
 constexpr int64_t kMinBaselineMicros = 10'000;
 
 bool HasInvariantTsc() {
-#if defined(__x86_64__)
   unsigned max_ext, a, b, c, d;
   __asm__ volatile("cpuid" : "=a"(max_ext), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u));
   if (max_ext < 0x80000007u) return false;
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u));
   return (d >> 8) & 1u;
-#else
-  return false;
-#endif
 }
+#endif  // __x86_64__
 
 }  // namespace
 
