@@ -74,6 +74,18 @@ set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # the RHEL family. libtorchmon-dev stays the Debian-linked build's.
 if(TORCHMON_PORTABLE)
   set(CPACK_COMPONENTS_ALL daemon)
+  # The architecture the toolchain compiles for (deploy/release/arch.sh:
+  # aarch64 is cross-compiled on x86_64), not the build machine's, which
+  # dpkg and rpmbuild would otherwise name.
+  if(CMAKE_SYSTEM_PROCESSOR STREQUAL "aarch64")
+    set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE arm64)
+    set(CPACK_RPM_PACKAGE_ARCHITECTURE aarch64)
+  elseif(CMAKE_SYSTEM_PROCESSOR STREQUAL "x86_64")
+    set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE amd64)
+    set(CPACK_RPM_PACKAGE_ARCHITECTURE x86_64)
+  else()
+    message(FATAL_ERROR "TORCHMON_PORTABLE builds x86_64 or aarch64, not ${CMAKE_SYSTEM_PROCESSOR}")
+  endif()
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
   set(CPACK_DEBIAN_DAEMON_PACKAGE_DEPENDS "libc6 (>= ${TORCHMON_GLIBC_FLOOR}), passwd")
 

@@ -12,7 +12,10 @@
 # client/python/build/. The portable build (deploy/release/build.sh) also sets
 # TORCHMON_WHEEL_MIN_GLIBC (the tag's glibc floor), TORCHMON_BUNDLED_SOURCES
 # (the libraries linked in, for the wheel's metadata) and
-# TORCHMON_BUNDLED_LICENSES (their licences, into .dist-info/licenses/).
+# TORCHMON_BUNDLED_LICENSES (their licences, into .dist-info/licenses/), and
+# for its aarch64 build TORCHMON_WHEEL_ARCH=aarch64: the wheel is tagged for
+# that architecture, not the build machine's (_PYTHON_HOST_PLATFORM, which
+# setuptools' platform tag honours, as for any cross-compiled wheel).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=$(realpath -m "${1:-$root/dist}")
@@ -22,11 +25,16 @@ if [[ -n ${TORCHMON_WHEEL_BUILD_DIR:-} ]]; then
   export TORCHMON_WHEEL_BUILD_DIR=$(realpath "$TORCHMON_WHEEL_BUILD_DIR")
 fi
 
+if [[ -n ${TORCHMON_WHEEL_ARCH:-} && $TORCHMON_WHEEL_ARCH != "$(uname -m)" ]]; then
+  export _PYTHON_HOST_PLATFORM=linux-$TORCHMON_WHEEL_ARCH
+fi
+
 raw=$(mktemp -d "${TMPDIR:-/tmp}/torchmon-wheel.XXXXXX")
 trap 'rm -rf "$raw"' EXIT
 "$python" -m pip wheel "$root/client/python" --no-build-isolation --no-deps --no-index -w "$raw"
 mkdir -p "$out"
-rm -f "$out"/torchmon-*.whl
+# The wheels of this architecture only: build.sh puts both in one folder.
+rm -f "$out"/torchmon-*_"${TORCHMON_WHEEL_ARCH:-$(uname -m)}".whl
 for wheel in "$raw"/torchmon-*.whl; do
   "$python" "$root/deploy/dev/repair_wheel.py" "$wheel" -w "$out" \
     ${TORCHMON_WHEEL_MIN_GLIBC:+--min-glibc "$TORCHMON_WHEEL_MIN_GLIBC"} \

@@ -18,7 +18,9 @@ set -euo pipefail
 #             build stage, deploy/container/Dockerfile): no Python, torch or test libraries
 #   --release also what the portable build (deploy/release/build.sh) and its tests in
 #             Debian roots need: npm (the pinned zig), unicode-data (re2's tables), rpm
-#             (rpmbuild, rpm2cpio), cpio, debootstrap; ccache, the compiler cache
+#             (rpmbuild, rpm2cpio), cpio, debootstrap; binutils-aarch64-linux-gnu (strip
+#             and ar for the aarch64 artefacts) and qemu-user-static (their tests, in arm64
+#             Debian roots under emulation); ccache, the compiler cache
 #             deploy/dev/test.sh puts every build under. --test includes these
 daemon_packages=(
   build-essential cmake
@@ -33,7 +35,7 @@ packages=(
   # the wheel (deploy/dev/build-wheels.sh) and the Debian packages (cpack -G DEB)
   python3-setuptools python3-wheel python3-pip python3-venv patchelf file dpkg-dev
 )
-release_packages=(unicode-data rpm cpio debootstrap binutils ccache)
+release_packages=(unicode-data rpm cpio debootstrap binutils binutils-aarch64-linux-gnu qemu-user-static ccache)
 case "${1:-}" in
   "") ;;
   --release) packages+=("${release_packages[@]}") ;;

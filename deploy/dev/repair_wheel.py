@@ -20,8 +20,17 @@ the build host; docs/install.md says how to build on an older glibc.
 
 The extension's debug information is stripped (its symbols are kept).
 
-Needs patchelf, readelf and strip (binutils) on PATH; libraries are found as the
-dynamic linker finds them for the extension (ldd).
+A wheel of another architecture than the build machine's (the portable
+build's aarch64 wheel, cross-compiled on x86_64: its `linux_aarch64` tag
+comes from _PYTHON_HOST_PLATFORM, deploy/dev/build-wheels.sh) is repaired
+the same way, but it can graft nothing: the machine's dynamic linker cannot
+resolve another architecture's libraries, so its extension must need only
+SYSTEM_LIBRARIES (the portable build links everything else statically).
+Every ELF file's machine must be the tag's architecture.
+
+Needs patchelf, readelf and strip (binutils; for another architecture its
+<arch>-linux-gnu-strip, binutils-aarch64-linux-gnu) on PATH; libraries are
+found as the dynamic linker finds them for the extension (ldd).
 """
 
 from __future__ import annotations
@@ -55,10 +64,25 @@ SYSTEM_LIBRARIES = frozenset({
 
 LIBS_DIR = "torchmon.libs"
 
+#: ELF e_machine values of the architectures a wheel is tagged for.
+ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
+
 
 def is_elf(path: str) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == b"\x7fELF"
+
+
+def elf_machine(path: str) -> int:
+    """The ELF header's e_machine (a little-endian ELF: both architectures')."""
+    with open(path, "rb") as f:
+        header = f.read(20)
+    return int.from_bytes(header[18:20], "little")
+
+
+def strip_tool(arch: str) -> str:
+    """binutils' strip for `arch`: the machine's own, or its cross one."""
+    return "strip" if arch == os.uname().machine else f"{arch}-linux-gnu-strip"
 
 
 def run(*args: str) -> str:
@@ -104,12 +128,18 @@ def graft(root: str, extensions: Iterable[str]) -> Dict[str, str]:
     libs_dir = os.path.join(root, LIBS_DIR)
     renamed: Dict[str, str] = {}
     for extension in extensions:
-        resolved = resolve_with_ldd(extension)
+        resolved: Dict[str, str] | None = None  # ldd's, once something is to graft
         queue = list(needed(extension))
         while queue:
             soname = queue.pop()
             if soname in SYSTEM_LIBRARIES or soname in renamed:
                 continue
+            if ELF_MACHINES.get(os.uname().machine) != elf_machine(extension):
+                raise SystemExit(f"repair_wheel: {extension} needs {soname}, and this machine's "
+                                 "ldd cannot find another architecture's libraries: link it "
+                                 "statically (deploy/release/build.sh)")
+            if resolved is None:
+                resolved = resolve_with_ldd(extension)
             source = resolved.get(soname)
             if source is None:
                 raise SystemExit(f"repair_wheel: cannot resolve {soname} needed by {extension}")
@@ -264,10 +294,16 @@ def repair(wheel: str, out_dir: str, min_glibc: Tuple[int, ...] = (0, 0),
                     extensions.append(path)
         if not extensions:
             raise SystemExit(f"repair_wheel: {name} holds no ELF file")
+        machine = ELF_MACHINES.get(match["arch"])
+        for extension in extensions:
+            if elf_machine(extension) != machine:
+                raise SystemExit(f"repair_wheel: {os.path.relpath(extension, root)} is not an "
+                                 f"{match['arch']} ELF file (e_machine {elf_machine(extension)}), "
+                                 f"but the wheel is tagged {match['platform']}")
         # Debug information stays out of the wheel (a RelWithDebInfo build
         # makes an extension ten times its stripped size); symbols stay.
         for extension in extensions:
-            subprocess.run(["strip", "--strip-debug", extension], check=True)
+            subprocess.run([strip_tool(match["arch"]), "--strip-debug", extension], check=True)
         renamed = graft(root, extensions)
         libs_dir = os.path.join(root, LIBS_DIR)
         for extension in extensions:
@@ -314,7 +350,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--licenses", default="",
                         help="a folder with a folder of licence files per --bundled package")
     args = parser.parse_args(argv)
-    for tool in ("patchelf", "readelf", "ldd", "strip"):
+    arch = re.search(r"-linux_([^-]+)\.whl$", args.wheel)
+    for tool in ("patchelf", "readelf", "ldd", strip_tool(arch[1] if arch else os.uname().machine)):
         if shutil.which(tool) is None:
             raise SystemExit(f"repair_wheel: {tool} is needed (deploy/dev/install-deps.sh installs it)")
     repair(args.wheel, args.wheel_dir, tuple(int(p) for p in args.min_glibc.split(".")),

@@ -9,10 +9,13 @@
 # tests/bench/portable_compare.sh a benchmark build beside today's, with
 # --bench (GoogleTest and Google Benchmark for the toolchain's runtime:
 # deps.sh --bench). Tests are off: the test frameworks on this machine are
-# built for glibc 2.36.
+# built for glibc 2.36. TORCHMON_RELEASE_ARCH (arch.sh) names the
+# architecture, x86_64 or aarch64, of the toolchain and the libraries.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# shellcheck source=deploy/release/arch.sh
+source "$here/arch.sh"
 bench=false
 case "${1:-}" in
   --bench) bench=true; shift ;;
@@ -64,7 +67,15 @@ mkdir -p "$host/boost" "$host/python"
 ln -s /usr/include/boost "$host/boost/boost"
 python_include=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 cp -r "$python_include"/. "$host/python/"
-multiarch_pyconfig=/usr/include/x86_64-linux-gnu/$(basename "$python_include")/pyconfig.h
+# Debian's pyconfig.h includes the one of the compiler's architecture: the
+# build machine's for its own, Debian's libpython3.X-dev of the same version
+# for another (python_headers.sh).
+python=$(basename "$python_include")
+if [[ $release_arch == "$(uname -m)" ]]; then
+  multiarch_pyconfig=/usr/include/$release_arch-linux-gnu/$python/pyconfig.h
+else
+  multiarch_pyconfig=$("$here/python_headers.sh" "$python")/pyconfig.h
+fi
 [[ ! -f $multiarch_pyconfig ]] || cp "$multiarch_pyconfig" "$host/python/pyconfig.h"
 
 # A build directory configured against other prefixes (a changed pin gives

@@ -6,6 +6,8 @@
 #   deploy/release/deps.sh              ->  $cache/deps-<key>/prefix
 #   deploy/release/deps.sh --bench      ->  $cache/deps-bench-<key>/prefix
 #
+# for the architecture TORCHMON_RELEASE_ARCH names (x86_64 or aarch64:
+# arch.sh), from the same sources and recipes.
 # zlib, OpenSSL, c-ares, re2, abseil, protobuf, gRPC (grpc++ and what it
 # needs, nothing more), grpc++_reflection and curl: static,
 # position-independent, hidden visibility, no tests, no tools, no debug
@@ -21,8 +23,8 @@
 #                runtime: the portable build's benchmarks (tests/bench/
 #                portable_compare.sh), beside the default prefix. Nothing
 #                released links them.
-# The key is a hash of deps.lock, this script, the toolchain's key and the
-# flavour, so a changed pin or recipe rebuilds and an unchanged one costs
+# The key is a hash of deps.lock, this script, the toolchain's key (which
+# holds the architecture) and the flavour, so a changed pin or recipe rebuilds and an unchanged one costs
 # nothing. Sources come from `apt-get source` with a
 # private apt state (debian-apt.sh: the Debian mirror of this machine's apt
 # sources, or TORCHMON_DEBIAN_MIRROR; the archive's signed Sources index
@@ -39,6 +41,8 @@ case "${1:-}" in
   --bench) flavour=bench ;;
   *) echo "usage: deploy/release/deps.sh [--bench]" >&2; exit 2 ;;
 esac
+# shellcheck source=deploy/release/arch.sh
+source "$here/arch.sh"
 toolchain=$("$here/toolchain.sh")
 recipe() {  # what the flavour's libraries are made from: a change rebuilds them
   if [[ $flavour == bench ]]; then
@@ -141,7 +145,7 @@ build_openssl() {
   # libssl.a. OPENSSLDIR /etc/ssl is where Debian, Ubuntu and SUSE keep
   # openssl.cnf and the CA certificates.
   cd "${srcdir[openssl]}" &&
-    CC=$launched_cc ./Configure linux-x86_64 no-shared no-module no-engine no-dso no-afalgeng no-tests \
+    CC=$launched_cc ./Configure "$release_openssl_target" no-shared no-module no-engine no-dso no-afalgeng no-tests \
       no-ui-console --prefix="$prefix" --libdir=lib --openssldir=/etc/ssl $common &&
     make -j"$jobs" build_libs && make install_dev
 }
@@ -173,9 +177,17 @@ build_re2() {
 build_abseil() {
   # Debian's latomic.diff links GCC's libatomic into every abseil target
   # (-Wl,--push-state,--as-needed -latomic), for its 32-bit ports; clang's
-  # compiler-rt has the atomics on x86_64 and zig's linker has no
+  # compiler-rt has the atomics on x86_64 and aarch64 and zig's linker has no
   # --push-state, so that one patch is taken back out.
-  (cd "${srcdir[abseil]}" && patch -R -p1 <debian/patches/latomic.diff) &&
+  #
+  # On aarch64 its hardware-AES Randen (absl/random) is compiled with GCC's
+  # -march=armv8-a+crypto, which zig's driver reads as a CPU it does not
+  # know ("armv8"): the same feature in zig's words is -mcpu=generic+aes
+  # (the code checks the CPU for AES before it runs it). x86_64 does not
+  # use these flags.
+  (cd "${srcdir[abseil]}" && patch -R -p1 <debian/patches/latomic.diff &&
+    sed -i 's/"-march=armv8-a+crypto"/"-mcpu=generic+aes"/' absl/copts/GENERATED_AbseilCopts.cmake &&
+    grep -q '"-mcpu=generic+aes"' absl/copts/GENERATED_AbseilCopts.cmake) &&
     cmake_lib abseil -DABSL_PROPAGATE_CXX_STD=ON -DBUILD_TESTING=OFF -DABSL_BUILD_TESTING=OFF
 }
 [[ $flavour == bench ]] || step abseil build_abseil

@@ -92,6 +92,7 @@ export CFLAGS="$common" CXXFLAGS="$common -fvisibility-inlines-hidden"
 build_snappy() {
   # With RTTI, as debian/rules builds it. No AVX/BMI2 requirement
   # (SNAPPY_REQUIRE_AVX*, off by default): the binaries run on any x86_64.
+  # (On aarch64 snappy finds NEON, which every ARMv8-A core has.)
   cmake -S "$src" -B "$dir/build" -G "Unix Makefiles" -DCMAKE_TOOLCHAIN_FILE="$toolchain/toolchain.cmake" \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-DNDEBUG -DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG \
     -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_SHARED_LIBS=OFF \

@@ -3,6 +3,11 @@
 #
 #   deploy/release/toolchain.sh      ->  $cache/toolchain-<key>
 #
+# for the architecture TORCHMON_RELEASE_ARCH names: x86_64 (the default) or
+# aarch64 (Grace: GH200, GB200). zig cross-compiles, so either is made on an
+# x86_64 build machine, from the same zig; the C++ runtime is Debian's
+# package of that architecture.
+#
 # The compiler is zig's clang (deps.lock names the npm package, its version
 # and its integrity hash): `zig cc -target x86_64-linux-gnu.2.28` links
 # against glibc 2.28's symbol stubs whatever the build machine's glibc. The
@@ -17,7 +22,7 @@
 #   zig/                  the package, checked against deps.lock's integrity
 #   gcc/                  the two Debian packages' files: usr/include/c++/10
 #                         (c++config.h edited, below) and the static
-#                         runtime in usr/lib/gcc/x86_64-linux-gnu/10
+#                         runtime in usr/lib/gcc/<arch>-linux-gnu/10
 #   bin/cc bin/c++        wrappers: zig cc / zig c++ for the pinned glibc,
 #                         c++ with libstdc++'s headers and not zig's libc++
 #   bin/ar bin/ranlib
@@ -31,14 +36,17 @@
 # archive's signed Release checks them; the system's apt configuration is not
 # touched), and those only when the directory is absent. Cached under
 # TORCHMON_RELEASE_CACHE (default ~/.cache/torchmon-release), keyed by
-# deps.lock's toolchain, glibc and libstdcxx lines and this script.
+# deps.lock's toolchain, glibc and libstdcxx lines, this script and the
+# architecture.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
+# shellcheck source=deploy/release/arch.sh
+source "$here/arch.sh"
 read -r _ package version integrity < <(grep '^toolchain ' "$here/deps.lock")
 read -r _ glibc < <(grep '^glibc ' "$here/deps.lock")
-key=$( (grep -E '^(toolchain|glibc|libstdcxx) ' "$here/deps.lock"; cat "$here/toolchain.sh") |
-  sha256sum | cut -c1-12)
+key=$( (grep -E '^(toolchain|glibc|libstdcxx) ' "$here/deps.lock"; cat "$here/toolchain.sh"
+  echo "$release_arch") | sha256sum | cut -c1-12)
 dir=$cache/toolchain-$key
 if [[ -f $dir/ready ]]; then
   echo "$dir"
@@ -73,8 +81,12 @@ while read -r _ line_suite name pin; do
   suite=$line_suite
   runtime+=("$name=$pin")
 done < <(grep '^libstdcxx ' "$here/deps.lock")
-debian_apt_state "$cache/apt-$suite" deb "$suite"
-echo "toolchain.sh: fetching ${runtime[*]} ($suite)" >&2
+state=$cache/apt-$suite
+[[ $release_arch == x86_64 ]] || state=$state-$release_debian_arch
+debian_apt_state "$state" deb "$suite"
+# The packages of the target's architecture, whatever the build machine's.
+debian_apt_opts+=(-o "APT::Architecture=$release_debian_arch" -o "APT::Architectures=$release_debian_arch")
+echo "toolchain.sh: fetching ${runtime[*]} ($suite, $release_debian_arch)" >&2
 apt-get "${debian_apt_opts[@]}" -qq update >&2
 (cd "$dir.tmp/gcc" && apt-get "${debian_apt_opts[@]}" -qq download "${runtime[@]}" >&2)
 for deb in "$dir.tmp"/gcc/*.deb; do
@@ -85,7 +97,7 @@ read -r _ _ first _ < <(grep '^libstdcxx ' "$here/deps.lock")
 gcc=${first#libstdc++-}
 gcc=${gcc%-dev}
 include=$dir/gcc/usr/include
-lib=$dir/gcc/usr/lib/gcc/x86_64-linux-gnu/$gcc
+lib=$dir/gcc/usr/lib/gcc/$release_arch-linux-gnu/$gcc
 # GCC's c++config.h as bullseye configured it for glibc 2.31 says that
 # pthread_cond_clockwait, pthread_mutex_clocklock and pthread_rwlock_clock*
 # exist. They are glibc 2.30's: above the floor, so a wait on steady_clock
@@ -93,7 +105,7 @@ lib=$dir/gcc/usr/lib/gcc/x86_64-linux-gnu/$gcc
 # and in the tarball's client library it would not link for a user on
 # glibc 2.28 (RHEL 8). Without them libstdc++ waits as it does on 2.28: with
 # pthread_cond_timedwait on the system clock's time.
-config=$dir.tmp/gcc/usr/include/x86_64-linux-gnu/c++/$gcc/bits/c++config.h
+config=$dir.tmp/gcc/usr/include/$release_arch-linux-gnu/c++/$gcc/bits/c++config.h
 sed -i -E 's@^#define (_GLIBCXX_USE_PTHREAD_(COND_CLOCKWAIT|MUTEX_CLOCKLOCK|RWLOCK_CLOCKLOCK)) 1$@/* \1: glibc 2.30, above the floor (toolchain.sh) */@' \
   "$config"
 if grep -E '^#define _GLIBCXX_USE_PTHREAD_[A-Z_]*CLOCK' "$config" ||
@@ -110,15 +122,15 @@ fi
 # c++: libstdc++'s headers with -I, not -isystem, since they must come before
 # zig's libc headers, which they #include_next (they mark themselves as
 # system headers); -nostdlib++ so that nothing links zig's libc++.
-cxx_flags="-nostdinc++ -nostdlib++ -I'$include/c++/$gcc' -I'$include/x86_64-linux-gnu/c++/$gcc' -I'$include/c++/$gcc/backward'"
+cxx_flags="-nostdinc++ -nostdlib++ -I'$include/c++/$gcc' -I'$include/$release_arch-linux-gnu/c++/$gcc' -I'$include/c++/$gcc/backward'"
 for tool in cc c++; do
   flags=
   [[ $tool == cc ]] || flags=" $cxx_flags"
   cat >"$dir.tmp/bin/$tool" <<WRAPPER
 #!/bin/sh
-[ "\$*" = -dumpmachine ] && { echo x86_64-linux-gnu; exit 0; }
+[ "\$*" = -dumpmachine ] && { echo $release_arch-linux-gnu; exit 0; }
 ZIG_GLOBAL_CACHE_DIR='$dir/zig-cache' ZIG_LOCAL_CACHE_DIR='$dir/zig-cache' \\
-  exec '$dir/zig/zig' $tool -target x86_64-linux-gnu.$glibc -Wno-unused-command-line-argument$flags "\$@"
+  exec '$dir/zig/zig' $tool -target $release_arch-linux-gnu.$glibc -Wno-unused-command-line-argument$release_cflags$flags "\$@"
 WRAPPER
 done
 for tool in ar ranlib; do
@@ -132,8 +144,8 @@ chmod +x "$dir.tmp"/bin/*
 # g++ -static-libgcc links it.
 runtime_libs="$lib/libstdc++.a $lib/libgcc_eh.a"
 cat >"$dir.tmp/toolchain.cmake" <<CMAKE
-# zig's clang for x86_64-linux-gnu.$glibc with GCC $gcc's libstdc++, linked
-# statically (deploy/release/toolchain.sh).
+# zig's clang for $release_arch-linux-gnu.$glibc with GCC $gcc's libstdc++, linked
+# statically (deploy/release/toolchain.sh).$release_cmake_system
 set(CMAKE_C_COMPILER "$dir/bin/cc")
 set(CMAKE_CXX_COMPILER "$dir/bin/c++")
 set(CMAKE_AR "$dir/bin/ar" CACHE FILEPATH "")
@@ -170,7 +182,10 @@ int main() {
 PROBE
 # shellcheck disable=SC2086  # runtime_libs is two paths without spaces
 "$dir/bin/c++" -O2 -std=c++17 -pthread "$dir/probe.cc" -o "$dir/probe" $runtime_libs
-"$dir/probe"
+# Another architecture's probe is linked only (that proves the runtime's
+# symbols resolve); tests/release runs the artefacts in that architecture's
+# Debian roots, under emulation.
+[[ $release_arch != "$(uname -m)" ]] || "$dir/probe"
 rm -f "$dir/probe" "$dir/probe.cc"
 touch "$dir/ready"
 echo "$dir"
