@@ -6,9 +6,14 @@
 
 Each artefact (.deb, .rpm, .tar.gz, .whl) is unpacked and each ELF file in
 it must:
+  - be built for the artefact's architecture, which its name says (amd64,
+    x86_64: e_machine EM_X86_64; arm64, aarch64: EM_AARCH64), and an
+    executable must name that architecture's dynamic loader;
   - NEED nothing but glibc: libc, libm, libpthread, libdl, librt and the
-    dynamic loader;
-  - ask for no symbol version above GLIBC_<glibc>, and for no GLIBCXX_,
+    architecture's dynamic loader;
+  - ask for no symbol version above GLIBC_<glibc> (the same 2.28 floor on
+    both: aarch64's oldest symbol version is GLIBC_2.17, x86_64's
+    GLIBC_2.2.5), and for no GLIBCXX_,
     CXXABI_ or GCC_ version (the C++ runtime and libgcc are linked in);
   - if it is a shared object (the Python extension), export nothing but its
     PyInit_ function and the backend of c10's wait counters
@@ -31,10 +36,33 @@ import tempfile
 import zipfile
 from typing import Iterator, List, Tuple
 
-ALLOWED_NEEDED = frozenset({
+GLIBC_LIBRARIES = frozenset({
     "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
-    "ld-linux-x86-64.so.2",
 })
+
+
+class Arch:
+    """What an architecture's ELF files are: e_machine and dynamic loader."""
+
+    def __init__(self, name: str, machine: int, loader: str) -> None:
+        self.name, self.machine, self.loader = name, machine, loader
+
+
+ARCHES = {
+    "x86_64": Arch("x86_64", 62, "/lib64/ld-linux-x86-64.so.2"),
+    "aarch64": Arch("aarch64", 183, "/lib/ld-linux-aarch64.so.1"),
+}
+
+
+def arch_of_artefact(name: str) -> Arch | None:
+    """The architecture an artefact's file name says, as build.sh names them."""
+    for pattern, arch in ((r"_amd64\.deb$|\.x86_64\.rpm$|-linux-x86_64\.tar\.gz$|_x86_64\.whl$",
+                           "x86_64"),
+                          (r"_arm64\.deb$|\.aarch64\.rpm$|-linux-aarch64\.tar\.gz$|_aarch64\.whl$",
+                           "aarch64")):
+        if re.search(pattern, name):
+            return ARCHES[arch]
+    return None
 FORBIDDEN_VERSION_PREFIXES = ("GLIBCXX_", "CXXABI_", "GCC_")
 
 
@@ -48,6 +76,17 @@ def is_elf(path: str) -> bool:
         return False
     with open(path, "rb") as f:
         return f.read(4) == b"\x7fELF"
+
+
+def elf_machine(path: str) -> int:
+    """The ELF header's e_machine (little-endian, as both architectures are)."""
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(20)[18:20], "little")
+
+
+def interpreter(path: str) -> str | None:
+    match = re.search(r"\[Requesting program interpreter: ([^\]]+)\]", readelf("-l", path))
+    return match.group(1) if match else None
 
 
 def elf_type(path: str) -> str:
@@ -89,10 +128,15 @@ def glibc_version(name: str) -> Tuple[int, ...] | None:
 ALLOWED_EXPORTS = ("c10_monitor_wait_counter_dynamic_backend_init_v1",)
 
 
-def audit_file(path: str, floor: Tuple[int, ...]) -> List[str]:
+def audit_file(path: str, floor: Tuple[int, ...], arch: Arch) -> List[str]:
     problems = []
+    if elf_machine(path) != arch.machine:
+        return [f"e_machine {elf_machine(path)}: not {arch.name} ({arch.machine})"]
+    loader = interpreter(path)
+    if loader is not None and loader != arch.loader:
+        problems.append(f"program interpreter {loader}: not {arch.name}'s {arch.loader}")
     for lib in needed(path):
-        if lib not in ALLOWED_NEEDED:
+        if lib not in GLIBC_LIBRARIES and lib != os.path.basename(arch.loader):
             problems.append(f"NEEDED {lib}: not part of glibc")
     for version in version_references(path):
         if version.startswith(FORBIDDEN_VERSION_PREFIXES):
@@ -102,7 +146,7 @@ def audit_file(path: str, floor: Tuple[int, ...]) -> List[str]:
             problems.append(f"asks for {version}: above GLIBC_{'.'.join(map(str, floor))}")
     # A shared object: ELF type DYN without a program interpreter (a PIE
     # executable is DYN too, but names ld-linux as its interpreter).
-    if elf_type(path) == "DYN" and not re.search(r"^\s*INTERP\s", readelf("-l", path), re.M):
+    if elf_type(path) == "DYN" and loader is None:
         exports = exported_symbols(path)
         extra = [s for s in exports if not s.startswith("PyInit_") and s not in ALLOWED_EXPORTS]
         if extra:
@@ -159,18 +203,26 @@ def audit(paths: List[str], floor: Tuple[int, ...]) -> int:
         if is_elf(artefact):
             targets = [(artefact, artefact)]
             tmp = None
+            arch = next((a for a in ARCHES.values() if a.machine == elf_machine(artefact)), None)
         else:
+            arch = arch_of_artefact(os.path.basename(artefact))
             tmp = tempfile.mkdtemp(prefix="audit-elf-")
             unpack(artefact, tmp)
             targets = [(f, os.path.relpath(f, tmp)) for f in elf_files(tmp)]
             if not targets:
                 print(f"{os.path.basename(artefact)}: holds no ELF file")
                 failures += 1
+        if arch is None:
+            print(f"{os.path.basename(artefact)}: names no architecture this audit knows "
+                  f"({', '.join(ARCHES)})")
+            failures += 1
+            targets = []
         try:
             for path, shown in targets:
                 checked += 1
-                problems = audit_file(path, floor)
-                label = f"{os.path.basename(artefact)}: {shown}" if tmp else shown
+                problems = audit_file(path, floor, arch)
+                label = f"{os.path.basename(artefact)}: {shown} ({arch.name})"
+                label = label if tmp else f"{shown} ({arch.name})"
                 print(f"{label}: {'ok' if not problems else 'FAILED'} "
                       f"(NEEDED {', '.join(needed(path)) or 'nothing'})")
                 for problem in problems:

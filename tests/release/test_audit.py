@@ -39,13 +39,18 @@ def artefact(pattern: str) -> str:
     return found[0]
 
 
+#: Each architecture's names: Debian's, and the rest's (uname -m).
+ARCHES = (("amd64", "x86_64"), ("arm64", "aarch64"))
+
+
 @needs_artefacts
 def test_every_artefact_is_there_under_its_name():
     version = "0.1.0"
-    for name in (f"torchmond_{version}-1_amd64.deb", f"torchmond-{version}-1.x86_64.rpm",
-                 f"torchmon-{version}-linux-x86_64.tar.gz",
-                 f"torchmon-{version}-cp310-abi3-manylinux_2_28_x86_64.whl"):
-        assert os.path.isfile(os.path.join(RELEASE_DIR, name)), name
+    for debian, arch in ARCHES:
+        for name in (f"torchmond_{version}-1_{debian}.deb", f"torchmond-{version}-1.{arch}.rpm",
+                     f"torchmon-{version}-linux-{arch}.tar.gz",
+                     f"torchmon-{version}-cp310-abi3-manylinux_2_28_{arch}.whl"):
+            assert os.path.isfile(os.path.join(RELEASE_DIR, name)), name
 
 
 @needs_artefacts
@@ -54,13 +59,17 @@ def test_every_elf_file_of_every_artefact_passes_the_audit():
     print(result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr
     # torchmond and torchmonctl in each of .deb, .rpm and .tar.gz, and the
-    # extension in the wheel: seven ELF files, none missed.
-    assert "audit_elf: 7 ELF files in 4 artefacts, 0 failed" in result.stdout
+    # extension in the wheel, for each architecture: fourteen ELF files,
+    # none missed, seven of each.
+    assert "audit_elf: 14 ELF files in 8 artefacts, 0 failed" in result.stdout
+    for _, arch in ARCHES:
+        assert result.stdout.count(f"({arch}): ok") == 7, (arch, result.stdout)
 
 
 @needs_artefacts
-def test_the_wheel_names_what_it_bundles():
-    with zipfile.ZipFile(artefact("torchmon-*-manylinux_2_28_x86_64.whl")) as whl:
+@pytest.mark.parametrize("arch", [a for _, a in ARCHES])
+def test_the_wheel_names_what_it_bundles(arch):
+    with zipfile.ZipFile(artefact(f"torchmon-*-manylinux_2_28_{arch}.whl")) as whl:
         metadata = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
         text = whl.read(metadata).decode()
         bundled = whl.read("torchmon/BUNDLED_VERSIONS").decode().split("\n")
@@ -74,21 +83,24 @@ def test_the_wheel_names_what_it_bundles():
 
 
 @needs_artefacts
-def test_the_tarballs_cxx_client_is_compiled_for_libstdcxx(tmp_path):
+@pytest.mark.parametrize("arch", [a for _, a in ARCHES])
+def test_the_tarballs_cxx_client_is_compiled_for_libstdcxx(tmp_path, arch):
     """The tarball's static libraries are linked by the user's g++ against
     their libstdc++: not one reference to libc++ (std::__1, zig's own C++
     runtime) may be in them, and none to glibc 2.30's clock waits, which
     GCC 10's headers as bullseye configured them call from inline code
     (std::condition_variable::wait_for) and which a user's link on glibc
     2.28 (RHEL 8) would not find (deploy/release/toolchain.sh)."""
-    tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
+    tarball = artefact(f"torchmon-*-linux-{arch}.tar.gz")
     with tarfile.open(tarball) as t:
         members = [m for m in t.getmembers() if m.name.endswith(".a")]
         assert {os.path.basename(m.name) for m in members} == {
             "libtorchmon_client.a", "libtorchmon_proto.a", "libtorchmon_bundled.a"}, members
         t.extractall(tmp_path, members=members)
+    # binutils' nm for the architecture (binutils-aarch64-linux-gnu on x86_64)
+    nm = "nm" if arch == os.uname().machine else f"{arch}-linux-gnu-nm"
     for member in members:
-        symbols = subprocess.run(["nm", "-A", os.path.join(tmp_path, member.name)],
+        symbols = subprocess.run([nm, "-A", os.path.join(tmp_path, member.name)],
                                  capture_output=True, text=True, timeout=300, check=True).stdout
         assert symbols.count("\n") > 1000, member.name
         libcxx = [line for line in symbols.splitlines() if "St3__1" in line]
@@ -139,3 +151,43 @@ def test_the_audit_refuses_an_extension_that_exports_more_than_its_init(host_pro
     result = audit(str(host_programs / "x.so"), "--glibc", "2.99")
     assert result.returncode == 1
     assert "exports 1 symbols besides PyInit_* and the wait-counter backend: leaked" in result.stdout
+
+
+def test_the_audit_refuses_an_elf_file_of_another_architecture(host_programs, tmp_path):
+    """An x86_64 program in an artefact named for aarch64 fails on its
+    e_machine; the same artefact named for x86_64 passes (the audit reads
+    the machine, it does not refuse every aarch64 artefact)."""
+    for arch, expected in (("aarch64", 1), ("x86_64", 0)):
+        tarball = tmp_path / f"torchmon-0.1.0-linux-{arch}.tar.gz"
+        with tarfile.open(tarball, "w:gz") as t:
+            t.add(str(host_programs / "c"), arcname="torchmon/bin/c")
+        result = audit(str(tarball), "--glibc", "2.99")
+        assert result.returncode == expected, result.stdout
+    assert "torchmon/bin/c (aarch64): FAILED" in audit(
+        str(tmp_path / "torchmon-0.1.0-linux-aarch64.tar.gz"), "--glibc", "2.99").stdout
+    assert "e_machine 62: not aarch64 (183)" in audit(
+        str(tmp_path / "torchmon-0.1.0-linux-aarch64.tar.gz"), "--glibc", "2.99").stdout
+
+
+def test_the_audit_refuses_an_aarch64_program_that_names_another_loader(host_programs, tmp_path):
+    """An aarch64 ELF header over an x86_64 program: the machine is right,
+    the program interpreter (/lib64/ld-linux-x86-64.so.2) is not aarch64's,
+    nor is its NEEDED loader."""
+    data = bytearray((host_programs / "c").read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # EM_AARCH64
+    forged = tmp_path / "forged"
+    forged.write_bytes(bytes(data))
+    result = audit(str(forged), "--glibc", "2.99")
+    assert result.returncode == 1, result.stdout
+    assert "forged (aarch64): FAILED" in result.stdout
+    assert ("program interpreter /lib64/ld-linux-x86-64.so.2: not aarch64's "
+            "/lib/ld-linux-aarch64.so.1") in result.stdout
+
+
+def test_the_audit_refuses_an_artefact_that_names_no_architecture(host_programs, tmp_path):
+    tarball = tmp_path / "torchmon-0.1.0-linux-riscv64.tar.gz"
+    with tarfile.open(tarball, "w:gz") as t:
+        t.add(str(host_programs / "c"), arcname="torchmon/bin/c")
+    result = audit(str(tarball), "--glibc", "2.99")
+    assert result.returncode == 1
+    assert "names no architecture this audit knows (x86_64, aarch64)" in result.stdout
