@@ -180,9 +180,12 @@ stop_prefetch() {
   for pid in "${prefetch_pids[@]}"; do kill_tree "$pid"; done
 }
 trap stop_prefetch EXIT
+# Both architectures' (aarch64's cross-compiled: deploy/release/arch.sh),
+# x86_64's first, which the portable stage builds first.
 # shellcheck disable=SC2016  # $1 is the inner shell's
 prefetch libraries flock "$release_cache/make.lock" bash -c \
-  'set -e; "$1/toolchain.sh"; "$1/deps.sh"; "$1/snappy.sh"' _ "$root/deploy/release"
+  'set -e; for arch in x86_64 aarch64; do export TORCHMON_RELEASE_ARCH=$arch
+     "$1/toolchain.sh"; "$1/deps.sh"; "$1/snappy.sh"; done' _ "$root/deploy/release"
 # The roots in two chains, one per suite, each made from its suite's first
 # (roots.sh): they mostly wait on the network, so side by side.
 prefetch_roots() {  # prefetch_roots NAME ROOT...: the roots in order, in the background
@@ -194,6 +197,10 @@ prefetch_roots() {  # prefetch_roots NAME ROOT...: the roots in order, in the ba
 }
 prefetch_roots bullseye-roots bullseye bullseye-cxx
 prefetch_roots trixie-roots trixie trixie-torch trixie-receivers
+# The arm64 roots of the aarch64 artefacts' tests: their packages are
+# configured under emulation (roots.sh), so they take CPU as well as the
+# network; one chain after the other.
+prefetch_roots arm64-roots bullseye-arm64 bullseye-cxx-arm64 trixie-arm64 trixie-torch-arm64
 await_prefetch() {  # await_prefetch NAME...: waits; a failure prints its log
   local name
   for name in "$@"; do
@@ -240,7 +247,8 @@ stage "test build-tsan" run_ctest "$tsan_build" --output-on-failure -j"$test_job
 # ~/.cache/torchmon-release) and their proofs: the ELF audit and the Debian
 # roots (tests/release, pytest). Last, so that the background above had
 # every idle moment of the run.
-stage "wait for the background libraries and roots" await_prefetch libraries bullseye-roots trixie-roots
+stage "wait for the background libraries and roots" await_prefetch libraries bullseye-roots trixie-roots \
+  arm64-roots
 release_dir=$root/build-portable/artefacts
 stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
 # Its two longest files beside the rest: torch 2.6's own tests in a trixie

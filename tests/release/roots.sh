@@ -7,6 +7,22 @@
 #   tests/release/roots.sh trixie         # minbase + python3, python3-venv
 #   tests/release/roots.sh trixie-torch   # trixie + python3-torch 2.6, libtorch-dev 2.6, pytest, g++, pkg-config, GoogleTest
 #   tests/release/roots.sh trixie-receivers  # trixie + Prometheus 2.53, VictoriaMetrics 1.112 (push receivers)
+#   tests/release/roots.sh NAME-arm64     # the same root of Debian's arm64 packages (bullseye-arm64,
+#                                         # bullseye-cxx-arm64, trixie-arm64, trixie-torch-arm64, ...)
+#
+# An arm64 root runs under emulation: qemu-user-static's qemu-aarch64,
+# registered with binfmt_misc (mounted and registered here, as root, if it
+# is not: the kernel then runs every aarch64 program through it, in a
+# chroot too). Slow (a program runs 5 to 20 times slower than natively), so
+# the tests only prove there what emulation can: that the aarch64 artefacts
+# install, run and answer exactly; never their speed. Most of an emulated
+# apt install was Python byte-compiling what it installed (py3compile in
+# each package's postinst: python3-torch's dependencies are tens of
+# thousands of files), so in a root made from another with apt, py3compile
+# is a no-op during the install, and the same files are compiled after it
+# by the amd64 root of the same suite's python3, natively (a .pyc depends on
+# Python's version, not on the machine; each records its source's path as
+# the arm64 root sees it).
 #
 # Two roots are made by debootstrap --variant=minbase (with --include for
 # trixie's python3); the others are made from one of them, as the table
@@ -51,10 +67,21 @@ DEBOOTSTRAP=${DEBOOTSTRAP:-/usr/sbin/debootstrap}
 # The table of roots. table NAME sets recipe, "SUITE PACKAGES" (debootstrap
 # --variant=minbase --include=PACKAGES, or - for none) or "+ROOT PACKAGES"
 # (a copy of ROOT with PACKAGES installed by apt: only roots whose packages
-# include all of ROOT's), and check, a command the finished root must run
-# (its /proc mounted): what the tests rely on.
+# include all of ROOT's), check, a command the finished root must run
+# (its /proc mounted): what the tests rely on, and arch, the Debian
+# architecture (the build machine's, or arm64 for NAME-arm64: the same
+# recipe, made from the arm64 roots).
 table() {
+  arch=native
   case "$1" in
+    # torch 2.6 for aarch64 (Debian builds python3-torch for arm64): the
+    # wheel's tests only, no libtorch-dev, g++ or GoogleTest.
+    trixie-torch-arm64) recipe="+trixie-arm64 python3-torch,python3-pytest"
+                  check="python3 -c 'import torch.monitor, pytest, venv'"
+                  arch=arm64 ;;
+    *-arm64)      table "${1%-arm64}"
+                  arch=arm64
+                  [[ $recipe != +* ]] || recipe="${recipe%% *}-arm64 ${recipe#* }" ;;
     bullseye)     recipe="bullseye -"
                   check="getent passwd root" ;;
     bullseye-cxx) recipe="+bullseye g++,cmake,make,pkg-config"
@@ -65,7 +92,7 @@ table() {
                   check="python3 -c 'import torch.monitor, pytest, venv' && g++ --version && pkg-config --version && test -f /usr/include/gmock/gmock.h" ;;
     trixie-receivers) recipe="+trixie prometheus,victoria-metrics"
                   check="prometheus --version && victoria-metrics --version" ;;
-    *) echo "usage: $0 bullseye|bullseye-cxx|trixie|trixie-torch|trixie-receivers" >&2; exit 2 ;;
+    *) echo "usage: $0 bullseye|bullseye-cxx|trixie|trixie-torch|trixie-receivers[-arm64]" >&2; exit 2 ;;
   esac
 }  # end of the table of roots
 
@@ -73,18 +100,19 @@ table() {
 # comments and its table, this root's line of the table, and the <hash> of
 # the root it is made from).
 key() {
-  local recipe check from
+  local recipe check from arch
   table "$1"
   from=${recipe%% *}
   { sed -e '/^# The table of roots/,/^}  # end of the table of roots$/d' -e '/^ *#/d' \
       "${BASH_SOURCE[0]}"
     echo "$recipe"; echo "$check"
+    [[ $arch == native ]] || echo "$arch"
     [[ $from != +* ]] || key "${from#+}"; } | sha256sum | cut -c1-12
 }
 
 # suite NAME: the Debian release of root NAME.
 suite() {
-  local recipe check from
+  local recipe check from arch
   table "$1"
   from=${recipe%% *}
   if [[ $from == +* ]]; then suite "${from#+}"; else echo "$from"; fi
@@ -103,6 +131,19 @@ log() { echo "roots.sh[$name]: $*" >&2; }
 
 [[ $(id -u) -eq 0 ]] || { log "must run as root (debootstrap, chroot)"; exit 1; }
 [[ -x $DEBOOTSTRAP ]] || { log "debootstrap not found at $DEBOOTSTRAP"; exit 1; }
+
+# An arm64 root's programs run through qemu-aarch64, which binfmt_misc must
+# know: registered here (qemu-user-static's own entry, "F": the kernel
+# keeps the interpreter open, so a chroot needs no copy of it) if it is not.
+if [[ $arch == arm64 && $(uname -m) != aarch64 && ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]]; then
+  conf=/usr/lib/binfmt.d/qemu-aarch64.conf
+  [[ -f $conf ]] || { log "$conf is missing: deploy/dev/install-deps.sh --release installs qemu-user-static"; exit 1; }
+  [[ -e /proc/sys/fs/binfmt_misc/register ]] ||
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc ||
+    { log "cannot mount binfmt_misc: aarch64 programs cannot run here"; exit 1; }
+  grep -v '^#' "$conf" >/proc/sys/fs/binfmt_misc/register
+  log "registered qemu-aarch64 with binfmt_misc ($conf)"
+fi
 
 cache=${TORCHMON_RELEASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchmon-release}
 hash=$(key "$name")
@@ -158,6 +199,7 @@ mkdir -p "$tmp"
 start=$SECONDS
 if [[ -z $parent ]]; then
   args=(--variant=minbase)
+  [[ $arch == native ]] || args+=("--arch=$arch")
   [[ -n $packages ]] && args+=("--include=$packages")
   log "debootstrap ${args[*]} $suite $tmp/root $debian_main"
   "$DEBOOTSTRAP" "${args[@]}" "$suite" "$tmp/root" "$debian_main" >"$tmp/debootstrap.log" 2>&1 || {
@@ -177,8 +219,14 @@ else
   [[ ! -f /etc/resolv.conf ]] || cp -L /etc/resolv.conf "$tmp/root/etc/resolv.conf"
   printf '#!/bin/sh\nexit 101\n' >"$tmp/root/usr/sbin/policy-rc.d"
   chmod 755 "$tmp/root/usr/sbin/policy-rc.d"
+  if [[ $arch != native ]]; then
+    # dpkg runs maintainer scripts with /usr/local/bin first in PATH.
+    printf '#!/bin/sh\n# roots.sh: compiled natively after the install\nexit 0\n' \
+      >"$tmp/root/usr/local/bin/py3compile"
+    chmod 755 "$tmp/root/usr/local/bin/py3compile"
+  fi
   mount -t proc proc "$tmp/root/proc"
-  apt=(chroot "$tmp/root" env PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive
+  apt=(chroot "$tmp/root" env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive
        apt-get -q -y -o Dpkg::Options::=--force-confold -o Acquire::Languages=none)
   ((!debian_archived)) || apt+=(-o Acquire::Check-Valid-Until=false)
   # shellcheck disable=SC2086  # packages: a comma-separated list
@@ -190,6 +238,26 @@ else
   }
   umount "$tmp/root/proc"
   rm -f "$tmp/root/usr/sbin/policy-rc.d"
+  if [[ $arch != native ]]; then
+    rm "$tmp/root/usr/local/bin/py3compile"
+    if [[ -e $tmp/root/usr/bin/python3 ]]; then
+      # The amd64 root of this suite (roots.sh makes it if it must), its
+      # python3 run through its own loader and libraries, outside any chroot.
+      native=$("${BASH_SOURCE[0]}" "$suite")
+      version=$(readlink "$tmp/root/usr/bin/python3")
+      [[ $(readlink "$native/usr/bin/python3") == "$version" ]] ||
+        { log "$native's python3 is not $version: cannot compile for $name"; exit 1; }
+      loader=$native/lib64/ld-linux-x86-64.so.2
+      log "byte-compiling /usr/lib/python3/dist-packages with $native's $version"
+      PYTHONHOME=$native/usr PYTHONNOUSERSITE=1 "$loader" --library-path \
+        "$native/usr/lib/x86_64-linux-gnu" "$native/usr/bin/$version" -s -m compileall -q -j 0 \
+        -s "$tmp/root" -p / "$tmp/root/usr/lib/python3/dist-packages" >"$tmp/compile.log" 2>&1 || {
+        log "compileall failed; last lines of its log:"
+        tail -n 30 "$tmp/compile.log" >&2
+        exit 1
+      }
+    fi
+  fi
 fi
 
 # Sanity: apt and the table's check.
@@ -208,6 +276,7 @@ umount "$tmp/root/proc"
   echo "from=${parent:+$parent_root}"
   echo "mirror=$debian_main"
   echo "include=$packages"
+  echo "arch=$(chroot "$tmp/root" dpkg --print-architecture)"
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "seconds=$((SECONDS - start))"
 } >"$tmp/ready"

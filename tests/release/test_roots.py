@@ -1,7 +1,12 @@
 """The portable release artefacts, used in real Debian roots that are not the
 build host: bullseye (glibc 2.31, the oldest Debian release still on
 Debian's mirrors; the artefacts ask for glibc 2.28) and trixie (the newest,
-with its own CPython 3.13).
+with its own CPython 3.13). Each test runs for both architectures: the
+x86_64 artefacts in the amd64 roots, the aarch64 ones in the same roots of
+Debian's arm64 packages, under emulation (qemu-user-static through
+binfmt_misc: roots.sh), which proves they install, run and answer exactly,
+never how fast. And the wire is one: an aarch64 client records exactly into
+an x86_64 daemon, and the other way round.
 
     TORCHMON_RELEASE_DIR=OUT /usr/bin/python3 -m pytest tests/release -v
 
@@ -91,6 +96,17 @@ def project_version():
 
 
 VERSION = project_version()
+
+#: The architectures of the artefacts (uname -m's names) and, for each, the
+#: suffix of its Debian roots' names and its .deb's architecture.
+ARCHES = ("x86_64", "aarch64")
+ROOT_SUFFIX = {"x86_64": "", "aarch64": "-arm64"}
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def root_of(suite, arch):
+    """The name of the root of `suite` for `arch` (roots.sh's table)."""
+    return suite + ROOT_SUFFIX[arch]
 
 
 def artefact(pattern):
@@ -192,10 +208,11 @@ def put(root, host_file, directory="/tmp"):
     return inside
 
 
-def unpack_tarball(root):
-    """Unpacks the tarball under /opt of the root with the root's own tar;
-    returns its top directory inside the root (/opt/torchmon-<v>-linux-x86_64)."""
-    tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
+def unpack_tarball(root, arch="x86_64"):
+    """Unpacks the tarball of `arch` under /opt of the root with the root's
+    own tar; returns its top directory inside the root
+    (/opt/torchmon-<v>-linux-<arch>)."""
+    tarball = artefact(f"torchmon-*-linux-{arch}.tar.gz")
     top = os.path.basename(tarball)[:-len(".tar.gz")]
     chroot(root, "tar", "-xzf", put(root, tarball), "-C", "/opt", timeout=120)
     for tool in ("torchmond", "torchmonctl"):
@@ -293,15 +310,18 @@ def poll(fetch, done, timeout, what):
 
 # --- The tests ----------------------------------------------------------------
 
-def test_artefacts_are_named_for_this_version():
-    for pattern in (f"torchmond_{VERSION}-*_amd64.deb", f"torchmond-{VERSION}-*.x86_64.rpm",
-                    f"torchmon-{VERSION}-linux-x86_64.tar.gz",
-                    f"torchmon-{VERSION}-cp310-abi3-manylinux_2_28_x86_64.whl"):
+@pytest.mark.parametrize("arch", ARCHES)
+def test_artefacts_are_named_for_this_version(arch):
+    for pattern in (f"torchmond_{VERSION}-*_{DEBIAN_ARCH[arch]}.deb",
+                    f"torchmond-{VERSION}-*.{arch}.rpm",
+                    f"torchmon-{VERSION}-linux-{arch}.tar.gz",
+                    f"torchmon-{VERSION}-cp310-abi3-manylinux_2_28_{arch}.whl"):
         artefact(pattern)
 
 
-def test_tarball_has_one_top_directory_and_the_documented_layout():
-    tarball = artefact("torchmon-*-linux-x86_64.tar.gz")
+@pytest.mark.parametrize("arch", ARCHES)
+def test_tarball_has_one_top_directory_and_the_documented_layout(arch):
+    tarball = artefact(f"torchmon-*-linux-{arch}.tar.gz")
     top = os.path.basename(tarball)[:-len(".tar.gz")]
     with tarfile.open(tarball) as t:
         names = [n.rstrip("/") for n in t.getnames()]
@@ -336,10 +356,11 @@ def test_tarball_has_one_top_directory_and_the_documented_layout():
                        for n in names), package
 
 
+@pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("suite", ["bullseye", "trixie"])
-def test_deb_installs_offline_checks_its_config_and_purges(suite):
-    deb = artefact("torchmond_*_amd64.deb")
-    with throwaway_root(suite) as root:
+def test_deb_installs_offline_checks_its_config_and_purges(suite, arch):
+    deb = artefact(f"torchmond_*_{DEBIAN_ARCH[arch]}.deb")
+    with throwaway_root(root_of(suite, arch)) as root:
         inside = put(root, deb)
         # Offline: the root's package lists name the archive, so a
         # dependency missing from the minimal system would be fetched; the
@@ -381,9 +402,10 @@ def test_deb_installs_offline_checks_its_config_and_purges(suite):
         assert "installed" not in status.stdout.split(), show(status)
 
 
-def test_tarball_daemon_serves_grpc_and_metrics_in_bullseye():
-    with throwaway_root("bullseye") as root:
-        prefix = unpack_tarball(root)
+@pytest.mark.parametrize("arch", ARCHES)
+def test_tarball_daemon_serves_grpc_and_metrics_in_bullseye(arch):
+    with throwaway_root(root_of("bullseye", arch)) as root:
+        prefix = unpack_tarball(root, arch)
         with chroot_daemon(root, prefix) as daemon:
             # Samples in over TCP, read back over the Unix socket.
             push = chroot(root, f"{prefix}/bin/torchmonctl", "--target", daemon.tcp, "push",
@@ -392,7 +414,7 @@ def test_tarball_daemon_serves_grpc_and_metrics_in_bullseye():
             assert push.returncode == 0, show(push)
             series = poll(lambda: daemon.ctl("series", "--stat", "release.smoke")["series"],
                           lambda s: len(s) == 1 and s[0]["counters"]["accepted"] == 3,
-                          10, "series release.smoke with 3 samples accepted")
+                          60, "series release.smoke with 3 samples accepted")
             assert series[0]["labels"]["check"] == "tarball"
             assert series[0]["aggregations"] == ["count", "sum"]
 
@@ -404,7 +426,7 @@ def test_tarball_daemon_serves_grpc_and_metrics_in_bullseye():
             status, content_type, body = poll(
                 scrape, lambda r: re.search(
                     r'^torchmon_samples_accepted_total\{[^}]*stat="release\.smoke"[^}]*\} 3$',
-                    r[2], re.M), 10, "torchmon_samples_accepted_total of release.smoke")
+                    r[2], re.M), 60, "torchmon_samples_accepted_total of release.smoke")
             assert status == 200 and content_type.startswith("text/plain"), content_type
             assert re.search(r"^# TYPE torchmon_\w+ ", body, re.M), body[:2000]
             assert f'torchmon_daemon_build_info{{version="{VERSION}"}} 1' in body, body[:2000]
@@ -447,15 +469,17 @@ class TlsReceiver:
         self.server.server_close()
 
 
-def test_tarball_daemon_pushes_over_tls_with_the_systems_cas_in_debian_and_el_layouts(tmp_path):
+@pytest.mark.parametrize("arch", ARCHES)
+def test_tarball_daemon_pushes_over_tls_with_the_systems_cas_in_debian_and_el_layouts(
+        tmp_path, arch):
     """No ca_file=: the CA is found where Debian keeps it, and where RHEL 8
     and its rebuilds keep theirs (no /etc/ssl at all)."""
     receiver = TlsReceiver(str(tmp_path))
     with open(receiver.ca) as f:
         ca = f.read()
     try:
-        with throwaway_root("bullseye") as root:
-            prefix = unpack_tarball(root)
+        with throwaway_root(root_of("bullseye", arch)) as root:
+            prefix = unpack_tarball(root, arch)
             for layout, path in (("debian", "/etc/ssl/certs/ca-certificates.crt"),
                                  ("el", "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem")):
                 shutil.rmtree(root + "/etc/ssl", ignore_errors=True)
@@ -469,7 +493,7 @@ def test_tarball_daemon_pushes_over_tls_with_the_systems_cas_in_debian_and_el_la
                     push = chroot(root, f"{prefix}/bin/torchmonctl", "--target", daemon.tcp,
                                   "push", "release.tls", "1", "--window", "100ms", check=False)
                     assert push.returncode == 0, show(push)
-                    poll(lambda: receiver.posts, lambda n: n > before, 20,
+                    poll(lambda: receiver.posts, lambda n: n > before, 60,
                          f"a push over TLS with the {layout} layout's CAs; stderr:\n"
                          f"{daemon.read_stderr()}")
                     daemon.stop()
@@ -515,36 +539,46 @@ client.close(10)
 '''
 
 
-def test_wheel_in_a_trixie_venv_records_exactly_what_the_daemon_reports():
-    wheel = artefact("torchmon-*-cp310-abi3-manylinux_2_28_x86_64.whl")
-    with throwaway_root("trixie") as root:
-        chroot(root, "python3", "-m", "venv", "/venv", timeout=300)
-        pip = chroot(root, "/venv/bin/pip", "install", "--no-index", put(root, wheel),
-                     check=False, timeout=300)
-        assert pip.returncode == 0, show(pip)
-        prefix = unpack_tarball(root)
-        with open(root + "/tmp/record.py", "w") as f:
-            f.write(RECORD_PY)
-        with chroot_daemon(root, prefix) as daemon:
-            record = chroot(root, "/venv/bin/python", "/tmp/record.py", f"unix://{daemon.socket}",
-                            check=False, timeout=120)
-            assert record.returncode == 0, show(record)
-            seen = json.loads(record.stdout)
-            assert seen["file"].startswith("/venv/"), seen
-            assert seen["version"] == VERSION, seen
-            assert seen["flushed"] is True and seen["errors"] == [], seen
-            assert seen["stats"]["samples_added"] == seen["stats"]["samples_delivered"], seen
+def wheel_venv(root, arch):
+    """A venv of the root's python3 at /venv with the wheel of `arch`
+    installed by pip, offline."""
+    wheel = artefact(f"torchmon-*-cp310-abi3-manylinux_2_28_{arch}.whl")
+    chroot(root, "python3", "-m", "venv", "/venv", timeout=600)
+    pip = chroot(root, "/venv/bin/pip", "install", "--no-index", put(root, wheel),
+                 check=False, timeout=600)
+    assert pip.returncode == 0, show(pip)
+    with open(root + "/tmp/record.py", "w") as f:
+        f.write(RECORD_PY)
 
-            # The window closes 1.1 s after its end (grace 100ms).
-            windows = poll(lambda: daemon.ctl("windows", seen["stat"])["windows"],
-                           lambda w: len(w) >= 1, 15, f"a closed window of {seen['stat']}")
-            events = daemon.ctl("events", "release.done")["events"]
-            daemon.stop()
 
+def record_with_the_wheel(root, daemon, target):
+    """RECORD_PY in the root's /venv against `target`, and what `daemon`
+    (a ChrootDaemon, perhaps in another root) then holds: its checks of the
+    recording, the closed window and the event."""
+    record = chroot(root, "/venv/bin/python", "/tmp/record.py", target, check=False, timeout=300)
+    assert record.returncode == 0, show(record)
+    seen = json.loads(record.stdout)
+    assert seen["file"].startswith("/venv/"), seen
+    assert seen["version"] == VERSION, seen
+    assert seen["flushed"] is True and seen["errors"] == [], seen
+    assert seen["stats"]["samples_added"] == seen["stats"]["samples_delivered"], seen
+    # The window closes 1.1 s after its end (grace 100ms): later under
+    # emulation, where the daemon itself may be emulated.
+    windows = poll(lambda: daemon.ctl("windows", seen["stat"])["windows"],
+                   lambda w: len(w) >= 1, 60, f"a closed window of {seen['stat']}")
+    events = daemon.ctl("events", "release.done")["events"]
+    return windows, events
+
+
+def check_recorded_exactly(windows, events, user="root"):
+    """What RECORD_PY recorded, as the daemon reports it: 1..1000 in one
+    window, exactly, and the event with its typed data."""
     (window,) = windows
     # The client runs as root in the root (chroot needs it): the daemon
-    # names it by the root's /etc/passwd (--peer-labels, on by default).
-    assert window["labels"] == {"test": "release", "user": "root"}, window
+    # names it by the root's /etc/passwd (--peer-labels, on by default), or
+    # not at all over TCP.
+    labels = {"test": "release", **({"user": user} if user else {})}
+    assert window["labels"] == labels, window
     assert (window["accepted"], window["capped"], window["partial"]) == (1000, 0, False), window
     aggregates = window["aggregates"]
     assert set(aggregates) == {"count", "sum", "max", "p99"}, aggregates
@@ -553,34 +587,65 @@ def test_wheel_in_a_trixie_venv_records_exactly_what_the_daemon_reports():
     # sample of rank floor(q * (COUNT - 1)) = 989 of 1..1000, which is 990.
     assert abs(aggregates["p99"] - 990) <= 0.01 * 990, aggregates
     (event,) = events
-    assert event["labels"] == {"test": "release", "user": "root"}, event
+    assert event["labels"] == labels, event
     assert event["data"] == {"epoch": 3, "loss": 0.25, "tag": "best", "saved": True}, event
     assert event["data_types"] == {"epoch": "int", "loss": "double", "tag": "string",
                                    "saved": "bool"}, event
 
 
+@pytest.mark.parametrize("arch", ARCHES)
+def test_wheel_in_a_trixie_venv_records_exactly_what_the_daemon_reports(arch):
+    with throwaway_root(root_of("trixie", arch)) as root:
+        wheel_venv(root, arch)
+        prefix = unpack_tarball(root, arch)
+        with chroot_daemon(root, prefix) as daemon:
+            windows, events = record_with_the_wheel(root, daemon, f"unix://{daemon.socket}")
+            daemon.stop()
+    check_recorded_exactly(windows, events)
+
+
+@pytest.mark.parametrize("client_arch, daemon_arch", [("aarch64", "x86_64"),
+                                                      ("x86_64", "aarch64")])
+def test_one_architectures_wheel_records_exactly_into_the_others_daemon(client_arch,
+                                                                        daemon_arch):
+    """The wire is the same: the wheel of one architecture, in its trixie
+    root, records over TCP into the other's tarball daemon in its own root
+    (the two chroots share the host's loopback)."""
+    with throwaway_root(root_of("trixie", client_arch)) as client_root, \
+            throwaway_root(root_of("trixie", daemon_arch)) as daemon_root:
+        wheel_venv(client_root, client_arch)
+        prefix = unpack_tarball(daemon_root, daemon_arch)
+        with chroot_daemon(daemon_root, prefix) as daemon:
+            windows, events = record_with_the_wheel(client_root, daemon, daemon.tcp)
+            daemon.stop()
+    # Over TCP the daemon vouches for no user (--peer-labels: Unix sockets).
+    check_recorded_exactly(windows, events, user=None)
+
+
 CONSUMER = os.path.join(REPO, "tests", "install", "consumer")
 
 
-def test_tarball_cxx_client_builds_with_bullseye_gxx_and_records_exactly():
+@pytest.mark.parametrize("arch", ARCHES)
+def test_tarball_cxx_client_builds_with_bullseye_gxx_and_records_exactly(arch):
     """The tarball's static client library, its CMake package and torchmon.pc
     used as a C++ trainer on Debian 11 would: its own g++ 10 (libstdc++ 10),
-    cmake 3.18 and pkg-config, nothing from this host but the tarball."""
-    with throwaway_root("bullseye-cxx") as root:
-        prefix = unpack_tarball(root)
+    cmake 3.18 and pkg-config, nothing from this host but the tarball (for
+    aarch64, bullseye's arm64 g++, emulated)."""
+    with throwaway_root(root_of("bullseye-cxx", arch)) as root:
+        prefix = unpack_tarball(root, arch)
         shutil.copytree(CONSUMER, root + "/tmp/consumer")
         configure = chroot(root, "cmake", "-S", "/tmp/consumer", "-B", "/tmp/consumer-cmake",
                            f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release",
                            check=False, timeout=300)
         assert configure.returncode == 0, show(configure)
-        build = chroot(root, "cmake", "--build", "/tmp/consumer-cmake", check=False, timeout=900)
+        build = chroot(root, "cmake", "--build", "/tmp/consumer-cmake", check=False, timeout=1200)
         assert build.returncode == 0, show(build)
         flags = chroot(root, "env", f"PKG_CONFIG_PATH={prefix}/lib/pkgconfig", "pkg-config",
                        "--cflags", "--libs", "torchmon").stdout.split()
         assert f"-I{prefix}/lib/pkgconfig/../../include" in flags or \
             f"-I{prefix}/include" in flags, flags
         gxx = chroot(root, "g++", "-std=c++17", "-O1", "/tmp/consumer/main.cc", "-o",
-                     "/tmp/consumer-pkgconfig", *flags, check=False, timeout=900)
+                     "/tmp/consumer-pkgconfig", *flags, check=False, timeout=1200)
         assert gxx.returncode == 0, show(gxx)
 
         with chroot_daemon(root, prefix) as daemon:
@@ -594,7 +659,7 @@ def test_tarball_cxx_client_builds_with_bullseye_gxx_and_records_exactly():
                 # between the adds (microseconds apart); every one closed.
                 seen[stat] = poll(
                     lambda: daemon.ctl("windows", stat)["windows"],
-                    lambda w: sum(x["accepted"] for x in w) >= 100, 15,
+                    lambda w: sum(x["accepted"] for x in w) >= 100, 60,
                     f"closed windows of {stat} holding 100 samples")
             events = daemon.ctl("events", "consumer_done")["events"]
             daemon.stop()
@@ -665,8 +730,9 @@ def extract_rpm(rpm, directory):
                 t.extractall(directory)
 
 
-def test_rpm_requires_glibc_and_systemd_only_and_runs_in_bullseye():
-    rpm = artefact("torchmond-*.x86_64.rpm")
+@pytest.mark.parametrize("arch", ARCHES)
+def test_rpm_requires_glibc_and_systemd_only_and_runs_in_bullseye(arch):
+    rpm = artefact(f"torchmond-*.{arch}.rpm")
     requires = run(["rpm", "-qp", "--requires", rpm]).stdout.splitlines()
     # rpmlib(...) are rpm's own features; /bin/sh runs the scriptlets.
     assert sorted(r for r in requires
@@ -677,7 +743,8 @@ def test_rpm_requires_glibc_and_systemd_only_and_runs_in_bullseye():
     for licence in ("grpc/LICENSE", "openssl/LICENSE.txt", "curl/copyright", "snappy/copyright"):
         assert f"/usr/share/doc/torchmond/bundled/{licence}" in files, licence
 
-    with throwaway_root("bullseye") as root:
+    assert run(["rpm", "-qp", "--qf", "%{ARCH}", rpm]).stdout == arch
+    with throwaway_root(root_of("bullseye", arch)) as root:
         os.mkdir(root + "/tmp/rpm")
         extract_rpm(rpm, root + "/tmp/rpm")
         version = chroot(root, "/tmp/rpm/usr/bin/torchmond", "--version", check=False)
