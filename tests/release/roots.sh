@@ -220,14 +220,16 @@ else
   printf '#!/bin/sh\nexit 101\n' >"$tmp/root/usr/sbin/policy-rc.d"
   chmod 755 "$tmp/root/usr/sbin/policy-rc.d"
   if [[ $arch != native ]]; then
-    # dpkg runs maintainer scripts with /usr/local/bin first in PATH.
+    # apt runs dpkg, and so the maintainer scripts, with DPkg::Path as PATH:
+    # /usr/local/bin first, below.
     printf '#!/bin/sh\n# roots.sh: compiled natively after the install\nexit 0\n' \
       >"$tmp/root/usr/local/bin/py3compile"
     chmod 755 "$tmp/root/usr/local/bin/py3compile"
   fi
   mount -t proc proc "$tmp/root/proc"
   apt=(chroot "$tmp/root" env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive
-       apt-get -q -y -o Dpkg::Options::=--force-confold -o Acquire::Languages=none)
+       apt-get -q -y -o Dpkg::Options::=--force-confold -o Acquire::Languages=none
+       -o DPkg::Path=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   ((!debian_archived)) || apt+=(-o Acquire::Check-Valid-Until=false)
   # shellcheck disable=SC2086  # packages: a comma-separated list
   { "${apt[@]}" update && "${apt[@]}" install --no-install-recommends ${packages//,/ } &&
