@@ -244,7 +244,9 @@ else
     rm "$tmp/root/usr/local/bin/py3compile"
     if [[ -e $tmp/root/usr/bin/python3 ]]; then
       # The amd64 root of this suite (roots.sh makes it if it must), its
-      # python3 run through its own loader and libraries, outside any chroot.
+      # python3 run through its own loader and libraries, outside any chroot:
+      # in one process (-j 1), since a worker process would be started as
+      # that python3 alone, on this machine's older glibc.
       native=$("${BASH_SOURCE[0]}" "$suite")
       version=$(readlink "$tmp/root/usr/bin/python3")
       [[ $(readlink "$native/usr/bin/python3") == "$version" ]] ||
@@ -252,7 +254,7 @@ else
       loader=$native/lib64/ld-linux-x86-64.so.2
       log "byte-compiling /usr/lib/python3/dist-packages with $native's $version"
       PYTHONHOME=$native/usr PYTHONNOUSERSITE=1 "$loader" --library-path \
-        "$native/usr/lib/x86_64-linux-gnu" "$native/usr/bin/$version" -s -m compileall -q -j 0 \
+        "$native/usr/lib/x86_64-linux-gnu" "$native/usr/bin/$version" -s -m compileall -q -j 1 \
         -s "$tmp/root" -p / "$tmp/root/usr/lib/python3/dist-packages" >"$tmp/compile.log" 2>&1 || {
         log "compileall failed; last lines of its log:"
         tail -n 30 "$tmp/compile.log" >&2
