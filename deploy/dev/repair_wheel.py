@@ -314,7 +314,11 @@ def repair(wheel: str, out_dir: str, min_glibc: Tuple[int, ...] = (0, 0),
         check(elf_files_of(root, extensions, libs_dir, renamed), renamed)
 
         elf_files = elf_files_of(root, extensions, libs_dir, renamed)
-        glibc = max(v for f in elf_files for v in symbol_versions(f, "GLIBC_"))
+        glibc = max((v for f in elf_files for v in symbol_versions(f, "GLIBC_")), default=None)
+        if glibc is None and min_glibc == (0, 0):
+            raise SystemExit(f"repair_wheel: no ELF file of {name} asks for a GLIBC_ version: "
+                             "give the glibc it needs with --min-glibc")
+        glibc = glibc or min_glibc
         # The portable build targets a glibc (deps.lock) whose tag it wants
         # even where no symbol needs one that new: the floor it was built and
         # audited for, not a lower one it was never checked against.

@@ -269,3 +269,29 @@ def test_repair_refuses_an_extension_of_another_architecture_than_the_tag(tmp_pa
             assert result.returncode == 0, result.stdout + result.stderr
             assert [p.name for p in out.iterdir()] == [
                 "torchmon-0.1.0-cp310-abi3-manylinux_2_2_x86_64.whl"], list(out.iterdir())
+
+
+def test_repair_refuses_to_guess_the_glibc_of_an_extension_that_names_none(tmp_path):
+    """An extension that asks for no GLIBC_ version gives the wheel's tag
+    nothing to read: refused, naming --min-glibc, not tagged manylinux_0_0."""
+    source = tmp_path / "ext.c"
+    source.write_text("int PyInit__torchmon(void) { return 0; }\n")
+    extension = tmp_path / "_torchmon.abi3.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-nostdlib", str(source), "-o",
+                    str(extension)], check=True, timeout=120)
+    wheel = tmp_path / "torchmon-0.1.0-cp310-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(extension, "torchmon/_torchmon.abi3.so")
+        z.writestr("torchmon-0.1.0.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp310-abi3-linux_x86_64\n")
+        z.writestr("torchmon-0.1.0.dist-info/RECORD", "")
+    repair = [sys.executable, os.path.join(ROOT, "deploy", "dev", "repair_wheel.py"), str(wheel),
+              "-w", str(tmp_path / "out")]
+    result = subprocess.run(repair, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "asks for a GLIBC_ version: give the glibc it needs with --min-glibc" in result.stderr
+    # With the floor given, it is tagged for that floor.
+    tagged = subprocess.run(repair + ["--min-glibc", "2.28"], capture_output=True, text=True,
+                            timeout=300)
+    assert tagged.returncode == 0, tagged.stderr
+    assert "manylinux_2_28_x86_64.whl" in tagged.stdout, tagged.stdout
