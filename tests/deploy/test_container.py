@@ -147,7 +147,12 @@ def test_the_image_takes_the_portable_tarball(dockerfile):
     assert source == f"dist/torchmon-{project_version()}-linux-x86_64.tar.gz"
     with open(os.path.join(DEPLOY, "release", "build.sh")) as f:
         build = f.read()
-    assert "name=torchmon-$version-linux-x86_64" in build
+    assert "name=torchmon-$version-linux-$release_arch" in build
+    # build.sh's architecture for the image's (x86-64) tarball, as arch.sh names it.
+    arch = subprocess.run(["bash", "-c", 'TORCHMON_RELEASE_ARCH=x86_64; source "$1"; '
+                           'echo "$release_arch"', "-", os.path.join(DEPLOY, "release", "arch.sh")],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    assert arch == "x86_64\n"
     assert 'tar -C "$stage" --owner=0 --group=0 --sort=name -czf "$out/$name.tar.gz" "$name"' in build
     runs = " ".join(a for word, a in unpack if word == "RUN")
     for binary in ("torchmond", "torchmonctl"):
