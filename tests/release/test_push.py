@@ -19,7 +19,6 @@ then started again, holds every window but a run of the oldest, which
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
