@@ -235,63 +235,57 @@ def test_the_wheel_lives_beside_debians_grpcio_and_torch_in_one_process(torchmon
             daemon.stop()
 
 
+def raw_wheel(tmp_path, arch, source, *gcc_flags):
+    """A wheel as pip leaves it before repair_wheel.py: `source` compiled by
+    this machine's gcc (x86-64) as the extension, tagged linux_<arch>."""
+    (tmp_path / "ext.c").write_text(source)
+    extension = tmp_path / "_torchmon.abi3.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", *gcc_flags, str(tmp_path / "ext.c"), "-o",
+                    str(extension)], check=True, timeout=120)
+    wheel = tmp_path / f"torchmon-0.1.0-cp310-abi3-linux_{arch}.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(extension, "torchmon/_torchmon.abi3.so")
+        z.writestr("torchmon-0.1.0.dist-info/WHEEL",
+                   f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp310-abi3-linux_{arch}\n")
+        z.writestr("torchmon-0.1.0.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: torchmon\nVersion: 0.1.0\n")
+        z.writestr("torchmon-0.1.0.dist-info/RECORD", "")
+    return wheel
+
+
+def repair(wheel, out, *args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "dev", "repair_wheel.py"),
+                           str(wheel), "-w", str(out), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_repair_refuses_an_extension_of_another_architecture_than_the_tag(tmp_path):
     """repair_wheel.py takes the wheel's architecture from its tag, which the
     portable build sets for aarch64 (_PYTHON_HOST_PLATFORM): an x86-64
     extension in a wheel tagged linux_aarch64 is refused, naming the file and
     its machine, and nothing is written."""
-    source = tmp_path / "ext.c"
-    source.write_text("#include <stdio.h>\nint PyInit__torchmon(void) { return puts(\"x\"); }\n")
-    extension = tmp_path / "_torchmon.abi3.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", str(source), "-o", str(extension)],
-                   check=True, timeout=120)
+    source = "#include <stdio.h>\nint PyInit__torchmon(void) { return puts(\"x\"); }\n"
     out = tmp_path / "out"
-    for arch, refused in (("aarch64", True), ("x86_64", False)):
-        wheel = tmp_path / f"torchmon-0.1.0-cp310-abi3-linux_{arch}.whl"
-        with zipfile.ZipFile(wheel, "w") as z:
-            z.write(extension, "torchmon/_torchmon.abi3.so")
-            z.writestr("torchmon-0.1.0.dist-info/WHEEL",
-                       f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp310-abi3-linux_{arch}\n")
-            z.writestr("torchmon-0.1.0.dist-info/METADATA",
-                       "Metadata-Version: 2.1\nName: torchmon\nVersion: 0.1.0\n")
-            z.writestr("torchmon-0.1.0.dist-info/RECORD", "")
-        result = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "dev",
-                                                              "repair_wheel.py"),
-                                 str(wheel), "-w", str(out)],
-                                capture_output=True, text=True, timeout=300)
-        if refused:
-            assert result.returncode != 0, result.stdout
-            assert ("torchmon/_torchmon.abi3.so is not an aarch64 ELF file (e_machine 62), "
-                    "but the wheel is tagged linux_aarch64") in result.stderr, result.stderr
-            assert not out.exists() or not list(out.iterdir())
-        else:
-            # The same extension under its own architecture's tag is repaired.
-            assert result.returncode == 0, result.stdout + result.stderr
-            assert [p.name for p in out.iterdir()] == [
-                "torchmon-0.1.0-cp310-abi3-manylinux_2_2_x86_64.whl"], list(out.iterdir())
+    result = repair(raw_wheel(tmp_path, "aarch64", source), out)
+    assert result.returncode != 0, result.stdout
+    assert ("torchmon/_torchmon.abi3.so is not an aarch64 ELF file (e_machine 62), "
+            "but the wheel is tagged linux_aarch64") in result.stderr, result.stderr
+    assert not out.exists() or not list(out.iterdir())
+    # The same extension under its own architecture's tag is repaired.
+    result = repair(raw_wheel(tmp_path, "x86_64", source), out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [p.name for p in out.iterdir()] == [
+        "torchmon-0.1.0-cp310-abi3-manylinux_2_2_x86_64.whl"], list(out.iterdir())
 
 
 def test_repair_refuses_to_guess_the_glibc_of_an_extension_that_names_none(tmp_path):
     """An extension that asks for no GLIBC_ version gives the wheel's tag
     nothing to read: refused, naming --min-glibc, not tagged manylinux_0_0."""
-    source = tmp_path / "ext.c"
-    source.write_text("int PyInit__torchmon(void) { return 0; }\n")
-    extension = tmp_path / "_torchmon.abi3.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-nostdlib", str(source), "-o",
-                    str(extension)], check=True, timeout=120)
-    wheel = tmp_path / "torchmon-0.1.0-cp310-abi3-linux_x86_64.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.write(extension, "torchmon/_torchmon.abi3.so")
-        z.writestr("torchmon-0.1.0.dist-info/WHEEL",
-                   "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp310-abi3-linux_x86_64\n")
-        z.writestr("torchmon-0.1.0.dist-info/RECORD", "")
-    repair = [sys.executable, os.path.join(ROOT, "deploy", "dev", "repair_wheel.py"), str(wheel),
-              "-w", str(tmp_path / "out")]
-    result = subprocess.run(repair, capture_output=True, text=True, timeout=300)
+    wheel = raw_wheel(tmp_path, "x86_64", "int PyInit__torchmon(void) { return 0; }\n", "-nostdlib")
+    result = repair(wheel, tmp_path / "out")
     assert result.returncode != 0
     assert "asks for a GLIBC_ version: give the glibc it needs with --min-glibc" in result.stderr
     # With the floor given, it is tagged for that floor.
-    tagged = subprocess.run(repair + ["--min-glibc", "2.28"], capture_output=True, text=True,
-                            timeout=300)
+    tagged = repair(wheel, tmp_path / "out", "--min-glibc", "2.28")
     assert tagged.returncode == 0, tagged.stderr
     assert "manylinux_2_28_x86_64.whl" in tagged.stdout, tagged.stdout
