@@ -539,14 +539,26 @@ client.close(10)
 '''
 
 
-def wheel_venv(root, arch):
-    """A venv of the root's python3 at /venv with the wheel of `arch`
-    installed by pip, offline."""
+def venv_with_the_wheel(root, arch, *venv_options):
+    """A venv of the root's python3 at /venv (venv_options: python3 -m
+    venv's) with the wheel of `arch` installed into it by pip, offline.
+
+    The pip is Debian's (python3-pip-whl, which python3-venv needs), run
+    from its wheel as ensurepip runs it, but not installed into the venv
+    first: under emulation ensurepip's install of pip took 90 of a test's
+    110 s, and proves nothing of torchmon's wheel."""
     wheel = artefact(f"torchmon-*-cp310-abi3-manylinux_2_28_{arch}.whl")
-    chroot(root, "python3", "-m", "venv", "/venv", timeout=600)
-    pip = chroot(root, "/venv/bin/pip", "install", "--no-index", put(root, wheel),
-                 check=False, timeout=600)
+    chroot(root, "python3", "-m", "venv", "--without-pip", *venv_options, "/venv", timeout=600)
+    pips = glob.glob(root + "/usr/share/python-wheels/pip-*-py3-none-any.whl")
+    assert len(pips) == 1, pips
+    pip = chroot(root, "/venv/bin/python", pips[0][len(root):] + "/pip", "install",
+                 "--no-index", put(root, wheel), check=False, timeout=600)
     assert pip.returncode == 0, show(pip)
+
+
+def wheel_venv(root, arch):
+    """venv_with_the_wheel, and RECORD_PY at /tmp/record.py."""
+    venv_with_the_wheel(root, arch)
     with open(root + "/tmp/record.py", "w") as f:
         f.write(RECORD_PY)
 
