@@ -26,7 +26,6 @@ import urllib.request
 import pytest
 import torch
 from conftest import PYTHON_DIR
-from torchmond import free_tcp_port
 
 TORCH_2_6 = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 6)
 WINDOW_S = 10  # every series of torchmon._torch_metrics
@@ -345,16 +344,44 @@ DDP_STATS = ("torch.ddp.forward_compute_s", "torch.ddp.backward_compute_s",
              "torch.ddp.backward_comm_s", "torch.ddp.backward_overlap_s")
 
 
-def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemon, python_env):
-    init = f"tcp://127.0.0.1:{free_tcp_port()}"
-    ranks = [subprocess.Popen(
-        [sys.executable, "-c", script(DDP_RANK)],
-        env=child_env(python_env, switch=True, RANK=str(rank), WORLD_SIZE="2",
-                      INIT_METHOD=init, TORCHMON_TORCH_DIST_WINDOW_S="0.2"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    outputs = [p.communicate(timeout=300) for p in ranks]
-    for p, (stdout, stderr) in zip(ranks, outputs):
-        assert p.returncode == 0, stderr
+def run_ranks(tmp_path, code, world, timeout, **env):
+    """`world` processes of `code`, ranks 0.. of one job (RANK, WORLD_SIZE,
+    and INIT_METHOD: a file store in tmp_path, so no port to race another
+    test for), each's output in files; waited for with one deadline. A rank
+    that fails ends the others, which would wait for it at their next
+    collective until the deadline: its stderr is the test's failure."""
+    init = f"file://{tmp_path}/rendezvous"
+    ranks = []
+    for rank in range(world):
+        out, err = (open(tmp_path / f"rank{rank}.{name}", "w+") for name in ("out", "err"))
+        ranks.append((subprocess.Popen(
+            [sys.executable, "-c", code],
+            env={**env, "RANK": str(rank), "WORLD_SIZE": str(world), "INIT_METHOD": init},
+            stdout=out, stderr=err, text=True), out, err))
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p, _, _ in ranks) and time.monotonic() < deadline and \
+            all(p.returncode in (None, 0) for p, _, _ in ranks):
+        time.sleep(0.1)
+    outputs = []
+    for p, out, err in ranks:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        out.seek(0)
+        err.seek(0)
+        outputs.append((p.returncode, out.read(), err.read()))
+        out.close()
+        err.close()
+    for rank, (returncode, _, stderr) in enumerate(outputs):
+        assert returncode == 0, f"rank {rank} ended with {returncode}:\n{stderr}"
+    return outputs
+
+
+def test_a_two_rank_ddp_job_shows_each_ranks_times_on_metrics_and_in_ranks(daemon, python_env,
+                                                                            tmp_path):
+    outputs = run_ranks(tmp_path, script(DDP_RANK), 2, 300,
+                        **child_env(python_env, switch=True, TORCHMON_TORCH_DIST_WINDOW_S="0.2"))
+    for _, stdout, stderr in outputs:
         assert "errors []" in stdout, stdout
         assert_reported_once(stderr)
         # Where the optimizer step hook reads DDP's data (torch >= 2.0), the
