@@ -26,6 +26,7 @@ import urllib.request
 import pytest
 import torch
 from conftest import PYTHON_DIR
+from torchmond import free_tcp_port
 
 TORCH_2_6 = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 6)
 WINDOW_S = 10  # every series of torchmon._torch_metrics
@@ -346,11 +347,12 @@ DDP_STATS = ("torch.ddp.forward_compute_s", "torch.ddp.backward_compute_s",
 
 def run_ranks(tmp_path, code, world, timeout, **env):
     """`world` processes of `code`, ranks 0.. of one job (RANK, WORLD_SIZE,
-    and INIT_METHOD: a file store in tmp_path, so no port to race another
-    test for), each's output in files; waited for with one deadline. A rank
-    that fails ends the others, which would wait for it at their next
-    collective until the deadline: its stderr is the test's failure."""
-    init = f"file://{tmp_path}/rendezvous"
+    and INIT_METHOD: a TCPStore, whose waits torch 2.6 counts and the test
+    checks, on a port free when chosen), each's output in files; waited for
+    with one deadline. A rank that fails (its store's port taken meanwhile,
+    say) ends the others, which would wait for it until the deadline: its
+    stderr is the test's failure."""
+    init = f"tcp://127.0.0.1:{free_tcp_port()}"
     ranks = []
     for rank in range(world):
         out, err = (open(tmp_path / f"rank{rank}.{name}", "w+") for name in ("out", "err"))
