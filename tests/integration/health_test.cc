@@ -11,11 +11,13 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.pb.h"
@@ -166,6 +168,10 @@ class DrainingDaemonTest : public HealthTest {
  protected:
   void SetUp() override {
     HealthTest::SetUp();
+    StartDrainingDaemon();
+  }
+
+  void StartDrainingDaemon() {
     StartDaemon({"--grace", "500ms", "--drain-timeout", "60s"});
     client_ = std::make_unique<Client>(Options());
     stat_ = std::make_unique<Stat>(*client_, "draining", std::vector<StatAggregation>{Aggregation::SUM},
@@ -189,54 +195,98 @@ class DrainingDaemonTest : public HealthTest {
   std::unique_ptr<Stat> stat_;
 };
 
+// How one drain ended for the watchers of WatchSeesNotServing... below.
+struct WatchEnds {
+  std::vector<std::string> extras;  // what a watch was sent after NOT_SERVING
+  std::vector<grpc::Status> ends;
+};
+
 TEST_F(DrainingDaemonTest, WatchSeesNotServingWhenSigtermArrivesAndEndsWithTheDrain) {
-  auto stub = Health::NewStub(Channel(daemon_->unix_target()));
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReader<HealthCheckResponse>>> watches;
-  for (const char* service : kTorchmonServices) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    contexts.back()->set_deadline(In(std::chrono::seconds(30)));
-    HealthCheckRequest request;
-    request.set_service(service);
-    watches.push_back(stub->Watch(contexts.back().get(), request));
-    HealthCheckResponse first;
-    ASSERT_TRUE(watches.back()->Read(&first)) << service;
-    EXPECT_EQ(first.status(), HealthCheckResponse::SERVING) << service;
-  }
-
-  daemon_->Signal(SIGTERM);
-  // While the ingest stream still drains, every watcher has been told.
-  for (size_t i = 0; i < watches.size(); ++i) {
-    HealthCheckResponse next;
-    ASSERT_TRUE(watches[i]->Read(&next)) << kTorchmonServices[i];
-    EXPECT_EQ(next.status(), HealthCheckResponse::NOT_SERVING) << kTorchmonServices[i];
-  }
-  auto healthz = GetHealthz();
-  ASSERT_TRUE(healthz.ok()) << healthz.status();
-  EXPECT_EQ(healthz->status, 503);
-
-  // The watches end with the drain, without holding the shutdown back
-  // (--drain-timeout is a minute), and nothing more was sent on them. They
-  // are read while the daemon ends them, as a load balancer's watch is: a
-  // synchronous client polls its connection only inside Read and Finish,
-  // and one that first called them after the daemon had exited answered
-  // what was still unread on a connection the daemon had closed, and saw
-  // "Broken pipe" instead of the end (now and then; always when the
-  // daemon lingered before exiting).
-  std::vector<std::string> extras(watches.size());
-  std::vector<grpc::Status> ends(watches.size());
-  std::thread reader([&] {
-    for (size_t i = 0; i < watches.size(); ++i) {
-      HealthCheckResponse extra;
-      if (watches[i]->Read(&extra)) extras[i] = HealthCheckResponse::ServingStatus_Name(extra.status());
-      ends[i] = watches[i]->Finish();
+  // One drain, watched on every service; what the watches saw at their end.
+  auto drain = [&]() -> WatchEnds {
+    auto stub = Health::NewStub(Channel(daemon_->unix_target()));
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    std::vector<std::unique_ptr<grpc::ClientReader<HealthCheckResponse>>> watches;
+    for (const char* service : kTorchmonServices) {
+      contexts.push_back(std::make_unique<grpc::ClientContext>());
+      contexts.back()->set_deadline(In(std::chrono::seconds(30)));
+      HealthCheckRequest request;
+      request.set_service(service);
+      watches.push_back(stub->Watch(contexts.back().get(), request));
+      HealthCheckResponse first;
+      EXPECT_TRUE(watches.back()->Read(&first)) << service;
+      EXPECT_EQ(first.status(), HealthCheckResponse::SERVING) << service;
     }
-  });
-  EndDrainAndExpectExit();
-  reader.join();
-  for (size_t i = 0; i < watches.size(); ++i) {
-    EXPECT_EQ(extras[i], "") << kTorchmonServices[i];
-    EXPECT_TRUE(ends[i].ok()) << kTorchmonServices[i] << ": " << ends[i].error_message();
+
+    daemon_->Signal(SIGTERM);
+    // While the ingest stream still drains, every watcher has been told.
+    for (size_t i = 0; i < watches.size(); ++i) {
+      HealthCheckResponse next;
+      EXPECT_TRUE(watches[i]->Read(&next)) << kTorchmonServices[i];
+      EXPECT_EQ(next.status(), HealthCheckResponse::NOT_SERVING) << kTorchmonServices[i];
+    }
+    auto healthz = GetHealthz();
+    EXPECT_TRUE(healthz.ok()) << healthz.status();
+    if (healthz.ok()) {
+      EXPECT_EQ(healthz->status, 503);
+    }
+
+    // The watches end with the drain, without holding the shutdown back
+    // (--drain-timeout is a minute), and nothing more was sent on them. They
+    // are read while the daemon ends them, as a load balancer's watch is: a
+    // synchronous client polls its connection only inside Read and Finish,
+    // and one that first called them after the daemon had exited answered
+    // what was still unread on a connection the daemon had closed, and saw
+    // "Broken pipe" instead of the end (now and then; always when the
+    // daemon lingered before exiting).
+    WatchEnds seen{std::vector<std::string>(watches.size()), std::vector<grpc::Status>(watches.size())};
+    std::thread reader([&] {
+      for (size_t i = 0; i < watches.size(); ++i) {
+        HealthCheckResponse extra;
+        if (watches[i]->Read(&extra)) {
+          seen.extras[i] = HealthCheckResponse::ServingStatus_Name(extra.status());
+        }
+        seen.ends[i] = watches[i]->Finish();
+      }
+    });
+    EndDrainAndExpectExit();
+    reader.join();
+    return seen;
+  };
+
+  // The daemon ends every watch OK, then gRPC closes the connection at once
+  // (its last call ended, its final GOAWAY sent). A client whose transport
+  // writes meanwhile (GRPC_TRACE=http shows the client's streams made
+  // writable, flow-control updates, when a Read begins) gets EPIPE before it
+  // has parsed the trailers it was sent, and every call still open on the
+  // connection ends UNAVAILABLE "Broken pipe": the client's race with the
+  // close, not the daemon's doing. CI's TSan suite met it now and then; 210
+  // runs here under load did not. So a drain with a watch that ended so is
+  // watched again, three drains at most: a daemon that does not end the
+  // watches OK fails every one.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    if (attempt > 1) {
+      StartDrainingDaemon();
+      if (HasFatalFailure()) return;
+    }
+    const WatchEnds seen = drain();
+    if (HasFailure()) return;
+    bool raced = false;
+    for (const grpc::Status& end : seen.ends) {
+      raced |= end.error_code() == grpc::StatusCode::UNAVAILABLE &&
+               absl::StrContains(end.error_message(), "Broken pipe");
+    }
+    if (raced && attempt < kAttempts) {
+      std::cerr << "attempt " << attempt << ": a watch ended UNAVAILABLE \"Broken pipe\", the "
+                << "client's race with the connection's close; draining again\n";
+      continue;
+    }
+    for (size_t i = 0; i < seen.ends.size(); ++i) {
+      EXPECT_EQ(seen.extras[i], "") << kTorchmonServices[i];
+      EXPECT_TRUE(seen.ends[i].ok()) << kTorchmonServices[i] << ": " << seen.ends[i].error_message();
+    }
+    return;
   }
 }
 
