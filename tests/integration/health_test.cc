@@ -240,6 +240,15 @@ TEST_F(DrainingDaemonTest, WatchSeesNotServingWhenSigtermArrivesAndEndsWithTheDr
     // "Broken pipe" instead of the end (now and then; always when the
     // daemon lingered before exiting).
     WatchEnds seen{std::vector<std::string>(watches.size()), std::vector<grpc::Status>(watches.size())};
+    //
+    // Once the watches have ended, the client lets go of their connection,
+    // as a client does whose calls are over. Kept, it held the daemon's
+    // exit past the test's 10 s (1 drain in 20 to 50 here, beside a CI
+    // run): the daemon's last calls ended, gRPC still waits for the ack
+    // of its GOAWAY's ping before it lets the connection go, and this
+    // synchronous client, with no call left, no longer reads the
+    // connection (ss: 51 bytes unread on the client's side, the daemon
+    // in Server::Shutdown).
     std::thread reader([&] {
       for (size_t i = 0; i < watches.size(); ++i) {
         HealthCheckResponse extra;
@@ -248,6 +257,9 @@ TEST_F(DrainingDaemonTest, WatchSeesNotServingWhenSigtermArrivesAndEndsWithTheDr
         }
         seen.ends[i] = watches[i]->Finish();
       }
+      watches.clear();
+      contexts.clear();
+      stub.reset();
     });
     EndDrainAndExpectExit();
     reader.join();
