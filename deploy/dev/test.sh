@@ -56,11 +56,14 @@ summaries=()
 started=$SECONDS
 times_file=$(mktemp)
 cpu_now=0
+children_cpu() {  # children_cpu FILE: the user + system seconds of the children in FILE, times' output
+  # times' second line: the children's "XmY.YYYs XmY.YYYs"
+  awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); cpu += p[1] * 60 + p[2] } }
+       END { printf "%d", cpu }' "$1"
+}
 read_cpu() {  # read_cpu: cpu_now = user + system seconds of the waited-for children so far
   times >"$times_file"  # in this shell, not $(...): a subshell's times are its own
-  # times' second line: the children's "XmY.YYYs XmY.YYYs"
-  cpu_now=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); cpu += p[1] * 60 + p[2] } }
-                 END { printf "%d", cpu }' "$times_file")
+  cpu_now=$(children_cpu "$times_file")
 }
 stage() {  # stage NAME COMMAND...
   local name=$1 t=$SECONDS cpu
@@ -162,7 +165,10 @@ prefetch() {  # prefetch NAME COMMAND...: COMMAND in the background, niced, logg
     t=$SECONDS
     rc=0
     nice -n 10 "$@" >"$prefetch_logs/$name.log" 2>&1 || rc=$?
-    echo "test.sh: background $name: $((SECONDS - t)) s, exit $rc (total $((SECONDS - started)) s)"
+    # Its CPU too: the background's share of a cold run, job by job.
+    times >"$prefetch_logs/$name.times"
+    echo "test.sh: background $name: $((SECONDS - t)) s, $(children_cpu "$prefetch_logs/$name.times")" \
+      "CPU s, exit $rc (total $((SECONDS - started)) s)"
     exit "$rc"
   ) &
   prefetch_pids[$name]=$!
