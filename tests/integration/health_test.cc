@@ -239,16 +239,16 @@ TEST_F(DrainingDaemonTest, WatchSeesNotServingWhenSigtermArrivesAndEndsWithTheDr
     // what was still unread on a connection the daemon had closed, and saw
     // "Broken pipe" instead of the end (now and then; always when the
     // daemon lingered before exiting).
-    WatchEnds seen{std::vector<std::string>(watches.size()), std::vector<grpc::Status>(watches.size())};
-    //
+    WatchEnds seen{std::vector<std::string>(watches.size()),
+                   std::vector<grpc::Status>(watches.size())};
     // Once the watches have ended, the client lets go of their connection,
-    // as a client does whose calls are over. Kept, it held the daemon's
-    // exit past the test's 10 s (1 drain in 20 to 50 here, beside a CI
-    // run): the daemon's last calls ended, gRPC still waits for the ack
-    // of its GOAWAY's ping before it lets the connection go, and this
-    // synchronous client, with no call left, no longer reads the
-    // connection (ss: 51 bytes unread on the client's side, the daemon
-    // in Server::Shutdown).
+    // as a client does whose calls are over. Kept, it held the daemon's exit
+    // past the test's 10 s (three loops here, beside a CI run, met it at
+    // their 19th, 20th and 51st run): the daemon's last calls had ended, but
+    // gRPC waits for the ack of its GOAWAY's ping before it lets the
+    // connection go, and this synchronous client, with no call left, no
+    // longer reads the connection (ss: 51 bytes unread on the client's
+    // side, the daemon in Server::Shutdown).
     std::thread reader([&] {
       for (size_t i = 0; i < watches.size(); ++i) {
         HealthCheckResponse extra;
@@ -296,7 +296,8 @@ TEST_F(DrainingDaemonTest, WatchSeesNotServingWhenSigtermArrivesAndEndsWithTheDr
     }
     for (size_t i = 0; i < seen.ends.size(); ++i) {
       EXPECT_EQ(seen.extras[i], "") << kTorchmonServices[i];
-      EXPECT_TRUE(seen.ends[i].ok()) << kTorchmonServices[i] << ": " << seen.ends[i].error_message();
+      EXPECT_TRUE(seen.ends[i].ok())
+          << kTorchmonServices[i] << ": " << seen.ends[i].error_message();
     }
     return;
   }
