@@ -349,18 +349,35 @@ def run_ranks(tmp_path, code, world, timeout, **env):
     """`world` processes of `code`, ranks 0.. of one job (RANK, WORLD_SIZE,
     and INIT_METHOD: a TCPStore, whose waits torch 2.6 counts and the test
     checks, on a port free when chosen), each's output in files; waited for
-    with one deadline. A rank that fails (its store's port taken meanwhile,
-    say) ends the others, which would wait for it until the deadline: its
-    stderr is the test's failure."""
-    init = f"tcp://127.0.0.1:{free_tcp_port()}"
+    with one deadline. A rank that fails ends the others, which would wait
+    for it until the deadline: its stderr is the test's failure. The port
+    can be taken between its choice and rank 0's bind (CI's ASan suite saw
+    "Address already in use", a daemon of another test on it): then the job
+    starts again on another port, three times at most, as nothing of it
+    ran past the rendezvous."""
+    deadline = time.monotonic() + timeout
+    for attempt in range(3):
+        port = free_tcp_port()
+        outputs = run_ranks_once(tmp_path, code, world, deadline,
+                                 INIT_METHOD=f"tcp://127.0.0.1:{port}", **env)
+        if not any(returncode != 0 and f"{port} (errno: 98 - Address already in use)" in stderr
+                   for returncode, _, stderr in outputs):
+            break
+    for rank, (returncode, _, stderr) in enumerate(outputs):
+        assert returncode == 0, f"rank {rank} ended with {returncode}:\n{stderr}"
+    return outputs
+
+
+def run_ranks_once(tmp_path, code, world, deadline, **env):
+    """run_ranks' job once, until `deadline` (time.monotonic()): each rank's
+    (returncode, stdout, stderr)."""
     ranks = []
     for rank in range(world):
         out, err = (open(tmp_path / f"rank{rank}.{name}", "w+") for name in ("out", "err"))
         ranks.append((subprocess.Popen(
             [sys.executable, "-c", code],
-            env={**env, "RANK": str(rank), "WORLD_SIZE": str(world), "INIT_METHOD": init},
+            env={**env, "RANK": str(rank), "WORLD_SIZE": str(world)},
             stdout=out, stderr=err, text=True), out, err))
-    deadline = time.monotonic() + timeout
     while any(p.poll() is None for p, _, _ in ranks) and time.monotonic() < deadline and \
             all(p.returncode in (None, 0) for p, _, _ in ranks):
         time.sleep(0.1)
@@ -374,8 +391,6 @@ def run_ranks(tmp_path, code, world, timeout, **env):
         outputs.append((p.returncode, out.read(), err.read()))
         out.close()
         err.close()
-    for rank, (returncode, _, stderr) in enumerate(outputs):
-        assert returncode == 0, f"rank {rank} ended with {returncode}:\n{stderr}"
     return outputs
 
 
