@@ -188,7 +188,10 @@ std::vector<std::string> ClientCore::TakeErrors() {
 }
 
 bool ClientCore::HasPendingLocked() const {
-  if (events_.Pending() || !ledger_.empty()) return true;
+  // Event drops count as events do: a flush after an invalid event (the
+  // queue already sent) must deliver its drop report, or the daemon's
+  // totals lag what the client counted.
+  if (events_.Pending() || events_.DropsUnwritten() || !ledger_.empty()) return true;
   // A sample is pending from its push to a log until acknowledged (or
   // abandoned); a stopped client's leftovers are dropped, not pending.
   if (!abandoned_ && buffers_->PushedTotal() != ledger_.samples_settled()) return true;

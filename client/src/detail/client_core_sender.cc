@@ -334,6 +334,11 @@ bool ClientCore::RunCycle(StreamState& state, BatchFiller::LogsTaken* taken) {
   // cycle).
   if (!BatchFiller::AddReleases(retirement_.TakeReleases(generation), out, write)) return fail();
   if (!write()) return fail();
+  if (!events.drops.empty()) {
+    // Written, so kept until acknowledged: a flush now waits on the ledger.
+    absl::MutexLock lock(&mu_);
+    events_.DropsWritten();
+  }
   if (taken->complete) ++cycles_completed_;
   return true;
 }

@@ -90,6 +90,7 @@ EventQueue::Taken EventQueue::TakeAll() {
   Taken taken;
   taken.events.swap(events_);
   taken.drops.assign(drops_.begin(), drops_.end());
+  drops_taken_ = !drops_.empty();
   drops_.clear();
   return taken;
 }
@@ -100,12 +101,15 @@ void EventQueue::Requeue(Taken& taken) {
   taken.events.clear();
   for (const auto& [name, dropped] : taken.drops) drops_[name] += dropped;
   taken.drops.clear();
+  drops_taken_ = false;
 }
 
 uint64_t EventQueue::DropUnsent() {
   const uint64_t dropped = queued_ - resolved_;
   resolved_ = queued_;
   events_.clear();
+  drops_.clear();
+  drops_taken_ = false;
   return dropped;
 }
 

@@ -56,11 +56,17 @@ class EventQueue {
   void Requeue(Taken& taken);
   // `n` events of the queue were written in a batch.
   void Resolve(uint64_t n) { resolved_ += n; }
-  // Drops every event queued and not yet written (the client stopped);
-  // returns how many.
+  // Drops every event queued and not yet written (the client stopped), and
+  // the drop counts no stream will carry now; returns how many events.
   uint64_t DropUnsent();
 
   bool Pending() const { return queued_ != resolved_; }
+  // Drop counts not yet written in a batch: counted since the last
+  // TakeAll, or taken by a cycle that has not yet written them. A flush
+  // waits for them as for queued events.
+  bool DropsUnwritten() const { return !drops_.empty() || drops_taken_; }
+  // The cycle that took the drop counts wrote them all.
+  void DropsWritten() { drops_taken_ = false; }
 
  private:
   const size_t max_events_;
@@ -69,6 +75,7 @@ class EventQueue {
   // Events accepted, and those since written or dropped.
   uint64_t queued_ = 0;
   uint64_t resolved_ = 0;
+  bool drops_taken_ = false;
 };
 
 }  // namespace torchmon::detail
