@@ -312,12 +312,18 @@ bool ClientCore::RunCycle(StreamState& state, BatchFiller::LogsTaken* taken) {
     fresh = registry_.TakeNew();
     events = events_.TakeAll();
   }
+  // AddEvents empties `events` as it writes them: whether drop counts were
+  // taken is known here only.
+  const bool took_drops = !events.drops.empty();
   const uint64_t generation = state.generation;
   OutgoingBatch out(filler_.memory());
   auto write = [&]() { return out.empty() || WriteBatch(state, out); };
   auto fail = [&]() {
     // The stream is broken; the next one opens with every definition.
-    if (!events.events.empty() || !events.drops.empty()) {
+    // Drop counts the cycle wrote before it broke are kept in the ledger;
+    // those it did not are counted again (Requeue, which also says none
+    // is taken any more).
+    if (took_drops || !events.events.empty()) {
       absl::MutexLock lock(&mu_);
       events_.Requeue(events);
     }
@@ -334,7 +340,7 @@ bool ClientCore::RunCycle(StreamState& state, BatchFiller::LogsTaken* taken) {
   // cycle).
   if (!BatchFiller::AddReleases(retirement_.TakeReleases(generation), out, write)) return fail();
   if (!write()) return fail();
-  if (!events.drops.empty()) {
+  if (took_drops) {
     // Written, so kept until acknowledged: a flush now waits on the ledger.
     absl::MutexLock lock(&mu_);
     events_.DropsWritten();
