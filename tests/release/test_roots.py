@@ -257,6 +257,12 @@ class ChrootDaemon:
     def read_stderr(self):
         return self.launched.read_stderr()
 
+    def scrape(self):
+        """/metrics, scraped from the host (the chroot shares its network):
+        (status, Content-Type, body)."""
+        with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+
     def ctl(self, *args, target=None, check=True, timeout=60):
         """The tarball's torchmonctl in the root, on the Unix socket unless
         `target` says otherwise; --json output parsed (None if empty)."""
@@ -421,13 +427,8 @@ def test_tarball_daemon_serves_grpc_and_metrics_in_bullseye(arch):
             assert series[0]["labels"]["check"] == "tarball"
             assert series[0]["aggregations"] == ["count", "sum"]
 
-            # /metrics, scraped from the host: the chroot shares its network.
-            def scrape():
-                with urllib.request.urlopen(f"http://{daemon.metrics}/metrics", timeout=5) as r:
-                    return r.status, r.headers.get("Content-Type", ""), r.read().decode()
-
             status, content_type, body = poll(
-                scrape, lambda r: re.search(
+                daemon.scrape, lambda r: re.search(
                     r'^torchmon_samples_accepted_total\{[^}]*stat="release\.smoke"[^}]*\} 3$',
                     r[2], re.M), 60, "torchmon_samples_accepted_total of release.smoke")
             assert status == 200 and content_type.startswith("text/plain"), content_type
@@ -476,8 +477,7 @@ def export_metrics(daemon):
     """The daemon's push counters and its window count, scraped: what a push
     that did not arrive left there."""
     try:
-        with urllib.request.urlopen(f"http://{daemon.metrics}/metrics", timeout=10) as r:
-            body = r.read().decode()
+        _, _, body = daemon.scrape()
     except OSError as e:
         return f"(no scrape: {e})"
     return "\n".join(line for line in body.splitlines()
