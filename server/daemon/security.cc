@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/daemon/unix_socket.h"
 #include "server/exposition/metrics_http_server.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
@@ -73,10 +73,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   // between.
   if (secret && (st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
     close(fd);
-    char mode[16];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return absl::FailedPreconditionError(absl::StrCat(
-        flag, " ", path, " has mode ", mode,
+        flag, " ", path, " has mode ", ModeText(st.st_mode),
         ": a secret must be neither readable by other users nor writable by its group; "
         "chmod 600 it (or 640 with a group only the daemon is in)"));
   }

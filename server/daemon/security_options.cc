@@ -1,11 +1,10 @@
 #include "server/daemon/security_options.h"
 
-#include <cstdio>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/daemon/options.h"
+#include "server/daemon/unix_socket.h"
 #include "torchmon/protocol/protocol.h"
 
 namespace torchmon::server {
@@ -18,12 +17,6 @@ std::string MetricsHost(const std::string& address) {
     host = host.substr(1, host.size() - 2);
   }
   return host;
-}
-
-std::string Octal(uint32_t mode) {
-  char text[16];
-  std::snprintf(text, sizeof(text), "%04o", mode & 07777u);
-  return text;
 }
 
 }  // namespace
@@ -91,7 +84,7 @@ std::vector<std::string> SecurityWarnings(const DaemonOptions& options, bool run
     if (addr.kind == ListenAddress::Kind::kUnix) {
       if ((options.socket_mode & 0007) != 0) {
         warnings.push_back(absl::StrCat(
-            "--socket-mode ", Octal(options.socket_mode), " lets every local user connect to ",
+            "--socket-mode ", ModeText(options.socket_mode), " lets every local user connect to ",
             addr.path,
             s.peer_labels ? " (each one sees and labels only its own series: --peer-labels on)"
             : s.auth_token_file.empty()

@@ -27,12 +27,6 @@ bool SocketIsLive(const std::string& path) {
   return live;
 }
 
-std::string Octal(unsigned mode) {
-  char text[16];
-  std::snprintf(text, sizeof(text), "%04o", mode & 07777);
-  return text;
-}
-
 std::string GroupName(gid_t gid) {
   group entry;
   group* found = nullptr;
@@ -61,6 +55,12 @@ absl::Status CreateSocketDirectory(const std::string& dir, const SocketOwner& ow
 
 }  // namespace
 
+std::string ModeText(uint32_t mode) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "%04o", mode & 07777u);
+  return text;
+}
+
 absl::Status PrepareUnixSocket(const std::string& path, const SocketOwner& owner,
                                std::vector<std::string>* warnings) {
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
@@ -80,7 +80,7 @@ absl::Status PrepareUnixSocket(const std::string& path, const SocketOwner& owner
       !((st.st_gid == owner.gid && (st.st_mode & S_IXGRP) != 0) || (st.st_mode & S_IXOTH) != 0)) {
     warnings->push_back(
         absl::StrCat("members of --socket-group ", GroupName(owner.gid), " cannot reach ", path,
-                     ": ", dir, " (mode ", Octal(st.st_mode), ", group ", GroupName(st.st_gid),
+                     ": ", dir, " (mode ", ModeText(st.st_mode), ", group ", GroupName(st.st_gid),
                      ") does not let them search it; chgrp it to that group and chmod g+x it"));
   }
   if (lstat(path.c_str(), &st) == 0) {

@@ -33,6 +33,9 @@ struct SocketOwner {
 absl::Status PrepareUnixSocket(const std::string& path, const SocketOwner& owner,
                                std::vector<std::string>* warnings);
 
+// A file mode's permission bits as chmod and --socket-mode take them: "0660".
+std::string ModeText(uint32_t mode);
+
 // Gives the socket gRPC bound at `path` its owner, group and `mode`.
 absl::Status FinishUnixSocket(const std::string& path, uint32_t mode, const SocketOwner& owner);
 

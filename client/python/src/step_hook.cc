@@ -15,7 +15,7 @@
 namespace torchmon::python {
 namespace {
 
-constexpr char kCapsuleName[] = "torchmon.step_interval_hook";
+constexpr char kStepHookCapsule[] = "torchmon.step_interval_hook";
 
 struct StepHook {
   struct Optimizer {
@@ -52,7 +52,7 @@ struct StepHook {
 };
 
 StepHook& HookOf(PyObject* capsule) {
-  return *static_cast<StepHook*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  return *static_cast<StepHook*>(PyCapsule_GetPointer(capsule, kStepHookCapsule));
 }
 
 // Reports the pending exception to on_error once and turns the hook off.
@@ -154,12 +154,12 @@ PyMethodDef hook_def = {
     "torchmon's optimizer step post-hook: records the time since this optimizer's last step."};
 
 void DeleteHook(PyObject* capsule) {
-  delete static_cast<StepHook*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  delete static_cast<StepHook*>(PyCapsule_GetPointer(capsule, kStepHookCapsule));
 }
 
 StepHook* HookOfCallable(PyObject* hook) {
   PyObject* capsule = PyCFunction_Check(hook) ? PyCFunction_GetSelf(hook) : nullptr;
-  if (capsule == nullptr || !PyCapsule_IsValid(capsule, kCapsuleName)) {
+  if (capsule == nullptr || !PyCapsule_IsValid(capsule, kStepHookCapsule)) {
     PyErr_Format(PyExc_TypeError, "expected a step_interval_hook, not %s",
                  TypeName(hook).c_str());
     return nullptr;
@@ -252,7 +252,7 @@ PyObject* NewStepIntervalHook(PyObject*, PyObject* args) {
   hook->every = every;
   hook->min_gap = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(min_gap_s));
-  Ref capsule(PyCapsule_New(hook.get(), kCapsuleName, DeleteHook));
+  Ref capsule(PyCapsule_New(hook.get(), kStepHookCapsule, DeleteHook));
   if (!capsule) return nullptr;
   hook.release();  // the capsule owns it now
   // Named for the module that installs it, as a Python hook of it would be.

@@ -19,17 +19,17 @@
 namespace torchmon::python {
 namespace {
 
-constexpr char kCapsuleName[] = "torchmon.WaitCounter";
+constexpr char kWaitCounterCapsule[] = "torchmon.WaitCounter";
 
 // ---------------------------------------------------------------------------
 // torchmon::WaitCounter for Python
 
 WaitCounter* CounterOf(PyObject* capsule) {
-  return static_cast<WaitCounter*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  return static_cast<WaitCounter*>(PyCapsule_GetPointer(capsule, kWaitCounterCapsule));
 }
 
 void DeleteCounter(PyObject* capsule) {
-  delete static_cast<WaitCounter*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  delete static_cast<WaitCounter*>(PyCapsule_GetPointer(capsule, kWaitCounterCapsule));
 }
 
 // ---------------------------------------------------------------------------
@@ -145,7 +145,7 @@ PyObject* NewWaitCounter(PyObject*, PyObject* args) {
       })) {
     return nullptr;
   }
-  PyObject* capsule = PyCapsule_New(counter, kCapsuleName, DeleteCounter);
+  PyObject* capsule = PyCapsule_New(counter, kWaitCounterCapsule, DeleteCounter);
   if (capsule == nullptr) delete counter;
   return capsule;
 }
