@@ -13,7 +13,9 @@
 # SKIP_UNITY_BUILD_INCLUSION. Every file of a target must therefore keep its
 # file-local names (anonymous namespace, static) distinct from the others'
 # in that target, and leave no macro or using-directive behind; a clash
-# fails to compile.
+# fails to compile. (Two file-local functions of one name and different
+# parameters compile together, but one of them then goes unused, which gcc's
+# -Wall -Werror refuses in the gcc trees CI builds.)
 #
 # TORCHMON_UNITY (default on) turns it off, for a developer who edits one
 # file and wants only that file recompiled.
