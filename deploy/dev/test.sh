@@ -107,8 +107,10 @@ run_pytest() {  # run_pytest DIR [FILE...] [!FILE...] [!*]: pytest, its summary 
   ((${#rest[@]} == 0)) || groups+=("${rest[*]}")
   out=$(mktemp -d)
   for i in "${!groups[@]}"; do
+    # --durations: its slowest tests, with their setup (a Debian root, a
+    # build), so that the stage's time can be told apart test by test.
     # shellcheck disable=SC2086  # a group is a list of files
-    /usr/bin/python3 -m pytest ${groups[i]} -v -p no:cacheprovider --rootdir "$dir" \
+    /usr/bin/python3 -m pytest ${groups[i]} -v -p no:cacheprovider --durations=15 --rootdir "$dir" \
       --basetemp "$out/tmp$i" >"$out/$i.log" 2>&1 &
     pids+=($!)
   done
