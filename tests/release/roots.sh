@@ -31,8 +31,8 @@
 # the root's dpkg still places the files and runs the maintainer scripts.
 # Made one after the other, nothing else running: bullseye-arm64 66 CPU s,
 # bullseye-cxx-arm64 28, trixie-minbase-arm64 116, trixie-arm64 127 and
-# trixie-torch-arm64 183; before, trixie-arm64 by debootstrap alone took 294
-# and trixie-torch-arm64 233 (beside a build).
+# trixie-torch-arm64 183; before, trixie-arm64 by debootstrap took 294
+# beside a one-job build and trixie-torch-arm64 233 beside a build.
 #
 # Three roots are made by debootstrap --variant=minbase (with --include for
 # trixie's python3; trixie-minbase-arm64 bare); the others are made from
