@@ -37,11 +37,11 @@
 # Three roots are made by debootstrap --variant=minbase (with --include for
 # trixie's python3; trixie-minbase-arm64 bare); the others are made from
 # one of them, as the table says: a copy (cp -a --reflink=auto) of that
-# cached root, then their own
-# packages installed in it with apt from Debian's archive (the suite's main,
-# no -updates or -security, as debootstrap; --no-install-recommends, as
-# debootstrap --include follows Depends and Pre-Depends only; services not
-# started), so the three debootstraps are all the minbase work done. Where a
+# cached root, then their own packages installed in it with apt from
+# Debian's archive (the suite's main, no -updates or -security, as
+# debootstrap; --no-install-recommends, as debootstrap --include follows
+# Depends and Pre-Depends only; services not started), so the three
+# debootstraps are all the minbase work done. Where a
 # dependency has alternatives, apt takes one the root already satisfies and
 # debootstrap the first: trixie-torch has no python3-setuptools and none of
 # the backports of what Python 3.13 has (exceptiongroup, tomli, zipp,

@@ -227,7 +227,7 @@ class ChrootDaemon:
     the root, a loopback TCP port and a loopback metrics port (port 0: the
     daemon binds free ports and names them in its ready line, as
     tests/support/torchmond.py reads it). Short grace, so that a 1 s
-    window closes 1.1 s after its end; `grace` gives another)."""
+    window closes 1.1 s after its end (`grace` gives another)."""
 
     def __init__(self, root, prefix, *flags, grace="100ms"):
         self.root, self.prefix = root, prefix
