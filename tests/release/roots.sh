@@ -29,10 +29,12 @@
 # arm64 minbase, not by debootstrap, which would configure it emulated). And
 # each package of such an install is unpacked by this machine's dpkg-deb:
 # the root's dpkg still places the files and runs the maintainer scripts.
-# Made one after the other, nothing else running: bullseye-arm64 66 CPU s,
-# bullseye-cxx-arm64 28, trixie-minbase-arm64 116, trixie-arm64 127 and
-# trixie-torch-arm64 183; before, trixie-arm64 by debootstrap took 294
-# beside a one-job build and trixie-torch-arm64 233 beside a build.
+# And the CPU emulated is qemu's "max" with its cheap pointer
+# authentication (below). Made one after the other, nothing else running:
+# bullseye-arm64 68 CPU s, bullseye-cxx-arm64 28, trixie-minbase-arm64 63,
+# trixie-arm64 76 and trixie-torch-arm64 69 (with qemu's default pointer
+# authentication 116, 127 and 183; trixie-arm64 by debootstrap had taken
+# 294 beside a one-job build).
 #
 # Three roots are made by debootstrap --variant=minbase (with --include for
 # trixie's python3; trixie-minbase-arm64 bare); the others are made from
