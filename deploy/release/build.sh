@@ -12,8 +12,8 @@
 #   torchmon-<v>-linux-aarch64.tar.gz    the same sources and recipes
 #   torchmon-<v>-cp310-abi3-manylinux_2_28_aarch64.whl
 #
-# Both architectures unless --arch names some (arch.sh). Each has its own
-# toolchain, libraries and CMake build; the x86_64 ones are built first.
+# Both architectures unless --arch names some (arch.sh), side by side. Each
+# has its own toolchain, libraries and CMake build.
 #
 # torchmond, torchmonctl and the Python extension are built by zig's clang
 # for glibc 2.28 (toolchain.sh) and link everything but glibc statically:
@@ -129,12 +129,34 @@ build_arch() {  # build_arch: the four artefacts of TORCHMON_RELEASE_ARCH into $
   TORCHMON_WHEEL_BUILD_DIR=$build TORCHMON_WHEEL_ARCH=$release_arch TORCHMON_WHEEL_MIN_GLIBC=$glibc \
     TORCHMON_BUNDLED_LICENSES=$prefix/licenses \
     TORCHMON_BUNDLED_SOURCES=$(tr , '\n' <<<"$bundled" | grep -Ev '^(curl|snappy) ' | paste -sd,) \
-    "$root/deploy/dev/build-wheels.sh" "$out" >&2
+    flock "$wheel_lock" "$root/deploy/dev/build-wheels.sh" "$out" >&2
   log "$release_arch: done ($((SECONDS - started)) s)"
 }
 
-for arch in "${archs[@]}"; do
-  (export TORCHMON_RELEASE_ARCH=$arch; build_arch)
-done
+# Both architectures side by side: one alone kept two CPUs two thirds busy
+# (its links, its packages and its wheel are one process each). Each one's
+# output is printed when both are done. pip builds the wheel in
+# client/python, so one wheel at a time (wheel_lock).
+wheel_lock=$(mktemp)
+trap 'rm -f "$wheel_lock"' EXIT
+if ((${#archs[@]} == 1)); then
+  (export TORCHMON_RELEASE_ARCH=${archs[0]}; build_arch)
+else
+  logs=$(mktemp -d)
+  pids=()
+  for arch in "${archs[@]}"; do
+    (export TORCHMON_RELEASE_ARCH=$arch; build_arch) >"$logs/$arch.log" 2>&1 &
+    pids+=($!)
+  done
+  failed=()
+  for i in "${!archs[@]}"; do
+    wait "${pids[i]}" || failed+=("${archs[i]}")
+  done
+  for arch in "${archs[@]}"; do
+    cat "$logs/$arch.log" >&2
+  done
+  rm -r "$logs"
+  ((${#failed[@]} == 0)) || { log "failed: ${failed[*]}"; exit 1; }
+fi
 log "done in $((SECONDS - started)) s:"
 ls -l "$out" >&2
