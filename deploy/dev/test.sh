@@ -259,13 +259,13 @@ stage "wait for the background libraries and roots" await_prefetch libraries bul
   arm64-roots
 release_dir=$root/build-portable/artefacts
 stage "build portable artefacts" "$root/deploy/release/build.sh" "$release_dir"
-# Its longest files beside the rest, each in a process of its own: torch
-# 2.6's aarch64 cases under emulation (164 s from nothing), the Debian roots'
-# tests (150 s with caches warm, most of them emulated), torch 2.6's x86_64
-# cases and the C++ client beside libtorch (102 s), and the C++ client
-# configured and compiled from source (49 s); every other test took 35 s
-# together. With the roots' tests in the rest, the rest took 184 s and ended
-# the stage alone.
+# Its longest files beside the rest, each in a process of its own, with
+# their times from nothing: torch 2.6's aarch64 cases under emulation
+# (180 s), the Debian roots' tests (168 s, most of them emulated), torch
+# 2.6's x86_64 cases and the C++ client beside libtorch (115 s), and the C++
+# client configured and compiled from source (60 s); every other test took
+# 47 s together. With the roots' tests among them, the rest had taken 266 s
+# and ended the stage alone.
 TORCHMON_RELEASE_DIR="$release_dir" TORCHMON_BUILD_DIR="$build" \
   stage "test portable artefacts" run_pytest "$root/tests/release" test_torch26_aarch64.py \
   test_roots.py test_torch26.py test_client_only.py '!test_stragglers.py'
