@@ -136,16 +136,17 @@ build_arch() {  # build_arch: the four artefacts of TORCHMON_RELEASE_ARCH into $
 # Both architectures side by side: one alone kept two CPUs two thirds busy
 # (its links, its packages and its wheel are one process each). Each one's
 # output is printed when both are done. pip builds the wheel in
-# client/python, so one wheel at a time (wheel_lock).
-wheel_lock=$(mktemp)
-trap 'rm -f "$wheel_lock"' EXIT
+# client/python, so one wheel at a time (wheel_lock). The lock and the logs
+# live in one temporary folder, removed however the script ends.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+wheel_lock=$scratch/wheel.lock
 if ((${#archs[@]} == 1)); then
   (export TORCHMON_RELEASE_ARCH=${archs[0]}; build_arch)
 else
-  logs=$(mktemp -d)
   pids=()
   for arch in "${archs[@]}"; do
-    (export TORCHMON_RELEASE_ARCH=$arch; build_arch) >"$logs/$arch.log" 2>&1 &
+    (export TORCHMON_RELEASE_ARCH=$arch; build_arch) >"$scratch/$arch.log" 2>&1 &
     pids+=($!)
   done
   failed=()
@@ -153,9 +154,8 @@ else
     wait "${pids[i]}" || failed+=("${archs[i]}")
   done
   for arch in "${archs[@]}"; do
-    cat "$logs/$arch.log" >&2
+    cat "$scratch/$arch.log" >&2
   done
-  rm -r "$logs"
   ((${#failed[@]} == 0)) || { log "failed: ${failed[*]}"; exit 1; }
 fi
 log "done in $((SECONDS - started)) s:"
