@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/state_wire.h"
 #include "torchmon/protocol/protocol.h"
 #include "torchmon/protocol/windows.h"
 
@@ -26,6 +27,12 @@ SeriesId MakeId(uint32_t slot, uint32_t generation) {
 
 Aggregator::Aggregator(AggregatorOptions options, const Clock& clock)
     : options_(std::move(options)), clock_(clock) {}
+
+void Aggregator::SetJournal(StateJournal* journal) {
+  absl::MutexLock lock(&mu_);
+  journal_ = journal;
+}
+
 
 Aggregator::Series* Aggregator::FindLocked(SeriesId id) const {
   const uint64_t slot = id & kSlotMask;
@@ -66,6 +73,17 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   spec.histogram = spec.histogram || !spec.quantiles.empty();
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
+  absl::StatusOr<SeriesId> id = DefineLocked(key, spec, now, detail);
+  if (journal_ != nullptr && id.ok()) {
+    journal_->gate().AssertHeld();
+    state::Writer w(journal_->record());
+    JournalDefine(w, now, key, spec, *id);
+  }
+  return id;
+}
+
+absl::StatusOr<SeriesId> Aggregator::DefineLocked(const SeriesKey& key, const StatSpec& spec,
+                                                  int64_t now, DefineDetail* detail) {
   if (auto it = ids_.find(key); it != ids_.end()) {
     const std::shared_ptr<Series>& series = slots_[it->second & kSlotMask].series;
     Series& s = *series;
@@ -131,7 +149,15 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
 void Aggregator::Release(SeriesId id) {
   absl::MutexLock lock(&mu_);
   Series* s = FindLocked(id);
-  if (s != nullptr && s->holders > 0) --s->holders;
+  if (s != nullptr && s->holders > 0) {
+    --s->holders;
+    if (journal_ != nullptr) {
+      journal_->gate().AssertHeld();
+      state::Writer w(journal_->record());
+      w.U8(static_cast<uint8_t>(JournalOp::kRelease));
+      w.Varint(id);
+    }
+  }
 }
 
 uint64_t Aggregator::redefinitions() const {
@@ -173,7 +199,26 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
   writers_waiting_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
-  return AddRunLocked(SampleRun{id, values, timestamps_us}, now);
+  const SampleRun run{id, values, timestamps_us};
+  absl::StatusOr<AddResult> result = AddRunLocked(run, now);
+  if (result.ok()) JournalRunLocked(run, now);
+  return result;
+}
+
+void Aggregator::JournalRunLocked(const SampleRun& run, int64_t now) {
+  if (journal_ == nullptr) return;
+  journal_->gate().AssertHeld();
+  state::Writer w(journal_->record());
+  w.U8(static_cast<uint8_t>(JournalOp::kRun));
+  w.Signed(now);
+  w.Varint(run.id);
+  w.Varint(run.values.size());
+  w.Doubles(run.values.data(), run.values.size());
+  int64_t previous = 0;
+  for (int64_t t : run.timestamps_us) {
+    w.Signed(t - previous);
+    previous = t;
+  }
 }
 
 void Aggregator::AddSampleRuns(absl::Span<const SampleRun> runs,
@@ -184,7 +229,10 @@ void Aggregator::AddSampleRuns(absl::Span<const SampleRun> runs,
     writers_waiting_.fetch_add(1, std::memory_order_relaxed);
     absl::MutexLock lock(&mu_);
     writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
-    for (size_t i = begin; i < end; ++i) results[i] = AddRunLocked(runs[i], now);
+    for (size_t i = begin; i < end; ++i) {
+      results[i] = AddRunLocked(runs[i], now);
+      if (results[i].ok()) JournalRunLocked(runs[i], now);
+    }
   }
 }
 
@@ -277,6 +325,19 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
 absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
+  absl::Status status = AddClientDropsLocked(id, dropped, now);
+  if (journal_ != nullptr && status.ok()) {
+    journal_->gate().AssertHeld();
+    state::Writer w(journal_->record());
+    w.U8(static_cast<uint8_t>(JournalOp::kClientDrops));
+    w.Signed(now);
+    w.Varint(id);
+    w.Varint(dropped);
+  }
+  return status;
+}
+
+absl::Status Aggregator::AddClientDropsLocked(SeriesId id, uint64_t dropped, int64_t now) {
   Series* s = FindLocked(id);
   if (s == nullptr) return absl::NotFoundError(absl::StrCat("series ", id, " expired"));
   // Saturates: a client's counts are not to be trusted, and a counter that
@@ -387,6 +448,7 @@ size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> 
     if (!first) YieldToWriters();
     chunk.clear();
     {
+      JournalGate gate(journal_);
       absl::MutexLock lock(&mu_);
       if (first) chunk.swap(closed_early_);
       // Every open window has its own entry, and an entry closes only what
@@ -397,8 +459,15 @@ size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> 
       for (size_t n = 0; it != deadlines_.end() && it->first <= now && n < kWalkChunk;
            ++it, ++n) {
         if (FindLocked(it->second) == nullptr) continue;
+        const size_t before = chunk.size();
         CloseWindows(slots_[it->second & kSlotMask].series, it->first, Close::kDue,
                      chunk);
+        if (journal_ != nullptr && chunk.size() != before) {
+          state::Writer w(journal_->record());
+          w.U8(static_cast<uint8_t>(JournalOp::kClose));
+          w.Varint(it->second);
+          w.Signed(it->first);
+        }
       }
       more = it != deadlines_.end() && it->first <= now;
       deadlines_.erase(deadlines_.begin(), it);
@@ -418,7 +487,13 @@ std::vector<ClosedWindow> Aggregator::CloseDueWindows() {
 std::vector<ClosedWindow> Aggregator::CloseAllWindows() {
   const int64_t now = clock_.NowMs();
   std::vector<ClosedWindow> out;
+  JournalGate gate(journal_);
   absl::MutexLock lock(&mu_);
+  if (journal_ != nullptr) {
+    state::Writer w(journal_->record());
+    w.U8(static_cast<uint8_t>(JournalOp::kCloseAll));
+    w.Signed(now);
+  }
   out.swap(closed_early_);
   for (const Slot& slot : slots_) {
     if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, out);
@@ -434,24 +509,15 @@ size_t Aggregator::ExpireIdleSeries() {
   // for the whole scan.
   for (size_t begin = 0;; begin += kWalkChunk) {
     if (begin > 0) YieldToWriters();
+    JournalGate gate(journal_);
     absl::MutexLock lock(&mu_);
     if (begin >= slots_.size()) break;
     const size_t end = std::min(slots_.size(), begin + kWalkChunk);
     for (size_t i = begin; i < end; ++i) {
-      Series* s = slots_[i].series.get();
-      if (s == nullptr || !s->open.empty()) continue;
-      if (s->last_update_ms + options_.series_ttl_ms <= now) {
-        RemoveLocked(static_cast<uint32_t>(i));
+      const bool had_series = slots_[i].series != nullptr;
+      if (ExpireSlotLocked(static_cast<uint32_t>(i), now) && had_series &&
+          slots_[i].series == nullptr) {
         ++removed;
-      } else if (s->distribution != nullptr &&
-                 (s->distribution->spare != nullptr || s->distribution->last_closed != nullptr) &&
-                 s->last_update_ms + options_.grace_ms +
-                         kIdleWindowsBeforeSketchRelease * s->spec.window_ms <=
-                     now) {
-        // Idle for a while: the kept sketches' buckets (up to 8 KiB each)
-        // go back to the heap; the next window allocates a fresh one.
-        s->distribution->spare.reset();
-        s->distribution->last_closed.reset();
       }
     }
   }
@@ -464,6 +530,35 @@ size_t Aggregator::ExpireIdleSeries() {
     absl::erase_if(label_sets_, [](const LabelSet& l) { return l.use_count() == 1; });
   }
   return removed;
+}
+
+bool Aggregator::ExpireSlotLocked(uint32_t slot, int64_t now) {
+  Series* s = slots_[slot].series.get();
+  if (s == nullptr || !s->open.empty()) return false;
+  JournalOp op;
+  if (s->last_update_ms + options_.series_ttl_ms <= now) {
+    RemoveLocked(slot);
+    op = JournalOp::kRemove;
+  } else if (s->distribution != nullptr &&
+             (s->distribution->spare != nullptr || s->distribution->last_closed != nullptr) &&
+             s->last_update_ms + options_.grace_ms +
+                     kIdleWindowsBeforeSketchRelease * s->spec.window_ms <=
+                 now) {
+    // Idle for a while: the kept sketches' buckets (up to 8 KiB each)
+    // go back to the heap; the next window allocates a fresh one.
+    s->distribution->spare.reset();
+    s->distribution->last_closed.reset();
+    op = JournalOp::kFreeSketches;
+  } else {
+    return false;
+  }
+  if (journal_ != nullptr) {
+    state::Writer w(journal_->record());
+    w.U8(static_cast<uint8_t>(op));
+    w.Varint(slot);
+    w.Signed(now);
+  }
+  return true;
 }
 
 SeriesSnapshot Aggregator::Snapshot(const std::shared_ptr<Series>& s) {

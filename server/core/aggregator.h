@@ -31,11 +31,16 @@
 #include "server/core/native_histogram.h"
 #include "server/core/quantile_sketch.h"
 #include "server/core/selector.h"
+#include "server/core/state_journal.h"
 #include "server/core/types.h"
 #include "server/core/window_history.h"
 #include "torchmon/protocol/windows.h"
 
 namespace torchmon::server {
+namespace state {
+class Writer;
+class Reader;
+}  // namespace state
 
 struct AggregatorOptions {
   // A window [start, end) closes once the daemon clock reaches end + grace_ms.
@@ -301,6 +306,34 @@ class Aggregator {
   // Distinct label sets held (interned) for the series in memory.
   size_t label_set_count() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The daemon's state on disk (--state-dir; server/state/state_store.h).
+  //
+  // Every change is journaled once SetJournal is called (before the first
+  // change): each change is recorded as the operation that made it, with
+  // the daemon clock it read, so that SaveState's copy plus the journal's
+  // operations since, replayed in order by Replay, rebuild exactly the same
+  // state. Ingest callers hold the journal's gate around their changes; the
+  // aggregator takes it itself for its own closes and expiries.
+  void SetJournal(StateJournal* journal) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes the whole state. The caller holds the journal's gate (nothing
+  // changes meanwhile).
+  void SaveState(state::Writer& out) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Replaces the state with SaveState's; fails on the reader, leaving this
+  // aggregator empty, when the bytes are not a state this build can hold.
+  // Before SetJournal only.
+  bool LoadState(state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies one journaled operation of the aggregator's (`op` read, its
+  // operands next on `in`). Fails on the reader when the operation's bytes
+  // are bad or its effect differs from the journaled one (the state is no
+  // longer the one the journal was written against). Before SetJournal.
+  bool Replay(JournalOp op, state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a restore: no stream survived a restart, so no series is held;
+  // windows closed by redefinitions during the replay were handed out
+  // before the restart.
+  void FinishRestore() ABSL_LOCKS_EXCLUDED(mu_);
+  // Open windows held (tests, the restore's log line).
+  size_t open_windows() const ABSL_LOCKS_EXCLUDED(mu_);
+
   size_t series_count() const ABSL_LOCKS_EXCLUDED(mu_);
   // Every series' counters summed, those of expired series included: the
   // daemon's accounting since it started.
@@ -416,8 +449,22 @@ class Aggregator {
   // History record i of `s`.
   static ClosedWindow ToClosedWindow(const std::shared_ptr<Series>& s, size_t i);
 
+  // Define's work under the lock, at `now`.
+  absl::StatusOr<SeriesId> DefineLocked(const SeriesKey& key, const StatSpec& spec, int64_t now,
+                                        DefineDetail* detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AddClientDropsLocked(SeriesId id, uint64_t dropped, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Expiry of slot `slot` at `now`: true if it changed anything.
+  bool ExpireSlotLocked(uint32_t slot, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The journal's record of a Define (aggregator_state.cc, beside Replay).
+  static void JournalDefine(state::Writer& w, int64_t now, const SeriesKey& key,
+                            const StatSpec& spec, SeriesId id);
+  // Appends an operation to the journal's record, if journaling.
+  void JournalRunLocked(const SampleRun& run, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const AggregatorOptions options_;
   const Clock& clock_;
+  StateJournal* journal_ = nullptr;  // set once, before any change
 
   // Steps aside between two chunks of a walk, a close or an expiry scan
   // while AddSamples calls wait.

@@ -80,6 +80,14 @@ struct DaemonStats {
   std::atomic<uint64_t> labels_refused_job{0};
   std::atomic<uint64_t> connections_unidentified{0};
   std::atomic<int64_t> start_time_ms{0};
+  // --state-dir (server/state/state_store.h): journal bytes written,
+  // snapshots written and the size of the last, writes that failed, and
+  // files or torn records set aside at the start.
+  std::atomic<uint64_t> state_journal_bytes{0};
+  std::atomic<uint64_t> state_snapshots{0};
+  std::atomic<int64_t> state_snapshot_bytes{0};
+  std::atomic<uint64_t> state_write_errors{0};
+  std::atomic<uint64_t> state_skipped{0};
   // The daemon's file outputs (the sinks, docs/sinks.md), each under the
   // name it gives itself when it starts (`name` set, then `enabled`); the
   // exposition shows the enabled ones, labelled by name.

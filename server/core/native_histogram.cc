@@ -6,6 +6,9 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
+#include "server/core/state_wire.h"
+
 namespace torchmon::server {
 namespace {
 
@@ -177,6 +180,50 @@ void NativeHistogram::Coarsen() {
     store->counts = std::move(counts);
   }
   --schema_;
+}
+
+void NativeHistogram::Save(state::Writer& out) const {
+  out.Signed(schema_);
+  for (const Buckets* b : {&positive_, &negative_}) {
+    out.Signed(b->offset);
+    out.Varint(b->counts.size());
+    for (uint64_t n : b->counts) out.Varint(n);
+  }
+  out.Varint(count_);
+  out.Varint(zero_count_);
+  out.Varint(positive_inf_);
+  out.Varint(negative_inf_);
+  out.Double(sum_);
+}
+
+bool NativeHistogram::Load(state::Reader& in) {
+  NativeHistogram h;
+  const int64_t schema = in.Signed("histogram schema");
+  if (schema < kMinSchema || schema > kInitialSchema) {
+    in.Fail(absl::StrCat("histogram: schema ", schema, " is not one this build uses"));
+    return false;
+  }
+  h.schema_ = static_cast<int32_t>(schema);
+  for (Buckets* b : {&h.positive_, &h.negative_}) {
+    const int64_t offset = in.Signed("histogram bucket offset");
+    const size_t n = in.Count("histogram buckets", 1);
+    if (offset < std::numeric_limits<int32_t>::min() / 2 ||
+        offset > std::numeric_limits<int32_t>::max() / 2 || n > kMaxBuckets) {
+      in.Fail(absl::StrCat("histogram: ", n, " buckets from ", offset, " do not fit"));
+      return false;
+    }
+    b->offset = static_cast<int32_t>(offset);
+    b->counts.resize(n);
+    for (uint64_t& c : b->counts) c = in.Varint("histogram bucket");
+  }
+  h.count_ = in.Varint("histogram count");
+  h.zero_count_ = in.Varint("histogram zeros");
+  h.positive_inf_ = in.Varint("histogram +inf");
+  h.negative_inf_ = in.Varint("histogram -inf");
+  h.sum_ = in.Double("histogram sum");
+  if (!in.ok()) return false;
+  *this = std::move(h);
+  return true;
 }
 
 }  // namespace torchmon::server

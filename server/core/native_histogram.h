@@ -33,6 +33,10 @@
 #include <vector>
 
 namespace torchmon::server {
+namespace state {
+class Writer;
+class Reader;
+}  // namespace state
 
 class NativeHistogram {
  public:
@@ -97,6 +101,12 @@ class NativeHistogram {
   static int32_t InfiniteIndex(int32_t schema);
   // Upper bound base^index of bucket `index` at `schema`.
   static double UpperBound(int32_t index, int32_t schema);
+
+  // The whole histogram, for the daemon's state (state_wire.h); Load
+  // replaces this one's content and fails on the reader when the bytes are
+  // not a histogram this build can hold.
+  void Save(state::Writer& out) const;
+  bool Load(state::Reader& in);
 
   // Heap bytes held by the buckets.
   size_t bucket_bytes() const {

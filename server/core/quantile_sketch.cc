@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "server/core/state_wire.h"
+
 namespace torchmon::server {
 
 QuantileSketch::QuantileSketch(double relative_accuracy, size_t max_buckets)
@@ -116,6 +118,76 @@ double QuantileSketch::Quantile(double q) const {
     if (rank < seen) return Value(positive_.offset + static_cast<int32_t>(i));
   }
   return std::numeric_limits<double>::infinity();
+}
+
+namespace {
+
+void SaveCounts(state::Writer& out, int32_t offset, const std::vector<uint64_t>& counts) {
+  out.Signed(offset);
+  out.Varint(counts.size());
+  for (uint64_t n : counts) out.Varint(n);
+}
+
+bool LoadCounts(state::Reader& in, size_t max_buckets, int32_t& offset,
+                std::vector<uint64_t>& counts, const char* what) {
+  const int64_t o = in.Signed(what);
+  const size_t n = in.Count(what, 1);
+  if (o < std::numeric_limits<int32_t>::min() || o > std::numeric_limits<int32_t>::max() ||
+      n > max_buckets) {
+    in.Fail(absl::StrCat(what, ": ", n, " buckets from ", o, " do not fit (at most ", max_buckets,
+                         ")"));
+    return false;
+  }
+  offset = static_cast<int32_t>(o);
+  counts.resize(n);
+  for (uint64_t& c : counts) c = in.Varint(what);
+  return in.ok();
+}
+
+}  // namespace
+
+void QuantileSketch::Save(state::Writer& out) const {
+  out.Double(alpha_);
+  out.Varint(max_buckets_);
+  SaveCounts(out, positive_.offset, positive_.counts);
+  out.Bool(positive_.collapsed);
+  SaveCounts(out, negative_.offset, negative_.counts);
+  out.Bool(negative_.collapsed);
+  out.Varint(zeros_);
+  out.Varint(positive_inf_);
+  out.Varint(negative_inf_);
+  out.Varint(nans_);
+  out.Varint(count_);
+}
+
+bool QuantileSketch::Load(state::Reader& in) {
+  const double alpha = in.Double("sketch accuracy");
+  const uint64_t max_buckets = in.Varint("sketch bucket limit");
+  if (!in.ok()) return false;
+  if (!(alpha > 0 && alpha < 1) || max_buckets == 0 || max_buckets > (1u << 20)) {
+    in.Fail(absl::StrCat("sketch: accuracy ", alpha, " and bucket limit ", max_buckets,
+                         " are not a sketch's"));
+    return false;
+  }
+  QuantileSketch s(alpha, static_cast<size_t>(max_buckets));
+  if (!LoadCounts(in, s.max_buckets_, s.positive_.offset, s.positive_.counts,
+                  "sketch positive buckets")) {
+    return false;
+  }
+  s.positive_.collapsed = in.Bool("sketch positive collapsed");
+  if (!LoadCounts(in, s.max_buckets_, s.negative_.offset, s.negative_.counts,
+                  "sketch negative buckets")) {
+    return false;
+  }
+  s.negative_.collapsed = in.Bool("sketch negative collapsed");
+  s.zeros_ = in.Varint("sketch zeros");
+  s.positive_inf_ = in.Varint("sketch +inf");
+  s.negative_inf_ = in.Varint("sketch -inf");
+  s.nans_ = in.Varint("sketch NaNs");
+  s.count_ = in.Varint("sketch count");
+  if (!in.ok()) return false;
+  *this = std::move(s);
+  return true;
 }
 
 }  // namespace torchmon::server

@@ -28,6 +28,10 @@
 #include <vector>
 
 namespace torchmon::server {
+namespace state {
+class Writer;
+class Reader;
+}  // namespace state
 
 class QuantileSketch {
  public:
@@ -53,6 +57,12 @@ class QuantileSketch {
   // Buckets held now, both stores: 8 bytes of memory each.
   size_t bucket_count() const { return positive_.counts.size() + negative_.counts.size(); }
   bool collapsed() const { return positive_.collapsed || negative_.collapsed; }
+
+  // The whole sketch, for the daemon's state (state_wire.h); Load replaces
+  // this one's content, and fails on the reader (nothing kept) when the
+  // bytes are not a sketch this build can hold.
+  void Save(state::Writer& out) const;
+  bool Load(state::Reader& in);
   // Bucket storage allocated, used or kept by Clear for reuse (8 bytes each).
   size_t bucket_capacity() const {
     return positive_.counts.capacity() + negative_.counts.capacity();

@@ -1,5 +1,6 @@
 #include "server/daemon/daemon.h"
 
+#include <dirent.h>
 #include <malloc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -209,6 +210,30 @@ QueryService::ScopeOfCall QueryScope(const PeerDirectory* peers,
 
 }  // namespace
 
+namespace {
+
+// --state-dir created or left by root: the daemon writes in it after
+// dropping to --user.
+absl::Status ChownStateDir(const std::string& dir, uid_t uid, gid_t gid) {
+  std::vector<std::string> paths = {dir};
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const absl::string_view name = e->d_name;
+      if (name != "." && name != "..") paths.push_back(absl::StrCat(dir, "/", name));
+    }
+    ::closedir(d);
+  }
+  for (const std::string& path : paths) {
+    if (::lchown(path.c_str(), uid, gid) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--state-dir: cannot give ", path, " to --user: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 int StartFailureExitStatus(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -303,6 +328,27 @@ absl::Status Daemon::Start() {
     if (!gid.ok()) return gid.status();
     owner.gid = *gid;
     owner.group_given = true;
+  }
+  if (!options_.state.dir.empty()) {
+    // Restored before anything is served: no batch is applied to a state
+    // that is not yet the one the last daemon acknowledged.
+    auto store = state::StateStore::Open(options_.state, Log, &stats_);
+    if (!store.ok()) return store.status();
+    state_ = *std::move(store);
+    if (run_as && as_root) {
+      if (absl::Status s = ChownStateDir(options_.state.dir, run_as->uid, run_as->gid); !s.ok()) {
+        return s;
+      }
+    }
+    const state::RestoreReport restored = state_->Restore(aggregator_, ingest_service_.clients());
+    ingest_service_.SetJournal(state_.get());
+    for (const std::string& skipped : restored.skipped) Log(absl::StrCat("state: skipped ", skipped));
+    Log(absl::StrCat("state: restored ", aggregator_.series_count(), " series and ",
+                     aggregator_.open_windows(), " open windows from ", options_.state.dir,
+                     restored.snapshot_loaded ? "" : " (no snapshot: a new state)", ", ",
+                     restored.records_replayed, " journal records replayed, in ",
+                     absl::FormatDuration(restored.took),
+                     "; windows whose grace ended meanwhile close now"));
   }
   // Who sees every user's series (--peer-labels): root, the user the
   // daemon runs as, and --admin-group's members.
@@ -531,10 +577,20 @@ void Daemon::Shutdown() {
   // windows are closed below, so no accepted sample misses them.
   ingest_service_.StopApplying();
   CloseDueWindows();
-  const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
-  const size_t partial_count = partial.size();
-  for (const ClosedWindow& w : partial) PublishClosed(w);
-  if (pusher_) pusher_->Publish(partial);
+  size_t partial_count = 0;
+  if (state_ != nullptr) {
+    // The open windows stay open, in the state: the next daemon closes
+    // each once, whole, on time.
+    if (absl::Status s = state_->Close(); !s.ok()) {
+      Log(absl::StrCat("state: the stop's snapshot failed (", s.message(),
+                       "); the next daemon restores the last one and the journal"));
+    }
+  } else {
+    const std::vector<ClosedWindow> partial = aggregator_.CloseAllWindows();
+    partial_count = partial.size();
+    for (const ClosedWindow& w : partial) PublishClosed(w);
+    if (pusher_) pusher_->Publish(partial);
+  }
   // Watchers end once they have written what is queued, health watchers
   // too (they were sent NOT_SERVING when the drain began).
   LetWatchersRead(drain_end + kFinalWritesCap);
@@ -548,8 +604,12 @@ void Daemon::Shutdown() {
   stopper.join();
   server_->Wait();
   ClientLog().Flush(/*everything=*/true);
-  Log(absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,
-                   " open windows closed as partial"));
+  Log(state_ != nullptr
+          ? absl::StrCat("stopped: ", aggregator_.series_count(), " series and ",
+                         aggregator_.open_windows(), " open windows kept in ",
+                         options_.state.dir)
+          : absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,
+                         " open windows closed as partial"));
   for (const ListenAddress& addr : options_.listen) {
     if (addr.kind == ListenAddress::Kind::kUnix) unlink(addr.path.c_str());
   }

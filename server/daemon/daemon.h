@@ -128,6 +128,7 @@ class Daemon {
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<SinkWriter> sinks_;  // null without --jsonl-file / --tensorboard-dir
   std::unique_ptr<Pusher> pusher_;  // null without --remote-write-url / --otlp-endpoint
+  std::unique_ptr<state::StateStore> state_;  // null without --state-dir
   std::vector<std::string> grpc_addresses_;
 
   boost::asio::io_context io_;

@@ -91,6 +91,7 @@ absl::Status SetText(absl::string_view flag, const std::string& value, DaemonOpt
 }
 std::string& JsonlFile(DaemonOptions& o) { return o.sinks.jsonl_file; }
 std::string& TensorBoardDir(DaemonOptions& o) { return o.sinks.tensorboard_dir; }
+std::string& StateDir(DaemonOptions& o) { return o.state.dir; }
 template <std::string SecurityOptions::*Field>
 std::string& Security(DaemonOptions& o) {
   return o.security.*Field;
@@ -290,6 +291,30 @@ const DaemonFlag kDaemonFlags[] = {
              absl::StrCat("--live-page \"", value, "\" is neither on nor off"));
        }
        options.live_page = value == "on";
+       return absl::OkStatus();
+     },
+     false, nullptr},
+    {"--state-dir", "DIR",
+     "Keep the daemon's state in DIR: every batch is\n"
+     "journaled before it is acknowledged, and a restart or\n"
+     "a kill loses no acknowledged sample and splits no\n"
+     "window.",
+     [](const DaemonOptions&) {
+       return std::string("none: nothing survives a restart\n(the packages: /var/lib/torchmon)");
+     },
+     true, SetText<StateDir>, false, nullptr},
+    {"--state-fsync", "always|never|DURATION",
+     "With --state-dir: fsync the journal after every write,\n"
+     "never, or every DURATION. A killed daemon loses nothing\n"
+     "either way; this is for a power loss.",
+     [](const DaemonOptions&) { return std::string("1s"); }, false,
+     [](absl::string_view, const std::string& value, DaemonOptions& options, ParseState&) {
+       auto fsync = state::ParseFsync(value);
+       if (!fsync.ok()) return fsync.status();
+       options.state.fsync = fsync->first;
+       if (fsync->first == state::StateOptions::Fsync::kInterval) {
+         options.state.fsync_interval = fsync->second;
+       }
        return absl::OkStatus();
      },
      false, nullptr},

@@ -10,6 +10,7 @@
 #include "server/core/aggregator.h"
 #include "server/daemon/security_options.h"
 #include "server/ingest/ingest_service.h"
+#include "server/state/state_store.h"
 #include "server/push/push_options.h"
 #include "server/sinks/sink_options.h"
 
@@ -42,6 +43,9 @@ struct DaemonOptions {
   SecurityOptions security;
   SinkOptions sinks;
   PushOptions push;  // --remote-write-url, --otlp-endpoint (docs/push.md)
+  // --state-dir, --state-fsync: what survives a restart (docs/reliability.md).
+  // An empty dir: nothing is kept.
+  state::StateOptions state;
   bool live_page = true;  // --live-page: GET / on the metrics port (docs/live-page.md)  // --jsonl-file, --tensorboard-dir (docs/sinks.md)
   // --config FILE / --check-config FILE: the configuration file read, if any.
   std::string config_file;

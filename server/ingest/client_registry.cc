@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "server/core/state_wire.h"
+
 namespace torchmon::server {
 
 ClientRegistry::ClientRegistry(const Clock& clock, int64_t idle_ttl_ms, size_t max_idle)
@@ -64,6 +67,69 @@ size_t ClientRegistry::ExpireIdle() {
 size_t ClientRegistry::size() const {
   absl::MutexLock lock(&mu_);
   return clients_.size();
+}
+
+void ClientRegistry::RecordApplied(uint64_t instance, uint64_t sequence) {
+  if (journal_ == nullptr) return;
+  journal_->gate().AssertHeld();
+  state::Writer w(journal_->record());
+  w.U8(static_cast<uint8_t>(JournalOp::kClientApplied));
+  w.Varint(instance);
+  w.Varint(sequence);
+}
+
+void ClientRegistry::SaveState(state::Writer& w) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> clients;
+  clients.reserve(clients_.size());
+  for (const auto& [instance, entry] : clients_) {
+    absl::MutexLock client(&entry.client->mu);
+    if (entry.client->applied_through != 0) {
+      clients.emplace_back(instance, entry.client->applied_through);
+    }
+  }
+  w.Varint(clients.size());
+  for (const auto& [instance, applied] : clients) {
+    w.Varint(instance);
+    w.Varint(applied);
+  }
+}
+
+void ClientRegistry::RestoreLocked(uint64_t instance, uint64_t sequence) {
+  auto [it, inserted] = clients_.try_emplace(instance);
+  Entry& entry = it->second;
+  if (inserted) {
+    entry.client = std::make_shared<Client>();
+    entry.idle_since_ms = clock_.NowMs();
+    ++idle_;
+  }
+  absl::MutexLock client(&entry.client->mu);
+  entry.client->applied_through = std::max(entry.client->applied_through, sequence);
+}
+
+bool ClientRegistry::LoadState(state::Reader& r) {
+  const size_t n = r.Count("clients", 2);
+  std::vector<std::pair<uint64_t, uint64_t>> clients;
+  for (size_t i = 0; i < n && r.ok(); ++i) {
+    const uint64_t instance = r.Varint("client instance");
+    const uint64_t applied = r.Varint("client's newest batch");
+    clients.emplace_back(instance, applied);
+  }
+  if (!r.ok()) return false;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [instance, applied] : clients) RestoreLocked(instance, applied);
+  TrimIdleLocked();
+  return true;
+}
+
+bool ClientRegistry::Replay(state::Reader& r) {
+  const uint64_t instance = r.Varint("client instance");
+  const uint64_t applied = r.Varint("client's newest batch");
+  if (!r.ok()) return false;
+  absl::MutexLock lock(&mu_);
+  RestoreLocked(instance, applied);
+  TrimIdleLocked();
+  return true;
 }
 
 }  // namespace torchmon::server

@@ -14,8 +14,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/clock.h"
+#include "server/core/state_journal.h"
 
 namespace torchmon::server {
+namespace state {
+class Writer;
+class Reader;
+}  // namespace state
 
 class ClientRegistry {
  public:
@@ -46,6 +51,18 @@ class ClientRegistry {
 
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The daemon's state on disk (server/state/state_store.h). With a
+  // journal, RecordApplied journals each batch a client's stream applied
+  // (under the journal's gate, after the batch's changes); SaveState and
+  // LoadState copy every client's newest batch, Replay applies one
+  // journaled kClientApplied. Clients restored are idle (no stream
+  // survives a restart) from the time of the restore.
+  void SetJournal(StateJournal* journal) { journal_ = journal; }
+  void RecordApplied(uint64_t instance, uint64_t sequence);
+  void SaveState(state::Writer& out) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool LoadState(state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Replay(state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Entry {
     std::shared_ptr<Client> client;
@@ -55,7 +72,11 @@ class ClientRegistry {
   // Drops the longest-idle entries until at most max_idle_ are idle.
   void TrimIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The newest batch of `instance` is `sequence` or later (restore).
+  void RestoreLocked(uint64_t instance, uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const Clock& clock_;
+  StateJournal* journal_ = nullptr;
   const int64_t idle_ttl_ms_;
   const size_t max_idle_;
   mutable absl::Mutex mu_;

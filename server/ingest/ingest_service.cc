@@ -1,5 +1,6 @@
 #include "server/ingest/ingest_service.h"
 
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -31,8 +32,9 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   IngestReactor(IngestService& service, const grpc::CallbackServerContext& call)
       : service_(service),
         peer_(call.peer()),
-        session_(service.aggregator_, service.events_, service.stats_, &service.events_out_,
-                 service.options_.limits, &service.clients_, service.options_.client_log,
+        session_(std::in_place, service.aggregator_, service.events_, service.stats_,
+                 &service.events_out_, service.options_.limits, &service.clients_,
+                 service.options_.client_log,
                  service.options_.vouch ? std::optional(service.options_.vouch(call))
                                         : std::nullopt),
         stats_(service.stats_) {
@@ -69,7 +71,12 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
         return;
       }
       const int errors_before = pending_ack_.errors_size();
-      session_.Apply(batch_, &pending_ack_);
+      {
+        // With --state-dir: the batch's changes are one journal record,
+        // written before its ack (below) is.
+        JournalGate journal(service_.journal_);
+        session_->Apply(batch_, &pending_ack_);
+      }
       if (pending_ack_.errors_size() > errors_before && service_.options_.client_log != nullptr) {
         // The client learns every refusal from its ack; the operator gets
         // the first of each run and a count.
@@ -95,6 +102,11 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   }
 
   void OnDone() override {
+    {
+      // The stream's series are released (journaled, as every change).
+      JournalGate journal(service_.journal_);
+      session_.reset();
+    }
     {
       absl::MutexLock lock(&service_.streams_mu_);
       service_.streams_.erase(this);
@@ -132,7 +144,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
 
   IngestService& service_;
   const std::string peer_;  // for the log
-  IngestSession session_;  // used only from OnReadDone, one read at a time
+  // Used only from OnReadDone, one read at a time; reset in OnDone.
+  std::optional<IngestSession> session_;
   DaemonStats& stats_;
   v1::IngestBatch batch_;
 

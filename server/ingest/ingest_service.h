@@ -74,6 +74,12 @@ class IngestService final : public v1::Ingest::CallbackService {
   // Forgets clients gone longer than client_memory_ms.
   void ExpireIdleClients() { clients_.ExpireIdle(); }
 
+  // The client registry (restored from the daemon's state before serving).
+  ClientRegistry& clients() { return clients_; }
+  // With --state-dir, before serving: every batch's changes are journaled
+  // under its gate and written before the batch is acknowledged.
+  void SetJournal(StateJournal* journal) { journal_ = journal; }
+
   // Random, non-zero, fixed for the life of this service: IngestAck.daemon_instance.
   uint64_t instance() const { return instance_; }
 
@@ -87,6 +93,7 @@ class IngestService final : public v1::Ingest::CallbackService {
   const IngestServiceOptions options_;
   const uint64_t instance_;
   ClientRegistry clients_;
+  StateJournal* journal_ = nullptr;  // set once, before serving
   // Held shared while a batch is applied; StopApplying takes it exclusively.
   absl::Mutex gate_;
   bool applying_ ABSL_GUARDED_BY(gate_) = true;

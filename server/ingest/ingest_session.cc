@@ -299,6 +299,7 @@ void IngestSession::Apply(const v1::IngestBatch& batch, v1::IngestAck* ack) {
     } else {
       ApplyParts(batch, ack);
       client_->applied_through = seq;
+      clients_->RecordApplied(client_instance_, seq);
     }
   } else {
     ApplyParts(batch, ack);

@@ -34,6 +34,10 @@ struct Flags {
   int64_t window_ms = 100;
   int64_t flush_ms = 5000;
   size_t buffer_bytes = torchmon::ClientOptions{}.buffer_bytes;
+  // "ones": every sample is 1.0; "seq": each stat's samples are 1, 2, 3...,
+  // so that the sum of a stat's windows says which samples they hold (the
+  // restart tests compute it independently: n(n+1)/2 for n added).
+  std::string values = "ones";
 };
 
 bool Parse(int argc, char** argv, Flags* f) {
@@ -48,6 +52,7 @@ bool Parse(int argc, char** argv, Flags* f) {
     else if (key == "--window-ms") ok = absl::SimpleAtoi(v, &f->window_ms);
     else if (key == "--flush-ms") ok = absl::SimpleAtoi(v, &f->flush_ms);
     else if (key == "--buffer-bytes") ok = absl::SimpleAtoi(v, &f->buffer_bytes);
+    else if (key == "--values") ok = (f->values = v) == "ones" || f->values == "seq";
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad flag %s %s\n", key.c_str(), v);
@@ -96,7 +101,13 @@ int main(int argc, char** argv) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::steady_clock::now() - start);
     const int64_t due = elapsed.count() * flags.rate / 1'000'000;
-    for (; done < due; ++done) stats[static_cast<size_t>(done) % stats.size()]->add(1.0);
+    for (; done < due; ++done) {
+      const size_t stat = static_cast<size_t>(done) % stats.size();
+      const double value =
+          flags.values == "seq" ? static_cast<double>(done / static_cast<int64_t>(stats.size()) + 1)
+                                : 1.0;
+      stats[stat]->add(value);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 

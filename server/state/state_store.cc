@@ -1,0 +1,569 @@
+#include "server/state/state_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "server/core/state_wire.h"
+
+namespace torchmon::server::state {
+namespace {
+
+constexpr char kSnapshotMagic[8] = {'T', 'M', 'S', 'N', 'A', 'P', '\0', '\1'};
+constexpr char kJournalMagic[8] = {'T', 'M', 'J', 'R', 'N', 'L', '\0', '\1'};
+constexpr size_t kFileHeader = 16;    // magic, position
+constexpr size_t kRecordHeader = 12;  // length u32, check u64
+// The largest record written: an ingest batch of 16 MiB decodes to less.
+constexpr uint32_t kMaxRecord = 256u << 20;
+constexpr char kSkippedDir[] = "skipped";
+
+// A check of a record's or snapshot's bytes: catches a torn write or flipped
+// bits (not an attacker: the directory is the daemon's own). Fast: one
+// multiply per 8 bytes.
+uint64_t Check(absl::string_view s) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ s.size();
+  const char* p = s.data();
+  size_t n = s.size();
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, p, n);
+  h = (h ^ tail ^ (uint64_t{n} << 56)) * 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 29);
+}
+
+std::string Errno(absl::string_view what, int err) {
+  return absl::StrCat(what, ": ", std::strerror(err));
+}
+
+absl::Status ErrnoStatus(absl::string_view what, int err) {
+  if (err == EACCES || err == EPERM || err == EROFS) {
+    return absl::PermissionDeniedError(Errno(what, err));
+  }
+  return absl::InternalError(Errno(what, err));
+}
+
+std::string Name(absl::string_view kind, uint64_t position) {
+  return absl::StrFormat("%s-%016x", kind, position);
+}
+
+bool WriteAll(int fd, const char* data, size_t n, int* err) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      *err = errno;
+      return false;
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(path, errno);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus(path, err);
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return out;
+}
+
+void SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::string Header(const char (&magic)[8], uint64_t position) {
+  std::string h(magic, 8);
+  Writer(h).Fixed64(position);
+  return h;
+}
+
+// The files of the directory by kind, keyed by position.
+struct Listing {
+  std::map<uint64_t, std::string> snapshots, journals;
+  std::vector<std::string> temporary;
+};
+
+Listing List(const std::string& dir) {
+  Listing l;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return l;
+  while (const dirent* e = ::readdir(d)) {
+    const absl::string_view name = e->d_name;
+    uint64_t position;
+    if (absl::StartsWith(name, "snapshot-") && absl::EndsWith(name, ".tmp")) {
+      l.temporary.emplace_back(name);
+    } else if (absl::StartsWith(name, "snapshot-") && name.size() == 9 + 16 &&
+               absl::SimpleHexAtoi(name.substr(9), &position)) {
+      l.snapshots.emplace(position, std::string(name));
+    } else if (absl::StartsWith(name, "journal-") && name.size() == 8 + 16 &&
+               absl::SimpleHexAtoi(name.substr(8), &position)) {
+      l.journals.emplace(position, std::string(name));
+    }
+  }
+  ::closedir(d);
+  return l;
+}
+
+// Applies one record's operations; false (with the reader's reason) at the
+// first that fails.
+bool ReplayRecord(absl::string_view payload, Aggregator& aggregator, ClientRegistry& clients,
+                  absl::Status* why) {
+  Reader r(payload);
+  while (r.ok() && !r.done()) {
+    const auto op = static_cast<JournalOp>(r.U8("operation"));
+    if (op == JournalOp::kClientApplied) {
+      clients.Replay(r);
+    } else {
+      aggregator.Replay(op, r);
+    }
+  }
+  *why = r.status();
+  return r.ok();
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<StateOptions::Fsync, absl::Duration>> ParseFsync(absl::string_view text) {
+  if (text == "always") return std::make_pair(StateOptions::Fsync::kAlways, absl::ZeroDuration());
+  if (text == "never") return std::make_pair(StateOptions::Fsync::kNever, absl::ZeroDuration());
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration() || d > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state-fsync ", text, ": expected always, never or a duration up to 1h (1s, 200ms)"));
+  }
+  return std::make_pair(StateOptions::Fsync::kInterval, d);
+}
+
+StateStore::StateStore(StateOptions options, int lock_fd,
+                       std::function<void(const std::string&)> log, DaemonStats* stats)
+    : options_(std::move(options)),
+      lock_fd_(lock_fd),
+      log_(std::move(log)),
+      stats_(stats != nullptr ? *stats : own_stats_) {}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
+    StateOptions options, std::function<void(const std::string&)> log, DaemonStats* stats) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("--state-dir is empty");
+  if (::mkdir(options.dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot create it"), errno);
+  }
+  const std::string lock_path = options.dir + "/lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot write in it"), errno);
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      // Unavailable, not a configuration error: the other daemon may be
+      // on its way out (a restart), and a retry then succeeds.
+      return absl::UnavailableError(absl::StrCat(
+          "--state-dir ", options.dir, " is in use by another torchmond (its lock file is held)"));
+    }
+    return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot lock it"), err);
+  }
+  return std::unique_ptr<StateStore>(
+      new StateStore(std::move(options), fd, std::move(log), stats));
+}
+
+StateStore::~StateStore() {
+  {
+    absl::MutexLock lock(&wake_mu_);
+    stop_ = true;
+  }
+  if (background_.joinable()) background_.join();
+  absl::MutexLock io(&io_mu_);
+  if (journal_fd_ >= 0) ::close(journal_fd_);
+  ::close(lock_fd_);
+}
+
+void StateStore::SetAside(const std::string& name, const std::string& why,
+                          RestoreReport& report) {
+  const std::string skipped = options_.dir + "/" + kSkippedDir;
+  ::mkdir(skipped.c_str(), 0750);
+  const std::string to = absl::StrCat(skipped, "/", name, ".", absl::ToUnixSeconds(absl::Now()));
+  const bool moved = ::rename((options_.dir + "/" + name).c_str(), to.c_str()) == 0;
+  report.skipped.push_back(absl::StrCat(name, ": ", why,
+                                        moved ? absl::StrCat(" (moved to ", to, ")") : ""));
+}
+
+RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& clients) {
+  const absl::Time start = absl::Now();
+  RestoreReport report;
+  aggregator_ = &aggregator;
+  clients_ = &clients;
+  Listing files = List(options_.dir);
+  for (const std::string& t : files.temporary) ::unlink((options_.dir + "/" + t).c_str());
+
+  // The newest snapshot that reads whole.
+  std::string snapshot_payload;
+  for (auto it = files.snapshots.rbegin(); it != files.snapshots.rend(); ++it) {
+    absl::StatusOr<std::string> bytes = ReadWhole(options_.dir + "/" + it->second);
+    std::string why;
+    if (!bytes.ok()) {
+      why = bytes.status().ToString();
+    } else if (bytes->size() < kFileHeader + 16 || bytes->compare(0, 8, kSnapshotMagic, 8) != 0) {
+      why = "not a torchmond snapshot of this version";
+    } else {
+      Reader h(absl::string_view(*bytes).substr(8, 24));
+      const uint64_t position = h.Fixed64("position");
+      const uint64_t length = h.Fixed64("length");
+      const uint64_t check = h.Fixed64("check");
+      const absl::string_view payload = absl::string_view(*bytes).substr(32);
+      if (position != it->first || length != payload.size() || Check(payload) != check) {
+        why = "its check does not match its content (a torn or damaged file)";
+      } else {
+        Reader r(payload);
+        if (aggregator.LoadState(r) && clients.LoadState(r) && r.done()) {
+          report.snapshot_loaded = true;
+          report.snapshot_position = position;
+          snapshot_payload = std::string(payload);
+          break;
+        }
+        why = r.ok() ? "bytes left after the state" : r.status().ToString();
+      }
+    }
+    SetAside(it->second, why, report);
+  }
+
+  // The journal after it: files must follow one another exactly.
+  uint64_t position = report.snapshot_position;
+  // Without a snapshot only a journal from the very start can be replayed.
+  const bool no_base =
+      !report.snapshot_loaded && !files.journals.empty() && files.journals.begin()->first != 0;
+  struct Record {
+    absl::string_view payload;
+  };
+  std::vector<std::string> journal_bytes;
+  std::vector<Record> records;
+  bool stopped = false;
+  for (const auto& [start, name] : files.journals) {
+    if (no_base) {
+      SetAside(name, "starts where no usable snapshot is: nothing to replay it onto", report);
+      continue;
+    }
+    if (start < position && !stopped) continue;  // before the snapshot: obsolete
+    if (stopped || start != position) {
+      SetAside(name,
+               stopped ? "comes after a damaged journal"
+                       : absl::StrFormat("starts at %016x, where the state reached %016x", start,
+                                         position),
+               report);
+      stopped = true;
+      continue;
+    }
+    absl::StatusOr<std::string> bytes = ReadWhole(options_.dir + "/" + name);
+    if (!bytes.ok() || bytes->size() < kFileHeader ||
+        bytes->compare(0, 8, kJournalMagic, 8) != 0 ||
+        Reader(absl::string_view(*bytes).substr(8, 8)).Fixed64("position") != start) {
+      SetAside(name, bytes.ok() ? "not a torchmond journal of this version"
+                                : bytes.status().ToString(),
+               report);
+      stopped = true;
+      continue;
+    }
+    journal_bytes.push_back(*std::move(bytes));
+    const absl::string_view all = journal_bytes.back();
+    size_t at = kFileHeader;
+    while (at < all.size()) {
+      Reader h(all.substr(at, kRecordHeader));
+      uint32_t len = 0;
+      for (int i = 0; i < 4; ++i) len |= uint32_t{h.U8("length")} << (8 * i);
+      const uint64_t check = h.Fixed64("check");
+      if (!h.ok() || len > kMaxRecord || all.size() - at - kRecordHeader < len ||
+          Check(all.substr(at + kRecordHeader, len)) != check) {
+        report.skipped.push_back(absl::StrFormat(
+            "%s from byte %d: %d bytes of a record that was not written whole (the daemon "
+            "stopped while writing it; it was not acknowledged)",
+            name, at, all.size() - at));
+        break;
+      }
+      records.push_back(Record{all.substr(at + kRecordHeader, len)});
+      at += kRecordHeader + len;
+      position += kRecordHeader + len;
+    }
+    if (at < all.size()) stopped = true;  // later files cannot follow a torn one
+  }
+
+  // Replay, in order. An operation whose effect differs from the journaled
+  // one means the state is not what the journal was written against: the
+  // replay restarts from the snapshot and stops before that record.
+  size_t replayed = 0;
+  absl::Status why;
+  for (; replayed < records.size(); ++replayed) {
+    if (!ReplayRecord(records[replayed].payload, aggregator, clients, &why)) break;
+  }
+  if (replayed < records.size()) {
+    report.skipped.push_back(absl::StrCat("journal record ", replayed, " of ", records.size(),
+                                          " and those after it: ", why.ToString()));
+    Reader r(snapshot_payload);
+    if (report.snapshot_loaded) {
+      aggregator.LoadState(r);
+    } else {
+      // No snapshot: start from nothing again.
+      std::string none;
+      Writer w(none);
+      Aggregator blank(aggregator.options(), aggregator.clock());
+      blank.SaveState(w);
+      Reader blank_reader(none);
+      aggregator.LoadState(blank_reader);
+    }
+    for (size_t i = 0; i < replayed; ++i) ReplayRecord(records[i].payload, aggregator, clients, &why);
+  }
+  report.records_replayed = replayed;
+  for (size_t i = 0; i < replayed; ++i) {
+    report.journal_bytes_replayed += kRecordHeader + records[i].payload.size();
+  }
+  position = report.snapshot_position + report.journal_bytes_replayed;
+  if (!report.snapshot_loaded && files.journals.empty()) position = 0;
+  aggregator.FinishRestore();
+  aggregator.SetJournal(this);
+  clients.SetJournal(this);
+  {
+    absl::MutexLock p(&pending_mu_);
+    sealed_ = position;
+  }
+  stats_.state_skipped.fetch_add(report.skipped.size(), std::memory_order_relaxed);
+  {
+    absl::MutexLock io(&io_mu_);
+    written_ = synced_ = position;
+    snapshot_position_ = position;
+  }
+  // Everything read is now in a snapshot of its own; the files before it go.
+  if (absl::Status s = Snapshot(); !s.ok()) {
+    if (log_) log_(absl::StrCat("state: ", s.message()));
+  }
+  report.took = absl::Now() - start;
+  background_ = std::thread([this] { Background(); });
+  return report;
+}
+
+uint64_t StateStore::Seal() {
+  gate_.AssertHeld();
+  absl::MutexLock p(&pending_mu_);
+  if (record_.empty()) return sealed_;
+  const uint32_t len = static_cast<uint32_t>(record_.size());
+  char header[kRecordHeader];
+  for (int i = 0; i < 4; ++i) header[i] = static_cast<char>(len >> (8 * i));
+  const uint64_t check = Check(record_);
+  for (int i = 0; i < 8; ++i) header[4 + i] = static_cast<char>(check >> (8 * i));
+  pending_.append(header, kRecordHeader);
+  pending_.append(record_);
+  sealed_ += kRecordHeader + len;
+  record_.clear();
+  return sealed_;
+}
+
+bool StateStore::Commit(uint64_t position) {
+  absl::MutexLock io(&io_mu_);
+  if (written_ >= position) return !broken_;
+  uint64_t end;
+  {
+    absl::MutexLock p(&pending_mu_);
+    writing_.swap(pending_);
+    end = sealed_;
+  }
+  const size_t n = writing_.size();
+  if (broken_ || closed_ || journal_fd_ < 0) {
+    writing_.clear();
+    written_ = end;
+    return false;
+  }
+  int err = 0;
+  if (!WriteAll(journal_fd_, writing_.data(), n, &err)) {
+    broken_ = true;
+    stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
+    if (log_) {
+      log_(absl::StrCat("state: writing the journal in ", options_.dir, " failed (",
+                        std::strerror(err),
+                        "); batches are applied but not kept until a snapshot succeeds"));
+    }
+    writing_.clear();
+    written_ = end;
+    return false;
+  }
+  writing_.clear();
+  written_ = end;
+  stats_.state_journal_bytes.fetch_add(n, std::memory_order_relaxed);
+  if (options_.fsync == StateOptions::Fsync::kAlways) {
+    ::fdatasync(journal_fd_);
+    synced_ = end;
+  }
+  return true;
+}
+
+absl::Status StateStore::StartJournalLocked(uint64_t position) {
+  const std::string path = options_.dir + "/" + Name("journal", position);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
+  if (fd < 0) return ErrnoStatus(path, errno);
+  const std::string header = Header(kJournalMagic, position);
+  int err = 0;
+  if (!WriteAll(fd, header.data(), header.size(), &err)) {
+    ::close(fd);
+    return ErrnoStatus(path, err);
+  }
+  if (journal_fd_ >= 0) {
+    if (options_.fsync != StateOptions::Fsync::kNever) ::fdatasync(journal_fd_);
+    ::close(journal_fd_);
+  }
+  journal_fd_ = fd;
+  SyncDir(options_.dir);
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::Snapshot() {
+  std::string file;
+  uint64_t position;
+  {
+    absl::MutexLock gate(&gate_);
+    position = Seal();
+    Commit(position);
+    file = Header(kSnapshotMagic, position);
+    file.append(16, '\0');  // length and check, below
+    Writer w(file);
+    aggregator_->SaveState(w);
+    clients_->SaveState(w);
+    absl::MutexLock io(&io_mu_);
+    if (closed_) return absl::OkStatus();
+    // Records from here on go to a journal that starts at the snapshot.
+    if (absl::Status s = StartJournalLocked(position); !s.ok()) {
+      broken_ = true;
+      stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+  }
+  const absl::string_view payload = absl::string_view(file).substr(32);
+  std::string tail;
+  Writer t(tail);
+  t.Fixed64(payload.size());
+  t.Fixed64(Check(payload));
+  file.replace(16, 16, tail);
+
+  const std::string name = Name("snapshot", position);
+  const std::string tmp = options_.dir + "/" + name + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  int err = 0;
+  if (fd < 0 || !WriteAll(fd, file.data(), file.size(), &err) || ::fsync(fd) != 0 ||
+      ::rename(tmp.c_str(), (options_.dir + "/" + name).c_str()) != 0) {
+    if (err == 0) err = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    absl::MutexLock io(&io_mu_);
+    stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
+    return ErrnoStatus(absl::StrCat("writing ", options_.dir, "/", name), err);
+  }
+  ::close(fd);
+  SyncDir(options_.dir);
+  {
+    absl::MutexLock io(&io_mu_);
+    snapshot_position_ = position;
+    stats_.state_snapshots.fetch_add(1, std::memory_order_relaxed);
+    stats_.state_snapshot_bytes.store(static_cast<int64_t>(file.size()), std::memory_order_relaxed);
+    if (broken_) {
+      broken_ = false;
+      if (log_) log_(absl::StrCat("state: ", options_.dir, " is written again"));
+    }
+  }
+  // Obsolete now: what came before the snapshot.
+  Listing files = List(options_.dir);
+  for (const auto& [p, n] : files.snapshots) {
+    if (p < position) ::unlink((options_.dir + "/" + n).c_str());
+  }
+  for (const auto& [p, n] : files.journals) {
+    if (p < position) ::unlink((options_.dir + "/" + n).c_str());
+  }
+  return absl::OkStatus();
+}
+
+void StateStore::Background() {
+  absl::Time last_sync = absl::Now();
+  absl::Time last_failed_snapshot = absl::InfinitePast();
+  for (;;) {
+    {
+      absl::MutexLock lock(&wake_mu_);
+      wake_mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(50));
+      if (stop_) return;
+    }
+    bool snapshot_due = false;
+    int sync_fd = -1;
+    uint64_t sync_to = 0;
+    {
+      absl::MutexLock io(&io_mu_);
+      if (closed_) return;
+      snapshot_due = written_ - snapshot_position_ >= options_.snapshot_bytes ||
+                     (broken_ && absl::Now() - last_failed_snapshot > absl::Seconds(5));
+      if (options_.fsync == StateOptions::Fsync::kInterval && synced_ < written_ &&
+          absl::Now() - last_sync >= options_.fsync_interval && journal_fd_ >= 0) {
+        // Synced on a copy of the descriptor, so that acknowledgements
+        // (Commit) need not wait for the disk.
+        sync_fd = ::dup(journal_fd_);
+        sync_to = written_;
+      }
+    }
+    if (sync_fd >= 0) {
+      ::fdatasync(sync_fd);
+      ::close(sync_fd);
+      last_sync = absl::Now();
+      absl::MutexLock io(&io_mu_);
+      synced_ = std::max(synced_, sync_to);
+      }
+    if (snapshot_due) {
+      if (absl::Status s = Snapshot(); !s.ok()) {
+        last_failed_snapshot = absl::Now();
+        if (log_) log_(absl::StrCat("state: snapshot failed: ", s.message()));
+      }
+    }
+  }
+}
+
+absl::Status StateStore::Close() {
+  {
+    absl::MutexLock lock(&wake_mu_);
+    stop_ = true;
+  }
+  if (background_.joinable()) background_.join();
+  absl::Status s = Snapshot();
+  absl::MutexLock io(&io_mu_);
+  closed_ = true;
+  if (journal_fd_ >= 0) ::fdatasync(journal_fd_);
+  return s;
+}
+
+
+}  // namespace torchmon::server::state

@@ -1,0 +1,152 @@
+// The daemon's state directory (torchmond --state-dir): a snapshot of the
+// aggregator and the client registry, and a journal of every change made
+// since, so that a daemon killed at any moment, or stopped and started
+// again, rebuilds exactly the state it had acknowledged.
+//
+// On disk, in the directory (docs/reliability.md):
+//   lock                     flock()ed by the daemon using the directory
+//   snapshot-<position>      the state when the journal stood at <position>
+//   journal-<position>       the journal's records from <position> on
+// Positions are bytes of journal records since the directory was created,
+// 16 hex digits. A record is [length u32][check u64][payload]: one ingest
+// batch's changes (JournalOp...), or one chunk of closes or expiries.
+//
+// Writes: the ingest path seals each batch's record under the gate and
+// commits it (write(2) to the journal file, one write for every record
+// sealed meanwhile) before the batch is acknowledged; what is written is in
+// the page cache, which survives the process. fsync: per --state-fsync.
+// A snapshot is taken every `snapshot_bytes` of journal (and at stop); it
+// starts a new journal file, and the files before it are removed once it is
+// on disk.
+//
+// Thread-safe.
+#ifndef TORCHMON_SERVER_STATE_STATE_STORE_H_
+#define TORCHMON_SERVER_STATE_STATE_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/core/aggregator.h"
+#include "server/core/daemon_stats.h"
+#include "server/core/state_journal.h"
+#include "server/ingest/client_registry.h"
+
+namespace torchmon::server::state {
+
+struct StateOptions {
+  std::string dir;
+  // fsync(2) of the journal: after every write (kAlways), every `interval`
+  // (kInterval), or never (kNever: the kernel writes back when it likes).
+  // A process death loses nothing written under any of them; a power loss
+  // or kernel crash loses at most what was not yet synced.
+  enum class Fsync { kNever, kInterval, kAlways };
+  Fsync fsync = Fsync::kInterval;
+  absl::Duration fsync_interval = absl::Seconds(1);
+  // Journal bytes between snapshots.
+  uint64_t snapshot_bytes = 64 << 20;
+};
+
+// Parses --state-fsync: "always", "never", or a duration ("1s", "200ms").
+absl::StatusOr<std::pair<StateOptions::Fsync, absl::Duration>> ParseFsync(absl::string_view text);
+
+// What the restore found and did: for the log line and the daemon's metrics.
+struct RestoreReport {
+  bool snapshot_loaded = false;
+  uint64_t snapshot_position = 0;
+  uint64_t records_replayed = 0;
+  uint64_t journal_bytes_replayed = 0;
+  // Files (or their tails) that could not be used, each with why: set aside
+  // in the directory's "skipped" folder, never read into the state.
+  std::vector<std::string> skipped;
+  absl::Duration took;
+};
+
+class StateStore final : public StateJournal {
+ public:
+  // Opens (creating) `options.dir` and locks it: FailedPrecondition when
+  // another process holds it, PermissionDenied when it cannot be written.
+  // `stats` (may be null) gets the torchmon_daemon_state_* counts.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(
+      StateOptions options, std::function<void(const std::string&)> log,
+      DaemonStats* stats = nullptr);
+  ~StateStore() override;
+
+  // Rebuilds `aggregator` and `clients` (both fresh, not yet journaling)
+  // from the newest usable snapshot and the journal after it, then starts
+  // journaling them, writes a snapshot of what was rebuilt and starts the
+  // snapshot and fsync threads. What could not be used is moved aside,
+  // logged and reported; the rest is never built from it.
+  RestoreReport Restore(Aggregator& aggregator, ClientRegistry& clients);
+
+  // Writes a snapshot now (the stop's: the window in progress is kept open
+  // in it, to close whole in the next daemon). Then nothing more is written.
+  absl::Status Close();
+
+  // StateJournal.
+  absl::Mutex& gate() override ABSL_LOCK_RETURNED(gate_) { return gate_; }
+  std::string& record() override { return record_; }
+  uint64_t Seal() override;
+  bool Commit(uint64_t position) override;
+
+  const StateOptions& options() const { return options_; }
+
+ private:
+  StateStore(StateOptions options, int lock_fd, std::function<void(const std::string&)> log,
+             DaemonStats* stats);
+
+  // Takes the gate, copies the state and starts a new journal file; then
+  // writes the copy and removes what it makes obsolete.
+  absl::Status Snapshot() ABSL_LOCKS_EXCLUDED(gate_, io_mu_);
+  // Opens journal-<position> for appending (io_mu_ held).
+  absl::Status StartJournalLocked(uint64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void Background();
+  // Moves `name` into the skipped folder, saying why.
+  void SetAside(const std::string& name, const std::string& why, RestoreReport& report);
+
+  const StateOptions options_;
+  const int lock_fd_;
+  const std::function<void(const std::string&)> log_;
+  DaemonStats own_stats_;  // where the counts go without a daemon's
+  DaemonStats& stats_;
+  Aggregator* aggregator_ = nullptr;
+  ClientRegistry* clients_ = nullptr;
+
+  absl::Mutex gate_;
+  // Under gate_, which the journal's users lock through gate() (the
+  // analysis cannot follow that, hence no annotation).
+  std::string record_;
+
+  // Serializes writes to the journal file.
+  mutable absl::Mutex io_mu_ ABSL_ACQUIRED_AFTER(gate_);
+  int journal_fd_ ABSL_GUARDED_BY(io_mu_) = -1;
+  std::string writing_ ABSL_GUARDED_BY(io_mu_);  // pending_, swapped out to be written
+  uint64_t written_ ABSL_GUARDED_BY(io_mu_) = 0;
+  uint64_t synced_ ABSL_GUARDED_BY(io_mu_) = 0;
+  uint64_t snapshot_position_ ABSL_GUARDED_BY(io_mu_) = 0;
+  // A write failed: nothing more is appended to the journal until a
+  // snapshot succeeds (it captures what the journal missed).
+  bool broken_ ABSL_GUARDED_BY(io_mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(io_mu_) = false;
+
+  // Records sealed but not yet written, and the position after them.
+  absl::Mutex pending_mu_ ABSL_ACQUIRED_AFTER(gate_, io_mu_);
+  std::string pending_ ABSL_GUARDED_BY(pending_mu_);
+  uint64_t sealed_ ABSL_GUARDED_BY(pending_mu_) = 0;
+
+  absl::Mutex wake_mu_;
+  bool stop_ ABSL_GUARDED_BY(wake_mu_) = false;
+  std::thread background_;
+};
+
+}  // namespace torchmon::server::state
+
+#endif  // TORCHMON_SERVER_STATE_STATE_STORE_H_

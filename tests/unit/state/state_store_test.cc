@@ -1,0 +1,341 @@
+// The state directory (server/state/state_store.h) with a real directory
+// and real files: what a restore rebuilds after a stop, after a kill (the
+// store dropped without its stop's snapshot: what is on disk is what a
+// SIGKILL leaves), and what it refuses to build from.
+#include "server/state/state_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/clock.h"
+#include "server/core/state_wire.h"
+#include "server/ingest/client_registry.h"
+
+namespace torchmon::server::state {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr int64_t kStart = 1'700'000'000'000;
+
+std::string TempPath() {
+  char tmpl[] = "/tmp/torchmon-state-XXXXXX";
+  const char* dir = ::mkdtemp(tmpl);
+  return dir != nullptr ? std::string(dir) + "/state" : "";
+}
+
+std::string Saved(const Aggregator& a, const ClientRegistry& c) {
+  std::string out;
+  Writer w(out);
+  a.SaveState(w);
+  c.SaveState(w);
+  return out;
+}
+
+std::vector<std::string> Files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const char* kind : {"snapshot-", "journal-"}) {
+    std::unique_ptr<FILE, int (*)(FILE*)> ls(
+        ::popen(absl::StrCat("ls ", dir, " | grep ^", kind).c_str(), "r"), ::pclose);
+    char line[256];
+    while (ls != nullptr && std::fgets(line, sizeof line, ls.get()) != nullptr) {
+      out.emplace_back(line, std::strlen(line) - 1);
+    }
+  }
+  return out;
+}
+
+// One daemon's worth of state over a store: an aggregator and a client
+// registry restored from `dir` and journaled there.
+struct Daemon {
+  explicit Daemon(const std::string& dir, ManualClock& clock,
+                  StateOptions::Fsync fsync = StateOptions::Fsync::kNever)
+      : aggregator(Options(), clock), clients(clock, 60'000, 100) {
+    StateOptions options;
+    options.dir = dir;
+    options.fsync = fsync;
+    auto opened = StateStore::Open(options, [this](const std::string& line) { log.push_back(line); });
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return;
+    store = *std::move(opened);
+    report = store->Restore(aggregator, clients);
+  }
+  static AggregatorOptions Options() {
+    AggregatorOptions o;
+    o.grace_ms = 500;
+    o.history_windows = 8;
+    return o;
+  }
+  // Client `instance`'s batch `sequence` applied, as a stream records it.
+  void Applied(uint64_t instance, uint64_t sequence) {
+    std::shared_ptr<ClientRegistry::Client> c = clients.Acquire(instance);
+    {
+      absl::MutexLock lock(&c->mu);
+      c->applied_through = sequence;
+    }
+    clients.RecordApplied(instance, sequence);
+    clients.Release(instance);
+  }
+  // A change as the ingest path makes one: under the gate, sealed and
+  // written before it returns (an acknowledged batch).
+  template <typename Fn>
+  void Batch(Fn fn) {
+    JournalGate gate(store.get());
+    fn();
+  }
+
+  Aggregator aggregator;
+  ClientRegistry clients;
+  std::unique_ptr<StateStore> store;
+  RestoreReport report;
+  std::vector<std::string> log;
+};
+
+SeriesKey Key(const std::string& stat, const std::string& rank) {
+  return SeriesKey{stat, LabelSet(Labels{{"rank", rank}})};
+}
+
+StatSpec Spec(int64_t window_ms, std::vector<double> quantiles = {}, int64_t max_samples = 0) {
+  StatSpec s;
+  s.aggregations = AggregationBit(Aggregation::kMean) | AggregationBit(Aggregation::kCount) |
+                   AggregationBit(Aggregation::kMax);
+  s.window_ms = window_ms;
+  s.max_samples = max_samples;
+  s.quantiles = QuantileList(std::move(quantiles));
+  return s;
+}
+
+// Everything the aggregator does, journaled: definitions (one redefined),
+// samples in and across windows, caps, late and skewed samples, client
+// drops, closes, an expiry, quantiles and histograms, a client's batches.
+void Exercise(Daemon& d, ManualClock& clock, int rounds) {
+  SeriesId loss = 0, step = 0, capped = 0;
+  d.Batch([&] {
+    loss = *d.aggregator.Define(Key("train.loss", "0"), Spec(1000, {0.5, 0.99}));
+    step = *d.aggregator.Define(Key("train.step_ms", "0"), Spec(1000));
+    capped = *d.aggregator.Define(Key("train.capped", "1"), Spec(250, {}, 3));
+    d.Applied(77, 1);
+  });
+  for (int r = 0; r < rounds; ++r) {
+    d.Batch([&] {
+      const int64_t now_us = clock.NowMs() * 1000;
+      std::vector<double> values;
+      std::vector<int64_t> times;
+      for (int i = 0; i < 40; ++i) {
+        values.push_back(r * 0.5 + i);
+        times.push_back(now_us - 900'000 + i * 20'000);  // some in the window before
+      }
+      values.push_back(1e9);
+      times.push_back(now_us + 3'600'000'000LL);  // skewed
+      values.push_back(-1);
+      times.push_back(now_us - 10'000'000);  // late
+      EXPECT_TRUE(d.aggregator.AddSamples(loss, values, times).ok());
+      EXPECT_TRUE(d.aggregator.AddSamples(step, values, times).ok());
+      EXPECT_TRUE(d.aggregator.AddSamples(capped, values, times).ok());
+      EXPECT_TRUE(d.aggregator.AddClientDrops(step, 2).ok());
+      d.Applied(77, 2 + r);
+    });
+    clock.Advance(300);
+    d.aggregator.CloseDueWindows();
+    if (r == rounds / 2) {
+      // A redefinition: released by its stream, defined again otherwise.
+      d.Batch([&] {
+        d.aggregator.Release(step);
+        step = *d.aggregator.Define(Key("train.step_ms", "0"), Spec(500, {0.9}));
+      });
+    }
+  }
+  d.Batch([&] { d.aggregator.Release(capped); });
+  clock.Advance(11 * 60 * 1000);  // past the series TTL of the capped series' last update
+  d.aggregator.CloseDueWindows();
+  d.Batch([&] {
+    // A new series after the expiry, which may reuse its slot.
+    const SeriesId late = *d.aggregator.Define(Key("train.lr", "2"), Spec(1000));
+    const std::vector<double> v = {1, 2, 3};
+    const int64_t t = clock.NowMs() * 1000;
+    EXPECT_TRUE(d.aggregator.AddSamples(late, v, {t, t + 1, t + 2}).ok());
+  });
+}
+
+class StateStoreTest : public ::testing::Test {
+ protected:
+  StateStoreTest() : clock_(kStart), dir_(TempPath()) {}
+  ~StateStoreTest() override {
+    std::system(absl::StrCat("rm -rf ", dir_.substr(0, dir_.rfind('/'))).c_str());
+  }
+
+  ManualClock clock_;
+  const std::string dir_;
+};
+
+TEST_F(StateStoreTest, AKilledDaemonsJournalRebuildsExactlyItsState) {
+  std::string before;
+  {
+    Daemon d(dir_, clock_);
+    EXPECT_FALSE(d.report.snapshot_loaded);
+    Exercise(d, clock_, 12);
+    EXPECT_GT(d.aggregator.series_count(), 0u);
+    d.aggregator.ExpireIdleSeries();
+    d.aggregator.FinishRestore();  // as a restore leaves it: no stream holds a series
+    before = Saved(d.aggregator, d.clients);
+    // Destroyed without Close: on disk is what a SIGKILL leaves.
+  }
+  Daemon again(dir_, clock_);
+  EXPECT_TRUE(again.report.snapshot_loaded);
+  EXPECT_GT(again.report.records_replayed, 20u);
+  EXPECT_THAT(again.report.skipped, IsEmpty());
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+  EXPECT_GT(again.aggregator.open_windows(), 0u);
+}
+
+TEST_F(StateStoreTest, AStoppedDaemonsSnapshotKeepsItsOpenWindowsOpen) {
+  std::string before;
+  size_t open = 0;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 5);
+    open = d.aggregator.open_windows();
+    d.aggregator.FinishRestore();
+    before = Saved(d.aggregator, d.clients);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  Daemon again(dir_, clock_);
+  EXPECT_EQ(again.report.records_replayed, 0u);
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+  EXPECT_EQ(again.aggregator.open_windows(), open);
+  // Whole: they close on time, once, not partial.
+  clock_.Advance(2000);
+  const std::vector<ClosedWindow> closed = again.aggregator.CloseDueWindows();
+  EXPECT_THAT(closed, SizeIs(open));
+  for (const ClosedWindow& w : closed) EXPECT_FALSE(w.partial);
+}
+
+TEST_F(StateStoreTest, ATornLastRecordIsSkippedAndTheRestKept) {
+  std::string before;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 3);
+    d.aggregator.FinishRestore();
+    before = Saved(d.aggregator, d.clients);
+  }
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(2));  // snapshot-0..., journal-0...
+  {
+    // A record being written when the process died: its header promises
+    // more than is there.
+    std::ofstream journal(dir_ + "/" + files[1], std::ios::app | std::ios::binary);
+    journal.write("\x40\x00\x00\x00" "12345678" "partial", 19);
+  }
+  Daemon again(dir_, clock_);
+  ASSERT_THAT(again.report.skipped, SizeIs(1));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("not written whole"));
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+}
+
+TEST_F(StateStoreTest, AFlippedBitInTheJournalStopsTheReplayBeforeIt) {
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 6);
+  }
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(2));
+  const std::string journal = dir_ + "/" + files[1];
+  struct stat st {};
+  ASSERT_EQ(::stat(journal.c_str(), &st), 0);
+  {
+    std::fstream f(journal, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(st.st_size / 2);
+    char c;
+    f.read(&c, 1);
+    f.seekp(st.st_size / 2);
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+  }
+  Daemon again(dir_, clock_);
+  ASSERT_THAT(again.report.skipped, SizeIs(1));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("not written whole"));
+  // What it rebuilt is a prefix: every record before the damage, none after.
+  EXPECT_GT(again.report.records_replayed, 0u);
+  EXPECT_LT(again.report.journal_bytes_replayed, static_cast<uint64_t>(st.st_size));
+}
+
+TEST_F(StateStoreTest, ADamagedSnapshotIsSetAsideAndNothingIsBuiltFromIt) {
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 4);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(2));
+  const std::string snapshot = dir_ + "/" + files[0];
+  {
+    std::fstream f(snapshot, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.write("\xff", 1);
+  }
+  Daemon again(dir_, clock_);
+  EXPECT_FALSE(again.report.snapshot_loaded);
+  ASSERT_THAT(again.report.skipped, SizeIs(2));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("check does not match"));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("moved to"));
+  // The journal after it cannot be used without it.
+  EXPECT_THAT(again.report.skipped[1], HasSubstr("no usable snapshot"));
+  EXPECT_EQ(again.aggregator.series_count(), 0u);
+  EXPECT_EQ(::access((dir_ + "/skipped").c_str(), F_OK), 0);
+}
+
+TEST_F(StateStoreTest, AFileOfAnotherVersionIsRefusedByName) {
+  ::mkdir(dir_.c_str(), 0750);
+  {
+    std::ofstream f(dir_ + "/snapshot-0000000000000000", std::ios::binary);
+    f << "TMSNAP\x01\x09 a snapshot from a future version";
+  }
+  Daemon d(dir_, clock_);
+  EXPECT_FALSE(d.report.snapshot_loaded);
+  ASSERT_THAT(d.report.skipped, SizeIs(1));
+  EXPECT_THAT(d.report.skipped[0], HasSubstr("not a torchmond snapshot of this version"));
+}
+
+TEST_F(StateStoreTest, TwoDaemonsCannotShareADirectory) {
+  Daemon first(dir_, clock_);
+  StateOptions options;
+  options.dir = dir_;
+  auto second = StateStore::Open(options, nullptr);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another torchmond"));
+}
+
+TEST_F(StateStoreTest, SnapshotsReplaceTheJournalBeforeThem) {
+  Daemon d(dir_, clock_);
+  Exercise(d, clock_, 2);
+  ASSERT_TRUE(d.store->Close().ok());
+  const std::vector<std::string> files = Files(dir_);
+  // One snapshot and the (empty) journal after it; everything older went.
+  ASSERT_THAT(files, SizeIs(2));
+  EXPECT_EQ(files[0].substr(9), files[1].substr(8));
+  EXPECT_NE(files[0], "snapshot-0000000000000000");
+}
+
+TEST(ParseFsyncTest, AcceptsAlwaysNeverAndADuration) {
+  EXPECT_EQ(ParseFsync("always")->first, StateOptions::Fsync::kAlways);
+  EXPECT_EQ(ParseFsync("never")->first, StateOptions::Fsync::kNever);
+  EXPECT_EQ(ParseFsync("200ms")->second, absl::Milliseconds(200));
+  EXPECT_THAT(ParseFsync("sometimes").status().message(), HasSubstr("--state-fsync sometimes"));
+  EXPECT_FALSE(ParseFsync("0s").ok());
+}
+
+}  // namespace
+}  // namespace torchmon::server::state
