@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -73,6 +74,13 @@ absl::StatusOr<SeriesId> Aggregator::Define(const SeriesKey& key, const StatSpec
   spec.histogram = spec.histogram || !spec.quantiles.empty();
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
+  if (journal_ != nullptr && !journal_images_.empty()) {
+    // A redefinition closes windows: they must be replayed with every
+    // sample journaled so far in them.
+    if (auto it = ids_.find(key); it != ids_.end() && journal_images_.erase(it->second) != 0) {
+      JournalImageOfLocked(it->second);
+    }
+  }
   absl::StatusOr<SeriesId> id = DefineLocked(key, spec, now, detail);
   if (journal_ != nullptr && id.ok()) {
     journal_->gate().AssertHeld();
@@ -208,17 +216,43 @@ absl::StatusOr<AddResult> Aggregator::AddSamples(SeriesId id, absl::Span<const d
 void Aggregator::JournalRunLocked(const SampleRun& run, int64_t now) {
   if (journal_ == nullptr) return;
   journal_->gate().AssertHeld();
-  state::Writer w(journal_->record());
-  w.U8(static_cast<uint8_t>(JournalOp::kRun));
-  w.Signed(now);
-  w.Varint(run.id);
-  w.Varint(run.values.size());
-  w.Doubles(run.values.data(), run.values.size());
+  const size_t n = run.values.size();
+  if (n >= kImageRunSamples) {
+    const Series* s = FindLocked(run.id);
+    if (s != nullptr && s->distribution == nullptr) {
+      journal_images_.insert(run.id);
+      return;
+    }
+  }
+  // Sized once for the worst case and written through a pointer: appending
+  // piece by piece cost more than the encoding.
+  std::string& out = journal_->record();
+  const size_t at = out.size();
+  out.resize(at + 1 + 10 + 10 + 10 + n * (sizeof(double) + 10));
+  char* p = out.data() + at;
+  *p++ = static_cast<char>(JournalOp::kRun);
+  p = state::PutSigned(p, now);
+  p = state::PutVarint(p, run.id);
+  p = state::PutVarint(p, n);
+  std::memcpy(p, run.values.data(), n * sizeof(double));
+  p += n * sizeof(double);
   int64_t previous = 0;
   for (int64_t t : run.timestamps_us) {
-    w.Signed(t - previous);
+    p = state::PutSigned(p, t - previous);
     previous = t;
   }
+  out.resize(static_cast<size_t>(p - out.data()));
+}
+
+void Aggregator::JournalImagesLocked() {
+  if (journal_images_.empty()) return;
+  for (SeriesId id : journal_images_) JournalImageOfLocked(id);
+  journal_images_.clear();
+}
+
+void Aggregator::BeforeSeal() {
+  absl::MutexLock lock(&mu_);
+  JournalImagesLocked();
 }
 
 void Aggregator::AddSampleRuns(absl::Span<const SampleRun> runs,
@@ -325,6 +359,9 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
 absl::Status Aggregator::AddClientDrops(SeriesId id, uint64_t dropped) {
   const int64_t now = clock_.NowMs();
   absl::MutexLock lock(&mu_);
+  // An image due for the series goes first: the drops are journaled as
+  // what changes it after.
+  if (journal_ != nullptr && journal_images_.erase(id) != 0) JournalImageOfLocked(id);
   absl::Status status = AddClientDropsLocked(id, dropped, now);
   if (journal_ != nullptr && status.ok()) {
     journal_->gate().AssertHeld();

@@ -121,6 +121,22 @@ void Aggregator::JournalDefine(state::Writer& w, int64_t now, const SeriesKey& k
   w.Varint(id);
 }
 
+void Aggregator::JournalImageOfLocked(SeriesId id) {
+  const Series* s = FindLocked(id);
+  if (s == nullptr) return;
+  state::Writer w(journal_->record());
+  w.U8(static_cast<uint8_t>(JournalOp::kImage));
+  w.Varint(id);
+  w.Signed(s->last_closed_index);
+  w.Signed(s->last_update_ms);
+  WriteCounters(w, s->counters);
+  w.Varint(s->open.size());
+  for (const OpenWindow& o : s->open) {
+    w.Signed(o.index);
+    WriteStats(w, o.stats);
+  }
+}
+
 void Aggregator::SaveState(state::Writer& w) const {
   absl::ReaderMutexLock lock(&mu_);
   w.Varint(kAggregatorStateVersion);
@@ -393,6 +409,38 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
         r.Fail(absl::StrCat("expiry of slot ", slot, " did not repeat"));
         return false;
       }
+      return true;
+    }
+    case JournalOp::kImage: {
+      const uint64_t id = r.Varint("image id");
+      const int64_t last_closed = r.Signed("image last closed window");
+      const int64_t last_update = r.Signed("image last update");
+      const SeriesCounters counters = ReadCounters(r);
+      const size_t n = r.Count("image open windows", 16);
+      absl::InlinedVector<OpenWindow, 1> open;
+      for (size_t i = 0; i < n && r.ok(); ++i) {
+        const int64_t index = r.Signed("image window index");
+        open.push_back(OpenWindow{index, ReadStats(r)});
+      }
+      if (!r.ok()) return false;
+      Series* s = FindLocked(id);
+      if (s == nullptr || s->distribution != nullptr) {
+        r.Fail(absl::StrCat("image of series ", id, ", which ",
+                            s == nullptr ? "does not exist" : "keeps a distribution"));
+        return false;
+      }
+      // What the journaled samples before the image added to the totals is
+      // replaced by what the image says the series counted.
+      totals_.accepted += counters.accepted - s->counters.accepted;
+      totals_.capped += counters.capped - s->counters.capped;
+      totals_.late += counters.late - s->counters.late;
+      totals_.skewed += counters.skewed - s->counters.skewed;
+      totals_.client_dropped += counters.client_dropped - s->counters.client_dropped;
+      s->counters = counters;
+      s->last_closed_index = last_closed;
+      s->last_update_ms = last_update;
+      s->open = std::move(open);
+      for (const OpenWindow& o : s->open) deadlines_.emplace(DeadlineMs(*s, o.index), id);
       return true;
     }
     case JournalOp::kClientApplied:

@@ -25,6 +25,7 @@ enum class JournalOp : uint8_t {
   kRemove = 7,
   kFreeSketches = 8,
   kClientApplied = 9,
+  kImage = 10,
 };
 
 class StateJournal {
