@@ -375,7 +375,9 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
   {
     absl::MutexLock io(&io_mu_);
     written_ = synced_ = position;
-    snapshot_position_ = position;
+    // The snapshot restored from stays, with its journal, as the fallback
+    // of the one written below.
+    snapshot_position_ = report.snapshot_position;
   }
   // Everything read is now in a snapshot of its own; the files before it go.
   if (absl::Status s = Snapshot(); !s.ok()) {
@@ -504,8 +506,10 @@ absl::Status StateStore::Snapshot() {
   }
   ::close(fd);
   SyncDir(options_.dir);
+  uint64_t fallback;
   {
     absl::MutexLock io(&io_mu_);
+    fallback = std::min(snapshot_position_, position);
     snapshot_position_ = position;
     stats_.state_snapshots.fetch_add(1, std::memory_order_relaxed);
     stats_.state_snapshot_bytes.store(static_cast<int64_t>(file.size()), std::memory_order_relaxed);
@@ -514,13 +518,15 @@ absl::Status StateStore::Snapshot() {
       if (log_) log_(absl::StrCat("state: ", options_.dir, " is written again"));
     }
   }
-  // Obsolete now: what came before the snapshot.
+  // Obsolete now: what came before the previous snapshot. That one stays,
+  // with its journal (which ends where this snapshot starts), so that a
+  // restore can fall back on it should this one be found damaged.
   Listing files = List(options_.dir);
   for (const auto& [p, n] : files.snapshots) {
-    if (p < position) ::unlink((options_.dir + "/" + n).c_str());
+    if (p < fallback) ::unlink((options_.dir + "/" + n).c_str());
   }
   for (const auto& [p, n] : files.journals) {
-    if (p < position) ::unlink((options_.dir + "/" + n).c_str());
+    if (p < fallback) ::unlink((options_.dir + "/" + n).c_str());
   }
   return absl::OkStatus();
 }

@@ -15,9 +15,10 @@
 // commits it (write(2) to the journal file, one write for every record
 // sealed meanwhile) before the batch is acknowledged; what is written is in
 // the page cache, which survives the process. fsync: per --state-fsync.
-// A snapshot is taken every `snapshot_bytes` of journal (and at stop); it
-// starts a new journal file, and the files before it are removed once it is
-// on disk.
+// A snapshot is taken every `snapshot_bytes` of journal (and at stop and
+// start); it starts a new journal file, and once it is on disk the files
+// before the previous snapshot are removed: that one and its journal stay,
+// a fallback should the newest be found damaged.
 //
 // Thread-safe.
 #ifndef TORCHMON_SERVER_STATE_STATE_STORE_H_

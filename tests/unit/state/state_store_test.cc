@@ -4,9 +4,11 @@
 // SIGKILL leaves), and what it refuses to build from.
 #include "server/state/state_store.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -66,7 +68,8 @@ struct Daemon {
     StateOptions options;
     options.dir = dir;
     options.fsync = fsync;
-    auto opened = StateStore::Open(options, [this](const std::string& line) { log.push_back(line); });
+    auto opened = StateStore::Open(
+        options, [this](const std::string& line) { log.push_back(line); }, &stats);
     EXPECT_TRUE(opened.ok()) << opened.status();
     if (!opened.ok()) return;
     store = *std::move(opened);
@@ -96,6 +99,7 @@ struct Daemon {
     fn();
   }
 
+  DaemonStats stats;
   Aggregator aggregator;
   ClientRegistry clients;
   std::unique_ptr<StateStore> store;
@@ -120,12 +124,12 @@ StatSpec Spec(int64_t window_ms, std::vector<double> quantiles = {}, int64_t max
 // Everything the aggregator does, journaled: definitions (one redefined),
 // samples in and across windows, caps, late and skewed samples, client
 // drops, closes, an expiry, quantiles and histograms, a client's batches.
-void Exercise(Daemon& d, ManualClock& clock, int rounds) {
+void Exercise(Daemon& d, ManualClock& clock, int rounds, const std::string& job = "train") {
   SeriesId loss = 0, step = 0, capped = 0;
   d.Batch([&] {
-    loss = *d.aggregator.Define(Key("train.loss", "0"), Spec(1000, {0.5, 0.99}));
-    step = *d.aggregator.Define(Key("train.step_ms", "0"), Spec(1000));
-    capped = *d.aggregator.Define(Key("train.capped", "1"), Spec(250, {}, 3));
+    loss = *d.aggregator.Define(Key(job + ".loss", "0"), Spec(1000, {0.5, 0.99}));
+    step = *d.aggregator.Define(Key(job + ".step_ms", "0"), Spec(1000));
+    capped = *d.aggregator.Define(Key(job + ".capped", "1"), Spec(250, {}, 3));
     d.Applied(77, 1);
   });
   for (int r = 0; r < rounds; ++r) {
@@ -153,7 +157,7 @@ void Exercise(Daemon& d, ManualClock& clock, int rounds) {
       // A redefinition: released by its stream, defined again otherwise.
       d.Batch([&] {
         d.aggregator.Release(step);
-        step = *d.aggregator.Define(Key("train.step_ms", "0"), Spec(500, {0.9}));
+        step = *d.aggregator.Define(Key(job + ".step_ms", "0"), Spec(500, {0.9}));
       });
     }
   }
@@ -162,7 +166,7 @@ void Exercise(Daemon& d, ManualClock& clock, int rounds) {
   d.aggregator.CloseDueWindows();
   d.Batch([&] {
     // A new series after the expiry, which may reuse its slot.
-    const SeriesId late = *d.aggregator.Define(Key("train.lr", "2"), Spec(1000));
+    const SeriesId late = *d.aggregator.Define(Key(job + ".lr", "2"), Spec(1000));
     const std::vector<double> v = {1, 2, 3};
     const int64_t t = clock.NowMs() * 1000;
     EXPECT_TRUE(d.aggregator.AddSamples(late, v, {t, t + 1, t + 2}).ok());
@@ -271,29 +275,103 @@ TEST_F(StateStoreTest, AFlippedBitInTheJournalStopsTheReplayBeforeIt) {
   EXPECT_LT(again.report.journal_bytes_replayed, static_cast<uint64_t>(st.st_size));
 }
 
-TEST_F(StateStoreTest, ADamagedSnapshotIsSetAsideAndNothingIsBuiltFromIt) {
+void FlipAByte(const std::string& path, long offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(offset);
+  c = static_cast<char>(c ^ 0x40);
+  f.write(&c, 1);
+}
+
+TEST_F(StateStoreTest, ADamagedSnapshotIsSetAsideAndThePreviousOneAndItsJournalServe) {
+  std::string before;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 4);
+    d.aggregator.FinishRestore();
+    before = Saved(d.aggregator, d.clients);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  // The start's snapshot and journal, and the stop's.
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(4));
+  FlipAByte(dir_ + "/" + files[1], 100);  // the stop's snapshot
+  Daemon again(dir_, clock_);
+  EXPECT_TRUE(again.report.snapshot_loaded);
+  EXPECT_EQ(again.report.snapshot_position, 0u);
+  ASSERT_THAT(again.report.skipped, SizeIs(1));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("check does not match"));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("moved to"));
+  EXPECT_EQ(::access((dir_ + "/skipped").c_str(), F_OK), 0);
+  // Nothing lost: the start's snapshot and the whole journal since.
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+}
+
+// Killed while writing a snapshot: the new journal is started, the snapshot
+// only half written under its temporary name.
+TEST_F(StateStoreTest, AKillDuringASnapshotsWriteLosesNothing) {
+  std::string before;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 4);
+    d.aggregator.FinishRestore();
+    before = Saved(d.aggregator, d.clients);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(4));
+  const std::string snapshot = dir_ + "/" + files[1];
+  struct stat st {};
+  ASSERT_EQ(::stat(snapshot.c_str(), &st), 0);
+  ASSERT_EQ(::truncate(snapshot.c_str(), st.st_size / 2), 0);
+  ASSERT_EQ(::rename(snapshot.c_str(), (snapshot + ".tmp").c_str()), 0);
+  Daemon again(dir_, clock_);
+  EXPECT_TRUE(again.report.snapshot_loaded);
+  EXPECT_THAT(again.report.skipped, IsEmpty());
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+  EXPECT_NE(::access((snapshot + ".tmp").c_str(), F_OK), 0);
+}
+
+TEST_F(StateStoreTest, WithBothSnapshotsDamagedTheJournalFromTheStartRebuildsEverything) {
+  std::string before;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 4);
+    d.aggregator.FinishRestore();
+    before = Saved(d.aggregator, d.clients);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(4));
+  FlipAByte(dir_ + "/" + files[0], 20);
+  FlipAByte(dir_ + "/" + files[1], 100);
+  Daemon again(dir_, clock_);
+  EXPECT_FALSE(again.report.snapshot_loaded);
+  EXPECT_THAT(again.report.skipped, SizeIs(2));
+  // journal-0 starts from the empty state of a new directory.
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+}
+
+TEST_F(StateStoreTest, WithNoUsableSnapshotNothingIsBuiltFromTheState) {
   {
     Daemon d(dir_, clock_);
     Exercise(d, clock_, 4);
     ASSERT_TRUE(d.store->Close().ok());
   }
-  std::vector<std::string> files = Files(dir_);
-  ASSERT_THAT(files, SizeIs(2));
-  const std::string snapshot = dir_ + "/" + files[0];
   {
-    std::fstream f(snapshot, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(100);
-    f.write("\xff", 1);
+    Daemon d(dir_, clock_);  // its start removes snapshot-0 and journal-0
   }
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(2));
+  FlipAByte(dir_ + "/" + files[0], 100);
   Daemon again(dir_, clock_);
   EXPECT_FALSE(again.report.snapshot_loaded);
   ASSERT_THAT(again.report.skipped, SizeIs(2));
   EXPECT_THAT(again.report.skipped[0], HasSubstr("check does not match"));
-  EXPECT_THAT(again.report.skipped[0], HasSubstr("moved to"));
-  // The journal after it cannot be used without it.
   EXPECT_THAT(again.report.skipped[1], HasSubstr("no usable snapshot"));
   EXPECT_EQ(again.aggregator.series_count(), 0u);
-  EXPECT_EQ(::access((dir_ + "/skipped").c_str(), F_OK), 0);
 }
 
 TEST_F(StateStoreTest, AFileOfAnotherVersionIsRefusedByName) {
@@ -308,6 +386,39 @@ TEST_F(StateStoreTest, AFileOfAnotherVersionIsRefusedByName) {
   EXPECT_THAT(d.report.skipped[0], HasSubstr("not a torchmond snapshot of this version"));
 }
 
+// The disk full under the journal (a file size limit, which fails a write
+// with EFBIG as a full disk fails it with ENOSPC): said, counted, the
+// daemon goes on; the next snapshot keeps everything again.
+TEST_F(StateStoreTest, AFullDiskIsSaidAndCountedAndTheNextSnapshotKeepsEverything) {
+  std::string before;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 2);
+    const std::vector<std::string> files = Files(dir_);
+    ASSERT_THAT(files, SizeIs(2));
+    struct stat st {};
+    ASSERT_EQ(::stat((dir_ + "/" + files[1]).c_str(), &st), 0);
+    rlimit old_limit{};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit full = old_limit;
+    full.rlim_cur = static_cast<rlim_t>(st.st_size) + 64;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+    Exercise(d, clock_, 3, "eval");
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    EXPECT_GE(d.stats.state_write_errors.load(), 1u);
+    ASSERT_FALSE(d.log.empty());
+    EXPECT_THAT(d.log[0], HasSubstr("writing the journal in " + dir_ + " failed (File too large)"));
+    // Still aggregating: what came after the failure is in memory.
+    EXPECT_GE(d.aggregator.series_count(), 4u);
+    d.aggregator.FinishRestore();
+    before = Saved(d.aggregator, d.clients);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  Daemon again(dir_, clock_);
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+}
+
 TEST_F(StateStoreTest, TwoDaemonsCannotShareADirectory) {
   Daemon first(dir_, clock_);
   StateOptions options;
@@ -318,15 +429,20 @@ TEST_F(StateStoreTest, TwoDaemonsCannotShareADirectory) {
   EXPECT_THAT(second.status().message(), HasSubstr("in use by another torchmond"));
 }
 
-TEST_F(StateStoreTest, SnapshotsReplaceTheJournalBeforeThem) {
-  Daemon d(dir_, clock_);
-  Exercise(d, clock_, 2);
-  ASSERT_TRUE(d.store->Close().ok());
-  const std::vector<std::string> files = Files(dir_);
-  // One snapshot and the (empty) journal after it; everything older went.
-  ASSERT_THAT(files, SizeIs(2));
-  EXPECT_EQ(files[0].substr(9), files[1].substr(8));
-  EXPECT_NE(files[0], "snapshot-0000000000000000");
+TEST_F(StateStoreTest, ASnapshotRemovesWhatCameBeforeThePreviousOne) {
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 2);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(4));
+  const std::string last = files[1].substr(9);
+  EXPECT_NE(last, "0000000000000000");
+  // The next start's snapshot: the one from position 0 and its journal go.
+  Daemon again(dir_, clock_);
+  files = Files(dir_);
+  EXPECT_THAT(files, ElementsAre("snapshot-" + last, "journal-" + last));
 }
 
 TEST(ParseFsyncTest, AcceptsAlwaysNeverAndADuration) {
