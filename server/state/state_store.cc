@@ -281,6 +281,7 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
       !report.snapshot_loaded && !files.journals.empty() && files.journals.begin()->first != 0;
   struct Record {
     absl::string_view payload;
+    std::string file;  // the journal it is in
   };
   std::vector<std::string> journal_bytes;
   std::vector<Record> records;
@@ -326,7 +327,7 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
             name, at, all.size() - at));
         break;
       }
-      records.push_back(Record{all.substr(at + kRecordHeader, len)});
+      records.push_back(Record{all.substr(at + kRecordHeader, len), name});
       at += kRecordHeader + len;
       position += kRecordHeader + len;
     }
@@ -344,6 +345,15 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
   if (replayed < records.size()) {
     report.skipped.push_back(absl::StrCat("journal record ", replayed, " of ", records.size(),
                                           " and those after it: ", why.ToString()));
+    // Their files go aside (the records before, in the same file, are
+    // replayed below and kept by the next snapshot).
+    std::string last;
+    for (size_t i = replayed; i < records.size(); ++i) {
+      if (records[i].file != last) {
+        last = records[i].file;
+        SetAside(last, "holds records that do not replay onto the state", report);
+      }
+    }
     Reader r(snapshot_payload);
     if (report.snapshot_loaded) {
       aggregator.LoadState(r);
@@ -375,13 +385,19 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
   {
     absl::MutexLock io(&io_mu_);
     written_ = synced_ = position;
-    // The snapshot restored from stays, with its journal, as the fallback
-    // of the one written below.
     snapshot_position_ = report.snapshot_position;
-  }
-  // Everything read is now in a snapshot of its own; the files before it go.
-  if (absl::Status s = Snapshot(); !s.ok()) {
-    if (log_) log_(absl::StrCat("state: ", s.message()));
+    // The journal goes on from where the state now is, in a file of its
+    // own (after a torn record, the old file's tail is never read again).
+    // No snapshot here: with a long history one takes seconds to write,
+    // and the start would wait for it; the background writes one soon if
+    // anything was replayed (then the files before the one restored from
+    // go).
+    if (absl::Status s = StartJournalLocked(position); !s.ok()) {
+      broken_ = true;
+      stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
+      if (log_) log_(absl::StrCat("state: ", s.message()));
+    }
+    snapshot_soon_ = report.records_replayed > 0 || !report.skipped.empty();
   }
   report.took = absl::Now() - start;
   background_ = std::thread([this] { Background(); });
@@ -547,7 +563,8 @@ void StateStore::Background() {
       absl::MutexLock io(&io_mu_);
       if (closed_) return;
       snapshot_due = written_ - snapshot_position_ >= options_.snapshot_bytes ||
-                     (broken_ && absl::Now() - last_failed_snapshot > absl::Seconds(5));
+                     (broken_ && absl::Now() - last_failed_snapshot > absl::Seconds(5)) ||
+                     std::exchange(snapshot_soon_, false);
       if (options_.fsync == StateOptions::Fsync::kInterval && synced_ < written_ &&
           absl::Now() - last_sync >= options_.fsync_interval && journal_fd_ >= 0) {
         // Synced on a copy of the descriptor, so that acknowledgements

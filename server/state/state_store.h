@@ -15,10 +15,11 @@
 // commits it (write(2) to the journal file, one write for every record
 // sealed meanwhile) before the batch is acknowledged; what is written is in
 // the page cache, which survives the process. fsync: per --state-fsync.
-// A snapshot is taken every `snapshot_bytes` of journal (and at stop and
-// start); it starts a new journal file, and once it is on disk the files
-// before the previous snapshot are removed: that one and its journal stay,
-// a fallback should the newest be found damaged.
+// A snapshot is taken every `snapshot_bytes` of journal, at stop, and soon
+// after a start that replayed a journal; it starts a new journal file, and
+// once it is on disk the files before the previous snapshot are removed:
+// that one and its journal stay, a fallback should the newest be found
+// damaged.
 //
 // Thread-safe.
 #ifndef TORCHMON_SERVER_STATE_STATE_STORE_H_
@@ -83,8 +84,8 @@ class StateStore final : public StateJournal {
 
   // Rebuilds `aggregator` and `clients` (both fresh, not yet journaling)
   // from the newest usable snapshot and the journal after it, then starts
-  // journaling them, writes a snapshot of what was rebuilt and starts the
-  // snapshot and fsync threads. What could not be used is moved aside,
+  // journaling them in a new journal file and starts the snapshot and
+  // fsync threads (which write a snapshot soon if a journal was replayed). What could not be used is moved aside,
   // logged and reported; the rest is never built from it.
   RestoreReport Restore(Aggregator& aggregator, ClientRegistry& clients);
 
@@ -137,6 +138,8 @@ class StateStore final : public StateJournal {
   // snapshot succeeds (it captures what the journal missed).
   bool broken_ ABSL_GUARDED_BY(io_mu_) = false;
   bool closed_ ABSL_GUARDED_BY(io_mu_) = false;
+  // A snapshot is due at once (the restore replayed a journal).
+  bool snapshot_soon_ ABSL_GUARDED_BY(io_mu_) = false;
 
   // Records sealed but not yet written, and the position after them.
   absl::Mutex pending_mu_ ABSL_ACQUIRED_AFTER(gate_, io_mu_);

@@ -21,6 +21,11 @@ Measurements (DESIGN.md's targets in brackets):
                      [<= 0.150 s/M each side]
   Python add         tests/bench/python_add_bench.py: torchmon's Stat.add in ns
                      and its ratio to torch.monitor's  [<= 0.5x]
+  state on           the 20 M/s and many-stats runs again with --state-dir
+                     (fsync every second, the default), for a build whose
+                     torchmond has it; below the table, each build's daemon
+                     CPU with the state on over its own with it off
+                     [<= 1.10 at 20 M/s]
 """
 
 import argparse
@@ -30,6 +35,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -74,7 +80,16 @@ def google_benchmark(build, pattern, repetitions, value):
     return statistics.median(value(b) for b in runs)
 
 
-def loadgen(build, args):
+def has_state_dir(build):
+    """Whether the build's torchmond takes --state-dir."""
+    code, out, _ = run([build.daemon, "--help"])
+    return code == 0 and "--state-dir" in out
+
+
+def loadgen(build, args, state=False):
+    if state:
+        with tempfile.TemporaryDirectory(prefix="torchmon-compare-state.") as tmp:
+            return loadgen(build, args + ["--daemon-arg", "--state-dir=" + os.path.join(tmp, "s")])
     code, out, err = run([build.loadgen, "--spawn-daemon", build.daemon, "--json"] + args)
     if code not in (0, 1) or not out.strip():
         sys.stderr.write(f"{build.name}: torchmon-loadgen {' '.join(args)} failed: {err[-400:]}\n")
@@ -113,8 +128,9 @@ def measure(build, quick):
     m["scrape 100k series (ms)"] = google_benchmark(
         build, r"BM_HttpScrape/(series:)?100000(/format:0/gzip:0)?/real_time",
         2 if quick else 5, lambda b: b["real_time"])
-    fast = loadgen(build, ["--ranks", "2", "--stats", "50", "--rate", "20000000",
-                           "--duration", duration])
+    fast_args = ["--ranks", "2", "--stats", "50", "--rate", "20000000", "--duration", duration]
+    many_args = ["--ranks", "4", "--stats", "25000", "--rate", "1000000", "--duration", duration]
+    fast = loadgen(build, fast_args)
     if fast is not None:
         sent = max(fast["sent"], 1)
         m["20 M/s: client CPU (s/M)"] = fast.get("client_cpu_seconds_per_million")
@@ -124,11 +140,19 @@ def measure(build, quick):
         # stall longer than the grace period).
         m["20 M/s: dropped by clients (%)"] = 100.0 * fast["client_dropped"] / sent
         m["20 M/s: late (%)"] = 100.0 * fast["late"] / sent
-    many = loadgen(build, ["--ranks", "4", "--stats", "25000", "--rate", "1000000",
-                           "--duration", duration])
+    many = loadgen(build, many_args)
     if many is not None:
         m["many stats: client CPU (s/M)"] = many.get("client_cpu_seconds_per_million")
         m["many stats: daemon CPU (s/M)"] = many.get("daemon_cpu_seconds_per_million")
+    state = has_state_dir(build)
+    fast_state = loadgen(build, fast_args, state=True) if state else None
+    m["20 M/s, state on: daemon CPU (s/M)"] = (
+        fast_state.get("daemon_cpu_seconds_per_million") if fast_state else None)
+    m["20 M/s, state on: dropped by clients (%)"] = (
+        100.0 * fast_state["client_dropped"] / max(fast_state["sent"], 1) if fast_state else None)
+    many_state = loadgen(build, many_args, state=True) if state else None
+    m["many stats, state on: daemon CPU (s/M)"] = (
+        many_state.get("daemon_cpu_seconds_per_million") if many_state else None)
     py = python_add(build, 11 if quick else 31)
     m["Python add (ns)"] = py["ns"] if py else None
     m["Python add / torch.monitor"] = py["ratio"] if py else None
@@ -180,6 +204,17 @@ def main():
         raw = " ".join(fmt(v) for v in per[args.base_name]) + " | " + \
             " ".join(fmt(v) for v in per[args.new_name])
         print(f"{k:{width}}{fmt(base):>10}{fmt(new):>10}{ratio:>10}   {raw}")
+    # The state directory's cost, each build against itself (rounds paired:
+    # on and off ran back to back in each round).
+    for b in builds:
+        for off, on in (("20 M/s: daemon CPU (s/M)", "20 M/s, state on: daemon CPU (s/M)"),
+                        ("many stats: daemon CPU (s/M)", "many stats, state on: daemon CPU (s/M)")):
+            pairs = [(rd.get(off), rd.get(on)) for rd in rounds[b.name]]
+            ratios = [n / f for f, n in pairs if f and n is not None]
+            if ratios:
+                print(f"{b.name}: {on.split(':')[0]} / off, daemon CPU: median "
+                      f"{statistics.median(ratios):.2f} (rounds: "
+                      f"{' '.join('%.2f' % r for r in ratios)})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine, "rounds": rounds}, f, indent=1)

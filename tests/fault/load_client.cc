@@ -38,6 +38,8 @@ struct Flags {
   // so that the sum of a stat's windows says which samples they hold (the
   // restart tests compute it independently: n(n+1)/2 for n added).
   std::string values = "ones";
+  // Stats are named <prefix><i>.
+  std::string prefix = "load.s";
 };
 
 bool Parse(int argc, char** argv, Flags* f) {
@@ -53,6 +55,7 @@ bool Parse(int argc, char** argv, Flags* f) {
     else if (key == "--flush-ms") ok = absl::SimpleAtoi(v, &f->flush_ms);
     else if (key == "--buffer-bytes") ok = absl::SimpleAtoi(v, &f->buffer_bytes);
     else if (key == "--values") ok = (f->values = v) == "ones" || f->values == "seq";
+    else if (key == "--prefix") f->prefix = v;
     else ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad flag %s %s\n", key.c_str(), v);
@@ -86,7 +89,7 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<torchmon::Stat>> stats;
   for (int i = 0; i < flags.stats; ++i) {
     stats.push_back(std::make_unique<torchmon::Stat>(
-        *client, absl::StrCat("load.s", i),
+        *client, absl::StrCat(flags.prefix, i),
         std::vector<torchmon::StatAggregation>{torchmon::Aggregation::COUNT,
                                            torchmon::Aggregation::SUM},
         std::chrono::milliseconds(flags.window_ms)));

@@ -197,7 +197,8 @@ TEST_F(StateStoreTest, AKilledDaemonsJournalRebuildsExactlyItsState) {
     // Destroyed without Close: on disk is what a SIGKILL leaves.
   }
   Daemon again(dir_, clock_);
-  EXPECT_TRUE(again.report.snapshot_loaded);
+  // A new directory's journal, from its empty start.
+  EXPECT_FALSE(again.report.snapshot_loaded);
   EXPECT_GT(again.report.records_replayed, 20u);
   EXPECT_THAT(again.report.skipped, IsEmpty());
   EXPECT_EQ(Saved(again.aggregator, again.clients), before);
@@ -235,11 +236,11 @@ TEST_F(StateStoreTest, ATornLastRecordIsSkippedAndTheRestKept) {
     before = Saved(d.aggregator, d.clients);
   }
   const std::vector<std::string> files = Files(dir_);
-  ASSERT_THAT(files, SizeIs(2));  // snapshot-0..., journal-0...
+  ASSERT_THAT(files, ElementsAre("journal-0000000000000000"));
   {
     // A record being written when the process died: its header promises
     // more than is there.
-    std::ofstream journal(dir_ + "/" + files[1], std::ios::app | std::ios::binary);
+    std::ofstream journal(dir_ + "/" + files[0], std::ios::app | std::ios::binary);
     journal.write("\x40\x00\x00\x00" "12345678" "partial", 19);
   }
   Daemon again(dir_, clock_);
@@ -254,8 +255,8 @@ TEST_F(StateStoreTest, AFlippedBitInTheJournalStopsTheReplayBeforeIt) {
     Exercise(d, clock_, 6);
   }
   const std::vector<std::string> files = Files(dir_);
-  ASSERT_THAT(files, SizeIs(2));
-  const std::string journal = dir_ + "/" + files[1];
+  ASSERT_THAT(files, SizeIs(1));
+  const std::string journal = dir_ + "/" + files[0];
   struct stat st {};
   ASSERT_EQ(::stat(journal.c_str(), &st), 0);
   {
@@ -285,7 +286,39 @@ void FlipAByte(const std::string& path, long offset) {
   f.write(&c, 1);
 }
 
+// Two daemons that each stopped: the first's snapshot, the second's, and
+// the journal after each. Returns the state the second left.
+std::string TwoStops(const std::string& dir, ManualClock& clock) {
+  {
+    Daemon d(dir, clock);
+    Exercise(d, clock, 3);
+    EXPECT_TRUE(d.store->Close().ok());
+  }
+  Daemon d(dir, clock);
+  Exercise(d, clock, 3, "eval");
+  d.aggregator.FinishRestore();
+  std::string state = Saved(d.aggregator, d.clients);
+  EXPECT_TRUE(d.store->Close().ok());
+  return state;
+}
+
 TEST_F(StateStoreTest, ADamagedSnapshotIsSetAsideAndThePreviousOneAndItsJournalServe) {
+  const std::string before = TwoStops(dir_, clock_);
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(4));
+  FlipAByte(dir_ + "/" + files[1], 100);  // the second stop's snapshot
+  Daemon again(dir_, clock_);
+  EXPECT_TRUE(again.report.snapshot_loaded);
+  EXPECT_EQ(again.report.snapshot_position, std::stoull(files[0].substr(9), nullptr, 16));
+  ASSERT_THAT(again.report.skipped, SizeIs(1));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("check does not match"));
+  EXPECT_THAT(again.report.skipped[0], HasSubstr("moved to"));
+  EXPECT_EQ(::access((dir_ + "/skipped").c_str(), F_OK), 0);
+  // Nothing lost: the first stop's snapshot and the whole journal since.
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+}
+
+TEST_F(StateStoreTest, WithItsOnlySnapshotDamagedTheJournalFromTheStartRebuildsEverything) {
   std::string before;
   {
     Daemon d(dir_, clock_);
@@ -294,32 +327,36 @@ TEST_F(StateStoreTest, ADamagedSnapshotIsSetAsideAndThePreviousOneAndItsJournalS
     before = Saved(d.aggregator, d.clients);
     ASSERT_TRUE(d.store->Close().ok());
   }
-  // The start's snapshot and journal, and the stop's.
+  const std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(3));  // the stop's snapshot, journal-0, the stop's journal
+  FlipAByte(dir_ + "/" + files[0], 100);
+  Daemon again(dir_, clock_);
+  EXPECT_FALSE(again.report.snapshot_loaded);
+  EXPECT_THAT(again.report.skipped, SizeIs(1));
+  // journal-0 starts from the empty state of a new directory.
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+}
+
+TEST_F(StateStoreTest, WithNoUsableSnapshotNothingIsBuiltFromTheState) {
+  TwoStops(dir_, clock_);
   const std::vector<std::string> files = Files(dir_);
   ASSERT_THAT(files, SizeIs(4));
-  FlipAByte(dir_ + "/" + files[1], 100);  // the stop's snapshot
+  FlipAByte(dir_ + "/" + files[0], 100);
+  FlipAByte(dir_ + "/" + files[1], 100);
   Daemon again(dir_, clock_);
-  EXPECT_TRUE(again.report.snapshot_loaded);
-  EXPECT_EQ(again.report.snapshot_position, 0u);
-  ASSERT_THAT(again.report.skipped, SizeIs(1));
+  EXPECT_FALSE(again.report.snapshot_loaded);
+  ASSERT_THAT(again.report.skipped, SizeIs(4));
   EXPECT_THAT(again.report.skipped[0], HasSubstr("check does not match"));
-  EXPECT_THAT(again.report.skipped[0], HasSubstr("moved to"));
-  EXPECT_EQ(::access((dir_ + "/skipped").c_str(), F_OK), 0);
-  // Nothing lost: the start's snapshot and the whole journal since.
-  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+  EXPECT_THAT(again.report.skipped[1], HasSubstr("check does not match"));
+  EXPECT_THAT(again.report.skipped[2], HasSubstr("no usable snapshot"));
+  EXPECT_THAT(again.report.skipped[3], HasSubstr("no usable snapshot"));
+  EXPECT_EQ(again.aggregator.series_count(), 0u);
 }
 
 // Killed while writing a snapshot: the new journal is started, the snapshot
 // only half written under its temporary name.
 TEST_F(StateStoreTest, AKillDuringASnapshotsWriteLosesNothing) {
-  std::string before;
-  {
-    Daemon d(dir_, clock_);
-    Exercise(d, clock_, 4);
-    d.aggregator.FinishRestore();
-    before = Saved(d.aggregator, d.clients);
-    ASSERT_TRUE(d.store->Close().ok());
-  }
+  const std::string before = TwoStops(dir_, clock_);
   const std::vector<std::string> files = Files(dir_);
   ASSERT_THAT(files, SizeIs(4));
   const std::string snapshot = dir_ + "/" + files[1];
@@ -332,46 +369,6 @@ TEST_F(StateStoreTest, AKillDuringASnapshotsWriteLosesNothing) {
   EXPECT_THAT(again.report.skipped, IsEmpty());
   EXPECT_EQ(Saved(again.aggregator, again.clients), before);
   EXPECT_NE(::access((snapshot + ".tmp").c_str(), F_OK), 0);
-}
-
-TEST_F(StateStoreTest, WithBothSnapshotsDamagedTheJournalFromTheStartRebuildsEverything) {
-  std::string before;
-  {
-    Daemon d(dir_, clock_);
-    Exercise(d, clock_, 4);
-    d.aggregator.FinishRestore();
-    before = Saved(d.aggregator, d.clients);
-    ASSERT_TRUE(d.store->Close().ok());
-  }
-  const std::vector<std::string> files = Files(dir_);
-  ASSERT_THAT(files, SizeIs(4));
-  FlipAByte(dir_ + "/" + files[0], 20);
-  FlipAByte(dir_ + "/" + files[1], 100);
-  Daemon again(dir_, clock_);
-  EXPECT_FALSE(again.report.snapshot_loaded);
-  EXPECT_THAT(again.report.skipped, SizeIs(2));
-  // journal-0 starts from the empty state of a new directory.
-  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
-}
-
-TEST_F(StateStoreTest, WithNoUsableSnapshotNothingIsBuiltFromTheState) {
-  {
-    Daemon d(dir_, clock_);
-    Exercise(d, clock_, 4);
-    ASSERT_TRUE(d.store->Close().ok());
-  }
-  {
-    Daemon d(dir_, clock_);  // its start removes snapshot-0 and journal-0
-  }
-  const std::vector<std::string> files = Files(dir_);
-  ASSERT_THAT(files, SizeIs(2));
-  FlipAByte(dir_ + "/" + files[0], 100);
-  Daemon again(dir_, clock_);
-  EXPECT_FALSE(again.report.snapshot_loaded);
-  ASSERT_THAT(again.report.skipped, SizeIs(2));
-  EXPECT_THAT(again.report.skipped[0], HasSubstr("check does not match"));
-  EXPECT_THAT(again.report.skipped[1], HasSubstr("no usable snapshot"));
-  EXPECT_EQ(again.aggregator.series_count(), 0u);
 }
 
 TEST_F(StateStoreTest, AFileOfAnotherVersionIsRefusedByName) {
@@ -395,9 +392,9 @@ TEST_F(StateStoreTest, AFullDiskIsSaidAndCountedAndTheNextSnapshotKeepsEverythin
     Daemon d(dir_, clock_);
     Exercise(d, clock_, 2);
     const std::vector<std::string> files = Files(dir_);
-    ASSERT_THAT(files, SizeIs(2));
+    ASSERT_THAT(files, ElementsAre("journal-0000000000000000"));
     struct stat st {};
-    ASSERT_EQ(::stat((dir_ + "/" + files[1]).c_str(), &st), 0);
+    ASSERT_EQ(::stat((dir_ + "/" + files[0]).c_str(), &st), 0);
     rlimit old_limit{};
     ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
     std::signal(SIGXFSZ, SIG_IGN);
@@ -430,19 +427,18 @@ TEST_F(StateStoreTest, TwoDaemonsCannotShareADirectory) {
 }
 
 TEST_F(StateStoreTest, ASnapshotRemovesWhatCameBeforeThePreviousOne) {
+  TwoStops(dir_, clock_);
+  std::vector<std::string> files = Files(dir_);
+  ASSERT_THAT(files, SizeIs(4));  // both stops' snapshots and journals
+  const std::string second = files[1].substr(9);
   {
+    // A third stop, nothing new: its snapshot is the second's again, and
+    // what came before the second goes.
     Daemon d(dir_, clock_);
-    Exercise(d, clock_, 2);
     ASSERT_TRUE(d.store->Close().ok());
   }
-  std::vector<std::string> files = Files(dir_);
-  ASSERT_THAT(files, SizeIs(4));
-  const std::string last = files[1].substr(9);
-  EXPECT_NE(last, "0000000000000000");
-  // The next start's snapshot: the one from position 0 and its journal go.
-  Daemon again(dir_, clock_);
   files = Files(dir_);
-  EXPECT_THAT(files, ElementsAre("snapshot-" + last, "journal-" + last));
+  EXPECT_THAT(files, ElementsAre("snapshot-" + second, "journal-" + second));
 }
 
 TEST(ParseFsyncTest, AcceptsAlwaysNeverAndADuration) {
