@@ -93,10 +93,14 @@ bool WriteAll(int fd, const char* data, size_t n, int* err) {
 absl::StatusOr<std::string> ReadWhole(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(path, errno);
+  // Sized once: a snapshot of a long history is hundreds of MB.
+  struct stat st {};
   std::string out;
-  char buf[1 << 16];
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.resize(static_cast<size_t>(st.st_size));
+  size_t have = 0;
   for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (have == out.size()) out.resize(std::max<size_t>(out.size() * 2, 1 << 16));
+    const ssize_t r = ::read(fd, out.data() + have, out.size() - have);
     if (r < 0) {
       if (errno == EINTR) continue;
       const int err = errno;
@@ -104,9 +108,10 @@ absl::StatusOr<std::string> ReadWhole(const std::string& path) {
       return ErrnoStatus(path, err);
     }
     if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
+    have += static_cast<size_t>(r);
   }
   ::close(fd);
+  out.resize(have);
   return out;
 }
 
@@ -243,8 +248,10 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
   Listing files = List(options_.dir);
   for (const std::string& t : files.temporary) ::unlink((options_.dir + "/" + t).c_str());
 
-  // The newest snapshot that reads whole.
-  std::string snapshot_payload;
+  // The newest snapshot that reads whole (kept for a replay that must
+  // start again, without a copy of its hundreds of MB).
+  std::string snapshot_bytes;
+  absl::string_view snapshot_payload;
   for (auto it = files.snapshots.rbegin(); it != files.snapshots.rend(); ++it) {
     absl::StatusOr<std::string> bytes = ReadWhole(options_.dir + "/" + it->second);
     std::string why;
@@ -265,7 +272,8 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
         if (aggregator.LoadState(r) && clients.LoadState(r) && r.done()) {
           report.snapshot_loaded = true;
           report.snapshot_position = position;
-          snapshot_payload = std::string(payload);
+          snapshot_bytes = *std::move(bytes);
+          snapshot_payload = absl::string_view(snapshot_bytes).substr(32);
           break;
         }
         why = r.ok() ? "bytes left after the state" : r.status().ToString();
