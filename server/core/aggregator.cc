@@ -228,19 +228,32 @@ void Aggregator::JournalRunLocked(const SampleRun& run, int64_t now) {
   // piece by piece cost more than the encoding.
   std::string& out = journal_->record();
   const size_t at = out.size();
-  out.resize(at + 1 + 10 + 10 + 10 + n * (sizeof(double) + 10));
+  out.resize(at + 1 + 30 + 1 + 10 + 10 + 10 + n * (sizeof(double) + 10));
   char* p = out.data() + at;
+  RunBase& base = journal_base_;
+  if (base.record != journal_->records_sealed()) {
+    // The record's first run: what the runs after it are encoded against.
+    base = RunBase{journal_->records_sealed(), now, run.id,
+                   n > 0 ? run.timestamps_us[0] : 0};
+    *p++ = static_cast<char>(JournalOp::kRunBase);
+    p = state::PutSigned(p, base.now);
+    p = state::PutVarint(p, base.id);
+    p = state::PutSigned(p, base.timestamp_us);
+  }
   *p++ = static_cast<char>(JournalOp::kRun);
-  p = state::PutSigned(p, now);
-  p = state::PutVarint(p, run.id);
+  p = state::PutSigned(p, now - base.now);
+  p = state::PutSigned(p, static_cast<int64_t>(run.id - base.id));
   p = state::PutVarint(p, n);
   std::memcpy(p, run.values.data(), n * sizeof(double));
   p += n * sizeof(double);
-  int64_t previous = 0;
+  int64_t previous = base.timestamp_us;
   for (int64_t t : run.timestamps_us) {
     p = state::PutSigned(p, t - previous);
     previous = t;
   }
+  base.now = now;
+  base.id = run.id;
+  base.timestamp_us = previous;
   out.resize(static_cast<size_t>(p - out.data()));
 }
 

@@ -327,6 +327,9 @@ class Aggregator {
   // are bad or its effect differs from the journaled one (the state is no
   // longer the one the journal was written against). Before SetJournal.
   bool Replay(JournalOp op, state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
+  // Before the operations of each journal record are replayed (a run is
+  // encoded against the one before it in its record).
+  void BeginReplayRecord() ABSL_LOCKS_EXCLUDED(mu_);
   // After a restore: no stream survived a restart, so no series is held;
   // windows closed by redefinitions during the replay were handed out
   // before the restart.
@@ -482,6 +485,18 @@ class Aggregator {
   StateJournal* journal_ = nullptr;  // set once, before any change
   // Series whose changes since the last seal are journaled as an image.
   absl::flat_hash_set<SeriesId> journal_images_ ABSL_GUARDED_BY(mu_);
+  // What a journaled run's time, series and first timestamp are encoded
+  // against: the run before it in the same record (JournalOp::kRunBase
+  // starts each record's), so that a run of one sample of one of many
+  // series costs about 14 bytes instead of 30. The replay keeps the same.
+  struct RunBase {
+    uint64_t record = ~uint64_t{0};  // StateJournal::records_sealed() when set
+    int64_t now = 0;
+    uint64_t id = 0;
+    int64_t timestamp_us = 0;
+  };
+  RunBase journal_base_ ABSL_GUARDED_BY(mu_);
+  RunBase replay_base_ ABSL_GUARDED_BY(mu_);
 
   // Steps aside between two chunks of a walk, a close or an expiry scan
   // while AddSamples calls wait.

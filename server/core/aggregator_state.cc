@@ -2,6 +2,7 @@
 // Replay (one journaled operation). Beside aggregator.cc, which journals
 // the operations as it makes them (JournalOp).
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -249,13 +250,36 @@ bool Aggregator::LoadState(state::Reader& r) {
     s->history = WindowHistory(static_cast<uint16_t>(width));
     const size_t limit = std::max<size_t>(options_.history_windows, 1);
     std::vector<double> row(width);
+    // The largest a window's encoding can be: while that much is left,
+    // its fields are decoded without a check each.
+    const size_t most = 10 + 10 + 10 + 4 * 8 + 1 + 1 + 10 + 8 * width;
     for (size_t j = 0; j < kept && r.ok(); ++j) {
       WindowRecord record;
-      record.start_ms = r.Signed("window start");
-      record.stats = ReadStats(r);
-      record.partial = r.Bool("window partial");
-      record.definition = static_cast<uint32_t>(r.Varint("window definition"));
-      r.Doubles(row.data(), row.size(), "window quantiles");
+      if (const char* start = r.Peek(most)) {
+        const char* p = start;
+        record.start_ms = state::GetSigned(p);
+        record.stats.accepted = state::GetVarint(p);
+        record.stats.capped = state::GetVarint(p);
+        record.stats.sum = state::GetDouble(p);
+        record.stats.min = state::GetDouble(p);
+        record.stats.max = state::GetDouble(p);
+        record.stats.last = state::GetDouble(p);
+        const uint8_t nan = static_cast<uint8_t>(*p++);
+        const uint8_t partial = static_cast<uint8_t>(*p++);
+        record.stats.saw_nan = nan == 1;
+        record.partial = partial == 1;
+        record.definition = static_cast<uint32_t>(state::GetVarint(p));
+        std::memcpy(row.data(), p, 8 * width);
+        p += 8 * width;
+        r.Skip(static_cast<size_t>(p - start));
+        if (nan > 1 || partial > 1) r.Fail("window: a flag that is not a boolean");
+      } else {
+        record.start_ms = r.Signed("window start");
+        record.stats = ReadStats(r);
+        record.partial = r.Bool("window partial");
+        record.definition = static_cast<uint32_t>(r.Varint("window definition"));
+        r.Doubles(row.data(), row.size(), "window quantiles");
+      }
       s->history.Push(record, row, limit);
     }
     s->created_ms = r.Signed("created");
@@ -339,19 +363,33 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
       --s->holders;
       return r.ok();
     }
+    case JournalOp::kRunBase: {
+      replay_base_.now = r.Signed("run base time");
+      replay_base_.id = r.Varint("run base id");
+      replay_base_.timestamp_us = r.Signed("run base timestamp");
+      replay_base_.record = 0;  // set: runs may follow
+      return r.ok();
+    }
     case JournalOp::kRun: {
-      const int64_t now = r.Signed("run time");
-      const uint64_t id = r.Varint("run id");
+      if (replay_base_.record != 0) {
+        r.Fail("a run before its record's base");
+        return false;
+      }
+      const int64_t now = replay_base_.now + r.Signed("run time");
+      const uint64_t id = replay_base_.id + static_cast<uint64_t>(r.Signed("run id"));
       const size_t n = r.Count("run samples", 9);
       std::vector<double> values(n);
       std::vector<int64_t> timestamps(n);
       r.Doubles(values.data(), n, "run values");
-      int64_t t = 0;
+      int64_t t = replay_base_.timestamp_us;
       for (size_t i = 0; i < n && r.ok(); ++i) {
         t += r.Signed("run timestamp");
         timestamps[i] = t;
       }
       if (!r.ok()) return false;
+      replay_base_.now = now;
+      replay_base_.id = id;
+      replay_base_.timestamp_us = t;
       absl::StatusOr<AddResult> result = AddRunLocked(SampleRun{id, values, timestamps}, now);
       if (!result.ok()) {
         r.Fail(absl::StrCat("samples of series ", id, ": ", result.status().ToString()));
@@ -448,6 +486,11 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
   }
   r.Fail(absl::StrCat("operation ", static_cast<int>(op), " is not the aggregator's"));
   return false;
+}
+
+void Aggregator::BeginReplayRecord() {
+  absl::MutexLock lock(&mu_);
+  replay_base_ = RunBase{};  // unset until the record's kRunBase
 }
 
 void Aggregator::FinishRestore() {

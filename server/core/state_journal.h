@@ -26,6 +26,7 @@ enum class JournalOp : uint8_t {
   kFreeSketches = 8,
   kClientApplied = 9,
   kImage = 10,
+  kRunBase = 11,
 };
 
 class StateJournal {
@@ -43,6 +44,10 @@ class StateJournal {
   // queues it for writing. Returns the journal position a Commit must reach
   // for it to be written.
   virtual uint64_t Seal() = 0;
+  // How many records were sealed with something in them: operations that
+  // encode against a value written earlier in the same record (the first
+  // run's time and series) write that value again in a new record.
+  virtual uint64_t records_sealed() const = 0;
   // Writes everything sealed up to `position` to the journal's file, if
   // another caller has not already (the page cache survives the process;
   // the fsync policy decides the rest). Not under the gate. False if the

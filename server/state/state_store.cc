@@ -161,6 +161,7 @@ Listing List(const std::string& dir) {
 bool ReplayRecord(absl::string_view payload, Aggregator& aggregator, ClientRegistry& clients,
                   absl::Status* why) {
   Reader r(payload);
+  aggregator.BeginReplayRecord();
   while (r.ok() && !r.done()) {
     const auto op = static_cast<JournalOp>(r.U8("operation"));
     if (op == JournalOp::kClientApplied) {
@@ -427,6 +428,7 @@ uint64_t StateStore::Seal() {
   pending_.append(record_);
   sealed_ += kRecordHeader + len;
   record_.clear();
+  ++records_sealed_;
   return sealed_;
 }
 
@@ -570,7 +572,13 @@ void StateStore::Background() {
     {
       absl::MutexLock io(&io_mu_);
       if (closed_) return;
-      snapshot_due = written_ - snapshot_position_ >= options_.snapshot_bytes ||
+      // At least as much journal as the last snapshot was large, twice:
+      // with many series a snapshot costs more than the journal it
+      // replaces, and this bounds its share of the writing to a third.
+      const uint64_t due_bytes = std::max<uint64_t>(
+          options_.snapshot_bytes,
+          2 * static_cast<uint64_t>(stats_.state_snapshot_bytes.load(std::memory_order_relaxed)));
+      snapshot_due = written_ - snapshot_position_ >= due_bytes ||
                      (broken_ && absl::Now() - last_failed_snapshot > absl::Seconds(5)) ||
                      std::exchange(snapshot_soon_, false);
       if (options_.fsync == StateOptions::Fsync::kInterval && synced_ < written_ &&

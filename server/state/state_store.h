@@ -53,7 +53,8 @@ struct StateOptions {
   enum class Fsync { kNever, kInterval, kAlways };
   Fsync fsync = Fsync::kInterval;
   absl::Duration fsync_interval = absl::Seconds(1);
-  // Journal bytes between snapshots.
+  // Journal bytes between snapshots: this, or twice the last snapshot's
+  // size if that is more.
   uint64_t snapshot_bytes = 64 << 20;
 };
 
@@ -97,6 +98,7 @@ class StateStore final : public StateJournal {
   absl::Mutex& gate() override ABSL_LOCK_RETURNED(gate_) { return gate_; }
   std::string& record() override { return record_; }
   uint64_t Seal() override;
+  uint64_t records_sealed() const override { return records_sealed_; }
   bool Commit(uint64_t position) override;
 
   const StateOptions& options() const { return options_; }
@@ -126,6 +128,7 @@ class StateStore final : public StateJournal {
   // Under gate_, which the journal's users lock through gate() (the
   // analysis cannot follow that, hence no annotation).
   std::string record_;
+  uint64_t records_sealed_ = 0;  // under gate_ too
 
   // Serializes writes to the journal file.
   mutable absl::Mutex io_mu_ ABSL_ACQUIRED_AFTER(gate_);

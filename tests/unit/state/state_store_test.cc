@@ -149,6 +149,11 @@ void Exercise(Daemon& d, ManualClock& clock, int rounds, const std::string& job 
       EXPECT_TRUE(d.aggregator.AddSamples(step, values, times).ok());
       EXPECT_TRUE(d.aggregator.AddSamples(capped, values, times).ok());
       EXPECT_TRUE(d.aggregator.AddClientDrops(step, 2).ok());
+      // Short runs, journaled as samples, each against the run before it.
+      for (SeriesId id : {capped, loss, step}) {
+        const std::vector<double> few = {r * 1.0, -2.5, 7};
+        EXPECT_TRUE(d.aggregator.AddSamples(id, few, {now_us - 5, now_us + 3, now_us - 100}).ok());
+      }
       d.Applied(77, 2 + r);
     });
     clock.Advance(300);
