@@ -2,7 +2,6 @@
 // Replay (one journaled operation). Beside aggregator.cc, which journals
 // the operations as it makes them (JournalOp).
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -250,36 +249,13 @@ bool Aggregator::LoadState(state::Reader& r) {
     s->history = WindowHistory(static_cast<uint16_t>(width));
     const size_t limit = std::max<size_t>(options_.history_windows, 1);
     std::vector<double> row(width);
-    // The largest a window's encoding can be: while that much is left,
-    // its fields are decoded without a check each.
-    const size_t most = 10 + 10 + 10 + 4 * 8 + 1 + 1 + 10 + 8 * width;
     for (size_t j = 0; j < kept && r.ok(); ++j) {
       WindowRecord record;
-      if (const char* start = r.Peek(most)) {
-        const char* p = start;
-        record.start_ms = state::GetSigned(p);
-        record.stats.accepted = state::GetVarint(p);
-        record.stats.capped = state::GetVarint(p);
-        record.stats.sum = state::GetDouble(p);
-        record.stats.min = state::GetDouble(p);
-        record.stats.max = state::GetDouble(p);
-        record.stats.last = state::GetDouble(p);
-        const uint8_t nan = static_cast<uint8_t>(*p++);
-        const uint8_t partial = static_cast<uint8_t>(*p++);
-        record.stats.saw_nan = nan == 1;
-        record.partial = partial == 1;
-        record.definition = static_cast<uint32_t>(state::GetVarint(p));
-        std::memcpy(row.data(), p, 8 * width);
-        p += 8 * width;
-        r.Skip(static_cast<size_t>(p - start));
-        if (nan > 1 || partial > 1) r.Fail("window: a flag that is not a boolean");
-      } else {
-        record.start_ms = r.Signed("window start");
-        record.stats = ReadStats(r);
-        record.partial = r.Bool("window partial");
-        record.definition = static_cast<uint32_t>(r.Varint("window definition"));
-        r.Doubles(row.data(), row.size(), "window quantiles");
-      }
+      record.start_ms = r.Signed("window start");
+      record.stats = ReadStats(r);
+      record.partial = r.Bool("window partial");
+      record.definition = static_cast<uint32_t>(r.Varint("window definition"));
+      r.Doubles(row.data(), row.size(), "window quantiles");
       s->history.Push(record, row, limit);
     }
     s->created_ms = r.Signed("created");

@@ -78,43 +78,11 @@ class Writer {
   std::string& out_;
 };
 
-// Decoders for a buffer the caller checked holds the largest encoding (10
-// bytes a varint, 8 a fixed value): a snapshot's millions of windows, where
-// a bounds check per field cost more than the decoding. A varint stops at
-// 10 bytes whatever its bytes say.
-inline uint64_t GetVarint(const char*& p) {
-  uint64_t v = 0;
-  for (int shift = 0; shift < 70; shift += 7) {
-    const uint8_t b = static_cast<uint8_t>(*p++);
-    v |= uint64_t{b & 0x7fu} << (shift < 64 ? shift : 0);
-    if ((b & 0x80) == 0) break;
-  }
-  return v;
-}
-inline int64_t GetSigned(const char*& p) {
-  const uint64_t z = GetVarint(p);
-  return static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
-}
-inline double GetDouble(const char*& p) {
-  uint64_t bits = 0;
-  for (int i = 0; i < 8; ++i) bits |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
-  p += 8;
-  double v;
-  std::memcpy(&v, &bits, 8);
-  return v;
-}
-
 class Reader {
  public:
   explicit Reader(absl::string_view in) : in_(in) {}
 
   bool ok() const { return status_.ok(); }
-  // The next `n` bytes, for the Get* decoders, or null when fewer are left
-  // (or the input is already bad); Skip then consumes what was decoded.
-  const char* Peek(size_t n) const {
-    return status_.ok() && n <= in_.size() - pos_ ? in_.data() + pos_ : nullptr;
-  }
-  void Skip(size_t n) { pos_ += n; }
   const absl::Status& status() const { return status_; }
   bool done() const { return pos_ == in_.size(); }
   size_t remaining() const { return in_.size() - pos_; }

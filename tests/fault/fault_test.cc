@@ -255,6 +255,38 @@ void ExpectWindowsHoldEverySampleOnce(
   }
 }
 
+// Two training ranks at 20k samples/s each, windows of 1 s, each stat's
+// values 1, 2, 3... (ExpectWindowsHoldEverySampleOnce).
+std::vector<std::unique_ptr<LoadClient>> StartSteadyClients(const std::string& target) {
+  std::vector<std::unique_ptr<LoadClient>> clients;
+  for (const char* rank : {"0", "1"}) {
+    clients.push_back(LoadClient::Start(
+        target, rank, {"--rate", "20000", "--window-ms", "1000", "--values", "seq"}));
+  }
+  return clients;
+}
+
+// Stops the steady clients (each must have seen at least `restarts` daemon
+// restarts), waits `settle` for every window to close, and checks that the
+// windows hold each of their samples once.
+void StopAndExpectEverySampleOnce(std::vector<std::unique_ptr<LoadClient>>& clients,
+                                  const DaemonProcess& daemon, uint64_t restarts,
+                                  std::chrono::milliseconds settle) {
+  std::vector<ClientReport> reports;
+  for (size_t rank = 0; rank < clients.size(); ++rank) {
+    reports.push_back(clients[rank]->Stop());
+    EXPECT_TRUE(reports.back().flush_ok) << reports.back().raw;
+    EXPECT_GE(reports.back().restarts, restarts) << "rank " << rank;
+    ExpectClientAccountingExact(reports.back(), absl::StrCat("rank ", rank));
+  }
+  std::this_thread::sleep_for(settle);
+  const auto windows = WindowsByRank(daemon);
+  const auto series = SeriesByRank(daemon);
+  for (size_t rank = 0; rank < reports.size(); ++rank) {
+    ExpectWindowsHoldEverySampleOnce(windows, series, reports[rank], std::to_string(rank));
+  }
+}
+
 class FaultTest : public ::testing::Test {
  public:
   const TempDir& dir() const { return dir_; }
@@ -327,11 +359,7 @@ void KillAndRestartRepeatedly(FaultTest& test, int signal, int restarts) {
   auto daemon = test.StartDaemon(flags);
   ASSERT_NE(daemon, nullptr);
   const std::string target = daemon->unix_target();
-  std::vector<std::unique_ptr<LoadClient>> clients;
-  for (const char* rank : {"0", "1"}) {
-    clients.push_back(LoadClient::Start(
-        target, rank, {"--rate", "20000", "--window-ms", "1000", "--values", "seq"}));
-  }
+  std::vector<std::unique_ptr<LoadClient>> clients = StartSteadyClients(target);
   for (const auto& c : clients) ASSERT_NE(c, nullptr);
   ASSERT_TRUE(WaitFor([&] { return AllFlowing(*daemon, 2, 4); }, std::chrono::seconds(20)));
 
@@ -351,20 +379,9 @@ void KillAndRestartRepeatedly(FaultTest& test, int signal, int restarts) {
     ASSERT_NE(daemon, nullptr) << "restart " << i << "; the last daemon's log:\n" << log;
     EXPECT_THAT(daemon->Stderr(), Not(HasSubstr("skipped"))) << "restart " << i;
   }
-  std::vector<ClientReport> reports;
-  for (size_t rank = 0; rank < clients.size(); ++rank) {
-    reports.push_back(clients[rank]->Stop());
-    EXPECT_TRUE(reports.back().flush_ok) << reports.back().raw;
-    EXPECT_GE(reports.back().restarts, static_cast<uint64_t>(restarts) / 2) << "rank " << rank;
-    ExpectClientAccountingExact(reports.back(), absl::StrCat("rank ", rank));
-  }
   // Every window closes within its end + grace.
-  std::this_thread::sleep_for(std::chrono::milliseconds(4500));
-  const auto windows = WindowsByRank(*daemon);
-  const auto series = SeriesByRank(*daemon);
-  for (size_t rank = 0; rank < reports.size(); ++rank) {
-    ExpectWindowsHoldEverySampleOnce(windows, series, reports[rank], std::to_string(rank));
-  }
+  StopAndExpectEverySampleOnce(clients, *daemon, static_cast<uint64_t>(restarts) / 2,
+                               std::chrono::milliseconds(4500));
 }
 
 // A memory cgroup of its own for one process, v2 or v1 (whichever this
@@ -441,11 +458,7 @@ TEST_F(FaultTest, OutOfMemoryKillInACgroupWithAStateDirLosesNoAcknowledgedSample
   ASSERT_TRUE(cgroup->Add(daemon->pid()));
   ASSERT_TRUE(cgroup->Limit(RssBytes(daemon->pid()) + (48 << 20)));
   const std::string target = daemon->unix_target();
-  std::vector<std::unique_ptr<LoadClient>> clients;
-  for (const char* rank : {"0", "1"}) {
-    clients.push_back(LoadClient::Start(
-        target, rank, {"--rate", "20000", "--window-ms", "1000", "--values", "seq"}));
-  }
+  std::vector<std::unique_ptr<LoadClient>> clients = StartSteadyClients(target);
   for (const auto& c : clients) ASSERT_NE(c, nullptr);
   ASSERT_TRUE(WaitFor([&] { return AllFlowing(*daemon, 2, 4); }, std::chrono::seconds(20)));
   // About 0.7 KB a series: 400,000 of them are several times the limit.
@@ -465,18 +478,7 @@ TEST_F(FaultTest, OutOfMemoryKillInACgroupWithAStateDirLosesNoAcknowledgedSample
   EXPECT_THAT(daemon->Stderr(), Not(HasSubstr("skipped")));
   ASSERT_TRUE(WaitFor([&] { return AllFlowing(*daemon, 2, 4); }, std::chrono::seconds(20)));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::vector<ClientReport> reports;
-  for (size_t rank = 0; rank < clients.size(); ++rank) {
-    reports.push_back(clients[rank]->Stop());
-    EXPECT_TRUE(reports.back().flush_ok) << reports.back().raw;
-    EXPECT_GE(reports.back().restarts, 1u) << "rank " << rank;
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(6500));  // every window closed
-  const auto windows = WindowsByRank(*daemon);
-  const auto series = SeriesByRank(*daemon);
-  for (size_t rank = 0; rank < reports.size(); ++rank) {
-    ExpectWindowsHoldEverySampleOnce(windows, series, reports[rank], std::to_string(rank));
-  }
+  StopAndExpectEverySampleOnce(clients, *daemon, 1, std::chrono::milliseconds(6500));
 }
 
 TEST_F(FaultTest, SigtermUnderLoadClosesEveryWindowPartialAndLosesNoAcceptedSample) {
