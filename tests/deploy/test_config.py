@@ -8,7 +8,7 @@ import urllib.request
 
 import yaml
 
-from conftest import DEPLOY, KUBERNETES, TORCHMOND, check_config
+from conftest import DEPLOY, KUBERNETES, TORCHMOND, check_config, config_settings
 from torchmon_testing import Daemon
 
 SHIPPED = os.path.join(DEPLOY, "torchmond.conf")
@@ -48,8 +48,13 @@ def test_shipped_configuration_starts_a_daemon_that_reports_healthy(tmp_path):
     with open(SHIPPED) as f:
         text = f.read()
     check_config(text, tmp_path)  # leaves the runnable copy at tmp_path/torchmond.conf
+    assert config_settings(text)["state-dir"] == ["/var/lib/torchmon"]
     with tempfile.TemporaryDirectory(prefix="torchmon-deploy.") as tmpdir:
-        daemon = Daemon(tmpdir, "--config", str(tmp_path / "torchmond.conf"))
+        # The state too goes to the temp directory, not this machine's
+        # /var/lib/torchmon.
+        state = os.path.join(tmpdir, "state")
+        daemon = Daemon(tmpdir, "--config", str(tmp_path / "torchmond.conf"),
+                        "--state-dir", state)
         try:
             with urllib.request.urlopen(f"http://{daemon.metrics}/healthz", timeout=5) as r:
                 assert r.status == 200
@@ -57,5 +62,6 @@ def test_shipped_configuration_starts_a_daemon_that_reports_healthy(tmp_path):
             # The file's settings took effect where the command line left them.
             assert os.stat(daemon.socket).st_mode & 0o777 == 0o660  # socket-group
             assert daemon.ctl("series") is not None
+            assert os.path.exists(os.path.join(state, "lock"))
         finally:
             daemon.stop()
