@@ -244,7 +244,7 @@ void Aggregator::JournalRunLocked(const SampleRun& run, int64_t now) {
   p = state::PutSigned(p, now - base.now);
   p = state::PutSigned(p, static_cast<int64_t>(run.id - base.id));
   p = state::PutVarint(p, n);
-  std::memcpy(p, run.values.data(), n * sizeof(double));
+  if (n > 0) std::memcpy(p, run.values.data(), n * sizeof(double));
   p += n * sizeof(double);
   int64_t previous = base.timestamp_us;
   for (int64_t t : run.timestamps_us) {

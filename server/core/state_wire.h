@@ -69,6 +69,7 @@ class Writer {
   // `n` doubles as they lie in memory (the host is little-endian: every
   // target of torchmon is).
   void Doubles(const double* v, size_t n) {
+    if (n == 0) return;  // v may be null then
     out_.append(reinterpret_cast<const char*>(v), n * sizeof(double));
   }
 
@@ -155,6 +156,7 @@ class Reader {
   }
   // `n` doubles (Writer::Doubles).
   bool Doubles(double* out, size_t n, absl::string_view what) {
+    if (n == 0) return ok();  // out may be null then
     if (n > remaining() / sizeof(double) || !Need(n * sizeof(double), what)) return false;
     std::memcpy(out, in_.data() + pos_, n * sizeof(double));
     pos_ += n * sizeof(double);

@@ -56,7 +56,7 @@ uint64_t Check(absl::string_view s) {
     h ^= h >> 32;
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, p, n);
+  if (n > 0) std::memcpy(&tail, p, n);  // p may be null for an empty string
   h = (h ^ tail ^ (uint64_t{n} << 56)) * 0xc4ceb9fe1a85ec53ull;
   return h ^ (h >> 29);
 }
