@@ -564,9 +564,7 @@ size_t Aggregator::ExpireIdleSeries() {
     if (begin >= slots_.size()) break;
     const size_t end = std::min(slots_.size(), begin + kWalkChunk);
     for (size_t i = begin; i < end; ++i) {
-      const bool had_series = slots_[i].series != nullptr;
-      if (ExpireSlotLocked(static_cast<uint32_t>(i), now) && had_series &&
-          slots_[i].series == nullptr) {
+      if (ExpireSlotLocked(static_cast<uint32_t>(i), now) && slots_[i].series == nullptr) {
         ++removed;
       }
     }

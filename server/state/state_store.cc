@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <utility>
 #include <vector>
@@ -292,7 +293,9 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
     absl::string_view payload;
     std::string file;  // the journal it is in
   };
-  std::vector<std::string> journal_bytes;
+  // A deque: the records below point into these strings, which must not
+  // move as more files are read.
+  std::deque<std::string> journal_bytes;
   std::vector<Record> records;
   bool stopped = false;
   for (const auto& [start, name] : files.journals) {
@@ -578,9 +581,11 @@ void StateStore::Background() {
       const uint64_t due_bytes = std::max<uint64_t>(
           options_.snapshot_bytes,
           2 * static_cast<uint64_t>(stats_.state_snapshot_bytes.load(std::memory_order_relaxed)));
-      snapshot_due = written_ - snapshot_position_ >= due_bytes ||
-                     (broken_ && absl::Now() - last_failed_snapshot > absl::Seconds(5)) ||
-                     std::exchange(snapshot_soon_, false);
+      // Taken first: behind a short-circuit it would stay set and ask for
+      // one more snapshot later.
+      const bool soon = std::exchange(snapshot_soon_, false);
+      snapshot_due = soon || written_ - snapshot_position_ >= due_bytes ||
+                     (broken_ && absl::Now() - last_failed_snapshot > absl::Seconds(5));
       if (options_.fsync == StateOptions::Fsync::kInterval && synced_ < written_ &&
           absl::Now() - last_sync >= options_.fsync_interval && journal_fd_ >= 0) {
         // Synced on a copy of the descriptor, so that acknowledgements
