@@ -330,6 +330,9 @@ class Aggregator {
   // Before the operations of each journal record are replayed (a run is
   // encoded against the one before it in its record).
   void BeginReplayRecord() ABSL_LOCKS_EXCLUDED(mu_);
+  // Where the windows that replayed closes close go (null: nowhere), for
+  // what the push exporters had not yet taken when the daemon stopped.
+  void CollectReplayedCloses(std::vector<ClosedWindow>* out) ABSL_LOCKS_EXCLUDED(mu_);
   // After a restore: no stream survived a restart, so no series is held;
   // windows closed by redefinitions during the replay were handed out
   // before the restart.
@@ -497,6 +500,7 @@ class Aggregator {
   };
   RunBase journal_base_ ABSL_GUARDED_BY(mu_);
   RunBase replay_base_ ABSL_GUARDED_BY(mu_);
+  std::vector<ClosedWindow>* replay_closed_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   // Steps aside between two chunks of a walk, a close or an expiry scan
   // while AddSamples calls wait.

@@ -393,8 +393,10 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
         return false;
       }
       std::vector<ClosedWindow> discard;
-      CloseWindows(slots_[id & kIdSlotMask].series, ms, Close::kDue, discard);
-      if (discard.empty()) {
+      std::vector<ClosedWindow>& out = replay_closed_ != nullptr ? *replay_closed_ : discard;
+      const size_t before = out.size();
+      CloseWindows(slots_[id & kIdSlotMask].series, ms, Close::kDue, out);
+      if (out.size() == before) {
         r.Fail(absl::StrCat("close of series ", id, " at ", ms, " closed nothing"));
         return false;
       }
@@ -404,8 +406,9 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
       const int64_t now = r.Signed("close-all time");
       if (!r.ok()) return false;
       std::vector<ClosedWindow> discard;
+      std::vector<ClosedWindow>& out = replay_closed_ != nullptr ? *replay_closed_ : discard;
       for (const Slot& slot : slots_) {
-        if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, discard);
+        if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, out);
       }
       deadlines_.clear();
       return true;
@@ -467,6 +470,11 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
 void Aggregator::BeginReplayRecord() {
   absl::MutexLock lock(&mu_);
   replay_base_ = RunBase{};  // unset until the record's kRunBase
+}
+
+void Aggregator::CollectReplayedCloses(std::vector<ClosedWindow>* out) {
+  absl::MutexLock lock(&mu_);
+  replay_closed_ = out;
 }
 
 void Aggregator::FinishRestore() {

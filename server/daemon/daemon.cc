@@ -215,19 +215,21 @@ namespace {
 // --state-dir created or left by root: the daemon writes in it after
 // dropping to --user.
 absl::Status ChownStateDir(const std::string& dir, uid_t uid, gid_t gid) {
+  // The directory and everything in it, its folders (skipped/, push/ and
+  // the queues in it) included.
   std::vector<std::string> paths = {dir};
-  if (DIR* d = ::opendir(dir.c_str())) {
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (::lchown(paths[i].c_str(), uid, gid) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("--state-dir: cannot give ", paths[i],
+                                                      " to --user: ", std::strerror(errno)));
+    }
+    DIR* d = ::opendir(paths[i].c_str());  // fails for a file: nothing to walk
+    if (d == nullptr) continue;
     while (const dirent* e = ::readdir(d)) {
       const absl::string_view name = e->d_name;
-      if (name != "." && name != "..") paths.push_back(absl::StrCat(dir, "/", name));
+      if (name != "." && name != "..") paths.push_back(absl::StrCat(paths[i], "/", name));
     }
     ::closedir(d);
-  }
-  for (const std::string& path : paths) {
-    if (::lchown(path.c_str(), uid, gid) != 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("--state-dir: cannot give ", path, " to --user: ", std::strerror(errno)));
-    }
   }
   return absl::OkStatus();
 }
@@ -306,11 +308,6 @@ absl::Status Daemon::Start() {
     if (!sinks.ok()) return sinks.status();
     sinks_ = *std::move(sinks);
   }
-  if (options_.push.any()) {
-    auto pusher = Pusher::Start(options_.push, stats_, clock_, Log, TORCHMON_VERSION);
-    if (!pusher.ok()) return pusher.status();
-    pusher_ = *std::move(pusher);
-  }
   // Sockets belong to the user the daemon will run as, so that it can still
   // remove them at exit after --user.
   std::optional<UserIdentity> run_as;
@@ -329,18 +326,39 @@ absl::Status Daemon::Start() {
     owner.gid = *gid;
     owner.group_given = true;
   }
+  std::unique_ptr<PushSpool> spool;
+  std::vector<ClosedWindow> republish;
   if (!options_.state.dir.empty()) {
     // Restored before anything is served: no batch is applied to a state
     // that is not yet the one the last daemon acknowledged.
     auto store = state::StateStore::Open(options_.state, Log, &stats_);
     if (!store.ok()) return store.status();
     state_ = *std::move(store);
+    if (options_.push.any()) {
+      auto opened = PushSpool::Open(options_.state.dir, options_.push.endpoints,
+                                    options_.state.fsync == state::StateOptions::Fsync::kAlways,
+                                    Log, stats_);
+      if (!opened.ok()) return opened.status();
+      spool = *std::move(opened);
+      state_->SetSnapshotBarrier(
+          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            publish_mu_.Lock();
+            if (pusher_) pusher_->AwaitWritten();
+          },
+          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { publish_mu_.Unlock(); });
+    }
     if (run_as && as_root) {
       if (absl::Status s = ChownStateDir(options_.state.dir, run_as->uid, run_as->gid); !s.ok()) {
         return s;
       }
     }
-    const state::RestoreReport restored = state_->Restore(aggregator_, ingest_service_.clients());
+    // The windows of closes past the push queues' mark were not yet
+    // written to them: the replay closes them again, for the pusher.
+    const uint64_t republish_after =
+        spool != nullptr && spool->published().has_value() ? *spool->published() : UINT64_MAX;
+    state::RestoreReport restored =
+        state_->Restore(aggregator_, ingest_service_.clients(), republish_after);
+    republish = std::move(restored.republish);
     ingest_service_.SetJournal(state_.get());
     for (const std::string& skipped : restored.skipped) Log(absl::StrCat("state: skipped ", skipped));
     Log(absl::StrCat("state: restored ", aggregator_.series_count(), " series and ",
@@ -349,6 +367,22 @@ absl::Status Daemon::Start() {
                      restored.records_replayed, " journal records replayed, in ",
                      absl::FormatDuration(restored.took),
                      "; windows whose grace ended meanwhile close now"));
+  }
+  if (options_.push.any()) {
+    if (spool != nullptr && !spool->published().has_value()) {
+      // New queues: from here on every pass is either in the journal after
+      // the mark or in the queues.
+      spool->MarkPublished(state_->sealed_position());
+    }
+    auto pusher =
+        Pusher::Start(options_.push, stats_, clock_, Log, TORCHMON_VERSION, std::move(spool));
+    if (!pusher.ok()) return pusher.status();
+    pusher_ = *std::move(pusher);
+    if (!republish.empty()) {
+      Log(absl::StrCat("push: ", republish.size(),
+                       " series windows closed before the restart but not yet queued: queued now"));
+      pusher_->Publish(std::move(republish), state_->sealed_position());
+    }
   }
   // Who sees every user's series (--peer-labels): root, the user the
   // daemon runs as, and --admin-group's members.
@@ -454,12 +488,13 @@ void Daemon::PublishClosed(const ClosedWindow& window) {
 }
 
 void Daemon::CloseDueWindows() {
+  absl::MutexLock publishing(&publish_mu_);
   std::vector<ClosedWindow> pushed;
   aggregator_.CloseDueWindows([&](const ClosedWindow& w) {
     PublishClosed(w);
     if (pusher_) pushed.push_back(w);
   });
-  if (pusher_) pusher_->Publish(std::move(pushed));
+  if (pusher_) pusher_->Publish(std::move(pushed), state_ ? state_->sealed_position() : 0);
 }
 
 void Daemon::ScheduleTick() {

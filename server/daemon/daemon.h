@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/core/aggregator.h"
@@ -129,6 +130,11 @@ class Daemon {
   std::unique_ptr<SinkWriter> sinks_;  // null without --jsonl-file / --tensorboard-dir
   std::unique_ptr<Pusher> pusher_;  // null without --remote-write-url / --otlp-endpoint
   std::unique_ptr<state::StateStore> state_;  // null without --state-dir
+  // Held for a whole pass of closes and its Publish, and by a snapshot
+  // until the pusher has written what was published (StateStore's
+  // barrier): no snapshot falls between a pass's closes and its windows on
+  // disk, so a restart finds them in the journal or in the push queues.
+  absl::Mutex publish_mu_;
   std::vector<std::string> grpc_addresses_;
 
   boost::asio::io_context io_;

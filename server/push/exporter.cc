@@ -60,12 +60,13 @@ int64_t RetryDelayMs(int failures, absl::string_view retry_after, int64_t now_ms
 }
 
 Exporter::Exporter(PushEndpoint endpoint, const PushOptions& options, DaemonStats::Exporter& stats,
-                   const Clock& clock, LogFn log)
+                   const Clock& clock, LogFn log, PushSpool* spool)
     : endpoint_(std::move(endpoint)),
       options_(options),
       stats_(stats),
       clock_(clock),
-      log_(std::move(log)) {
+      log_(std::move(log)),
+      spool_(spool) {
   content_type_ = "application/x-protobuf";
   if (endpoint_.protocol == PushProtocol::kRemoteWrite) {
     headers_ = {{"Content-Encoding", "snappy"}, {"X-Prometheus-Remote-Write-Version", "0.1.0"}};
@@ -87,23 +88,32 @@ void Exporter::PublishQueueLocked() {
                                 std::memory_order_relaxed);
 }
 
+void Exporter::RemoveFile(const Entry& entry, size_t i) const {
+  if (spool_ != nullptr && i < entry.files.size()) spool_->Remove(entry.files[i]);
+}
+
 size_t Exporter::DropLocked(const Entry& entry, DaemonStats::ExportDropReason reason) {
   size_t windows = 0;
   for (size_t i = entry.next; i < entry.window->requests.size(); ++i) {
     windows += entry.window->requests[i].windows;
+    RemoveFile(entry, i);
   }
   stats_.dropped[reason].fetch_add(windows, std::memory_order_relaxed);
   queued_bytes_ -= entry.window->bytes;
   return windows;
 }
 
-void Exporter::Enqueue(std::shared_ptr<const EncodedWindow> window) {
+void Exporter::Enqueue(std::shared_ptr<const EncodedWindow> window,
+                       std::vector<std::string> files, int64_t queued_ms) {
   size_t dropped = 0, dropped_ends = 0;
   {
     absl::MutexLock lock(&mu_);
     if (finishing_) {
-      stats_.dropped[DaemonStats::kExportShutdown].fetch_add(window->windows,
-                                                             std::memory_order_relaxed);
+      // With a spool its files stay for the next daemon.
+      if (spool_ == nullptr) {
+        stats_.dropped[DaemonStats::kExportShutdown].fetch_add(window->windows,
+                                                               std::memory_order_relaxed);
+      }
       return;
     }
     // Room for the new window: the oldest that is not on the wire go.
@@ -118,7 +128,8 @@ void Exporter::Enqueue(std::shared_ptr<const EncodedWindow> window) {
       if (first_droppable == 0) failures_ = 0;  // the request retried is gone
     }
     queued_bytes_ += window->bytes;
-    queue_.push_back(Entry{std::move(window), 0, clock_.NowMs()});
+    queue_.push_back(
+        Entry{std::move(window), 0, queued_ms != 0 ? queued_ms : clock_.NowMs(), std::move(files)});
     PublishQueueLocked();
   }
   if (dropped_ends != 0) {
@@ -208,7 +219,7 @@ void Exporter::Run() {
         failures_ = 0;
         rejected_in_a_row_ = 0;
         next_attempt_ = absl::InfinitePast();
-        ++head.next;
+        RemoveFile(head, head.next++);
         if (!message.empty()) log_(message);
         break;
       case PushOutcome::kRejected:
@@ -224,7 +235,7 @@ void Exporter::Run() {
         }
         failures_ = 0;
         next_attempt_ = absl::InfinitePast();
-        ++head.next;
+        RemoveFile(head, head.next++);
         break;
       case PushOutcome::kRetry: {
         stats_.retried.fetch_add(1, std::memory_order_relaxed);
@@ -247,17 +258,31 @@ void Exporter::Run() {
     }
     PublishQueueLocked();
   }
-  // Finishing: what is left is dropped.
+  // Finishing: what is left is dropped, or with a spool kept on disk for
+  // the next daemon.
   stopped_ = true;
-  size_t dropped = 0;
-  for (const Entry& entry : queue_) dropped += DropLocked(entry, DaemonStats::kExportShutdown);
+  size_t left = 0;
+  for (const Entry& entry : queue_) {
+    if (spool_ == nullptr) {
+      left += DropLocked(entry, DaemonStats::kExportShutdown);
+    } else {
+      for (size_t i = entry.next; i < entry.window->requests.size(); ++i) {
+        left += entry.window->requests[i].windows;
+      }
+    }
+  }
   const size_t ends = queue_.size();
   queue_.clear();
+  queued_bytes_ = 0;
   PublishQueueLocked();
   mu_.Unlock();
   if (ends != 0) {
-    log_(absl::StrCat("push to ", name, ": stopping with ", ends, " window end(s) unsent; dropped ",
-                      dropped, " series windows"));
+    log_(spool_ == nullptr
+             ? absl::StrCat("push to ", name, ": stopping with ", ends,
+                            " window end(s) unsent; dropped ", left, " series windows")
+             : absl::StrCat("push to ", name, ": stopping with ", ends, " window end(s) unsent (",
+                            left, " series windows), kept in ", spool_->dir(),
+                            " for the next start"));
   }
 }
 

@@ -15,6 +15,10 @@
 // its windows are dropped at once (rejected), logged with the receiver's
 // message, and the next request goes.
 //
+// With a spool (the push queues on disk, spool.h), each request's file is
+// removed when the request is sent, refused or dropped; at Finish what is
+// left stays on disk for the next daemon instead of being dropped.
+//
 // Thread-safe: Enqueue from any thread; Finish once, from the thread that
 // made it.
 #ifndef TORCHMON_SERVER_PUSH_EXPORTER_H_
@@ -37,6 +41,7 @@
 #include "server/push/encode.h"
 #include "server/push/http_client.h"
 #include "server/push/push_options.h"
+#include "server/push/spool.h"
 
 namespace torchmon::server {
 
@@ -68,14 +73,18 @@ class Exporter {
 
   // Starts the sender thread. `stats` is this endpoint's slot, set up by
   // the caller; `clock` stamps what is queued (torchmon_export_queue_*).
+  // `spool` (may be null) holds the files of what is queued.
   Exporter(PushEndpoint endpoint, const PushOptions& options, DaemonStats::Exporter& stats,
-           const Clock& clock, LogFn log);
+           const Clock& clock, LogFn log, PushSpool* spool = nullptr);
   // Finish(absl::Now()) if it was not called.
   ~Exporter();
   Exporter(const Exporter&) = delete;
   Exporter& operator=(const Exporter&) = delete;
 
-  void Enqueue(std::shared_ptr<const EncodedWindow> window) ABSL_LOCKS_EXCLUDED(mu_);
+  // `files`: the spool's file of each request ("" for one not written),
+  // or none without a spool. `queued_ms` 0: now.
+  void Enqueue(std::shared_ptr<const EncodedWindow> window, std::vector<std::string> files = {},
+               int64_t queued_ms = 0) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Keeps sending what is queued until it is all sent or `deadline`
   // passes (a request on the wire is cut there, but for a name lookup
@@ -90,7 +99,10 @@ class Exporter {
     std::shared_ptr<const EncodedWindow> window;
     size_t next = 0;  // the first request not yet sent or dropped
     int64_t queued_ms = 0;
+    std::vector<std::string> files;  // the spool's, one per request
   };
+  // The spool's file of `entry`'s request `i`, which is done with.
+  void RemoveFile(const Entry& entry, size_t i) const;
 
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Drops what is left of `entry`, counting its windows under `reason`.
@@ -103,6 +115,7 @@ class Exporter {
   DaemonStats::Exporter& stats_;
   const Clock& clock_;
   const LogFn log_;
+  PushSpool* const spool_;
   std::string content_type_;
   std::vector<std::pair<std::string, std::string>> headers_;
 

@@ -36,22 +36,48 @@ absl::Status CheckPushOptions(const PushOptions& options) {
 
 absl::StatusOr<std::unique_ptr<Pusher>> Pusher::Start(const PushOptions& options, DaemonStats& stats,
                                                       const Clock& clock, LogFn log,
-                                                      std::string version) {
+                                                      std::string version,
+                                                      std::unique_ptr<PushSpool> spool) {
   if (absl::Status s = CheckPushOptions(options); !s.ok()) return s;
-  return std::unique_ptr<Pusher>(new Pusher(options, stats, clock, std::move(log), std::move(version)));
+  return std::unique_ptr<Pusher>(new Pusher(options, stats, clock, std::move(log),
+                                            std::move(version), std::move(spool)));
 }
 
 Pusher::Pusher(const PushOptions& options, DaemonStats& stats, const Clock& clock, LogFn log,
-               std::string version)
-    : options_(options), stats_(stats), log_(std::move(log)), version_(std::move(version)) {
+               std::string version, std::unique_ptr<PushSpool> spool)
+    : options_(options),
+      stats_(stats),
+      log_(std::move(log)),
+      version_(std::move(version)),
+      spool_(std::move(spool)),
+      clock_(clock) {
   for (size_t i = 0; i < options_.endpoints.size(); ++i) {
     const PushEndpoint& e = options_.endpoints[i];
     DaemonStats::Exporter& slot = stats_.exporters[i];
     slot.protocol.store(PushProtocolName(e.protocol));
     slot.endpoint = e.url.text;
     slot.enabled.store(true, std::memory_order_release);
-    exporters_.push_back(std::make_unique<Exporter>(e, options_, slot, clock, log_));
+    exporters_.push_back(std::make_unique<Exporter>(e, options_, slot, clock, log_, spool_.get()));
     slots_.push_back(&slot);
+    if (spool_ == nullptr) continue;
+    // What the last daemon left queued goes first, within today's bounds.
+    size_t ends = 0, windows = 0;
+    for (PushSpool::Queued& q : spool_->Load(i)) {
+      auto window = std::make_shared<EncodedWindow>();
+      window->end_ms = q.end_ms;
+      window->requests = std::move(q.requests);
+      for (const EncodedRequest& r : window->requests) {
+        window->bytes += r.body.size();
+        window->windows += r.windows;
+      }
+      ++ends;
+      windows += window->windows;
+      exporters_.back()->Enqueue(std::move(window), std::move(q.files), q.queued_ms);
+    }
+    if (ends != 0 && log_) {
+      log_(absl::StrCat("push to ", e.url.text, ": ", ends, " window end(s) (", windows,
+                        " series windows) queued from ", spool_->dir()));
+    }
   }
   thread_ = std::thread([this] { Run(); });
 }
@@ -60,20 +86,20 @@ Pusher::~Pusher() {
   if (thread_.joinable()) Finish();
 }
 
-void Pusher::Publish(std::vector<ClosedWindow> windows) {
+void Pusher::Publish(std::vector<ClosedWindow> windows, uint64_t position) {
   if (windows.empty()) return;
   size_t dropped = 0;
   {
     absl::MutexLock lock(&mu_);
     if (finishing_) return;
     if (inbox_.size() >= std::max<size_t>(options_.queue_windows, 1)) {
-      dropped = inbox_.front().size();
+      dropped = inbox_.front().windows.size();
       inbox_.pop_front();
       for (DaemonStats::Exporter* slot : slots_) {
         slot->dropped[DaemonStats::kExportQueueFull].fetch_add(dropped, std::memory_order_relaxed);
       }
     }
-    inbox_.push_back(std::move(windows));
+    inbox_.push_back(Pass{std::move(windows), position});
   }
   if (dropped != 0) {
     log_(absl::StrCat("push: encoding is ", options_.queue_windows,
@@ -81,7 +107,16 @@ void Pusher::Publish(std::vector<ClosedWindow> windows) {
   }
 }
 
-void Pusher::Encode(std::vector<ClosedWindow>& windows) {
+void Pusher::AwaitWritten() {
+  absl::MutexLock lock(&mu_);
+  auto written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return inbox_.empty() && !encoding_;
+  };
+  mu_.Await(absl::Condition(&written));
+}
+
+void Pusher::Encode(Pass& pass) {
+  std::vector<ClosedWindow>& windows = pass.windows;
   // One pass may close windows of several ends (series of different
   // window lengths, a timer that was late): each end is queued whole, in
   // order.
@@ -89,6 +124,16 @@ void Pusher::Encode(std::vector<ClosedWindow>& windows) {
                    [](const ClosedWindow& a, const ClosedWindow& b) { return a.end_ms < b.end_ms; });
   bool want[2] = {false, false};
   for (const PushEndpoint& e : options_.endpoints) want[static_cast<int>(e.protocol)] = true;
+  // With a spool, every endpoint's files of the whole pass are written and
+  // the pass marked published before any of it is handed to a sender.
+  struct Queued {
+    size_t exporter;
+    std::shared_ptr<const EncodedWindow> window;
+    std::vector<std::string> files;
+  };
+  std::vector<Queued> queued;
+  std::vector<uint32_t> seq(exporters_.size(), 0);
+  const int64_t now_ms = clock_.NowMs();
   for (size_t begin = 0; begin < windows.size();) {
     size_t end = begin;
     while (end < windows.size() && windows[end].end_ms == windows[begin].end_ms) ++end;
@@ -107,27 +152,42 @@ void Pusher::Encode(std::vector<ClosedWindow>& windows) {
       }
       encoded[p] = std::move(window);
     }
-    for (const auto& exporter : exporters_) {
-      exporter->Enqueue(encoded[static_cast<int>(exporter->endpoint().protocol)]);
+    for (size_t i = 0; i < exporters_.size(); ++i) {
+      std::shared_ptr<const EncodedWindow>& window =
+          encoded[static_cast<int>(exporters_[i]->endpoint().protocol)];
+      if (spool_ == nullptr) {
+        exporters_[i]->Enqueue(window);
+        continue;
+      }
+      std::vector<std::string> files;
+      for (const EncodedRequest& r : window->requests) {
+        files.push_back(spool_->Write(i, pass.position, seq[i]++, window->end_ms, now_ms, r));
+      }
+      queued.push_back(Queued{i, window, std::move(files)});
     }
     begin = end;
   }
+  if (spool_ == nullptr) return;
+  spool_->MarkPublished(pass.position);
+  for (Queued& q : queued) exporters_[q.exporter]->Enqueue(std::move(q.window), std::move(q.files), now_ms);
 }
 
 void Pusher::Run() {
   for (;;) {
-    std::vector<ClosedWindow> windows;
+    Pass pass;
     {
       absl::MutexLock lock(&mu_);
+      encoding_ = false;
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return finishing_ || !inbox_.empty();
       };
       mu_.Await(absl::Condition(&ready));
       if (inbox_.empty()) return;  // finishing, and everything encoded
-      windows = std::move(inbox_.front());
+      pass = std::move(inbox_.front());
       inbox_.pop_front();
+      encoding_ = true;
     }
-    Encode(windows);
+    Encode(pass);
   }
 }
 

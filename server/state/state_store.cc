@@ -31,37 +31,6 @@ constexpr size_t kRecordHeader = 12;  // length u32, check u64
 constexpr uint32_t kMaxRecord = 256u << 20;
 constexpr char kSkippedDir[] = "skipped";
 
-// A check of a record's or snapshot's bytes: catches a torn write or flipped
-// bits (not an attacker: the directory is the daemon's own). Four
-// independent lanes of one multiply per 8 bytes, so that the multiplies
-// overlap: about 8 bytes a cycle.
-uint64_t Check(absl::string_view s) {
-  constexpr uint64_t kMul = 0xff51afd7ed558ccdull;
-  uint64_t lane[4] = {0x9e3779b97f4a7c15ull ^ s.size(), 0xc2b2ae3d27d4eb4full,
-                      0x165667b19e3779f9ull, 0x27d4eb2f165667c5ull};
-  const char* p = s.data();
-  size_t n = s.size();
-  for (; n >= 32; p += 32, n -= 32) {
-    for (int i = 0; i < 4; ++i) {
-      uint64_t w;
-      std::memcpy(&w, p + 8 * i, 8);
-      lane[i] = (lane[i] ^ w) * kMul;
-      lane[i] ^= lane[i] >> 32;
-    }
-  }
-  uint64_t h = lane[0] ^ (lane[1] * 3) ^ (lane[2] * 5) ^ (lane[3] * 7);
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    h = (h ^ w) * kMul;
-    h ^= h >> 32;
-  }
-  uint64_t tail = 0;
-  if (n > 0) std::memcpy(&tail, p, n);  // p may be null for an empty string
-  h = (h ^ tail ^ (uint64_t{n} << 56)) * 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 29);
-}
-
 std::string Errno(absl::string_view what, int err) {
   return absl::StrCat(what, ": ", std::strerror(err));
 }
@@ -242,7 +211,8 @@ void StateStore::SetAside(const std::string& name, const std::string& why,
                                         moved ? absl::StrCat(" (moved to ", to, ")") : ""));
 }
 
-RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& clients) {
+RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& clients,
+                                  uint64_t republish_after) {
   const absl::Time start = absl::Now();
   RestoreReport report;
   aggregator_ = &aggregator;
@@ -291,7 +261,8 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
       !report.snapshot_loaded && !files.journals.empty() && files.journals.begin()->first != 0;
   struct Record {
     absl::string_view payload;
-    std::string file;  // the journal it is in
+    std::string file;    // the journal it is in
+    uint64_t position;  // where it starts
   };
   // A deque: the records below point into these strings, which must not
   // move as more files are read.
@@ -339,7 +310,7 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
             name, at, all.size() - at));
         break;
       }
-      records.push_back(Record{all.substr(at + kRecordHeader, len), name});
+      records.push_back(Record{all.substr(at + kRecordHeader, len), name, position});
       at += kRecordHeader + len;
       position += kRecordHeader + len;
     }
@@ -349,10 +320,19 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
   // Replay, in order. An operation whose effect differs from the journaled
   // one means the state is not what the journal was written against: the
   // replay restarts from the snapshot and stops before that record.
+  // The windows that the closes of records from `republish_after` on close
+  // are collected: the push exporters had not yet written them.
+  auto replay = [&](size_t i, absl::Status* why) {
+    aggregator.CollectReplayedCloses(
+        records[i].position >= republish_after ? &report.republish : nullptr);
+    const bool ok = ReplayRecord(records[i].payload, aggregator, clients, why);
+    aggregator.CollectReplayedCloses(nullptr);
+    return ok;
+  };
   size_t replayed = 0;
   absl::Status why;
   for (; replayed < records.size(); ++replayed) {
-    if (!ReplayRecord(records[replayed].payload, aggregator, clients, &why)) break;
+    if (!replay(replayed, &why)) break;
   }
   if (replayed < records.size()) {
     report.skipped.push_back(absl::StrCat("journal record ", replayed, " of ", records.size(),
@@ -378,7 +358,8 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
       Reader blank_reader(none);
       aggregator.LoadState(blank_reader);
     }
-    for (size_t i = 0; i < replayed; ++i) ReplayRecord(records[i].payload, aggregator, clients, &why);
+    report.republish.clear();
+    for (size_t i = 0; i < replayed; ++i) replay(i, &why);
   }
   report.records_replayed = replayed;
   for (size_t i = 0; i < replayed; ++i) {
@@ -414,6 +395,11 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
   report.took = absl::Now() - start;
   background_ = std::thread([this] { Background(); });
   return report;
+}
+
+uint64_t StateStore::sealed_position() {
+  absl::MutexLock p(&pending_mu_);
+  return sealed_;
 }
 
 uint64_t StateStore::Seal() {
@@ -496,6 +482,15 @@ absl::Status StateStore::Snapshot() {
   std::string file;
   uint64_t position;
   {
+    // The barrier (the push spool's) is left once the state is copied.
+    struct Barrier {
+      const std::function<void()>& leave;
+      ~Barrier() {
+        if (leave) leave();
+      }
+    };
+    if (barrier_enter_) barrier_enter_();
+    const Barrier barrier{barrier_leave_};
     absl::MutexLock gate(&gate_);
     position = Seal();
     Commit(position);

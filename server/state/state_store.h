@@ -71,6 +71,9 @@ struct RestoreReport {
   // in the directory's "skipped" folder, never read into the state.
   std::vector<std::string> skipped;
   absl::Duration took;
+  // The windows closed by the records replayed from Restore's
+  // `republish_after` on, in the order they closed.
+  std::vector<ClosedWindow> republish;
 };
 
 class StateStore final : public StateJournal {
@@ -88,7 +91,23 @@ class StateStore final : public StateJournal {
   // journaling them in a new journal file and starts the snapshot and
   // fsync threads (which write a snapshot soon if a journal was replayed). What could not be used is moved aside,
   // logged and reported; the rest is never built from it.
-  RestoreReport Restore(Aggregator& aggregator, ClientRegistry& clients);
+  // The windows closed by records that start at `republish_after` or later
+  // are in the report's `republish` (the push spool's mark: what the
+  // exporters had not yet written).
+  RestoreReport Restore(Aggregator& aggregator, ClientRegistry& clients,
+                        uint64_t republish_after = UINT64_MAX);
+
+  // Where the journal stands: the position after the last record sealed.
+  uint64_t sealed_position() ABSL_LOCKS_EXCLUDED(pending_mu_);
+
+  // Called by every snapshot before it takes the gate, and after it has
+  // copied the state: the push spool's pass lock and drain (the daemon's),
+  // so that no snapshot falls between a pass's closes and the moment its
+  // windows are written to the spool. Set before Restore.
+  void SetSnapshotBarrier(std::function<void()> enter, std::function<void()> leave) {
+    barrier_enter_ = std::move(enter);
+    barrier_leave_ = std::move(leave);
+  }
 
   // Writes a snapshot now (the stop's: the window in progress is kept open
   // in it, to close whole in the next daemon). Then nothing more is written.
@@ -122,6 +141,8 @@ class StateStore final : public StateJournal {
   DaemonStats own_stats_;  // where the counts go without a daemon's
   DaemonStats& stats_;
   Aggregator* aggregator_ = nullptr;
+  std::function<void()> barrier_enter_;
+  std::function<void()> barrier_leave_;
   ClientRegistry* clients_ = nullptr;
 
   absl::Mutex gate_;

@@ -32,6 +32,9 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "prometheus/prompb/remote.pb.h"
+#include "scripted_http_server.h"
+#include "snappy.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
@@ -382,6 +385,172 @@ void KillAndRestartRepeatedly(FaultTest& test, int signal, int restarts) {
   // Every window closes within its end + grace.
   StopAndExpectEverySampleOnce(clients, *daemon, static_cast<uint64_t>(restarts) / 2,
                                std::chrono::milliseconds(4500));
+}
+
+// What a remote-write receiver got of one series' windows: each window
+// end's count and sum, in the order they came, with the request each came
+// in (a request sent again is the same bytes).
+struct ReceivedWindow {
+  int64_t end_ms = 0;
+  double count = 0;
+  double sum = 0;
+  size_t body_hash = 0;
+};
+
+std::map<std::string, std::vector<ReceivedWindow>> ReceivedByRank(
+    const std::vector<testing::ReceivedRequest>& requests) {
+  std::map<std::string, std::vector<ReceivedWindow>> out;
+  for (const testing::ReceivedRequest& request : requests) {
+    std::string raw;
+    prometheus::WriteRequest write;
+    if (!snappy::Uncompress(request.body.data(), request.body.size(), &raw) ||
+        !write.ParseFromString(raw)) {
+      ADD_FAILURE() << "a request that is not a snappy WriteRequest";
+      continue;
+    }
+    const size_t hash = std::hash<std::string>()(request.body);
+    // Within a request, count and sum of a window end come as two series.
+    std::map<std::pair<std::string, int64_t>, ReceivedWindow> windows;
+    std::vector<std::pair<std::string, int64_t>> order;
+    for (const prometheus::TimeSeries& ts : write.timeseries()) {
+      std::map<std::string, std::string> labels;
+      for (const prometheus::Label& l : ts.labels()) labels[l.name()] = l.value();
+      if (labels["__name__"] != "torchmon_stat") continue;
+      const std::string& agg = labels["agg"];
+      if (agg != "count" && agg != "sum") continue;
+      const std::string key = absl::StrCat(labels["rank"], "/", labels["stat"]);
+      for (const prometheus::Sample& sample : ts.samples()) {
+        auto [it, added] = windows.try_emplace({key, sample.timestamp()});
+        if (added) order.push_back(it->first);
+        it->second.end_ms = sample.timestamp();
+        it->second.body_hash = hash;
+        (agg == "count" ? it->second.count : it->second.sum) = sample.value();
+      }
+    }
+    for (const auto& key : order) out[key.first].push_back(windows[key]);
+  }
+  return out;
+}
+
+// --state-dir with a remote-write receiver that comes and goes: 40
+// restarts at random moments (SIGKILL, and every fifth one SIGTERM), the
+// receiver away across half of them. Once both are back every closed
+// window of every series arrives, each end once, in order of end; the only
+// repeat allowed is a whole request sent again (a kill between its 2xx and
+// the removal of its file: at least once there, as docs/push.md says). The
+// windows' counts and sums hold every sample the clients added, once.
+TEST_F(FaultTest, PushReceiverAwayAcrossRestartsGetsEveryWindowOnceInOrder) {
+  std::vector<testing::ReceivedRequest> received;
+  auto receiver = std::make_unique<testing::ScriptedHttpServer>(
+      std::vector<testing::ScriptedAnswer>{{204, "", ""}});
+  const int port = receiver->port();
+  const std::string state = dir().path() + "/state";
+  const std::vector<std::string> flags = {
+      "--grace", "3s", "--history", "1000", "--state-dir", state, "--drain-timeout", "100ms",
+      "--remote-write-url", absl::StrCat("http://127.0.0.1:", port, "/api/v1/write"),
+      "--push-flush-timeout", "300ms"};
+  auto daemon = StartDaemon(flags);
+  ASSERT_NE(daemon, nullptr);
+  std::vector<std::unique_ptr<LoadClient>> clients = StartSteadyClients(daemon->unix_target());
+  for (const auto& c : clients) ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return AllFlowing(*daemon, 2, 4); }, std::chrono::seconds(20)));
+
+  std::mt19937 random(std::random_device{}());
+  constexpr int kRestarts = 40;
+  for (int i = 0; i < kRestarts; ++i) {
+    // Away for restarts 5-9, 15-19...: across kills and stops alike.
+    if (i % 10 == 5 && receiver != nullptr) {
+      for (auto& r : receiver->requests()) received.push_back(std::move(r));
+      receiver.reset();
+    } else if (i % 10 == 0 && receiver == nullptr) {
+      receiver = std::make_unique<testing::ScriptedHttpServer>(
+          std::vector<testing::ScriptedAnswer>{{204, "", ""}}, nullptr, port);
+    }
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 600)(random)));
+    const int signal = i % 5 == 4 ? SIGTERM : SIGKILL;
+    auto stopped = daemon->Stop(signal, std::chrono::seconds(10));
+    ASSERT_TRUE(stopped.ok()) << stopped.status();
+    const std::string log = daemon->Stderr();
+    daemon.reset();
+    daemon = StartDaemon(flags);
+    ASSERT_NE(daemon, nullptr) << "restart " << i << "; the last daemon's log:\n" << log;
+    EXPECT_THAT(daemon->Stderr(), Not(HasSubstr("skipped"))) << "restart " << i;
+  }
+  if (receiver == nullptr) {
+    receiver = std::make_unique<testing::ScriptedHttpServer>(
+        std::vector<testing::ScriptedAnswer>{{204, "", ""}}, nullptr, port);
+  }
+  std::vector<ClientReport> reports;
+  for (size_t rank = 0; rank < clients.size(); ++rank) {
+    reports.push_back(clients[rank]->Stop());
+    EXPECT_TRUE(reports.back().flush_ok) << reports.back().raw;
+    ExpectClientAccountingExact(reports.back(), absl::StrCat("rank ", rank));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));  // end + grace of the last
+  const auto windows = WindowsByRank(*daemon);
+  // Everything closed is sent within a backoff (at most a few seconds after
+  // an absence this short).
+  auto all_sent = [&] {
+    std::vector<testing::ReceivedRequest> all = received;
+    for (auto& r : receiver->requests()) all.push_back(std::move(r));
+    const auto got = ReceivedByRank(all);
+    for (const auto& [key, list] : windows) {
+      auto it = got.find(key);
+      if (it == got.end() || it->second.size() < list.size()) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(WaitFor(all_sent, std::chrono::seconds(60)));
+  for (auto& r : receiver->requests()) received.push_back(std::move(r));
+  const auto got = ReceivedByRank(received);
+
+  size_t resent = 0;
+  for (size_t rank = 0; rank < reports.size(); ++rank) {
+    for (const auto& [name, stat] : reports[rank].stats) {
+      const std::string key = absl::StrCat(rank, "/", name);
+      auto query = windows.find(key);
+      ASSERT_TRUE(query != windows.end()) << key;
+      std::map<int64_t, const v1::WindowSummary*> closed;
+      for (const v1::WindowSummary& w : query->second) closed[w.end_ms()] = &w;
+      auto it = got.find(key);
+      ASSERT_TRUE(it != got.end()) << key << ": nothing received";
+      std::map<int64_t, ReceivedWindow> first;
+      int64_t last_end = std::numeric_limits<int64_t>::min();
+      for (const ReceivedWindow& w : it->second) {
+        auto [at, added] = first.emplace(w.end_ms, w);
+        if (!added) {
+          // A repeat: the same request again, the same values.
+          EXPECT_EQ(at->second.body_hash, w.body_hash)
+              << key << ": the window ending " << w.end_ms << " twice, in different requests";
+          EXPECT_EQ(at->second.count, w.count) << key;
+          EXPECT_EQ(at->second.sum, w.sum) << key;
+          ++resent;
+          continue;
+        }
+        EXPECT_GT(w.end_ms, last_end) << key << ": out of order";
+        last_end = w.end_ms;
+      }
+      // Each closed window, as the daemon closed it; nothing else.
+      EXPECT_EQ(first.size(), closed.size()) << key;
+      double count = 0, sum = 0;
+      for (const auto& [end, w] : first) {
+        auto c = closed.find(end);
+        ASSERT_TRUE(c != closed.end()) << key << ": received a window ending " << end
+                                       << " that the daemon did not close";
+        EXPECT_EQ(w.count, AggregateOf(*c->second, v1::COUNT)) << key << " at " << end;
+        EXPECT_EQ(w.sum, AggregateOf(*c->second, v1::SUM)) << key << " at " << end;
+        count += w.count;
+        sum += w.sum;
+      }
+      const double n = static_cast<double>(stat.added);
+      EXPECT_EQ(stat.dropped, 0u) << key;
+      EXPECT_EQ(count, n) << key;
+      EXPECT_EQ(sum, n * (n + 1) / 2) << key;
+    }
+  }
+  std::cout << "requests received " << received.size() << ", window ends sent again (a kill "
+            << "between an answer and its file's removal): " << resent << std::endl;
 }
 
 // A memory cgroup of its own for one process, v2 or v1 (whichever this

@@ -56,7 +56,10 @@ class ScriptedHttpServer {
  public:
   // `tls`: an SSL_CTX with the server's certificate (and client
   // verification, if wanted); the server takes a reference.
-  explicit ScriptedHttpServer(std::vector<ScriptedAnswer> script, SSL_CTX* tls = nullptr)
+  // `port` 0: one the kernel picks; another: that one (a receiver that
+  // comes back where it was).
+  explicit ScriptedHttpServer(std::vector<ScriptedAnswer> script, SSL_CTX* tls = nullptr,
+                              int port = 0)
       : script_(std::move(script)), tls_(tls) {
     // A client that gives up mid-handshake makes a write fail (EPIPE), not
     // the test process end.
@@ -66,6 +69,9 @@ class ScriptedHttpServer {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
     ::listen(fd_, 16);
     socklen_t len = sizeof(addr);
