@@ -178,7 +178,7 @@ void Aggregator::RedefineLocked(const std::shared_ptr<Series>& series, const Sta
   Series& s = *series;
   // Closed under the old spec, before it goes: what the old definition
   // aggregated is exported as it was.
-  CloseWindows(series, now, Close::kAllAt, closed_early_);
+  CloseWindows(series, now, Close::kAllAt, &closed_early_);
   if (!s.history.empty()) {
     if (s.past == nullptr) s.past = std::make_unique<PastDefinitions>();
     s.past->specs.emplace_back(s.definition, s.spec);
@@ -341,7 +341,10 @@ absl::StatusOr<AddResult> Aggregator::AddRunLocked(const SampleRun& run, int64_t
                                   [](const OpenWindow& o, int64_t k) { return o.index < k; });
       if (pos == s.open.end() || pos->index != index) {
         pos = s.open.insert(pos, OpenWindow{index, WindowStats{}});
-        deadlines_.emplace(DeadlineMs(s, index), id);
+        // A replay leaves them to FinishRestore: the closes it replays
+        // remove none, and a tree of every window ever opened costs a cache
+        // miss per level at each insert.
+        if (!replaying_) deadlines_.emplace(DeadlineMs(s, index), id);
       }
       cached = &*pos;
       cached_sketch = sketched ? &s.distribution->SketchFor(index) : nullptr;
@@ -455,8 +458,8 @@ ClosedWindow Aggregator::ToClosedWindow(const std::shared_ptr<Series>& s, size_t
   return w;
 }
 
-void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms, Close mode,
-                              std::vector<ClosedWindow>& out) {
+size_t Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms, Close mode,
+                                std::vector<ClosedWindow>* out) {
   Series& s = *series;
   const size_t limit = std::max<size_t>(options_.history_windows, 1);
   size_t closed = 0;
@@ -470,10 +473,12 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms,
     const bool partial = mode == Close::kAllPartial ||
                          (mode == Close::kAllAt && start_ms + s.spec.window_ms > ms);
     s.history.Push(WindowRecord{start_ms, o.stats, partial, s.definition}, quantiles, limit);
-    out.push_back(ToClosedWindow(series, s.history.size() - 1));
-    out.back().counters_ms = now;
-    if (options_.histograms_on_close && s.spec.histogram) {
-      out.back().histogram = std::make_shared<const NativeHistogram>(s.distribution->histogram);
+    if (out != nullptr) {
+      out->push_back(ToClosedWindow(series, s.history.size() - 1));
+      out->back().counters_ms = now;
+      if (options_.histograms_on_close && s.spec.histogram) {
+        out->back().histogram = std::make_shared<const NativeHistogram>(s.distribution->histogram);
+      }
     }
     s.last_closed_index = std::max(s.last_closed_index, o.index);
     ++closed;
@@ -488,6 +493,7 @@ void Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t ms,
                 specs.end());
     if (specs.empty()) s.past.reset();
   }
+  return closed;
 }
 
 size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> fn) {
@@ -500,7 +506,12 @@ size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> 
     {
       JournalGate gate(journal_);
       absl::MutexLock lock(&mu_);
-      if (first) chunk.swap(closed_early_);
+      if (first) {
+        chunk.swap(closed_early_);
+        if (journal_ != nullptr && !chunk.empty()) {
+          state::Writer(journal_->record()).U8(static_cast<uint8_t>(JournalOp::kTakeEarly));
+        }
+      }
       // Every open window has its own entry, and an entry closes only what
       // is due by its own deadline (end + grace), so windows come out in
       // order of end across chunks; an entry whose window already closed
@@ -509,10 +520,9 @@ size_t Aggregator::CloseDueWindows(absl::FunctionRef<void(const ClosedWindow&)> 
       for (size_t n = 0; it != deadlines_.end() && it->first <= now && n < kWalkChunk;
            ++it, ++n) {
         if (FindLocked(it->second) == nullptr) continue;
-        const size_t before = chunk.size();
-        CloseWindows(slots_[it->second & kSlotMask].series, it->first, Close::kDue,
-                     chunk);
-        if (journal_ != nullptr && chunk.size() != before) {
+        const size_t closed_now =
+            CloseWindows(slots_[it->second & kSlotMask].series, it->first, Close::kDue, &chunk);
+        if (journal_ != nullptr && closed_now != 0) {
           state::Writer w(journal_->record());
           w.U8(static_cast<uint8_t>(JournalOp::kClose));
           w.Varint(it->second);
@@ -540,13 +550,16 @@ std::vector<ClosedWindow> Aggregator::CloseAllWindows() {
   JournalGate gate(journal_);
   absl::MutexLock lock(&mu_);
   if (journal_ != nullptr) {
+    // In the order they are handed out: the windows closed early, then
+    // every open one.
     state::Writer w(journal_->record());
+    if (!closed_early_.empty()) w.U8(static_cast<uint8_t>(JournalOp::kTakeEarly));
     w.U8(static_cast<uint8_t>(JournalOp::kCloseAll));
     w.Signed(now);
   }
   out.swap(closed_early_);
   for (const Slot& slot : slots_) {
-    if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, out);
+    if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, &out);
   }
   deadlines_.clear();
   return out;

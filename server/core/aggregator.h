@@ -322,20 +322,22 @@ class Aggregator {
   // aggregator empty, when the bytes are not a state this build can hold.
   // Before SetJournal only.
   bool LoadState(state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
-  // Applies one journaled operation of the aggregator's (`op` read, its
-  // operands next on `in`). Fails on the reader when the operation's bytes
-  // are bad or its effect differs from the journaled one (the state is no
-  // longer the one the journal was written against). Before SetJournal.
-  bool Replay(JournalOp op, state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
-  // Before the operations of each journal record are replayed (a run is
-  // encoded against the one before it in its record).
-  void BeginReplayRecord() ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies the operations of one journal record, in order: its own under
+  // one hold of its lock, the others (`op` read, its operands next on `in`)
+  // through `other`, outside it. Fails on the reader when an operation's
+  // bytes are bad or its effect differs from the journaled one (the state
+  // is no longer the one the journal was written against). Before
+  // SetJournal.
+  bool ReplayRecord(state::Reader& in,
+                    absl::FunctionRef<void(JournalOp op, state::Reader& in)> other)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Where the windows that replayed closes close go (null: nowhere), for
   // what the push exporters had not yet taken when the daemon stopped.
   void CollectReplayedCloses(std::vector<ClosedWindow>* out) ABSL_LOCKS_EXCLUDED(mu_);
   // After a restore: no stream survived a restart, so no series is held;
-  // windows closed by redefinitions during the replay were handed out
-  // before the restart.
+  // windows closed by redefinitions and not yet handed out by a pass (the
+  // snapshot keeps them; a replay closes them again) go with the first
+  // pass.
   void FinishRestore() ABSL_LOCKS_EXCLUDED(mu_);
   // Called by the journal as it seals a record (under its gate): the images
   // of the series marked meanwhile are written into it.
@@ -447,9 +449,10 @@ class Aggregator {
     kAllAt,        // all, those whose end is after the time given partial (redefinition)
   };
   // Closes open windows of `s` as `mode` says, `ms` its time, appending
-  // them to history and to `out`.
-  void CloseWindows(const std::shared_ptr<Series>& s, int64_t ms, Close mode,
-                    std::vector<ClosedWindow>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // them to history and to `out` (null: a replay that hands nothing out).
+  // Returns how many it closed.
+  size_t CloseWindows(const std::shared_ptr<Series>& s, int64_t ms, Close mode,
+                      std::vector<ClosedWindow>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open windows of `s` (partial), keeps its spec for the
   // history and puts `spec` in its place (Define).
   void RedefineLocked(const std::shared_ptr<Series>& s, const StatSpec& spec, int64_t now)
@@ -500,7 +503,12 @@ class Aggregator {
   };
   RunBase journal_base_ ABSL_GUARDED_BY(mu_);
   RunBase replay_base_ ABSL_GUARDED_BY(mu_);
+  // One operation of the aggregator's (ReplayRecord).
+  bool ReplayLocked(JournalOp op, state::Reader& in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ClosedWindow>* replay_closed_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Between the first replayed record and FinishRestore: no deadlines are
+  // kept (FinishRestore makes them from the open windows).
+  bool replaying_ ABSL_GUARDED_BY(mu_) = false;
 
   // Steps aside between two chunks of a walk, a close or an expiry scan
   // while AddSamples calls wait.

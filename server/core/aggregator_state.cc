@@ -16,8 +16,9 @@ namespace {
 
 constexpr uint64_t kIdSlotMask = 0xffffffffu;
 // Bumped whenever the layout below changes: a state of another version is
-// refused by name, never misread.
-constexpr uint64_t kAggregatorStateVersion = 1;
+// refused by name, never misread. Version 1 (without the windows a
+// redefinition closed early, at the end) is still read.
+constexpr uint64_t kAggregatorStateVersion = 2;
 
 void WriteSpec(state::Writer& w, const StatSpec& spec) {
   w.U8(spec.aggregations);
@@ -109,6 +110,56 @@ SeriesCounters ReadCounters(state::Reader& r) {
   return c;
 }
 
+// A window closed but not yet handed out (closed early by a redefinition).
+void WriteClosed(state::Writer& w, const ClosedWindow& c) {
+  w.String(c.series->stat);
+  WriteLabels(w, c.series->labels.get());
+  w.U8(c.aggregations);
+  w.Signed(c.start_ms);
+  w.Signed(c.end_ms);
+  WriteStats(w, c.stats);
+  w.Varint(c.quantiles.size());
+  for (const QuantileValue& q : c.quantiles) {
+    w.Double(q.quantile);
+    w.Double(q.value);
+  }
+  w.Bool(c.partial);
+  w.Varint(c.definition);
+  WriteCounters(w, c.counters);
+  w.Signed(c.counters_ms);
+  w.Signed(c.series_created_ms);
+  w.Bool(c.histogram != nullptr);
+  if (c.histogram != nullptr) c.histogram->Save(w);
+}
+
+ClosedWindow ReadClosed(state::Reader& r) {
+  ClosedWindow c;
+  auto key = std::make_shared<SeriesKey>();
+  key->stat = r.String("closed window stat");
+  key->labels = LabelSet(ReadLabels(r));
+  c.series = std::move(key);
+  c.aggregations = r.U8("closed window aggregations");
+  c.start_ms = r.Signed("closed window start");
+  c.end_ms = r.Signed("closed window end");
+  c.stats = ReadStats(r);
+  const size_t n = r.Count("closed window quantiles", 16);
+  for (size_t i = 0; i < n && r.ok(); ++i) {
+    const double q = r.Double("closed window quantile");
+    c.quantiles.push_back(QuantileValue{q, r.Double("closed window quantile value")});
+  }
+  c.partial = r.Bool("closed window partial");
+  c.definition = static_cast<uint32_t>(r.Varint("closed window definition"));
+  c.counters = ReadCounters(r);
+  c.counters_ms = r.Signed("closed window counters time");
+  c.series_created_ms = r.Signed("closed window series created");
+  if (r.Bool("closed window histogram")) {
+    auto h = std::make_shared<NativeHistogram>();
+    h->Load(r);
+    c.histogram = std::move(h);
+  }
+  return c;
+}
+
 }  // namespace
 
 void Aggregator::JournalDefine(state::Writer& w, int64_t now, const SeriesKey& key,
@@ -195,12 +246,14 @@ void Aggregator::SaveState(state::Writer& w) const {
   }
   w.Varint(free_slots_.size());
   for (uint32_t slot : free_slots_) w.Varint(slot);
+  w.Varint(closed_early_.size());
+  for (const ClosedWindow& c : closed_early_) WriteClosed(w, c);
 }
 
 bool Aggregator::LoadState(state::Reader& r) {
   absl::MutexLock lock(&mu_);
   const uint64_t version = r.Varint("aggregator state version");
-  if (r.ok() && version != kAggregatorStateVersion) {
+  if (r.ok() && version != kAggregatorStateVersion && version != 1) {
     r.Fail(absl::StrCat("the aggregator's state is of version ", version, "; this build reads ",
                         kAggregatorStateVersion));
   }
@@ -249,6 +302,7 @@ bool Aggregator::LoadState(state::Reader& r) {
     s->history = WindowHistory(static_cast<uint16_t>(width));
     const size_t limit = std::max<size_t>(options_.history_windows, 1);
     std::vector<double> row(width);
+    s->history.Reserve(std::min(kept, limit));
     for (size_t j = 0; j < kept && r.ok(); ++j) {
       WindowRecord record;
       record.start_ms = r.Signed("window start");
@@ -283,6 +337,11 @@ bool Aggregator::LoadState(state::Reader& r) {
     if (slot >= table.size() || table[slot].series != nullptr) r.Fail("free slot in use");
     free_slots.push_back(static_cast<uint32_t>(slot));
   }
+  std::vector<ClosedWindow> early;
+  if (version >= 2) {
+    const size_t n = r.Count("windows closed early", 40);
+    for (size_t i = 0; i < n && r.ok(); ++i) early.push_back(ReadClosed(r));
+  }
   if (!r.ok()) return false;
   slots_ = std::move(table);
   free_slots_ = std::move(free_slots);
@@ -290,7 +349,7 @@ bool Aggregator::LoadState(state::Reader& r) {
   ids_.clear();
   label_sets_.clear();
   deadlines_.clear();
-  closed_early_.clear();
+  closed_early_ = std::move(early);
   for (size_t i = 0; i < slots_.size(); ++i) {
     const std::shared_ptr<Series>& s = slots_[i].series;
     if (s == nullptr) continue;
@@ -309,8 +368,26 @@ bool Aggregator::LoadState(state::Reader& r) {
   return true;
 }
 
-bool Aggregator::Replay(JournalOp op, state::Reader& r) {
-  absl::MutexLock lock(&mu_);
+bool Aggregator::ReplayRecord(state::Reader& r,
+                              absl::FunctionRef<void(JournalOp op, state::Reader& in)> other) {
+  mu_.Lock();
+  replay_base_ = RunBase{};  // unset until the record's kRunBase
+  replaying_ = true;
+  while (r.ok() && !r.done()) {
+    const auto op = static_cast<JournalOp>(r.U8("operation"));
+    if (op == JournalOp::kClientApplied) {
+      mu_.Unlock();
+      other(op, r);
+      mu_.Lock();
+    } else {
+      ReplayLocked(op, r);
+    }
+  }
+  mu_.Unlock();
+  return r.ok();
+}
+
+bool Aggregator::ReplayLocked(JournalOp op, state::Reader& r) {
   switch (op) {
     case JournalOp::kDefine: {
       const int64_t now = r.Signed("define time");
@@ -392,11 +469,7 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
         r.Fail(absl::StrCat("close of series ", id, ", which does not exist"));
         return false;
       }
-      std::vector<ClosedWindow> discard;
-      std::vector<ClosedWindow>& out = replay_closed_ != nullptr ? *replay_closed_ : discard;
-      const size_t before = out.size();
-      CloseWindows(slots_[id & kIdSlotMask].series, ms, Close::kDue, out);
-      if (out.size() == before) {
+      if (CloseWindows(slots_[id & kIdSlotMask].series, ms, Close::kDue, replay_closed_) == 0) {
         r.Fail(absl::StrCat("close of series ", id, " at ", ms, " closed nothing"));
         return false;
       }
@@ -405,10 +478,8 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
     case JournalOp::kCloseAll: {
       const int64_t now = r.Signed("close-all time");
       if (!r.ok()) return false;
-      std::vector<ClosedWindow> discard;
-      std::vector<ClosedWindow>& out = replay_closed_ != nullptr ? *replay_closed_ : discard;
       for (const Slot& slot : slots_) {
-        if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, out);
+        if (slot.series != nullptr) CloseWindows(slot.series, now, Close::kAllPartial, replay_closed_);
       }
       deadlines_.clear();
       return true;
@@ -457,7 +528,14 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
       s->last_closed_index = last_closed;
       s->last_update_ms = last_update;
       s->open = std::move(open);
-      for (const OpenWindow& o : s->open) deadlines_.emplace(DeadlineMs(*s, o.index), id);
+      return true;  // its deadlines: FinishRestore's
+    }
+    case JournalOp::kTakeEarly: {
+      // A pass took the windows redefinitions had closed: handed out then.
+      if (replay_closed_ != nullptr) {
+        for (ClosedWindow& c : closed_early_) replay_closed_->push_back(std::move(c));
+      }
+      closed_early_.clear();
       return true;
     }
     case JournalOp::kClientApplied:
@@ -467,11 +545,6 @@ bool Aggregator::Replay(JournalOp op, state::Reader& r) {
   return false;
 }
 
-void Aggregator::BeginReplayRecord() {
-  absl::MutexLock lock(&mu_);
-  replay_base_ = RunBase{};  // unset until the record's kRunBase
-}
-
 void Aggregator::CollectReplayedCloses(std::vector<ClosedWindow>* out) {
   absl::MutexLock lock(&mu_);
   replay_closed_ = out;
@@ -479,10 +552,22 @@ void Aggregator::CollectReplayedCloses(std::vector<ClosedWindow>* out) {
 
 void Aggregator::FinishRestore() {
   absl::MutexLock lock(&mu_);
+  replaying_ = false;
   for (const Slot& slot : slots_) {
     if (slot.series != nullptr) slot.series->holders = 0;
   }
-  closed_early_.clear();
+  // closed_early_ stays: windows redefinitions closed that no pass took
+  // before the stop; the first pass hands them out.
+  // The deadlines of the windows open now, and no others (a replayed
+  // close leaves its window's entry: all windows of an end share one
+  // deadline, and finding each entry among them would cost a walk).
+  deadlines_.clear();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const std::shared_ptr<Series>& s = slots_[i].series;
+    if (s == nullptr) continue;
+    const SeriesId id = (uint64_t{slots_[i].generation} << 32) | i;
+    for (const OpenWindow& o : s->open) deadlines_.emplace(DeadlineMs(*s, o.index), id);
+  }
   absl::erase_if(label_sets_, [](const LabelSet& l) { return l.use_count() == 1; });
 }
 

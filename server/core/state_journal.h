@@ -27,6 +27,7 @@ enum class JournalOp : uint8_t {
   kClientApplied = 9,
   kImage = 10,
   kRunBase = 11,
+  kTakeEarly = 12,
 };
 
 class StateJournal {

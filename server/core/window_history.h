@@ -73,6 +73,15 @@ class WindowHistory {
   }
   uint16_t width() const { return width_; }
 
+  // Room for `records` in all without growing (a restore, which knows how
+  // many it pushes: growing by doubling would allocate, fault in and copy
+  // twice the memory).
+  void Reserve(size_t records) {
+    if (records <= 1 + older_.capacity()) return;
+    older_.reserve(records - 1);
+    GrowRows();
+  }
+
   size_t size() const { return has_newest_ ? older_.size() + 1 : 0; }
   bool empty() const { return !has_newest_; }
   // i = 0 is the oldest kept window.
@@ -115,7 +124,7 @@ class WindowHistory {
   void GrowRows() {
     if (width_ == 0) return;
     auto grown = std::make_unique<double[]>((1 + older_.capacity()) * width_);
-    std::copy_n(rows_.get(), (1 + older_.size()) * width_, grown.get());
+    if (rows_ != nullptr) std::copy_n(rows_.get(), (1 + older_.size()) * width_, grown.get());
     rows_ = std::move(grown);
   }
 

@@ -279,6 +279,59 @@ TEST_F(StateStoreTest, TheWindowsClosedPastThePushMarkAreClosedAgainForThePusher
   EXPECT_THAT(third.report.republish, IsEmpty());
 }
 
+// A redefinition closes its series' open windows at once; the next pass of
+// the timer hands them out. Across a stop (the snapshot keeps them) and a
+// kill (the replay closes them again) they are handed out once: by the
+// next daemon's first pass if no pass took them, never again if one did.
+TEST_F(StateStoreTest, WindowsARedefinitionClosedAreHandedOutOnceAcrossAStopOrAKill) {
+  auto redefine = [&](Daemon& d, const std::string& stat) {
+    d.Batch([&] {
+      const SeriesId id = *d.aggregator.Define(Key(stat, "0"), Spec(10'000));
+      const int64_t t = clock_.NowMs() * 1000;
+      EXPECT_TRUE(d.aggregator.AddSamples(id, std::vector<double>{5, 6}, {t, t + 1}).ok());
+      d.aggregator.Release(id);
+    });
+    d.Batch([&] { EXPECT_TRUE(d.aggregator.Define(Key(stat, "0"), Spec(20'000)).ok()); });
+  };
+  auto early_of = [](const std::vector<ClosedWindow>& closed, const std::string& stat) {
+    size_t n = 0;
+    for (const ClosedWindow& w : closed) {
+      if (w.series->stat == stat) {
+        EXPECT_TRUE(w.partial);
+        EXPECT_EQ(w.stats.accepted, 2u);
+        EXPECT_EQ(w.stats.sum, 11);
+        ++n;
+      }
+    }
+    return n;
+  };
+  {
+    Daemon d(dir_, clock_);
+    redefine(d, "stopped");
+    ASSERT_TRUE(d.store->Close().ok());  // no pass took it
+  }
+  {
+    Daemon d(dir_, clock_);
+    EXPECT_EQ(early_of(d.aggregator.CloseDueWindows(), "stopped"), 1u);
+    redefine(d, "killed");  // no pass, then a kill
+  }
+  uint64_t before_pass = 0;
+  {
+    Daemon d(dir_, clock_);
+    EXPECT_EQ(early_of(d.aggregator.CloseDueWindows(), "killed"), 1u);
+    redefine(d, "taken");
+    before_pass = d.store->sealed_position();
+    EXPECT_EQ(early_of(d.aggregator.CloseDueWindows(), "taken"), 1u);
+    // Killed after the pass took it.
+  }
+  Daemon d(dir_, clock_, StateOptions::Fsync::kNever, before_pass);
+  EXPECT_THAT(d.report.skipped, IsEmpty());
+  const std::vector<ClosedWindow> closed = d.aggregator.CloseDueWindows();
+  EXPECT_EQ(early_of(closed, "stopped") + early_of(closed, "killed") + early_of(closed, "taken"), 0u);
+  // For the push queues, whose mark was before that pass: closed again.
+  EXPECT_EQ(early_of(d.report.republish, "taken"), 1u);
+}
+
 TEST_F(StateStoreTest, ATornLastRecordIsSkippedAndTheRestKept) {
   std::string before;
   {
