@@ -488,28 +488,6 @@ class Aggregator {
 
   const AggregatorOptions options_;
   const Clock& clock_;
-  StateJournal* journal_ = nullptr;  // set once, before any change
-  // Series whose changes since the last seal are journaled as an image.
-  absl::flat_hash_set<SeriesId> journal_images_ ABSL_GUARDED_BY(mu_);
-  // What a journaled run's time, series and first timestamp are encoded
-  // against: the run before it in the same record (JournalOp::kRunBase
-  // starts each record's), so that a run of one sample of one of many
-  // series costs about 14 bytes instead of 30. The replay keeps the same.
-  struct RunBase {
-    uint64_t record = ~uint64_t{0};  // StateJournal::records_sealed() when set
-    int64_t now = 0;
-    uint64_t id = 0;
-    int64_t timestamp_us = 0;
-  };
-  RunBase journal_base_ ABSL_GUARDED_BY(mu_);
-  RunBase replay_base_ ABSL_GUARDED_BY(mu_);
-  // One operation of the aggregator's (ReplayRecord).
-  bool ReplayLocked(JournalOp op, state::Reader& in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ClosedWindow>* replay_closed_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Between the first replayed record and FinishRestore: no deadlines are
-  // kept (FinishRestore makes them from the open windows).
-  bool replaying_ ABSL_GUARDED_BY(mu_) = false;
-
   // Steps aside between two chunks of a walk, a close or an expiry scan
   // while AddSamples calls wait.
   void YieldToWriters() const;
@@ -553,6 +531,30 @@ class Aggregator {
   // Close deadline (ms) → series with an open window due then. Entries may be
   // stale (series expired or window already closed); they are skipped.
   absl::btree_multimap<int64_t, SeriesId> deadlines_ ABSL_GUARDED_BY(mu_);
+
+  // The state directory's (after the members above, which ingestion reads
+  // at every run, so that their layout around mu_ is what it was before).
+  StateJournal* journal_ = nullptr;  // set once, before any change
+  // Series whose changes since the last seal are journaled as an image.
+  absl::flat_hash_set<SeriesId> journal_images_ ABSL_GUARDED_BY(mu_);
+  // What a journaled run's time, series and first timestamp are encoded
+  // against: the run before it in the same record (JournalOp::kRunBase
+  // starts each record's), so that a run of one sample of one of many
+  // series costs about 14 bytes instead of 30. The replay keeps the same.
+  struct RunBase {
+    uint64_t record = ~uint64_t{0};  // StateJournal::records_sealed() when set
+    int64_t now = 0;
+    uint64_t id = 0;
+    int64_t timestamp_us = 0;
+  };
+  RunBase journal_base_ ABSL_GUARDED_BY(mu_);
+  RunBase replay_base_ ABSL_GUARDED_BY(mu_);
+  // One operation of the aggregator's (ReplayRecord).
+  bool ReplayLocked(JournalOp op, state::Reader& in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ClosedWindow>* replay_closed_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Between the first replayed record and FinishRestore: no deadlines are
+  // kept (FinishRestore makes them from the open windows).
+  bool replaying_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace torchmon::server
