@@ -92,12 +92,17 @@ void Exporter::RemoveFile(const Entry& entry, size_t i) const {
   if (spool_ != nullptr && i < entry.files.size()) spool_->Remove(entry.files[i]);
 }
 
-size_t Exporter::DropLocked(const Entry& entry, DaemonStats::ExportDropReason reason) {
+size_t Exporter::WindowsLeft(const Entry& entry) {
   size_t windows = 0;
   for (size_t i = entry.next; i < entry.window->requests.size(); ++i) {
     windows += entry.window->requests[i].windows;
-    RemoveFile(entry, i);
   }
+  return windows;
+}
+
+size_t Exporter::DropLocked(const Entry& entry, DaemonStats::ExportDropReason reason) {
+  const size_t windows = WindowsLeft(entry);
+  for (size_t i = entry.next; i < entry.window->requests.size(); ++i) RemoveFile(entry, i);
   stats_.dropped[reason].fetch_add(windows, std::memory_order_relaxed);
   queued_bytes_ -= entry.window->bytes;
   return windows;
@@ -263,13 +268,7 @@ void Exporter::Run() {
   stopped_ = true;
   size_t left = 0;
   for (const Entry& entry : queue_) {
-    if (spool_ == nullptr) {
-      left += DropLocked(entry, DaemonStats::kExportShutdown);
-    } else {
-      for (size_t i = entry.next; i < entry.window->requests.size(); ++i) {
-        left += entry.window->requests[i].windows;
-      }
-    }
+    left += spool_ == nullptr ? DropLocked(entry, DaemonStats::kExportShutdown) : WindowsLeft(entry);
   }
   const size_t ends = queue_.size();
   queue_.clear();

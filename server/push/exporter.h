@@ -52,6 +52,18 @@ struct EncodedWindow {
   std::vector<EncodedRequest> requests;
   size_t bytes = 0;    // of every body
   size_t windows = 0;  // series windows, in every request
+
+  // The window end of `requests`, with their bytes and windows counted.
+  static std::shared_ptr<EncodedWindow> Of(int64_t end_ms, std::vector<EncodedRequest> requests) {
+    auto w = std::make_shared<EncodedWindow>();
+    w->end_ms = end_ms;
+    w->requests = std::move(requests);
+    for (const EncodedRequest& r : w->requests) {
+      w->bytes += r.body.size();
+      w->windows += r.windows;
+    }
+    return w;
+  }
 };
 
 // What an answer means for the request it answers.
@@ -103,6 +115,8 @@ class Exporter {
   };
   // The spool's file of `entry`'s request `i`, which is done with.
   void RemoveFile(const Entry& entry, size_t i) const;
+  // The series windows of `entry`'s requests not yet sent or dropped.
+  static size_t WindowsLeft(const Entry& entry);
 
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Drops what is left of `entry`, counting its windows under `reason`.

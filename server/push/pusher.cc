@@ -63,13 +63,7 @@ Pusher::Pusher(const PushOptions& options, DaemonStats& stats, const Clock& cloc
     // What the last daemon left queued goes first, within today's bounds.
     size_t ends = 0, windows = 0;
     for (PushSpool::Queued& q : spool_->Load(i)) {
-      auto window = std::make_shared<EncodedWindow>();
-      window->end_ms = q.end_ms;
-      window->requests = std::move(q.requests);
-      for (const EncodedRequest& r : window->requests) {
-        window->bytes += r.body.size();
-        window->windows += r.windows;
-      }
+      auto window = EncodedWindow::Of(q.end_ms, std::move(q.requests));
       ++ends;
       windows += window->windows;
       exporters_.back()->Enqueue(std::move(window), std::move(q.files), q.queued_ms);
@@ -141,16 +135,11 @@ void Pusher::Encode(Pass& pass) {
     std::shared_ptr<const EncodedWindow> encoded[2];
     for (int p = 0; p < 2; ++p) {
       if (!want[p]) continue;
-      auto window = std::make_shared<EncodedWindow>();
-      window->end_ms = windows[begin].end_ms;
-      window->requests = static_cast<PushProtocol>(p) == PushProtocol::kRemoteWrite
-                             ? EncodeRemoteWrite(group, options_.windows_per_request)
-                             : EncodeOtlp(group, options_.windows_per_request, version_);
-      for (const EncodedRequest& r : window->requests) {
-        window->bytes += r.body.size();
-        window->windows += r.windows;
-      }
-      encoded[p] = std::move(window);
+      encoded[p] = EncodedWindow::Of(
+          windows[begin].end_ms,
+          static_cast<PushProtocol>(p) == PushProtocol::kRemoteWrite
+              ? EncodeRemoteWrite(group, options_.windows_per_request)
+              : EncodeOtlp(group, options_.windows_per_request, version_));
     }
     for (size_t i = 0; i < exporters_.size(); ++i) {
       std::shared_ptr<const EncodedWindow>& window =
