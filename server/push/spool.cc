@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "server/core/state_files.h"
 #include "server/core/state_wire.h"
 
 namespace torchmon::server {
@@ -47,22 +48,6 @@ std::optional<absl::string_view> Unsealed(const char (&magic)[8], absl::string_v
   const absl::string_view rest = bytes.substr(16);
   if (!h.ok() || state::Check(rest) != check) return std::nullopt;
   return rest;
-}
-
-bool ReadFile(const std::string& path, std::string* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  out->clear();
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      return n == 0;
-    }
-    out->append(buf, static_cast<size_t>(n));
-  }
 }
 
 std::vector<std::string> Entries(const std::string& dir) {
@@ -135,9 +120,9 @@ absl::StatusOr<std::unique_ptr<PushSpool>> PushSpool::Open(
   for (const std::string& name : Entries(dir)) {
     const std::string path = absl::StrCat(dir, "/", name);
     if (name == kPublished) {
-      std::string bytes;
+      absl::StatusOr<state::FileBytes> bytes = state::FileBytes::Read(path);
       std::optional<absl::string_view> rest;
-      if (ReadFile(path, &bytes) && (rest = Unsealed(kMarkMagic, bytes))) {
+      if (bytes.ok() && (rest = Unsealed(kMarkMagic, bytes->view()))) {
         state::Reader r(*rest);
         const uint64_t position = r.Fixed64("position");
         if (r.ok() && r.done()) {
@@ -158,8 +143,9 @@ absl::StatusOr<std::unique_ptr<PushSpool>> PushSpool::Open(
     // A queue of an endpoint no longer configured.
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    std::string url;
-    ReadFile(absl::StrCat(path, "/", kEndpointFile), &url);
+    absl::StatusOr<state::FileBytes> endpoint =
+        state::FileBytes::Read(absl::StrCat(path, "/", kEndpointFile));
+    const std::string url = endpoint.ok() ? std::string(endpoint->view()) : "";
     size_t requests = 0;
     for (const std::string& file : Entries(path)) {
       uint64_t position;
@@ -196,11 +182,11 @@ std::vector<PushSpool::Queued> PushSpool::Load(size_t endpoint) {
     }
   }
   std::vector<Queued> out;
-  std::string bytes;
   for (const auto& [key, name] : files) {
     const std::string path = absl::StrCat(dir, "/", name);
+    absl::StatusOr<state::FileBytes> bytes = state::FileBytes::Read(path);
     std::optional<absl::string_view> rest;
-    if (!ReadFile(path, &bytes) || !(rest = Unsealed(kRequestMagic, bytes))) {
+    if (!bytes.ok() || !(rest = Unsealed(kRequestMagic, bytes->view()))) {
       SetAside(path, absl::StrCat("push-", name),
                "its check does not match its content (a torn or damaged file)");
       continue;
@@ -258,25 +244,11 @@ bool PushSpool::WriteFile(const std::string& path, const std::string& bytes) {
       absl::StrCat(path.substr(0, slash + 1), kTmpPrefix, path.substr(slash + 1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
   int err = fd < 0 ? errno : 0;
-  for (size_t at = 0; err == 0 && at < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EIO;
-      break;
-    }
-    at += static_cast<size_t>(n);
-  }
+  if (err == 0) state::WriteAll(fd, bytes.data(), bytes.size(), &err);
   if (err == 0 && sync_ && ::fdatasync(fd) != 0) err = errno;
   if (fd >= 0) ::close(fd);
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err == 0 && sync_) {
-    const int dfd = ::open(path.substr(0, slash).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      if (::fsync(dfd) != 0) err = errno;
-      ::close(dfd);
-    }
-  }
+  if (err == 0 && sync_ && !state::SyncDir(path.substr(0, slash))) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
     Failed(absl::StrCat("writing ", path), err);
@@ -298,15 +270,12 @@ void PushSpool::Failed(const std::string& what, int err) {
 }
 
 void PushSpool::SetAside(const std::string& path, const std::string& name, const std::string& why) {
-  const std::string skipped = state_dir_ + "/skipped";
-  ::mkdir(skipped.c_str(), 0750);
-  const std::string to = absl::StrCat(skipped, "/", name, ".", absl::ToUnixSeconds(absl::Now()));
-  const bool moved = ::rename(path.c_str(), to.c_str()) == 0;
-  if (!moved) ::unlink(path.c_str());
+  const std::string to = state::MoveToSkipped(state_dir_, path, name);
+  if (to.empty()) ::unlink(path.c_str());
   stats_.state_skipped.fetch_add(1, std::memory_order_relaxed);
   if (log_) {
     log_(absl::StrCat("state: skipped ", path, ": ", why,
-                      moved ? absl::StrCat(" (moved to ", to, ")") : " (removed)"));
+                      to.empty() ? " (removed)" : absl::StrCat(" (moved to ", to, ")")));
   }
 }
 

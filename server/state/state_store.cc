@@ -3,14 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <utility>
 #include <vector>
@@ -19,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "server/core/state_files.h"
 #include "server/core/state_wire.h"
 
 namespace torchmon::server::state {
@@ -30,94 +29,9 @@ constexpr size_t kFileHeader = 16;    // magic, position
 constexpr size_t kRecordHeader = 12;  // length u32, check u64
 // The largest record written: an ingest batch of 16 MiB decodes to less.
 constexpr uint32_t kMaxRecord = 256u << 20;
-constexpr char kSkippedDir[] = "skipped";
-
-std::string Errno(absl::string_view what, int err) {
-  return absl::StrCat(what, ": ", std::strerror(err));
-}
-
-absl::Status ErrnoStatus(absl::string_view what, int err) {
-  if (err == EACCES || err == EPERM || err == EROFS) {
-    return absl::PermissionDeniedError(Errno(what, err));
-  }
-  return absl::InternalError(Errno(what, err));
-}
 
 std::string Name(absl::string_view kind, uint64_t position) {
   return absl::StrFormat("%s-%016x", kind, position);
-}
-
-bool WriteAll(int fd, const char* data, size_t n, int* err) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      *err = errno;
-      return false;
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-// A file's bytes, mapped read-only: a snapshot of a long history is
-// hundreds of MB, which read() would copy into as many freshly zeroed pages
-// (at 100k series of full history, half of a restore's time went to the
-// kernel clearing them). The page cache's pages are mapped as they are.
-// The directory is the daemon's own (flock()ed): nothing truncates a file
-// while it is mapped.
-class FileBytes {
- public:
-  FileBytes() = default;
-  FileBytes(FileBytes&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  FileBytes& operator=(FileBytes&& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(size_, other.size_);
-    return *this;
-  }
-  ~FileBytes() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  static absl::StatusOr<FileBytes> Read(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(path, errno);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(path, err);
-    }
-    FileBytes out;
-    if (st.st_size > 0) {
-      void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                       MAP_PRIVATE | MAP_POPULATE, fd, 0);
-      if (p == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        return ErrnoStatus(path, err);
-      }
-      out.data_ = p;
-      out.size_ = static_cast<size_t>(st.st_size);
-    }
-    ::close(fd);
-    return out;
-  }
-  absl::string_view view() const { return {static_cast<const char*>(data_), size_}; }
-  size_t size() const { return size_; }
-
- private:
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-void SyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
 }
 
 std::string Header(const char (&magic)[8], uint64_t position) {
@@ -222,12 +136,9 @@ StateStore::~StateStore() {
 
 void StateStore::SetAside(const std::string& name, const std::string& why,
                           RestoreReport& report) {
-  const std::string skipped = options_.dir + "/" + kSkippedDir;
-  ::mkdir(skipped.c_str(), 0750);
-  const std::string to = absl::StrCat(skipped, "/", name, ".", absl::ToUnixSeconds(absl::Now()));
-  const bool moved = ::rename((options_.dir + "/" + name).c_str(), to.c_str()) == 0;
-  report.skipped.push_back(absl::StrCat(name, ": ", why,
-                                        moved ? absl::StrCat(" (moved to ", to, ")") : ""));
+  const std::string to = MoveToSkipped(options_.dir, options_.dir + "/" + name, name);
+  report.skipped.push_back(
+      absl::StrCat(name, ": ", why, to.empty() ? "" : absl::StrCat(" (moved to ", to, ")")));
 }
 
 RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& clients,
@@ -284,9 +195,9 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
     std::string file;    // the journal it is in
     uint64_t position;  // where it starts
   };
-  // A deque: the records below point into these strings, which must not
-  // move as more files are read.
-  std::deque<FileBytes> journal_bytes;
+  // The records below point into these mappings (which stay where they are
+  // as the vector grows).
+  std::vector<FileBytes> journal_bytes;
   std::vector<Record> records;
   bool stopped = false;
   for (const auto& [start, name] : files.journals) {
