@@ -326,62 +326,71 @@ absl::Status Daemon::Start() {
     owner.gid = *gid;
     owner.group_given = true;
   }
-  std::unique_ptr<PushSpool> spool;
-  std::vector<ClosedWindow> republish;
-  if (!options_.state.dir.empty()) {
-    // Restored before anything is served: no batch is applied to a state
-    // that is not yet the one the last daemon acknowledged.
-    auto store = state::StateStore::Open(options_.state, Log, &stats_);
-    if (!store.ok()) return store.status();
-    state_ = *std::move(store);
-    if (options_.push.any()) {
-      auto opened = PushSpool::Open(options_.state.dir, options_.push.endpoints,
-                                    options_.state.fsync == state::StateOptions::Fsync::kAlways,
-                                    Log, stats_);
-      if (!opened.ok()) return opened.status();
-      spool = *std::move(opened);
-      state_->SetSnapshotBarrier(
-          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            publish_mu_.Lock();
-            if (pusher_) pusher_->AwaitWritten();
-          },
-          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { publish_mu_.Unlock(); });
-    }
-    if (run_as && as_root) {
-      if (absl::Status s = ChownStateDir(options_.state.dir, run_as->uid, run_as->gid); !s.ok()) {
-        return s;
+  {
+    // The pass lock from the restore to the first Publish: the store's
+    // snapshots start with the restore and take this lock (the barrier
+    // below), so none reads pusher_ while it is set, and none seals the
+    // journal's closes past the push mark before their windows are queued.
+    absl::MutexLock publishing(&publish_mu_);
+    std::unique_ptr<PushSpool> spool;
+    std::vector<ClosedWindow> republish;
+    if (!options_.state.dir.empty()) {
+      // Restored before anything is served: no batch is applied to a state
+      // that is not yet the one the last daemon acknowledged.
+      auto store = state::StateStore::Open(options_.state, Log, &stats_);
+      if (!store.ok()) return store.status();
+      state_ = *std::move(store);
+      if (options_.push.any()) {
+        auto opened = PushSpool::Open(options_.state.dir, options_.push.endpoints,
+                                      options_.state.fsync == state::StateOptions::Fsync::kAlways,
+                                      Log, stats_);
+        if (!opened.ok()) return opened.status();
+        spool = *std::move(opened);
+        state_->SetSnapshotBarrier(
+            [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              publish_mu_.Lock();
+              if (pusher_) pusher_->AwaitWritten();
+            },
+            [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { publish_mu_.Unlock(); });
       }
+      if (run_as && as_root) {
+        if (absl::Status s = ChownStateDir(options_.state.dir, run_as->uid, run_as->gid); !s.ok()) {
+          return s;
+        }
+      }
+      // The windows of closes past the push queues' mark were not yet
+      // written to them: the replay closes them again, for the pusher.
+      const uint64_t republish_after =
+          spool != nullptr && spool->published().has_value() ? *spool->published() : UINT64_MAX;
+      state::RestoreReport restored =
+          state_->Restore(aggregator_, ingest_service_.clients(), republish_after);
+      republish = std::move(restored.republish);
+      ingest_service_.SetJournal(state_.get());
+      for (const std::string& skipped : restored.skipped)
+        Log(absl::StrCat("state: skipped ", skipped));
+      Log(absl::StrCat("state: restored ", aggregator_.series_count(), " series and ",
+                       aggregator_.open_windows(), " open windows from ", options_.state.dir,
+                       restored.snapshot_loaded ? "" : " (no snapshot: a new state)", ", ",
+                       restored.records_replayed, " journal records replayed, in ",
+                       absl::FormatDuration(restored.took),
+                       "; windows whose grace ended meanwhile close now"));
     }
-    // The windows of closes past the push queues' mark were not yet
-    // written to them: the replay closes them again, for the pusher.
-    const uint64_t republish_after =
-        spool != nullptr && spool->published().has_value() ? *spool->published() : UINT64_MAX;
-    state::RestoreReport restored =
-        state_->Restore(aggregator_, ingest_service_.clients(), republish_after);
-    republish = std::move(restored.republish);
-    ingest_service_.SetJournal(state_.get());
-    for (const std::string& skipped : restored.skipped) Log(absl::StrCat("state: skipped ", skipped));
-    Log(absl::StrCat("state: restored ", aggregator_.series_count(), " series and ",
-                     aggregator_.open_windows(), " open windows from ", options_.state.dir,
-                     restored.snapshot_loaded ? "" : " (no snapshot: a new state)", ", ",
-                     restored.records_replayed, " journal records replayed, in ",
-                     absl::FormatDuration(restored.took),
-                     "; windows whose grace ended meanwhile close now"));
-  }
-  if (options_.push.any()) {
-    if (spool != nullptr && !spool->published().has_value()) {
-      // New queues: from here on every pass is either in the journal after
-      // the mark or in the queues.
-      spool->MarkPublished(state_->sealed_position());
-    }
-    auto pusher =
-        Pusher::Start(options_.push, stats_, clock_, Log, TORCHMON_VERSION, std::move(spool));
-    if (!pusher.ok()) return pusher.status();
-    pusher_ = *std::move(pusher);
-    if (!republish.empty()) {
-      Log(absl::StrCat("push: ", republish.size(),
-                       " series windows closed before the restart but not yet queued: queued now"));
-      pusher_->Publish(std::move(republish), state_->sealed_position());
+    if (options_.push.any()) {
+      if (spool != nullptr && !spool->published().has_value()) {
+        // New queues: from here on every pass is either in the journal after
+        // the mark or in the queues.
+        spool->MarkPublished(state_->sealed_position());
+      }
+      auto pusher =
+          Pusher::Start(options_.push, stats_, clock_, Log, TORCHMON_VERSION, std::move(spool));
+      if (!pusher.ok()) return pusher.status();
+      pusher_ = *std::move(pusher);
+      if (!republish.empty()) {
+        Log(absl::StrCat(
+            "push: ", republish.size(),
+            " series windows closed before the restart but not yet queued: queued now"));
+        pusher_->Publish(std::move(republish), state_->sealed_position());
+      }
     }
   }
   // Who sees every user's series (--peer-labels): root, the user the
