@@ -353,7 +353,9 @@ absl::Status Daemon::Start() {
             },
             [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { publish_mu_.Unlock(); });
       }
-      if (run_as && as_root) {
+      // A directory that cannot be written cannot change owner either: the
+      // restore below reads it as root.
+      if (run_as && as_root && state_->writable_at_start()) {
         if (absl::Status s = ChownStateDir(options_.state.dir, run_as->uid, run_as->gid); !s.ok()) {
           return s;
         }
@@ -622,10 +624,12 @@ void Daemon::Shutdown() {
   ingest_service_.StopApplying();
   CloseDueWindows();
   size_t partial_count = 0;
+  bool state_kept = true;
   if (state_ != nullptr) {
     // The open windows stay open, in the state: the next daemon closes
     // each once, whole, on time.
     if (absl::Status s = state_->Close(); !s.ok()) {
+      state_kept = false;
       Log(absl::StrCat("state: the stop's snapshot failed (", s.message(),
                        "); the next daemon restores the last one and the journal"));
     }
@@ -650,8 +654,8 @@ void Daemon::Shutdown() {
   ClientLog().Flush(/*everything=*/true);
   Log(state_ != nullptr
           ? absl::StrCat("stopped: ", aggregator_.series_count(), " series and ",
-                         aggregator_.open_windows(), " open windows kept in ",
-                         options_.state.dir)
+                         aggregator_.open_windows(), " open windows",
+                         state_kept ? " kept in " : ", not kept in ", options_.state.dir)
           : absl::StrCat("stopped: ", aggregator_.series_count(), " series, ", partial_count,
                          " open windows closed as partial"));
   for (const ListenAddress& addr : options_.listen) {

@@ -99,9 +99,11 @@ absl::StatusOr<std::unique_ptr<PushSpool>> PushSpool::Open(
     DaemonStats& stats) {
   std::unique_ptr<PushSpool> spool(new PushSpool(state_dir, sync, std::move(log), stats));
   const std::string& dir = spool->dir_;
+  // A folder that cannot be made (a state directory that cannot be
+  // written) is made again by the first write that finds it missing; until
+  // then the queues are in memory only, as when any write fails.
   if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("--state-dir: cannot make ", dir, ": ", std::strerror(errno)));
+    spool->Failed(absl::StrCat("making ", dir), errno);
   }
   std::map<std::string, size_t> wanted;
   for (size_t i = 0; i < endpoints.size(); ++i) {
@@ -113,8 +115,7 @@ absl::StatusOr<std::unique_ptr<PushSpool>> PushSpool::Open(
       spool->WriteFile(absl::StrCat(path, "/", kEndpointFile),
                        absl::StrCat(endpoints[i].url.text, "\n"));
     } else if (errno != EEXIST) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("--state-dir: cannot make ", path, ": ", std::strerror(errno)));
+      spool->Failed(absl::StrCat("making ", path), errno);
     }
   }
   for (const std::string& name : Entries(dir)) {
@@ -242,7 +243,14 @@ bool PushSpool::WriteFile(const std::string& path, const std::string& bytes) {
   const size_t slash = path.rfind('/');
   const std::string tmp =
       absl::StrCat(path.substr(0, slash + 1), kTmpPrefix, path.substr(slash + 1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0 && errno == ENOENT) {
+    // Its folder could not be made at the start: made now.
+    const std::string folder = path.substr(0, slash);
+    ::mkdir(dir_.c_str(), 0750);
+    ::mkdir(folder.c_str(), 0750);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  }
   int err = fd < 0 ? errno : 0;
   if (err == 0) state::WriteAll(fd, bytes.data(), bytes.size(), &err);
   if (err == 0 && sync_ && ::fdatasync(fd) != 0) err = errno;

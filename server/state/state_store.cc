@@ -90,10 +90,11 @@ absl::StatusOr<std::pair<StateOptions::Fsync, absl::Duration>> ParseFsync(absl::
   return std::make_pair(StateOptions::Fsync::kInterval, d);
 }
 
-StateStore::StateStore(StateOptions options, int lock_fd,
+StateStore::StateStore(StateOptions options, int lock_fd, bool writable,
                        std::function<void(const std::string&)> log, DaemonStats* stats)
     : options_(std::move(options)),
       lock_fd_(lock_fd),
+      writable_at_start_(writable),
       log_(std::move(log)),
       stats_(stats != nullptr ? *stats : own_stats_) {}
 
@@ -104,11 +105,29 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot create it"), errno);
   }
   const std::string lock_path = options.dir + "/lock";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (fd < 0) {
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  bool writable = true;
+  if (fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM)) {
+    // A directory it cannot write (a filesystem remounted read-only after
+    // errors, a directory of another owner): what it holds is restored and
+    // the daemon runs as on a full disk, retrying. Its lock is taken when
+    // the file is there (a second daemon cannot write either).
+    const int err = errno;
+    writable = false;
+    fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (log) {
+      log(absl::StrCat("state: --state-dir ", options.dir, " cannot be written (",
+                       std::strerror(err),
+                       "): restoring what it holds; batches are applied and acknowledged but not "
+                       "kept until a snapshot succeeds (retried every 5 s)"));
+    }
+    if (fd < 0 && errno != ENOENT) {
+      return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot read it"), errno);
+    }
+  } else if (fd < 0) {
     return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot write in it"), errno);
   }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);
     if (err == EWOULDBLOCK) {
@@ -120,7 +139,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot lock it"), err);
   }
   return std::unique_ptr<StateStore>(
-      new StateStore(std::move(options), fd, std::move(log), stats));
+      new StateStore(std::move(options), fd, writable, std::move(log), stats));
 }
 
 StateStore::~StateStore() {
@@ -131,7 +150,7 @@ StateStore::~StateStore() {
   if (background_.joinable()) background_.join();
   absl::MutexLock io(&io_mu_);
   if (journal_fd_ >= 0) ::close(journal_fd_);
-  ::close(lock_fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void StateStore::SetAside(const std::string& name, const std::string& why,
@@ -321,7 +340,10 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
     // and the start would wait for it; the background writes one soon if
     // anything was replayed (then the files before the one restored from
     // go).
-    if (absl::Status s = StartJournalLocked(position); !s.ok()) {
+    if (!writable_at_start_) {
+      broken_ = true;  // said by Open
+      stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
+    } else if (absl::Status s = StartJournalLocked(position); !s.ok()) {
       broken_ = true;
       stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
       if (log_) log_(absl::StrCat("state: ", s.message()));
@@ -415,6 +437,26 @@ absl::Status StateStore::StartJournalLocked(uint64_t position) {
 }
 
 absl::Status StateStore::Snapshot() {
+  {
+    // While writes fail, a file that cannot even be made fails this one
+    // before the state is copied (hundreds of MB with a long history).
+    bool broken;
+    {
+      absl::MutexLock io(&io_mu_);
+      broken = broken_;
+    }
+    if (broken) {
+      const std::string probe = options_.dir + "/snapshot-probe.tmp";
+      const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+      if (fd < 0) {
+        const int err = errno;
+        stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
+        return ErrnoStatus(absl::StrCat("writing in ", options_.dir), err);
+      }
+      ::close(fd);
+      ::unlink(probe.c_str());
+    }
+  }
   std::string file;
   uint64_t position;
   {
@@ -494,6 +536,7 @@ absl::Status StateStore::Snapshot() {
 void StateStore::Background() {
   absl::Time last_sync = absl::Now();
   absl::Time last_failed_snapshot = absl::InfinitePast();
+  bool snapshot_failing = false;
   for (;;) {
     {
       absl::MutexLock lock(&wake_mu_);
@@ -531,11 +574,17 @@ void StateStore::Background() {
       last_sync = absl::Now();
       absl::MutexLock io(&io_mu_);
       synced_ = std::max(synced_, sync_to);
-      }
+    }
     if (snapshot_due) {
       if (absl::Status s = Snapshot(); !s.ok()) {
         last_failed_snapshot = absl::Now();
-        if (log_) log_(absl::StrCat("state: snapshot failed: ", s.message()));
+        // Said once for a run of failures (retried every 5 s).
+        if (!snapshot_failing && log_) {
+          log_(absl::StrCat("state: snapshot failed: ", s.message(), " (retried every 5 s)"));
+        }
+        snapshot_failing = true;
+      } else {
+        snapshot_failing = false;
       }
     }
   }

@@ -78,8 +78,10 @@ struct RestoreReport {
 
 class StateStore final : public StateJournal {
  public:
-  // Opens (creating) `options.dir` and locks it: FailedPrecondition when
-  // another process holds it, PermissionDenied when it cannot be written.
+  // Opens (creating) `options.dir` and locks it: Unavailable when another
+  // process holds it. A directory that cannot be written (read-only
+  // filesystem, permissions) is opened for reading: logged, counted, and
+  // written again once a snapshot succeeds (writable_at_start()).
   // `stats` (may be null) gets the torchmon_daemon_state_* counts.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(
       StateOptions options, std::function<void(const std::string&)> log,
@@ -89,11 +91,10 @@ class StateStore final : public StateJournal {
   // Rebuilds `aggregator` and `clients` (both fresh, not yet journaling)
   // from the newest usable snapshot and the journal after it, then starts
   // journaling them in a new journal file and starts the snapshot and
-  // fsync threads (which write a snapshot soon if a journal was replayed). What could not be used is moved aside,
-  // logged and reported; the rest is never built from it.
-  // The windows closed by records that start at `republish_after` or later
-  // are in the report's `republish` (the push spool's mark: what the
-  // exporters had not yet written).
+  // fsync threads (which write a snapshot soon if a journal was replayed). What could not be used
+  // is moved aside, logged and reported; the rest is never built from it. The windows closed by
+  // records that start at `republish_after` or later are in the report's `republish` (the push
+  // spool's mark: what the exporters had not yet written).
   RestoreReport Restore(Aggregator& aggregator, ClientRegistry& clients,
                         uint64_t republish_after = UINT64_MAX);
 
@@ -121,10 +122,13 @@ class StateStore final : public StateJournal {
   bool Commit(uint64_t position) override;
 
   const StateOptions& options() const { return options_; }
+  // Whether the directory could be written at Open (else it is only read
+  // from, and snapshots are retried until one succeeds).
+  bool writable_at_start() const { return writable_at_start_; }
 
  private:
-  StateStore(StateOptions options, int lock_fd, std::function<void(const std::string&)> log,
-             DaemonStats* stats);
+  StateStore(StateOptions options, int lock_fd, bool writable,
+             std::function<void(const std::string&)> log, DaemonStats* stats);
 
   // Takes the gate, copies the state and starts a new journal file; then
   // writes the copy and removes what it makes obsolete.
@@ -136,7 +140,10 @@ class StateStore final : public StateJournal {
   void SetAside(const std::string& name, const std::string& why, RestoreReport& report);
 
   const StateOptions options_;
-  const int lock_fd_;
+  const int lock_fd_;  // -1: a directory it cannot write had no lock file
+  // False when the directory could not be written at Open: the daemon
+  // runs from what it restored, as on a full disk.
+  const bool writable_at_start_;
   const std::function<void(const std::string&)> log_;
   DaemonStats own_stats_;  // where the counts go without a daemon's
   DaemonStats& stats_;

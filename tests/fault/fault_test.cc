@@ -7,7 +7,9 @@
 //     = what that daemon process acknowledged.
 // Every wait is bounded; the deliberate pauses are fault windows (how long a
 // daemon stays dead), not waits for a condition.
+#include <dirent.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -719,6 +721,108 @@ TEST_F(FaultTest, SigtermUnderLoadClosesEveryWindowPartialAndLosesNoAcceptedSamp
           << "\nclient:\n" << report.raw << "\nfirst daemon:\n" << first_stderr;
     }
   }
+}
+
+// The files under `dir`, each with its size: what a run changed there.
+std::string Listing(const std::string& dir) {
+  std::string out;
+  std::vector<std::string> paths = {dir};
+  for (size_t i = 0; i < paths.size(); ++i) {
+    struct stat st {};
+    if (::lstat(paths[i].c_str(), &st) != 0) continue;
+    absl::StrAppend(&out, paths[i].substr(dir.size()), " ", st.st_size, "\n");
+    if (!S_ISDIR(st.st_mode)) continue;
+    DIR* d = ::opendir(paths[i].c_str());
+    if (d == nullptr) continue;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") paths.push_back(paths[i] + "/" + name);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+// A state directory read-only at start (a filesystem the kernel remounted
+// read-only after errors; here a read-only bind mount, which needs root, as
+// CI is): the daemon starts from what it holds, says so and counts it,
+// takes and acknowledges batches, pushes from memory, and stops cleanly,
+// changing nothing there.
+TEST_F(FaultTest, StateDirReadOnlyAtStartIsRestoredAndTheDaemonServesAndPushes) {
+  testing::ScriptedHttpServer receiver({{204, "", ""}});
+  const std::string state = dir().path() + "/state";
+  const std::vector<std::string> flags = {
+      "--grace",
+      "300ms",
+      "--state-dir",
+      state,
+      "--remote-write-url",
+      absl::StrCat("http://127.0.0.1:", receiver.port(), "/api/v1/write")};
+  auto daemon = StartDaemon(flags);
+  ASSERT_NE(daemon, nullptr);
+  auto first = LoadClient::Start(daemon->unix_target(), "0", {"--rate", "2000"});
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return AllFlowing(*daemon, 1, 4); }, std::chrono::seconds(20)));
+  const ClientReport before_report = first->Stop();
+  ASSERT_TRUE(before_report.flush_ok) << before_report.raw;
+  const auto before = SeriesByRank(*daemon);
+  ASSERT_EQ(before.size(), 4u);
+  auto stopped = daemon->Stop(SIGTERM, std::chrono::seconds(10));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(*stopped, 0);
+  daemon.reset();
+
+  if (::mount(state.c_str(), state.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    GTEST_SKIP() << "a bind mount needs root: " << std::strerror(errno);
+  }
+  struct Unmount {
+    const std::string& dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{state};
+  ASSERT_EQ(::mount(nullptr, state.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr), 0)
+      << std::strerror(errno);
+  const std::string files = Listing(state);
+  const size_t received_before = receiver.requests().size();
+
+  daemon = StartDaemon(flags);
+  ASSERT_NE(daemon, nullptr);
+  EXPECT_THAT(daemon->Stderr(), HasSubstr("cannot be written (Read-only file system): restoring "
+                                          "what it holds"));
+  EXPECT_THAT(daemon->Stderr(), HasSubstr("state: restored 4 series"));
+  // Restored: each series' counters go on from where the last daemon left them.
+  const auto restored = SeriesByRank(*daemon);
+  for (const auto& [key, info] : before) {
+    auto it = restored.find(key);
+    ASSERT_TRUE(it != restored.end()) << key;
+    EXPECT_EQ(it->second.counters().accepted(), info.counters().accepted()) << key;
+  }
+  auto scrape = HttpGet(daemon->metrics_address(), "/metrics");
+  ASSERT_TRUE(scrape.ok()) << scrape.status();
+  EXPECT_THAT(*scrape, Not(HasSubstr("torchmon_daemon_state_write_errors_total 0\n")));
+  EXPECT_THAT(*scrape, HasSubstr("torchmon_daemon_state_write_errors_total "));
+
+  // Serving: a new client's batches are applied, acknowledged, and pushed.
+  auto second = LoadClient::Start(daemon->unix_target(), "1", {"--rate", "2000"});
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return AllFlowing(*daemon, 2, 4); }, std::chrono::seconds(20)));
+  const ClientReport report = second->Stop();
+  EXPECT_TRUE(report.flush_ok) << report.raw;
+  ExpectClientAccountingExact(report, "client");
+  ExpectDaemonMatchesClient(SeriesByRank(*daemon), report, "1");
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const auto got = ReceivedByRank(receiver.requests());
+        return got.count("1/load.s0") != 0;
+      },
+      std::chrono::seconds(20)))
+      << received_before << " requests before the restart";
+
+  stopped = daemon->Stop(SIGTERM, std::chrono::seconds(10));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(*stopped, 0) << daemon->Stderr();
+  EXPECT_THAT(daemon->Stderr(), HasSubstr("the stop's snapshot failed"));
+  EXPECT_THAT(daemon->Stderr(), HasSubstr("open windows, not kept in " + state));
+  EXPECT_EQ(Listing(state), files);
 }
 
 TEST_F(FaultTest, HungDaemonKilledAndReplacedGetsTheUnacknowledgedBatchesAgain) {

@@ -4,12 +4,15 @@
 // SIGKILL leaves), and what it refuses to build from.
 #include "server/state/state_store.h"
 
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -248,7 +251,8 @@ TEST_F(StateStoreTest, TheWindowsClosedPastThePushMarkAreClosedAgainForThePusher
     d.Batch([&] {
       id = *d.aggregator.Define(Key("push.me", "3"), Spec(1000));
       const int64_t t = clock_.NowMs() * 1000;
-      EXPECT_TRUE(d.aggregator.AddSamples(id, std::vector<double>{1, 2, 4}, {t, t + 1, t + 2}).ok());
+      EXPECT_TRUE(
+          d.aggregator.AddSamples(id, std::vector<double>{1, 2, 4}, {t, t + 1, t + 2}).ok());
     });
     clock_.Advance(2000);
     closed = d.aggregator.CloseDueWindows();
@@ -327,7 +331,8 @@ TEST_F(StateStoreTest, WindowsARedefinitionClosedAreHandedOutOnceAcrossAStopOrAK
   Daemon d(dir_, clock_, StateOptions::Fsync::kNever, before_pass);
   EXPECT_THAT(d.report.skipped, IsEmpty());
   const std::vector<ClosedWindow> closed = d.aggregator.CloseDueWindows();
-  EXPECT_EQ(early_of(closed, "stopped") + early_of(closed, "killed") + early_of(closed, "taken"), 0u);
+  EXPECT_EQ(early_of(closed, "stopped") + early_of(closed, "killed") + early_of(closed, "taken"),
+            0u);
   // For the push queues, whose mark was before that pass: closed again.
   EXPECT_EQ(early_of(d.report.republish, "taken"), 1u);
 }
@@ -346,7 +351,11 @@ TEST_F(StateStoreTest, ATornLastRecordIsSkippedAndTheRestKept) {
     // A record being written when the process died: its header promises
     // more than is there.
     std::ofstream journal(dir_ + "/" + files[0], std::ios::app | std::ios::binary);
-    journal.write("\x40\x00\x00\x00" "12345678" "partial", 19);
+    journal.write(
+        "\x40\x00\x00\x00"
+        "12345678"
+        "partial",
+        19);
   }
   Daemon again(dir_, clock_);
   ASSERT_THAT(again.report.skipped, SizeIs(1));
@@ -519,6 +528,63 @@ TEST_F(StateStoreTest, AFullDiskIsSaidAndCountedAndTheNextSnapshotKeepsEverythin
   }
   Daemon again(dir_, clock_);
   EXPECT_EQ(Saved(again.aggregator, again.clients), before);
+}
+
+// The directory read-only at start (a filesystem the kernel remounted
+// read-only after errors; here a read-only bind mount of it, which needs
+// root, as CI is): restored, said, counted, run as on a full disk; once it
+// can be written, a snapshot keeps what was applied meanwhile.
+TEST_F(StateStoreTest, ADirectoryReadOnlyAtStartIsRestoredAndWrittenOnceItCanBe) {
+  const std::string before = TwoStops(dir_, clock_);
+  const std::vector<std::string> files = Files(dir_);
+  if (::mount(dir_.c_str(), dir_.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    GTEST_SKIP() << "a bind mount needs root: " << std::strerror(errno);
+  }
+  struct Unmount {
+    const std::string& dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{dir_};
+  ASSERT_EQ(::mount(nullptr, dir_.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr), 0)
+      << std::strerror(errno);
+  ASSERT_NE(::access(dir_.c_str(), W_OK), 0);
+  std::string during;
+  {
+    Daemon d(dir_, clock_);
+    ASSERT_NE(d.store, nullptr);
+    EXPECT_FALSE(d.store->writable_at_start());
+    EXPECT_TRUE(d.report.snapshot_loaded);
+    EXPECT_THAT(d.report.skipped, IsEmpty());
+    EXPECT_EQ(Saved(d.aggregator, d.clients), before);
+    ASSERT_FALSE(d.log.empty());
+    EXPECT_THAT(d.log[0], HasSubstr("cannot be written (Read-only file system): restoring what "
+                                    "it holds"));
+    EXPECT_GE(d.stats.state_write_errors.load(), 1u);
+    // Applied while nothing can be written: in memory, and no file changed.
+    Exercise(d, clock_, 3, "eval");
+    EXPECT_EQ(Files(dir_), files);
+    // A snapshot fails before it copies the state, and says why.
+    const absl::Status failed = d.store->Close();
+    EXPECT_EQ(failed.code(), absl::StatusCode::kPermissionDenied) << failed;
+    EXPECT_THAT(failed.message(), HasSubstr("Read-only file system"));
+  }
+  {
+    // Read-only again at the next start: the same state, nothing of the
+    // last run kept (it could not be).
+    Daemon d(dir_, clock_);
+    EXPECT_EQ(Saved(d.aggregator, d.clients), before);
+    ASSERT_EQ(::mount(nullptr, dir_.c_str(), nullptr, MS_BIND | MS_REMOUNT, nullptr), 0)
+        << std::strerror(errno);
+    Exercise(d, clock_, 3, "eval");
+    d.aggregator.FinishRestore();
+    during = Saved(d.aggregator, d.clients);
+    // Writable again: the snapshot keeps everything, and says so.
+    ASSERT_TRUE(d.store->Close().ok());
+    EXPECT_THAT(d.log.back(), HasSubstr(dir_ + " is written again"));
+  }
+  Daemon again(dir_, clock_);
+  EXPECT_TRUE(again.store->writable_at_start());
+  EXPECT_THAT(again.report.skipped, IsEmpty());
+  EXPECT_EQ(Saved(again.aggregator, again.clients), during);
 }
 
 TEST_F(StateStoreTest, TwoDaemonsCannotShareADirectory) {
