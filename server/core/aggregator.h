@@ -552,6 +552,11 @@ class Aggregator {
   // One operation of the aggregator's (ReplayRecord).
   bool ReplayLocked(JournalOp op, state::Reader& in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ClosedWindow>* replay_closed_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // A replayed run's samples, decoded: reused from run to run (a run of a
+  // sample or two of one of many series would otherwise cost two
+  // allocations, 10 % of a replay's time).
+  std::vector<double> replay_values_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> replay_timestamps_ ABSL_GUARDED_BY(mu_);
   // Between the first replayed record and FinishRestore: no deadlines are
   // kept (FinishRestore makes them from the open windows).
   bool replaying_ ABSL_GUARDED_BY(mu_) = false;

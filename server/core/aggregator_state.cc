@@ -431,8 +431,10 @@ bool Aggregator::ReplayLocked(JournalOp op, state::Reader& r) {
       const int64_t now = replay_base_.now + r.Signed("run time");
       const uint64_t id = replay_base_.id + static_cast<uint64_t>(r.Signed("run id"));
       const size_t n = r.Count("run samples", 9);
-      std::vector<double> values(n);
-      std::vector<int64_t> timestamps(n);
+      std::vector<double>& values = replay_values_;
+      std::vector<int64_t>& timestamps = replay_timestamps_;
+      values.resize(n);
+      timestamps.resize(n);
       r.Doubles(values.data(), n, "run values");
       int64_t t = replay_base_.timestamp_us;
       for (size_t i = 0; i < n && r.ok(); ++i) {
