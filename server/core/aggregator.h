@@ -320,7 +320,8 @@ class Aggregator {
   void SaveState(state::Writer& out) const ABSL_LOCKS_EXCLUDED(mu_);
   // Replaces the state with SaveState's; fails on the reader, leaving this
   // aggregator empty, when the bytes are not a state this build can hold.
-  // Before SetJournal only.
+  // Before SetJournal only; the open windows' deadlines are set by
+  // FinishRestore, after the journal's records are replayed.
   bool LoadState(state::Reader& in) ABSL_LOCKS_EXCLUDED(mu_);
   // Applies the operations of one journal record, in order: its own under
   // one hold of its lock, the others (`op` read, its operands next on `in`)

@@ -363,7 +363,6 @@ bool Aggregator::LoadState(state::Reader& r) {
       series_count_ = 0;
       return false;
     }
-    for (const OpenWindow& o : s->open) deadlines_.emplace(DeadlineMs(*s, o.index), id);
   }
   return true;
 }
