@@ -473,6 +473,7 @@ size_t Aggregator::CloseWindows(const std::shared_ptr<Series>& series, int64_t m
     const bool partial = mode == Close::kAllPartial ||
                          (mode == Close::kAllAt && start_ms + s.spec.window_ms > ms);
     s.history.Push(WindowRecord{start_ms, o.stats, partial, s.definition}, quantiles, limit);
+    ++s.pushed;
     if (out != nullptr) {
       out->push_back(ToClosedWindow(series, s.history.size() - 1));
       out->back().counters_ms = now;

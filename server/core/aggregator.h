@@ -315,9 +315,32 @@ class Aggregator {
   // state. Ingest callers hold the journal's gate around their changes; the
   // aggregator takes it itself for its own closes and expiries.
   void SetJournal(StateJournal* journal) ABSL_LOCKS_EXCLUDED(mu_);
+  // Where SaveState puts the series' closed windows: in the state
+  // (kInline), or in the history files SaveHistory writes (kApart: the
+  // state says how many each series pushed, not what they are).
+  enum class HistoryIn { kInline, kApart };
   // Writes the whole state. The caller holds the journal's gate (nothing
   // changes meanwhile).
-  void SaveState(state::Writer& out) const ABSL_LOCKS_EXCLUDED(mu_);
+  void SaveState(state::Writer& out, HistoryIn history = HistoryIn::kInline) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes the closed windows kept that no history file holds yet, and
+  // every window kept by the series whose slot is `part` modulo `parts`
+  // (parts = 1: all of them), and counts them as held. Under the journal's
+  // gate, with the kApart SaveState it goes with. Returns the windows
+  // written.
+  size_t SaveHistory(state::Writer& out, uint32_t part, uint32_t parts) ABSL_LOCKS_EXCLUDED(mu_);
+  // After LoadState of a kApart state, before any journal record: the
+  // windows of the history files `files` (their payloads, oldest first).
+  // Each series' come from the newest file with its copy of all it kept,
+  // and the files after it; windows of series no longer there, or older
+  // than a series keeps, are skipped unread. False (with why) on bytes
+  // that do not read.
+  bool LoadHistory(absl::Span<const absl::string_view> files, std::string* why)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // After the last LoadHistory: the series whose newest windows no file
+  // held (a file missing or damaged) lose their closed windows, whole,
+  // rather than keep a history with holes. Returns how many.
+  size_t FinishHistory() ABSL_LOCKS_EXCLUDED(mu_);
   // Replaces the state with SaveState's; fails on the reader, leaving this
   // aggregator empty, when the bytes are not a state this build can hold.
   // Before SetJournal only; the open windows' deadlines are set by
@@ -411,6 +434,12 @@ class Aggregator {
     SeriesKey key;
     // Closed windows with their quantile estimates.
     WindowHistory history;
+    // Windows ever pushed to `history` (the newest kept is window
+    // pushed - 1), and how many of them the state directory's history
+    // files hold (SaveHistory); while LoadHistory runs, the index after the
+    // last window it pushed.
+    uint64_t pushed = 0;
+    uint64_t segmented = 0;
     int64_t created_ms = 0;  // daemon clock
     int64_t defined_ms = 0;  // when `spec` took effect (daemon clock)
     // Streams' bindings using it (Define, Release); 0: it may be redefined.
@@ -558,6 +587,9 @@ class Aggregator {
   // allocations, 10 % of a replay's time).
   std::vector<double> replay_values_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> replay_timestamps_ ABSL_GUARDED_BY(mu_);
+  // Between LoadState of a kApart state and FinishHistory: by slot, the
+  // index of the oldest window the history files must give its series.
+  std::vector<uint64_t> history_needed_ ABSL_GUARDED_BY(mu_);
   // Between the first replayed record and FinishRestore: no deadlines are
   // kept (FinishRestore makes them from the open windows).
   bool replaying_ ABSL_GUARDED_BY(mu_) = false;

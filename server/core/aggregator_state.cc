@@ -3,8 +3,10 @@
 // the operations as it makes them (JournalOp).
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <utility>
 
+#include "absl/numeric/bits.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/aggregator.h"
 #include "server/core/state_wire.h"
@@ -19,6 +21,9 @@ constexpr uint64_t kIdSlotMask = 0xffffffffu;
 // refused by name, never misread. Version 1 (without the windows a
 // redefinition closed early, at the end) is still read.
 constexpr uint64_t kAggregatorStateVersion = 2;
+// The same with the closed windows apart, in history files (SaveHistory).
+constexpr uint64_t kAggregatorStateApartVersion = 3;
+constexpr uint64_t kHistoryVersion = 1;
 
 void WriteSpec(state::Writer& w, const StatSpec& spec) {
   w.U8(spec.aggregations);
@@ -160,6 +165,35 @@ ClosedWindow ReadClosed(state::Reader& r) {
   return c;
 }
 
+void WriteRecord(state::Writer& w, const WindowHistory::Entry& e) {
+  w.Signed(e.record.start_ms);
+  WriteStats(w, e.record.stats);
+  w.Bool(e.record.partial);
+  w.Varint(e.record.definition);
+  w.Doubles(e.quantiles.data(), e.quantiles.size());
+}
+
+// Reads a record and its row of `row.size()` quantiles.
+WindowRecord ReadRecord(state::Reader& r, std::vector<double>& row) {
+  WindowRecord record;
+  record.start_ms = r.Signed("window start");
+  record.stats = ReadStats(r);
+  record.partial = r.Bool("window partial");
+  record.definition = static_cast<uint32_t>(r.Varint("window definition"));
+  r.Doubles(row.data(), row.size(), "window quantiles");
+  return record;
+}
+
+// The room a history holding `kept` windows has in a daemon that pushed
+// them one by one (WindowHistory grows its ring by doubling, up to the
+// limit): a restored history grows again when that one would, not at the
+// journal's first close (with 100k series of 119 windows, that was
+// 500 MB of fresh pages in the replay).
+size_t RoomFor(size_t kept, size_t limit) {
+  if (kept <= 1) return kept;
+  return 1 + std::min<size_t>(limit - 1, absl::bit_ceil(kept - 1));
+}
+
 }  // namespace
 
 void Aggregator::JournalDefine(state::Writer& w, int64_t now, const SeriesKey& key,
@@ -188,9 +222,10 @@ void Aggregator::JournalImageOfLocked(SeriesId id) {
   }
 }
 
-void Aggregator::SaveState(state::Writer& w) const {
+void Aggregator::SaveState(state::Writer& w, HistoryIn history) const {
   absl::ReaderMutexLock lock(&mu_);
-  w.Varint(kAggregatorStateVersion);
+  const bool apart = history == HistoryIn::kApart;
+  w.Varint(apart ? kAggregatorStateApartVersion : kAggregatorStateVersion);
   WriteCounters(w, totals_);
   w.Varint(redefinitions_);
   w.Varint(slots_.size());
@@ -224,14 +259,12 @@ void Aggregator::SaveState(state::Writer& w) const {
       w.Signed(d.last_closed_index);
     }
     w.Varint(s.history.width());
-    w.Varint(s.history.size());
-    for (size_t i = 0; i < s.history.size(); ++i) {
-      const WindowHistory::Entry e = s.history[i];
-      w.Signed(e.record.start_ms);
-      WriteStats(w, e.record.stats);
-      w.Bool(e.record.partial);
-      w.Varint(e.record.definition);
-      w.Doubles(e.quantiles.data(), e.quantiles.size());
+    if (apart) {
+      w.Varint(s.pushed);
+      w.Varint(s.history.size());
+    } else {
+      w.Varint(s.history.size());
+      for (size_t i = 0; i < s.history.size(); ++i) WriteRecord(w, s.history[i]);
     }
     w.Signed(s.created_ms);
     w.Signed(s.defined_ms);
@@ -253,10 +286,12 @@ void Aggregator::SaveState(state::Writer& w) const {
 bool Aggregator::LoadState(state::Reader& r) {
   absl::MutexLock lock(&mu_);
   const uint64_t version = r.Varint("aggregator state version");
-  if (r.ok() && version != kAggregatorStateVersion && version != 1) {
+  if (r.ok() && version != kAggregatorStateVersion && version != kAggregatorStateApartVersion &&
+      version != 1) {
     r.Fail(absl::StrCat("the aggregator's state is of version ", version, "; this build reads ",
                         kAggregatorStateVersion));
   }
+  history_needed_.clear();
   totals_ = ReadCounters(r);
   redefinitions_ = r.Varint("redefinitions");
   const size_t slots = r.Count("slots", 2);
@@ -297,20 +332,32 @@ bool Aggregator::LoadState(state::Reader& r) {
       s->distribution = std::move(d);
     }
     const uint64_t width = r.Varint("history width");
-    const size_t kept = r.Count("history", 40);
     if (width > protocol::kMaxQuantiles * 64) r.Fail("history width out of range");
     s->history = WindowHistory(static_cast<uint16_t>(width));
     const size_t limit = std::max<size_t>(options_.history_windows, 1);
-    std::vector<double> row(width);
-    s->history.Reserve(std::min(kept, limit));
-    for (size_t j = 0; j < kept && r.ok(); ++j) {
-      WindowRecord record;
-      record.start_ms = r.Signed("window start");
-      record.stats = ReadStats(r);
-      record.partial = r.Bool("window partial");
-      record.definition = static_cast<uint32_t>(r.Varint("window definition"));
-      r.Doubles(row.data(), row.size(), "window quantiles");
-      s->history.Push(record, row, limit);
+    if (version == kAggregatorStateApartVersion) {
+      // The windows come from the history files (LoadHistory).
+      s->pushed = r.Varint("windows pushed");
+      const uint64_t kept = r.Varint("windows kept");
+      if (kept > s->pushed) r.Fail("more windows kept than pushed");
+      s->segmented = 0;
+      // The windows the files must hold: the newest of those it kept, as
+      // many as this daemon keeps.
+      const uint64_t wanted = std::min<uint64_t>(kept, limit);
+      history_needed_.resize(table.size(), 0);
+      history_needed_[i] = s->pushed - wanted;
+      s->history.Reserve(RoomFor(static_cast<size_t>(wanted), limit));
+    } else {
+      const size_t kept = r.Count("history", 40);
+      std::vector<double> row(width);
+      s->history.Reserve(RoomFor(std::min(kept, limit), limit));
+      for (size_t j = 0; j < kept && r.ok(); ++j) {
+        const WindowRecord record = ReadRecord(r, row);
+        s->history.Push(record, row, limit);
+      }
+      // No history file holds them yet.
+      s->pushed = s->history.size();
+      s->segmented = 0;
     }
     s->created_ms = r.Signed("created");
     s->defined_ms = r.Signed("defined");
@@ -365,6 +412,167 @@ bool Aggregator::LoadState(state::Reader& r) {
     }
   }
   return true;
+}
+
+size_t Aggregator::SaveHistory(state::Writer& w, uint32_t part, uint32_t parts) {
+  absl::MutexLock lock(&mu_);
+  parts = std::max<uint32_t>(parts, 1);
+  part %= parts;
+  w.Varint(kHistoryVersion);
+  w.Varint(part);
+  w.Varint(parts);
+  size_t written = 0;
+  std::string rows;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Series* s = slots_[i].series.get();
+    if (s == nullptr) continue;
+    const size_t kept = s->history.size();
+    const uint64_t first = s->pushed - kept;  // the oldest kept window's index
+    const uint64_t from = i % parts == part ? first : std::max(first, s->segmented);
+    s->segmented = s->pushed;
+    if (from >= s->pushed) continue;
+    // One entry: the series' id, its first window's index, its rows' width,
+    // how many, their bytes; then the windows, oldest first.
+    rows.clear();
+    state::Writer r(rows);
+    for (size_t j = static_cast<size_t>(from - first); j < kept; ++j) {
+      WriteRecord(r, s->history[j]);
+    }
+    w.Varint((uint64_t{slots_[i].generation} << 32) | i);
+    w.Varint(from);
+    w.Varint(s->history.width());
+    w.Varint(s->pushed - from);
+    w.Varint(rows.size());
+    w.out().append(rows);
+    written += static_cast<size_t>(s->pushed - from);
+  }
+  w.Varint(0);  // no id is 0
+  return written;
+}
+
+bool Aggregator::LoadHistory(absl::Span<const absl::string_view> files, std::string* why) {
+  absl::MutexLock lock(&mu_);
+  struct File {
+    state::Reader r;
+    uint64_t part = 0, parts = 1;
+  };
+  std::vector<File> read;
+  for (absl::string_view bytes : files) {
+    File f{state::Reader(bytes)};
+    const uint64_t version = f.r.Varint("history version");
+    if (f.r.ok() && version != kHistoryVersion) {
+      f.r.Fail(absl::StrCat("a history file of version ", version, "; this build reads ",
+                            kHistoryVersion));
+    }
+    f.part = f.r.Varint("history part");
+    f.parts = f.r.Varint("history parts");
+    if (f.r.ok() && (f.parts == 0 || f.part >= f.parts)) f.r.Fail("history part out of range");
+    if (!f.r.ok()) {
+      *why = f.r.status().ToString();
+      return false;
+    }
+    read.push_back(std::move(f));
+  }
+  // A series' windows start in the newest file with its copy of all it
+  // kept: what the files before give it, that file gives again.
+  auto copy_of = [&](size_t slot) {
+    for (size_t k = read.size(); k-- > 0;) {
+      if (slot % read[k].parts == read[k].part) return k;
+    }
+    return size_t{0};
+  };
+  // By slot, found once (each slot is one worker's: no two write one).
+  std::vector<uint32_t> first_file(slots_.size(), UINT32_MAX);
+  const size_t limit = std::max<size_t>(options_.history_windows, 1);
+  // Series are independent: each worker takes the series of its slots
+  // (slot modulo the workers) through every file, stepping over the
+  // others' entries by their length. A restore has the machine to itself.
+  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  std::vector<std::string> failed(workers);
+  auto work = [&](size_t worker) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::vector<double> row;
+    for (size_t k = 0; k < read.size(); ++k) {
+      state::Reader r = read[k].r;  // a copy: each worker reads on its own
+      while (r.ok()) {
+        const uint64_t id = r.Varint("history series");
+        if (id == 0) break;
+        const uint64_t from = r.Varint("history first window");
+        const uint64_t width = r.Varint("history width");
+        const size_t n = r.Count("history windows", 40);
+        const absl::string_view rows = r.Bytes(r.Varint("history bytes"), "history windows");
+        if (!r.ok()) break;
+        const size_t slot = static_cast<size_t>(id & kIdSlotMask);
+        if (slot % workers != worker) continue;
+        Series* s = FindLocked(id);
+        // A series removed since, or one whose first file is later.
+        if (s == nullptr) continue;
+        if (first_file[slot] == UINT32_MAX) first_file[slot] = static_cast<uint32_t>(copy_of(slot));
+        if (k < first_file[slot]) continue;
+        if (width > s->history.width() || from + n > s->pushed) {
+          r.Fail(absl::StrCat("history of series ", id, ": windows ", from, "-", from + n,
+                              " of width ", width, " where it pushed ", s->pushed, " of width ",
+                              s->history.width()));
+          break;
+        }
+        const uint64_t needed = slot < history_needed_.size() ? history_needed_[slot] : 0;
+        if (from + n <= std::max(needed, s->segmented)) continue;  // nothing it lacks
+        if (!s->history.empty() && from > s->segmented) {
+          // A hole: what came before it is not the series' run of windows
+          // (FinishHistory finds it short).
+          s->history = WindowHistory(s->history.width());
+        }
+        row.resize(width);
+        state::Reader in(rows);
+        for (size_t j = 0; j < n && in.ok(); ++j) {
+          const WindowRecord record = ReadRecord(in, row);
+          const uint64_t index = from + j;
+          if (index < needed || index < s->segmented) continue;
+          s->history.Push(record, row, limit);
+          s->segmented = index + 1;
+        }
+        if (!in.ok() || !in.done()) {
+          r.Fail(absl::StrCat("history of series ", id, ": ",
+                              in.ok() ? "bytes left after its windows" : in.status().ToString()));
+        }
+      }
+      if (!r.ok() || !r.done()) {
+        failed[worker] = r.ok() ? "bytes left after the windows" : r.status().ToString();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t) threads.emplace_back(work, t);
+  work(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::string& f : failed) {
+    if (!f.empty()) {
+      *why = f;
+      return false;
+    }
+  }
+  return true;
+}
+
+size_t Aggregator::FinishHistory() {
+  absl::MutexLock lock(&mu_);
+  const size_t limit = std::max<size_t>(options_.history_windows, 1);
+  size_t incomplete = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Series* s = slots_[i].series.get();
+    if (s == nullptr) continue;
+    const uint64_t needed = i < history_needed_.size() ? history_needed_[i] : s->pushed;
+    const uint64_t wanted = std::min<uint64_t>(s->pushed - needed, limit);
+    if (s->history.size() != wanted || (wanted != 0 && s->segmented != s->pushed)) {
+      ++incomplete;
+      s->history = WindowHistory(s->history.width());
+      s->pushed = 0;
+    }
+    s->segmented = s->pushed;
+  }
+  history_needed_.clear();
+  history_needed_.shrink_to_fit();
+  return incomplete;
 }
 
 bool Aggregator::ReplayRecord(state::Reader& r,

@@ -185,6 +185,13 @@ class Reader {
     pos_ += n;
     return s;
   }
+  // The next `n` bytes as they are (a part read, or skipped, as a whole).
+  absl::string_view Bytes(size_t n, absl::string_view what) {
+    if (!Need(n, what)) return {};
+    const absl::string_view out = in_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
   // `n` doubles (Writer::Doubles).
   bool Doubles(double* out, size_t n, absl::string_view what) {
     if (n == 0) return ok();  // out may be null then

@@ -62,7 +62,10 @@ class WindowHistory {
   void Widen(uint16_t width) {
     if (width <= width_) return;
     const size_t rows = 1 + older_.capacity();
+    // The new columns are NaN, as Push leaves a shorter row's: a history
+    // rebuilt by pushing the same windows holds the same rows.
     auto grown = std::make_unique<double[]>(rows * width);
+    std::fill_n(grown.get(), rows * width, std::numeric_limits<double>::quiet_NaN());
     if (rows_ != nullptr) {
       for (size_t r = 0; r < rows; ++r) {
         std::copy_n(rows_.get() + r * width_, width_, grown.get() + r * width);

@@ -5,7 +5,12 @@
 //
 // On disk, in the directory (docs/reliability.md):
 //   lock                     flock()ed by the daemon using the directory
-//   snapshot-<position>      the state when the journal stood at <position>
+//   snapshot-<position>      the state when the journal stood at <position>,
+//                            without the series' closed windows, which are
+//                            in the history files it names
+//   history-<sequence>       closed windows: those closed since the snapshot
+//                            before, and every one kept by one in 32 of
+//                            the series, in turn; the newest 32 hold them all
 //   journal-<position>       the journal's records from <position> on
 // Positions are bytes of journal records since the directory was created,
 // 16 hex digits. A record is [length u32][check u64][payload]: one ingest
@@ -15,11 +20,14 @@
 // commits it (write(2) to the journal file, one write for every record
 // sealed meanwhile) before the batch is acknowledged; what is written is in
 // the page cache, which survives the process. fsync: per --state-fsync.
-// A snapshot is taken every `snapshot_bytes` of journal, at stop, and soon
-// after a start that replayed a journal; it starts a new journal file, and
-// once it is on disk the files before the previous snapshot are removed:
-// that one and its journal stay, a fallback should the newest be found
-// damaged.
+// A snapshot is taken every `snapshot_bytes` of journal (or half the last
+// snapshot's size, if more; at most one per `snapshot_interval`), at stop,
+// and soon after a start that replayed a journal; it starts a new journal
+// file, and once it is on disk the files before the previous snapshot are
+// removed: that one, its journal and its history files stay, a fallback
+// should the newest be found damaged. The closed windows apart, a snapshot
+// costs about what the series' open state does, not their history: a kill
+// replays at most about a snapshot's worth of journal.
 //
 // Thread-safe.
 #ifndef TORCHMON_SERVER_STATE_STATE_STORE_H_
@@ -31,6 +39,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -53,9 +62,11 @@ struct StateOptions {
   enum class Fsync { kNever, kInterval, kAlways };
   Fsync fsync = Fsync::kInterval;
   absl::Duration fsync_interval = absl::Seconds(1);
-  // Journal bytes between snapshots: this, or twice the last snapshot's
-  // size if that is more.
-  uint64_t snapshot_bytes = 64 << 20;
+  // Journal bytes between snapshots: this, or half the last snapshot's
+  // size without its history file if that is more; and at least
+  // `snapshot_interval` between them (a stop's and a start's excepted).
+  uint64_t snapshot_bytes = 8 << 20;
+  absl::Duration snapshot_interval = absl::Seconds(1);
 };
 
 // Parses --state-fsync: "always", "never", or a duration ("1s", "200ms").
@@ -133,6 +144,10 @@ class StateStore final : public StateJournal {
   // Takes the gate, copies the state and starts a new journal file; then
   // writes the copy and removes what it makes obsolete.
   absl::Status Snapshot() ABSL_LOCKS_EXCLUDED(gate_, io_mu_);
+  // Writes `bytes` (a header, 16 bytes for its length and check, then
+  // what they cover) as `name`, whole: under a temporary name, synced,
+  // then renamed. Fills in the length and check.
+  absl::Status WriteWhole(const std::string& name, std::string& bytes);
   // Opens journal-<position> for appending (io_mu_ held).
   absl::Status StartJournalLocked(uint64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void Background();
@@ -171,6 +186,21 @@ class StateStore final : public StateJournal {
   bool closed_ ABSL_GUARDED_BY(io_mu_) = false;
   // A snapshot is due at once (the restore replayed a journal).
   bool snapshot_soon_ ABSL_GUARDED_BY(io_mu_) = false;
+  // The last snapshot's size without its history file: the journal
+  // between snapshots is at least this (replaying it costs about what
+  // writing the snapshot does).
+  uint64_t last_snapshot_live_bytes_ ABSL_GUARDED_BY(io_mu_) = 0;
+  absl::Time last_snapshot_ ABSL_GUARDED_BY(io_mu_) = absl::InfinitePast();
+
+  // The history files (history-<sequence>) the newest snapshot names,
+  // oldest first, and those of the one before it (its fallback: kept
+  // too); the next file's sequence; whether the next file must hold every
+  // closed window (the files named cannot be counted on). Touched by
+  // Restore and Snapshot only, which never run at once.
+  std::vector<uint64_t> chain_;
+  std::vector<uint64_t> fallback_chain_;
+  uint64_t next_history_ = 0;
+  bool history_whole_next_ = true;
 
   // Records sealed but not yet written, and the position after them.
   absl::Mutex pending_mu_ ABSL_ACQUIRED_AFTER(gate_, io_mu_);

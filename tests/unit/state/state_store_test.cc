@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,8 +68,8 @@ std::vector<std::string> Files(const std::string& dir) {
 struct Daemon {
   explicit Daemon(const std::string& dir, ManualClock& clock,
                   StateOptions::Fsync fsync = StateOptions::Fsync::kNever,
-                  uint64_t republish_after = UINT64_MAX)
-      : aggregator(Options(), clock), clients(clock, 60'000, 100) {
+                  uint64_t republish_after = UINT64_MAX, size_t history_windows = 8)
+      : aggregator(Options(history_windows), clock), clients(clock, 60'000, 100) {
     StateOptions options;
     options.dir = dir;
     options.fsync = fsync;
@@ -79,10 +80,10 @@ struct Daemon {
     store = *std::move(opened);
     report = store->Restore(aggregator, clients, republish_after);
   }
-  static AggregatorOptions Options() {
+  static AggregatorOptions Options(size_t history_windows) {
     AggregatorOptions o;
     o.grace_ms = 500;
-    o.history_windows = 8;
+    o.history_windows = history_windows;
     return o;
   }
   // Client `instance`'s batch `sequence` applied, as a stream records it.
@@ -585,6 +586,162 @@ TEST_F(StateStoreTest, ADirectoryReadOnlyAtStartIsRestoredAndWrittenOnceItCanBe)
   EXPECT_TRUE(again.store->writable_at_start());
   EXPECT_THAT(again.report.skipped, IsEmpty());
   EXPECT_EQ(Saved(again.aggregator, again.clients), during);
+}
+
+std::vector<std::string> HistoryFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  std::unique_ptr<FILE, int (*)(FILE*)> ls(
+      ::popen(absl::StrCat("ls ", dir, " | grep ^history-").c_str(), "r"), ::pclose);
+  char line[256];
+  while (ls != nullptr && std::fgets(line, sizeof line, ls.get()) != nullptr) {
+    out.emplace_back(line, std::strlen(line) - 1);
+  }
+  return out;
+}
+
+// Snapshot after snapshot, the closed windows go to history files: each
+// holds those closed since the snapshot before, and every window of a
+// 32nd of the series, in turn. Across 80 stops and kills each restore
+// rebuilds exactly the state before it, every series' windows included: an
+// idle series' too, whose windows all closed before the first stop (the
+// file that held them went long ago). No more files stay than two
+// snapshots name.
+TEST_F(StateStoreTest, ClosedWindowsInHistoryFilesAreRestoredExactlyAcrossManySnapshots) {
+  std::string expected;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 4, "idle");
+    d.aggregator.FinishRestore();
+    expected = Saved(d.aggregator, d.clients);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  for (int i = 0; i < 80; ++i) {
+    Daemon d(dir_, clock_);
+    ASSERT_TRUE(d.report.snapshot_loaded) << i;
+    EXPECT_THAT(d.report.skipped, IsEmpty()) << i;
+    ASSERT_EQ(Saved(d.aggregator, d.clients), expected) << "restore " << i;
+    Exercise(d, clock_, 2, i % 2 == 0 ? "train" : "eval");
+    d.aggregator.FinishRestore();
+    expected = Saved(d.aggregator, d.clients);
+    // Every third one killed: its journal since the last stop replays.
+    if (i % 3 != 2) {
+      ASSERT_TRUE(d.store->Close().ok());
+    }
+  }
+  EXPECT_LE(HistoryFiles(dir_).size(), 33u);
+}
+
+// Series that keep more windows than the last 32 snapshots' files give
+// them (2 a snapshot, 100 kept): each one's copy of all it keeps is in one
+// file, and the files before it hold some of the same windows. Each
+// restore of 100 (stops and kills) is exactly the state before it.
+TEST_F(StateStoreTest, LongHistoriesAreRestoredWholeWhicheverFileHoldsTheirCopy) {
+  constexpr size_t kHistory = 100;
+  std::string expected;
+  std::vector<SeriesKey> keys;
+  for (int i = 0; i < 20; ++i) keys.push_back(Key("step_ms", std::to_string(i)));
+  for (int cycle = 0; cycle < 100; ++cycle) {
+    Daemon d(dir_, clock_, StateOptions::Fsync::kNever, UINT64_MAX, kHistory);
+    if (cycle > 0) {
+      ASSERT_EQ(Saved(d.aggregator, d.clients), expected) << "restore " << cycle;
+    }
+    EXPECT_THAT(d.report.skipped, IsEmpty()) << cycle;
+    // Two windows of 100 ms closed by every series (one by every fourth,
+    // so that the series do not keep in step).
+    for (int w = 0; w < 2; ++w) {
+      d.Batch([&] {
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (w == 1 && i % 4 == 0) continue;
+          const SeriesId id = *d.aggregator.Define(keys[i], Spec(100, {0.5}));
+          const int64_t t = clock_.NowMs() * 1000;
+          const std::vector<double> v = {double(cycle), double(w), double(i)};
+          EXPECT_TRUE(d.aggregator.AddSamples(id, v, {t, t + 1, t + 2}).ok());
+          d.aggregator.Release(id);
+        }
+      });
+      clock_.Advance(700);
+      d.aggregator.CloseDueWindows();
+    }
+    d.aggregator.FinishRestore();
+    expected = Saved(d.aggregator, d.clients);
+    if (cycle % 3 != 2) {
+      ASSERT_TRUE(d.store->Close().ok());
+    }
+  }
+}
+
+// A history file damaged: the series whose windows only it held lose
+// their closed windows (said, counted), the others keep theirs, and the
+// next snapshot holds every window again.
+TEST_F(StateStoreTest, ADamagedHistoryFileCostsOnlyTheSeriesWhoseWindowsItHeld) {
+  for (int i = 0; i < 5; ++i) {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 2, i == 0 ? "idle" : "train");
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  const std::vector<std::string> histories = HistoryFiles(dir_);
+  ASSERT_GE(histories.size(), 2u);
+  // The newest: the windows closed since the last stop, those of "train".
+  FlipAByte(dir_ + "/" + histories.back(), 40);
+  std::string expected;
+  {
+    Daemon d(dir_, clock_);
+    EXPECT_TRUE(d.report.snapshot_loaded);
+    ASSERT_THAT(d.report.skipped, SizeIs(2));
+    EXPECT_THAT(d.report.skipped[0], HasSubstr(histories.back() + ": its check does not match"));
+    EXPECT_THAT(d.report.skipped[1], HasSubstr("their history starts again"));
+    EXPECT_GE(d.stats.state_skipped.load(), 2u);
+    const size_t series = d.aggregator.series_count();
+    const std::string& said = d.report.skipped[1];
+    const size_t at = said.find(" of ") + 4;
+    size_t lost = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(said.substr(at, said.find(' ', at) - at), &lost)) << said;
+    EXPECT_GT(lost, 0u);
+    EXPECT_LT(lost, series);  // the idle series kept theirs
+    d.aggregator.FinishRestore();
+    expected = Saved(d.aggregator, d.clients);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  Daemon again(dir_, clock_);
+  EXPECT_THAT(again.report.skipped, IsEmpty());
+  EXPECT_EQ(Saved(again.aggregator, again.clients), expected);
+}
+
+// A snapshot of the layout before history files (its closed windows in
+// it) is restored, and the next snapshot moves them to a history file.
+TEST_F(StateStoreTest, ASnapshotWithItsClosedWindowsInsideIsRestored) {
+  std::string before;
+  {
+    Daemon d(dir_, clock_);
+    Exercise(d, clock_, 4);
+    d.aggregator.FinishRestore();
+    before = Saved(d.aggregator, d.clients);  // that layout's payload
+  }
+  ASSERT_EQ(std::system(absl::StrCat("rm -f ", dir_, "/journal-* ", dir_, "/snapshot-* ", dir_,
+                                     "/history-*")
+                            .c_str()),
+            0);
+  {
+    std::string file("TMSNAP\0\1", 8);
+    Writer w(file);
+    w.Fixed64(0);
+    w.Fixed64(before.size());
+    w.Fixed64(Check(before));
+    file += before;
+    std::ofstream f(dir_ + "/snapshot-0000000000000000", std::ios::binary);
+    f << file;
+  }
+  {
+    Daemon d(dir_, clock_);
+    EXPECT_TRUE(d.report.snapshot_loaded);
+    EXPECT_THAT(d.report.skipped, IsEmpty());
+    EXPECT_EQ(Saved(d.aggregator, d.clients), before);
+    ASSERT_TRUE(d.store->Close().ok());
+  }
+  EXPECT_THAT(HistoryFiles(dir_), SizeIs(1));
+  Daemon again(dir_, clock_);
+  EXPECT_THAT(again.report.skipped, IsEmpty());
+  EXPECT_EQ(Saved(again.aggregator, again.clients), before);
 }
 
 TEST_F(StateStoreTest, TwoDaemonsCannotShareADirectory) {
