@@ -103,8 +103,10 @@ const SelfMetric kSelfMetrics[] = {
     {"torchmon_daemon_state_snapshots_total", "counter", "",
      "Snapshots of the state written to --state-dir.", "snapshots of the state written",
      Plain<&DaemonStats::state_snapshots>},
-    {"torchmon_daemon_state_snapshot_bytes", "gauge", "", "Size of the last snapshot written.",
-     "size of the last snapshot written, bytes", Plain<&DaemonStats::state_snapshot_bytes>},
+    {"torchmon_daemon_state_snapshot_bytes", "gauge", "",
+     "Size of the last snapshot written, its history file included.",
+     "size of the last snapshot written, its history file included, bytes",
+     Plain<&DaemonStats::state_snapshot_bytes>},
     {"torchmon_daemon_state_write_errors_total", "counter", "",
      "Writes to --state-dir that failed (the state is kept again once a snapshot succeeds).",
      "writes to `--state-dir` that failed: what was acknowledged meanwhile survives a kill "
