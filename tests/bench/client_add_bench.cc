@@ -7,6 +7,7 @@
 // "dropped" counter is the fraction of adds that found no room (then
 // the figure measures the drop path, not the push, and should be discounted).
 #include <malloc.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -249,6 +250,80 @@ BENCHMARK(BM_StatAdd_SeparateStats)
     ->Iterations(kRunSamples)
     ->UseRealTime();
 BENCHMARK(BM_StatAdd_SameStat)->Threads(2)->Iterations(kRunSamples / 2)->UseRealTime();
+
+// --- Stat::add: the steady state and the first touch, apart -----------------
+//
+// BM_StatAdd_SeparateStats mixes two costs in its short runs: the first
+// adds into chunks the stat has never written (fresh pages) and the adds
+// into warm ones. These two say each alone.
+//
+// Steady: one stat, warmed by a run first, then bursts of kRunSamples adds
+// each after a flush (timed: the adds only), for as many bursts as the
+// benchmark wants: a thread adding for seconds to chunks it has written
+// before, never dropping. First touch: a new stat per burst, so each burst
+// writes chunks nothing wrote before (the stats before it are kept, so
+// their chunks are not handed to it again). Both report the adding
+// thread's page faults (getrusage RUSAGE_THREAD over the timed adds only,
+// not the flushes) per sample and per burst.
+
+int64_t ThreadMinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+void RunStatAddBursts(benchmark::State& state, bool fresh_stat) {
+  DaemonFixture& f = Daemon();
+  auto make = [&] {
+    return std::make_unique<Stat>(*f.client, "bench.burst",
+                                  std::vector<torchmon::StatAggregation>{Aggregation::MEAN},
+                                  std::chrono::seconds(10));
+  };
+  std::unique_ptr<Stat> stat = make();
+  double v = 0;
+  if (!fresh_stat) {
+    for (size_t i = 0; i < kRunSamples; ++i) stat->add(v += 1);  // warms its chunks
+  }
+  const uint64_t dropped_before = stat->dropped();
+  uint64_t dropped = 0;
+  std::vector<std::unique_ptr<Stat>> kept;  // first touch: earlier bursts' stats
+  int64_t faults = 0;
+  int64_t bursts = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    if (!f.client->Flush(std::chrono::seconds(10)).ok()) {
+      state.SkipWithError("Flush before a burst failed");
+      break;
+    }
+    if (fresh_stat) {
+      dropped += stat->dropped();
+      kept.push_back(std::move(stat));
+      stat = make();
+    }
+    const int64_t faults_before = ThreadMinorFaults();
+    state.ResumeTiming();
+    for (size_t i = 0; i < kRunSamples; ++i) stat->add(v += 1);
+    state.PauseTiming();
+    faults += ThreadMinorFaults() - faults_before;
+    state.ResumeTiming();
+    ++bursts;
+  }
+  dropped += stat->dropped() - (fresh_stat ? 0 : dropped_before);
+  const double samples = static_cast<double>(bursts) * kRunSamples;
+  state.SetItemsProcessed(static_cast<int64_t>(samples));
+  state.counters["faults_per_sample"] = samples > 0 ? faults / samples : 0;
+  state.counters["faults_per_burst"] = bursts > 0 ? static_cast<double>(faults) / bursts : 0;
+  state.counters["tsc"] = detail::WallClock::UsesTsc() ? 1 : 0;
+  state.counters["dropped"] = static_cast<double>(dropped);
+  if (dropped != 0) state.SkipWithError("samples were dropped; the figure would mix in drops");
+}
+
+void BM_StatAdd_Steady(benchmark::State& state) { RunStatAddBursts(state, false); }
+void BM_StatAdd_FirstTouch(benchmark::State& state) { RunStatAddBursts(state, true); }
+// Per iteration: a burst of kRunSamples adds; ns per sample is the time
+// over items (items_per_second).
+BENCHMARK(BM_StatAdd_Steady)->Iterations(64)->UseRealTime();
+BENCHMARK(BM_StatAdd_FirstTouch)->Iterations(64)->UseRealTime();
 
 // --- A wait counter's begin/end pair ------------------------------------------
 //
