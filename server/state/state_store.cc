@@ -130,14 +130,15 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     const int err = errno;
     writable = false;
     fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int read_err = fd < 0 ? errno : 0;  // before the log line, which may set errno
     if (log) {
       log(absl::StrCat("state: --state-dir ", options.dir, " cannot be written (",
                        std::strerror(err),
                        "): restoring what it holds; batches are applied and acknowledged but not "
                        "kept until a snapshot succeeds (retried every 5 s)"));
     }
-    if (fd < 0 && errno != ENOENT) {
-      return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot read it"), errno);
+    if (fd < 0 && read_err != ENOENT) {
+      return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot read it"), read_err);
     }
   } else if (fd < 0) {
     return ErrnoStatus(absl::StrCat("--state-dir ", options.dir, ": cannot write in it"), errno);
