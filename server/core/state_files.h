@@ -50,6 +50,21 @@ inline bool WriteAll(int fd, const char* data, size_t n, int* err) {
   return true;
 }
 
+// Writes `bytes` as `path`, whole: into `tmp`, fsync()ed if `sync`, then
+// renamed over `path`, so that `path` is never half written. A failure
+// leaves no `tmp` behind. Returns 0, or the errno that failed it.
+inline int WriteFileWhole(const std::string& tmp, const std::string& path, absl::string_view bytes,
+                          bool sync) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  int err = fd < 0 ? errno : 0;
+  if (err == 0) WriteAll(fd, bytes.data(), bytes.size(), &err);
+  if (err == 0 && sync && ::fsync(fd) != 0) err = errno;
+  if (fd >= 0) ::close(fd);
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) ::unlink(tmp.c_str());
+  return err;
+}
+
 // fsync()s a directory, so that the names made in it are on disk too.
 inline bool SyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -243,22 +243,15 @@ bool PushSpool::WriteFile(const std::string& path, const std::string& bytes) {
   const size_t slash = path.rfind('/');
   const std::string tmp =
       absl::StrCat(path.substr(0, slash + 1), kTmpPrefix, path.substr(slash + 1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0 && errno == ENOENT) {
+  int err = state::WriteFileWhole(tmp, path, bytes, sync_);
+  if (err == ENOENT) {
     // Its folder could not be made at the start: made now.
-    const std::string folder = path.substr(0, slash);
     ::mkdir(dir_.c_str(), 0750);
-    ::mkdir(folder.c_str(), 0750);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    ::mkdir(path.substr(0, slash).c_str(), 0750);
+    err = state::WriteFileWhole(tmp, path, bytes, sync_);
   }
-  int err = fd < 0 ? errno : 0;
-  if (err == 0) state::WriteAll(fd, bytes.data(), bytes.size(), &err);
-  if (err == 0 && sync_ && ::fdatasync(fd) != 0) err = errno;
-  if (fd >= 0) ::close(fd);
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err == 0 && sync_ && !state::SyncDir(path.substr(0, slash))) err = errno;
   if (err != 0) {
-    ::unlink(tmp.c_str());
     Failed(absl::StrCat("writing ", path), err);
     return false;
   }

@@ -683,18 +683,11 @@ absl::Status StateStore::WriteWhole(const std::string& name, std::string& bytes)
   t.Fixed64(payload.size());
   t.Fixed64(Check(payload));
   bytes.replace(16, 16, tail);
-  const std::string tmp = options_.dir + "/" + name + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  int err = 0;
-  if (fd < 0 || !WriteAll(fd, bytes.data(), bytes.size(), &err) || ::fsync(fd) != 0 ||
-      ::rename(tmp.c_str(), (options_.dir + "/" + name).c_str()) != 0) {
-    if (err == 0) err = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
+  const std::string path = options_.dir + "/" + name;
+  if (const int err = WriteFileWhole(path + ".tmp", path, bytes, /*sync=*/true); err != 0) {
     stats_.state_write_errors.fetch_add(1, std::memory_order_relaxed);
-    return ErrnoStatus(absl::StrCat("writing ", options_.dir, "/", name), err);
+    return ErrnoStatus(absl::StrCat("writing ", path), err);
   }
-  ::close(fd);
   return absl::OkStatus();
 }
 
