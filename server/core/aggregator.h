@@ -326,9 +326,8 @@ class Aggregator {
   // Writes the closed windows kept that no history file holds yet, and
   // every window kept by the series whose slot is `part` modulo `parts`
   // (parts = 1: all of them), and counts them as held. Under the journal's
-  // gate, with the kApart SaveState it goes with. Returns the windows
-  // written.
-  size_t SaveHistory(state::Writer& out, uint32_t part, uint32_t parts) ABSL_LOCKS_EXCLUDED(mu_);
+  // gate, with the kApart SaveState it goes with.
+  void SaveHistory(state::Writer& out, uint32_t part, uint32_t parts) ABSL_LOCKS_EXCLUDED(mu_);
   // After LoadState of a kApart state, before any journal record: the
   // windows of the history files `files` (their payloads, oldest first).
   // Each series' come from the newest file with its copy of all it kept,

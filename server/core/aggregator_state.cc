@@ -414,14 +414,13 @@ bool Aggregator::LoadState(state::Reader& r) {
   return true;
 }
 
-size_t Aggregator::SaveHistory(state::Writer& w, uint32_t part, uint32_t parts) {
+void Aggregator::SaveHistory(state::Writer& w, uint32_t part, uint32_t parts) {
   absl::MutexLock lock(&mu_);
   parts = std::max<uint32_t>(parts, 1);
   part %= parts;
   w.Varint(kHistoryVersion);
   w.Varint(part);
   w.Varint(parts);
-  size_t written = 0;
   std::string rows;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Series* s = slots_[i].series.get();
@@ -444,10 +443,8 @@ size_t Aggregator::SaveHistory(state::Writer& w, uint32_t part, uint32_t parts) 
     w.Varint(s->pushed - from);
     w.Varint(rows.size());
     w.out().append(rows);
-    written += static_cast<size_t>(s->pushed - from);
   }
   w.Varint(0);  // no id is 0
-  return written;
 }
 
 bool Aggregator::LoadHistory(absl::Span<const absl::string_view> files, std::string* why) {

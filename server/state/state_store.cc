@@ -51,6 +51,24 @@ std::string Header(const char (&magic)[8], uint64_t position) {
   return h;
 }
 
+// Why `bytes` is not a whole file that WriteWhole wrote with `magic` at
+// `at` (its header's position or sequence), or "" with `payload` set.
+std::string NotWhole(absl::string_view bytes, const char (&magic)[8], uint64_t at,
+                     absl::string_view kind, absl::string_view* payload) {
+  if (bytes.size() < kFileHeader + 16 || bytes.substr(0, 8) != absl::string_view(magic, 8)) {
+    return absl::StrCat("not a torchmond ", kind, " of this version");
+  }
+  Reader h(bytes.substr(8, 24));
+  const uint64_t position = h.Fixed64("position");
+  const uint64_t length = h.Fixed64("length");
+  const uint64_t check = h.Fixed64("check");
+  *payload = bytes.substr(32);
+  if (position != at || length != payload->size() || Check(*payload) != check) {
+    return "its check does not match its content (a torn or damaged file)";
+  }
+  return "";
+}
+
 // The files of the directory by kind, keyed by position.
 struct Listing {
   std::map<uint64_t, std::string> snapshots, journals, histories;
@@ -207,25 +225,16 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
   for (auto it = files.snapshots.rbegin(); it != files.snapshots.rend(); ++it) {
     absl::StatusOr<FileBytes> bytes = FileBytes::Read(options_.dir + "/" + it->second);
     std::string why;
-    const absl::string_view magic =
-        bytes.ok() && bytes->size() >= 8 ? bytes->view().substr(0, 8) : absl::string_view();
-    apart = magic == absl::string_view(kSnapshotApartMagic, 8);
+    absl::string_view payload;
     if (!bytes.ok()) {
       why = bytes.status().ToString();
-    } else if (bytes->size() < kFileHeader + 16 ||
-               (!apart && magic != absl::string_view(kSnapshotMagic, 8))) {
-      why = "not a torchmond snapshot of this version";
     } else {
-      Reader h(bytes->view().substr(8, 24));
-      const uint64_t position = h.Fixed64("position");
-      const uint64_t length = h.Fixed64("length");
-      const uint64_t check = h.Fixed64("check");
-      const absl::string_view payload = bytes->view().substr(32);
-      if (position != it->first || length != payload.size() || Check(payload) != check) {
-        why = "its check does not match its content (a torn or damaged file)";
-      } else if ((why = load_snapshot(payload)).empty()) {
+      apart = absl::StartsWith(bytes->view(), absl::string_view(kSnapshotApartMagic, 8));
+      why = NotWhole(bytes->view(), apart ? kSnapshotApartMagic : kSnapshotMagic, it->first,
+                     "snapshot", &payload);
+      if (why.empty() && (why = load_snapshot(payload)).empty()) {
         report.snapshot_loaded = true;
-        report.snapshot_position = position;
+        report.snapshot_position = it->first;
         snapshot_bytes = *std::move(bytes);
         snapshot_payload = snapshot_bytes.view().substr(32);
         break;
@@ -255,21 +264,10 @@ RestoreReport StateStore::Restore(Aggregator& aggregator, ClientRegistry& client
         const std::string name = Name("history", chain[i]);
         Checked& c = checked[i];
         c.bytes = FileBytes::Read(options_.dir + "/" + name);
-        if (!c.bytes.ok()) {
-          c.why = c.bytes.status().ToString();
-        } else if (c.bytes->size() < kFileHeader + 16 ||
-                   c.bytes->view().substr(0, 8) != absl::string_view(kHistoryMagic, 8)) {
-          c.why = "not a torchmond history file of this version";
-        } else {
-          Reader h(c.bytes->view().substr(8, 24));
-          const uint64_t at = h.Fixed64("sequence");
-          const uint64_t length = h.Fixed64("length");
-          const uint64_t sum = h.Fixed64("check");
-          const absl::string_view payload = c.bytes->view().substr(32);
-          if (at != chain[i] || length != payload.size() || Check(payload) != sum) {
-            c.why = "its check does not match its content (a torn or damaged file)";
-          }
-        }
+        absl::string_view payload;
+        c.why = c.bytes.ok()
+                    ? NotWhole(c.bytes->view(), kHistoryMagic, chain[i], "history file", &payload)
+                    : c.bytes.status().ToString();
       };
       const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1,
                                                 std::max<size_t>(chain.size(), 1));
