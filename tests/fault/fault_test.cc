@@ -9,7 +9,6 @@
 // daemon stays dead), not waits for a condition.
 #include <dirent.h>
 #include <netinet/in.h>
-#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,12 +24,12 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/match.h"
-#include "absl/strings/ascii.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -39,6 +38,7 @@
 #include "snappy.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/read_only_mount.h"
 #include "torchmon/v1/torchmon.grpc.pb.h"
 
 namespace torchmon::testing {
@@ -772,15 +772,10 @@ TEST_F(FaultTest, StateDirReadOnlyAtStartIsRestoredAndTheDaemonServesAndPushes) 
   EXPECT_EQ(*stopped, 0);
   daemon.reset();
 
-  if (::mount(state.c_str(), state.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-    GTEST_SKIP() << "a bind mount needs root: " << std::strerror(errno);
-  }
-  struct Unmount {
-    const std::string& dir;
-    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{state};
-  ASSERT_EQ(::mount(nullptr, state.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr), 0)
-      << std::strerror(errno);
+  std::string why;
+  const auto read_only = testing::ReadOnlyMount::Bind(state, &why);
+  if (read_only == nullptr) GTEST_SKIP() << why;
+  ASSERT_TRUE(read_only->SetWritable(false)) << std::strerror(errno);
   const std::string files = Listing(state);
   const size_t received_before = receiver.requests().size();
 

@@ -4,7 +4,6 @@
 // SIGKILL leaves), and what it refuses to build from.
 #include "server/state/state_store.h"
 
-#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +24,7 @@
 #include "server/core/clock.h"
 #include "server/core/state_wire.h"
 #include "server/ingest/client_registry.h"
+#include "support/read_only_mount.h"
 
 namespace torchmon::server::state {
 namespace {
@@ -538,15 +538,10 @@ TEST_F(StateStoreTest, AFullDiskIsSaidAndCountedAndTheNextSnapshotKeepsEverythin
 TEST_F(StateStoreTest, ADirectoryReadOnlyAtStartIsRestoredAndWrittenOnceItCanBe) {
   const std::string before = TwoStops(dir_, clock_);
   const std::vector<std::string> files = Files(dir_);
-  if (::mount(dir_.c_str(), dir_.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-    GTEST_SKIP() << "a bind mount needs root: " << std::strerror(errno);
-  }
-  struct Unmount {
-    const std::string& dir;
-    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{dir_};
-  ASSERT_EQ(::mount(nullptr, dir_.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr), 0)
-      << std::strerror(errno);
+  std::string why;
+  const auto read_only = testing::ReadOnlyMount::Bind(dir_, &why);
+  if (read_only == nullptr) GTEST_SKIP() << why;
+  ASSERT_TRUE(read_only->SetWritable(false)) << std::strerror(errno);
   ASSERT_NE(::access(dir_.c_str(), W_OK), 0);
   std::string during;
   {
@@ -573,8 +568,7 @@ TEST_F(StateStoreTest, ADirectoryReadOnlyAtStartIsRestoredAndWrittenOnceItCanBe)
     // last run kept (it could not be).
     Daemon d(dir_, clock_);
     EXPECT_EQ(Saved(d.aggregator, d.clients), before);
-    ASSERT_EQ(::mount(nullptr, dir_.c_str(), nullptr, MS_BIND | MS_REMOUNT, nullptr), 0)
-        << std::strerror(errno);
+    ASSERT_TRUE(read_only->SetWritable(true)) << std::strerror(errno);
     Exercise(d, clock_, 3, "eval");
     d.aggregator.FinishRestore();
     during = Saved(d.aggregator, d.clients);
