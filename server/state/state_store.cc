@@ -82,7 +82,8 @@ Listing List(const std::string& dir) {
   while (const dirent* e = ::readdir(d)) {
     const absl::string_view name = e->d_name;
     uint64_t position;
-    if ((absl::StartsWith(name, "snapshot-") || absl::StartsWith(name, "history-")) &&
+    if ((absl::StartsWith(name, "snapshot-") || absl::StartsWith(name, "history-") ||
+         absl::StartsWith(name, "journal-")) &&
         absl::EndsWith(name, ".tmp")) {
       l.temporary.emplace_back(name);
     } else if (absl::StartsWith(name, "history-") && name.size() == 8 + 16 &&
@@ -538,13 +539,19 @@ bool StateStore::Commit(uint64_t position) {
 }
 
 absl::Status StateStore::StartJournalLocked(uint64_t position) {
+  // Made with its header under a temporary name, then renamed: a kill
+  // while it is made leaves a whole header or no journal (which a restore
+  // reads as one with no records), never a torn one it would set aside.
   const std::string path = options_.dir + "/" + Name("journal", position);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
   if (fd < 0) return ErrnoStatus(path, errno);
   const std::string header = Header(kJournalMagic, position);
   int err = 0;
-  if (!WriteAll(fd, header.data(), header.size(), &err)) {
+  if (!WriteAll(fd, header.data(), header.size(), &err) ||
+      (::rename(tmp.c_str(), path.c_str()) != 0 && (err = errno) != 0)) {
     ::close(fd);
+    ::unlink(tmp.c_str());
     return ErrnoStatus(path, err);
   }
   if (journal_fd_ >= 0) {
