@@ -101,14 +101,16 @@ ClientReport ParseReport(const std::string& out) {
 // A torchmon_load_client process: a training rank adding samples steadily.
 class LoadClient {
  public:
-  static std::unique_ptr<LoadClient> Start(const std::string& target, const std::string& rank,
-                                           std::vector<std::string> flags = {}) {
+  // `ready_within`: how long it may take to create its stats and say so.
+  static std::unique_ptr<LoadClient> Start(
+      const std::string& target, const std::string& rank, std::vector<std::string> flags = {},
+      std::chrono::milliseconds ready_within = std::chrono::seconds(10)) {
     std::vector<std::string> argv = {LOAD_CLIENT_PATH, "--target", target, "--rank", rank};
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto child = ChildProcess::Start(argv);
     EXPECT_TRUE(child.ok()) << child.status();
     if (!child.ok()) return nullptr;
-    auto ready = (*child)->ReadLine(std::chrono::seconds(10));
+    auto ready = (*child)->ReadLine(ready_within);
     EXPECT_TRUE(ready.ok() && *ready == "ready") << (ready.ok() ? *ready : ready.status().ToString());
     auto client = std::unique_ptr<LoadClient>(new LoadClient);
     client->child_ = *std::move(child);
@@ -638,8 +640,13 @@ TEST_F(FaultTest, OutOfMemoryKillInACgroupWithAStateDirLosesNoAcknowledgedSample
   // About 0.7 KB a series: 400,000 of them are several times the limit.
   // Named to list after the steady clients' (a listing's first page holds
   // those), with windows that do not close while the test runs.
-  auto flood = LoadClient::Start(target, "9", {"--stats", "400000", "--rate", "400000",
-                                               "--prefix", "zflood.s", "--window-ms", "3600000"});
+  // Its 400,000 Stats take over 10 s to create under ASan on a slow
+  // 2-CPU machine beside another test; as long as the daemon may take to
+  // die, then.
+  auto flood = LoadClient::Start(target, "9",
+                                 {"--stats", "400000", "--rate", "400000", "--prefix", "zflood.s",
+                                  "--window-ms", "3600000"},
+                                 std::chrono::seconds(60));
   ASSERT_NE(flood, nullptr);
   auto died = daemon->Stop(0, std::chrono::seconds(60));
   ASSERT_TRUE(died.ok()) << "the daemon outlived its memory limit: " << died.status();
