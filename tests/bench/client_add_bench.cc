@@ -253,66 +253,108 @@ BENCHMARK(BM_StatAdd_SameStat)->Threads(2)->Iterations(kRunSamples / 2)->UseReal
 
 // --- Stat::add: the steady state and the first touch, apart -----------------
 //
-// BM_StatAdd_SeparateStats mixes two costs in its short runs: the first
-// adds into chunks the stat has never written (fresh pages) and the adds
-// into warm ones. These two say each alone.
+// BM_StatAdd_SeparateStats mixes costs in its short runs: the adds into
+// chunks the thread's log had just given back, the chunk changes of a log
+// that starts small after every flush, and whatever the sender and the
+// daemon take from the two cores meanwhile. These two say each part alone.
 //
-// Steady: one stat, warmed by a run first, then bursts of kRunSamples adds
-// each after a flush (timed: the adds only), for as many bursts as the
-// benchmark wants: a thread adding for seconds to chunks it has written
-// before, never dropping. First touch: a new stat per burst, so each burst
-// writes chunks nothing wrote before (the stats before it are kept, so
-// their chunks are not handed to it again). Both report the adding
-// thread's page faults (getrusage RUSAGE_THREAD over the timed adds only,
-// not the flushes) per sample and per burst.
+// Steady: one stat, warmed by a burst first, then bursts of kBurstSamples
+// adds each after a flush (timed: the adds only), 256 of them: a thread
+// adding for about a second in all to chunks its log has written before,
+// never dropping (a burst is far under what one log holds after a flush,
+// about 0.9 M samples with the default budget, whatever the sender does
+// meanwhile). First touch: each burst on a new Client and a new stat, so
+// every chunk it writes is fresh memory of a new budget (the start-up of
+// a process: its first few hundred thousand samples).
+//
+// Both report, for the adding thread over the timed adds only (not the
+// flushes): its page faults (getrusage RUSAGE_THREAD) per sample and per
+// burst, its CPU time per sample (CLOCK_THREAD_CPUTIME_ID) beside the real
+// time (items_per_second), and how often it was switched out. Real time
+// well over CPU time means the thread waited for a core (the sender, the
+// daemon, a neighbour's steal), not that add() got slower.
 
-int64_t ThreadMinorFaults() {
-  rusage u{};
-  getrusage(RUSAGE_THREAD, &u);
-  return u.ru_minflt;
-}
+// Samples per burst: 6 MiB of cells, in 8 chunks of a new log.
+constexpr size_t kBurstSamples = size_t{1} << 18;
 
-void RunStatAddBursts(benchmark::State& state, bool fresh_stat) {
-  DaemonFixture& f = Daemon();
-  auto make = [&] {
-    return std::make_unique<Stat>(*f.client, "bench.burst",
+struct ThreadUsage {
+  int64_t minor_faults = 0;
+  int64_t cpu_ns = 0;
+  int64_t switches = 0;  // involuntary context switches
+  static ThreadUsage Now() {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    timespec cpu{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    return {u.ru_minflt, static_cast<int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec,
+            u.ru_nivcsw};
+  }
+  ThreadUsage operator-(const ThreadUsage& o) const {
+    return {minor_faults - o.minor_faults, cpu_ns - o.cpu_ns, switches - o.switches};
+  }
+  ThreadUsage& operator+=(const ThreadUsage& o) {
+    minor_faults += o.minor_faults;
+    cpu_ns += o.cpu_ns;
+    switches += o.switches;
+    return *this;
+  }
+};
+
+// A client of the fixture's daemon and one stat on it.
+struct BurstClient {
+  std::unique_ptr<Client> client;
+  std::unique_ptr<Stat> stat;
+  explicit BurstClient(const DaemonFixture& f) {
+    ClientOptions options;
+    options.target = f.daemon->unix_target();
+    options.labels_from_environment = false;
+    options.labels = {{"job", "bench"}};
+    options.client_name = "torchmon_benchmarks";
+    client = std::make_unique<Client>(options);
+    stat = std::make_unique<Stat>(*client, "bench.burst",
                                   std::vector<torchmon::StatAggregation>{Aggregation::MEAN},
                                   std::chrono::seconds(10));
-  };
-  std::unique_ptr<Stat> stat = make();
-  double v = 0;
-  if (!fresh_stat) {
-    for (size_t i = 0; i < kRunSamples; ++i) stat->add(v += 1);  // warms its chunks
   }
-  const uint64_t dropped_before = stat->dropped();
+};
+
+void RunStatAddBursts(benchmark::State& state, bool fresh_client) {
+  DaemonFixture& f = Daemon();  // waits for the TSC's calibration
+  auto burst = std::make_unique<BurstClient>(f);
+  double v = 0;
+  if (!fresh_client) {
+    for (size_t i = 0; i < kBurstSamples; ++i) burst->stat->add(v += 1);  // warms its chunks
+  }
   uint64_t dropped = 0;
-  std::vector<std::unique_ptr<Stat>> kept;  // first touch: earlier bursts' stats
-  int64_t faults = 0;
+  ThreadUsage used;
   int64_t bursts = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    if (!f.client->Flush(std::chrono::seconds(10)).ok()) {
+    if (fresh_client) {
+      dropped += burst->stat->dropped();
+      burst = std::make_unique<BurstClient>(f);  // the last one flushes as it goes
+    }
+    // Empty logs, and (for a new client) connected with its stat defined.
+    if (!burst->client->Flush(std::chrono::seconds(10)).ok()) {
       state.SkipWithError("Flush before a burst failed");
       break;
     }
-    if (fresh_stat) {
-      dropped += stat->dropped();
-      kept.push_back(std::move(stat));
-      stat = make();
-    }
-    const int64_t faults_before = ThreadMinorFaults();
+    const ThreadUsage before = ThreadUsage::Now();
     state.ResumeTiming();
-    for (size_t i = 0; i < kRunSamples; ++i) stat->add(v += 1);
+    Stat& stat = *burst->stat;
+    for (size_t i = 0; i < kBurstSamples; ++i) stat.add(v += 1);
     state.PauseTiming();
-    faults += ThreadMinorFaults() - faults_before;
+    used += ThreadUsage::Now() - before;
     state.ResumeTiming();
     ++bursts;
   }
-  dropped += stat->dropped() - (fresh_stat ? 0 : dropped_before);
-  const double samples = static_cast<double>(bursts) * kRunSamples;
+  dropped += burst->stat->dropped();
+  const double samples = static_cast<double>(bursts) * kBurstSamples;
+  const double per_burst = bursts > 0 ? 1.0 / static_cast<double>(bursts) : 0;
   state.SetItemsProcessed(static_cast<int64_t>(samples));
-  state.counters["faults_per_sample"] = samples > 0 ? faults / samples : 0;
-  state.counters["faults_per_burst"] = bursts > 0 ? static_cast<double>(faults) / bursts : 0;
+  state.counters["faults_per_sample"] = samples > 0 ? used.minor_faults / samples : 0;
+  state.counters["faults_per_burst"] = used.minor_faults * per_burst;
+  state.counters["cpu_ns_per_sample"] = samples > 0 ? used.cpu_ns / samples : 0;
+  state.counters["switches_per_burst"] = used.switches * per_burst;
   state.counters["tsc"] = detail::WallClock::UsesTsc() ? 1 : 0;
   state.counters["dropped"] = static_cast<double>(dropped);
   if (dropped != 0) state.SkipWithError("samples were dropped; the figure would mix in drops");
@@ -320,10 +362,10 @@ void RunStatAddBursts(benchmark::State& state, bool fresh_stat) {
 
 void BM_StatAdd_Steady(benchmark::State& state) { RunStatAddBursts(state, false); }
 void BM_StatAdd_FirstTouch(benchmark::State& state) { RunStatAddBursts(state, true); }
-// Per iteration: a burst of kRunSamples adds; ns per sample is the time
+// Per iteration: a burst of kBurstSamples adds; ns per sample is the time
 // over items (items_per_second).
-BENCHMARK(BM_StatAdd_Steady)->Iterations(64)->UseRealTime();
-BENCHMARK(BM_StatAdd_FirstTouch)->Iterations(64)->UseRealTime();
+BENCHMARK(BM_StatAdd_Steady)->Iterations(256)->UseRealTime();
+BENCHMARK(BM_StatAdd_FirstTouch)->Iterations(32)->UseRealTime();
 
 // --- A wait counter's begin/end pair ------------------------------------------
 //

@@ -12,9 +12,10 @@ is shown as n/a, never guessed.
 Measurements (DESIGN.md's targets in brackets):
   Stat::add          BM_StatAdd_SeparateStats, 1 thread, real time  [<= 25 ns]
   Stat::add, steady / first touch
-                     BM_StatAdd_Steady / BM_StatAdd_FirstTouch: bursts of 32,768 adds
-                     to a warm stat / to a new one per burst, with the adding
-                     thread's page faults (n/a for a base without them)
+                     BM_StatAdd_Steady / BM_StatAdd_FirstTouch: bursts of 262,144
+                     adds to a warm stat / to a new client and stat per burst,
+                     with the adding thread's CPU time and page faults (n/a
+                     for a base without them)
   ingest             BM_IngestApply, the daemon's apply of a parsed batch, per sample
   scrape 100k        BM_HttpScrape of 100,000 series, text, no gzip  [<= 250 ms]
   20 M/s             torchmon-loadgen, 2 ranks x 50 stats at 20 M samples/s
@@ -83,7 +84,9 @@ def google_benchmark(build, pattern, repetitions, value):
         return None
     values = [value(b) for b in runs]
     if isinstance(values[0], tuple):  # several figures of each run: the median of each
-        return tuple(statistics.median(v[i] for v in values) for i in range(len(values[0])))
+        # (None where a build's benchmark lacks that figure.)
+        return tuple(statistics.median(v[i] for v in values) if values[0][i] is not None else None
+                     for i in range(len(values[0])))
     return statistics.median(values)
 
 
@@ -132,11 +135,15 @@ def measure(build, quick):
     # The same add in the steady state (warm chunks) and at first touch (a
     # new stat per burst): n/a for a base without these benchmarks.
     for label, name in (("steady", "BM_StatAdd_Steady"), ("first touch", "BM_StatAdd_FirstTouch")):
-        ns_and_faults = google_benchmark(
+        figures = google_benchmark(
             build, name + r"/iterations:\d+/real_time", reps,
-            lambda b: (1e9 / b["items_per_second"], 1e6 * b["faults_per_sample"]))
-        m[f"Stat::add, {label} (ns)"] = ns_and_faults[0] if ns_and_faults else None
-        m[f"Stat::add, {label}: faults per M samples"] = ns_and_faults[1] if ns_and_faults else None
+            lambda b: (1e9 / b["items_per_second"], b.get("cpu_ns_per_sample"),
+                       1e6 * b["faults_per_sample"]))
+        m[f"Stat::add, {label} (ns)"] = figures[0] if figures else None
+        # The adding thread's own CPU time: below the real time when it
+        # waited for a core (the sender, the daemon, steal), not add().
+        m[f"Stat::add, {label}: thread CPU (ns)"] = figures[1] if figures else None
+        m[f"Stat::add, {label}: faults per M samples"] = figures[2] if figures else None
     m["daemon ingest (ns/sample)"] = google_benchmark(
         build, r"BM_IngestApply(/min_time:[0-9.]+)?", reps,
         lambda b: 1e9 / b["items_per_second"])
