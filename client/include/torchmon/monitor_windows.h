@@ -82,6 +82,7 @@ class StatWindows {
   // Calls must not go back in time.
   int AddAt(T v, int64_t now_ms) {
     logged_count_ = 0;
+    prev_logged_now_ = false;
     const uint64_t window = static_cast<uint64_t>(now_ms / window_ms_) + 1;
     MaybeLog(window);
     if (last_logged_ != window) {
@@ -95,6 +96,7 @@ class StatWindows {
   // it held samples (logged(0)), else 0.
   int Close() {
     logged_count_ = 0;
+    prev_logged_now_ = false;
     Log();
     return logged_count_;
   }
@@ -103,8 +105,12 @@ class StatWindows {
   int64_t count() const { return current_.count; }
   // The last logged window (get()).
   const Values& last_logged() const { return prev_; }
-  // The windows the last Add or Close logged with samples.
-  const Values& logged(int i) const { return logged_[i]; }
+  // The windows the last Add or Close logged with samples (i < what it
+  // returned). The last of them is the last logged window (prev_); an
+  // earlier one in the same call is kept aside.
+  const Values& logged(int i) const {
+    return i == logged_count_ - 1 && prev_logged_now_ ? prev_ : first_of_two_;
+  }
 
  private:
   static int64_t SteadyNowMs() {
@@ -122,9 +128,13 @@ class StatWindows {
   }
 
   void Log() {
+    // A second window logged in one call: keep the first before prev_
+    // takes the second.
+    if (prev_logged_now_) first_of_two_ = prev_;
     prev_ = current_;
     current_ = Values();
-    if (prev_.count > 0) logged_[logged_count_++] = prev_;
+    prev_logged_now_ = prev_.count > 0;
+    if (prev_logged_now_) ++logged_count_;
   }
 
   int64_t window_ms_;
@@ -133,8 +143,12 @@ class StatWindows {
   Values prev_;
   uint64_t window_id_ = 0;
   uint64_t last_logged_ = 0;
-  Values logged_[2];
+  // The first of two windows one call logged (see logged()): one Values
+  // kept aside, where two copies cost each stat 80 bytes.
+  Values first_of_two_;
   int logged_count_ = 0;
+  // Whether prev_ holds a window logged with samples by the current call.
+  bool prev_logged_now_ = false;
 };
 
 }  // namespace torchmon::monitor
