@@ -56,6 +56,18 @@ void BM_ClockGettimeRealtime(benchmark::State& state) {
 }
 BENCHMARK(BM_ClockGettimeRealtime)->Threads(1)->MinTime(0.1);
 
+#if defined(__x86_64__)
+// The TSC read Stat::add stamps with (detail::WallClock::NowMicros), back
+// to back: its throughput bounds a tight loop of adds.
+void BM_Rdtsc(benchmark::State& state) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(__rdtsc());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Rdtsc)->Threads(1)->MinTime(0.1);
+#endif
+
 // --- StatState::Add (Stat::add after the timestamp) -------------------------
 //
 // The push alone: Stat::add minus the clock read and the out-of-line call.
