@@ -172,6 +172,16 @@ BENCHMARK(BM_StatStateAdd_SameStat)->Arg(25)->Threads(2)->UseRealTime()->MinTime
 
 // --- Stat::add end to end ---------------------------------------------------
 
+// The options of every Client these benchmarks make of `daemon`.
+ClientOptions BenchClientOptions(const testing::DaemonProcess& daemon) {
+  ClientOptions options;
+  options.target = daemon.unix_target();
+  options.labels_from_environment = false;
+  options.labels = {{"job", "bench"}};
+  options.client_name = "torchmon_benchmarks";
+  return options;
+}
+
 // One torchmond child process and one Client for the whole run, created on
 // first use (only if these benchmarks are selected) and stopped at exit.
 struct DaemonFixture {
@@ -187,12 +197,7 @@ struct DaemonFixture {
       std::abort();
     }
     daemon = *std::move(d);
-    ClientOptions options;
-    options.target = daemon->unix_target();
-    options.labels_from_environment = false;
-    options.labels = {{"job", "bench"}};
-    options.client_name = "torchmon_benchmarks";
-    client = std::make_unique<Client>(options);
+    client = std::make_unique<Client>(BenchClientOptions(*daemon));
     for (const char* name : {"bench.add0", "bench.add1"}) {
       stats.push_back(std::make_unique<Stat>(
           *client, name, std::vector<torchmon::StatAggregation>{Aggregation::MEAN}, std::chrono::seconds(10)));
@@ -317,12 +322,7 @@ struct BurstClient {
   std::unique_ptr<Client> client;
   std::unique_ptr<Stat> stat;
   explicit BurstClient(const DaemonFixture& f) {
-    ClientOptions options;
-    options.target = f.daemon->unix_target();
-    options.labels_from_environment = false;
-    options.labels = {{"job", "bench"}};
-    options.client_name = "torchmon_benchmarks";
-    client = std::make_unique<Client>(options);
+    client = std::make_unique<Client>(BenchClientOptions(*f.daemon));
     stat = std::make_unique<Stat>(*client, "bench.burst",
                                   std::vector<torchmon::StatAggregation>{Aggregation::MEAN},
                                   std::chrono::seconds(10));

@@ -78,7 +78,7 @@ print(json.dumps(result))
 
 
 def measure(which, n, target):
-    """One child's points: {before, client, idle, after: {rss, heap}}."""
+    """One child's points: {before, client, idle, after: {rss, anon, heap}}."""
     code = CHILD.format(python_dir=PYTHON_DIR, which=which, n=n, target=target)
     return run_child(code, which, timeout=600)
 
@@ -113,15 +113,16 @@ def main():
     print(f"torchmon - torch.monitor: {diff / mib:.1f} MiB (target: <= 10 MiB; "
           f"margin {10 - diff / mib:.1f} MiB)")
     print("where it goes (medians; RSS, of it anonymous, and the C heap in use):")
-    parts = (("the client, connected, one stat delivered", "client", "before"),
-             ("per idle stat", "idle", "client"),
-             ("per stat, one add each, delivered", "after", "idle"))
+    # (label, later point, earlier point, per stat or in all)
+    parts = (("the client, connected, one stat delivered", "client", "before", False),
+             ("per idle stat", "idle", "client", True),
+             ("per stat, one add each, delivered", "after", "idle", True))
     for which in modules:
-        for label, later, earlier in parts:
+        for label, later, earlier, per_stat in parts:
             if which == "torch.monitor" and later == "client":
                 continue
             rss, anon, heap = (med(which, later, earlier, k) for k in ("rss", "anon", "heap"))
-            if label.startswith("per"):
+            if per_stat:
                 n = args.stats
                 print(f"  {which:14s} {label:42s} {rss / n:6.0f} B, anon {anon / n:6.0f} B, "
                       f"heap {heap / n:6.0f} B")
