@@ -109,6 +109,14 @@ def main():
         rounds = ", ".join(f"{(r['after']['rss'] - r['before']['rss']) / mib:.1f}"
                            for r in runs[which])
         print(f"  {which:14s} {growth[which] / mib:9.1f} MiB  (rounds: {rounds} MiB)")
+        if which == "torchmon":
+            # Each round's parts (client, idle stats, first samples), to
+            # tell which of them the rounds differ in.
+            print("  " + " " * 14 + " rounds' parts (client | idle | first samples, MiB): " + "; ".join(
+                " | ".join(f"{(r[later]['rss'] - r[earlier]['rss']) / mib:.1f}"
+                           for later, earlier in (("client", "before"), ("idle", "client"),
+                                                  ("after", "idle")))
+                for r in runs[which]))
     diff = growth["torchmon"] - growth["torch.monitor"]
     print(f"torchmon - torch.monitor: {diff / mib:.1f} MiB (target: <= 10 MiB; "
           f"margin {10 - diff / mib:.1f} MiB)")
