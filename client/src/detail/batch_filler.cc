@@ -117,7 +117,7 @@ bool BatchFiller::AddSamples(uint64_t generation, Clock::time_point now, Outgoin
     const uint64_t buffered = target - log.popped();
     buffered_total += buffered;
     taken->max_fill = std::max(taken->max_fill, static_cast<double>(buffered) /
-                                                    static_cast<double>(SampleLog::kMaxSamples));
+                                                    static_cast<double>(SampleLog::kPaceSamples));
     if (target != l.pushed_seen) {
       l.pushed_seen = target;
       l.active_at = now;
@@ -216,7 +216,7 @@ bool BatchFiller::LookForBurst() const {
   uint64_t buffered_total = 0;
   for (const ClientBuffers::Log& l : buffers_.logs) {
     const uint64_t buffered = l.log.pushed() - l.log.popped();
-    if (SendPacer::IsBurst(buffered, SampleLog::kMaxSamples)) return true;
+    if (SendPacer::IsBurst(buffered, SampleLog::kPaceSamples)) return true;
     buffered_total += buffered;
   }
   return SendPacer::IsBurst(buffered_total * sizeof(SampleCell), buffers_.pool.budget_bytes());
