@@ -124,7 +124,7 @@ struct ClientOptions {
   // a 4 KiB chunk on its first add, chunks each four times larger while the
   // sender falls behind, and gives them back once drained (the last one
   // once idle for a second). A stat holds no sample memory of its own. One
-  // thread's log holds at most 16 chunks, and the last eighth of the budget
+  // thread's log holds at most 32 chunks, and the last eighth of the budget
   // only serves logs taking their first chunk, so a thread flooding a stat
   // cannot keep the other threads from buffering (its own other stats share
   // its log until the sender drains it). When no room is left, add() drops
