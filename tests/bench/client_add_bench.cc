@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
+#include "google/protobuf/arena.h"
 #include "detail/stat_state.h"
 #include "detail/wall_clock.h"
 #include "tests/support/daemon_process.h"
@@ -405,7 +406,8 @@ BENCHMARK(BM_WaitCounterBeginEnd)->Iterations(kRunSamples / 3)->UseRealTime();
 // 10,000 stats on a client that has no daemon (nothing is sent or freed
 // meanwhile): heap bytes (glibc's mallinfo2) and resident bytes per stat
 // once defined (idle), and after one add each (each stat then holds its
-// first chunk of the budget, 256 B, until the sender drains it).
+// first chunk of the budget, 256 B, until the sender drains it). Also what
+// one such stat's definition takes on the wire and in a batch's arena.
 
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
 size_t HeapInUse() { return mallinfo2().uordblks; }
@@ -460,6 +462,24 @@ void BM_StatMemory(benchmark::State& state) {
     state.counters["sizeof_StatState"] = sizeof(detail::StatState);
     state.counters["sizeof_StatDefinition"] = sizeof(v1::StatDefinition);
   }
+  // What defining such a stat costs a batch (OutgoingBatch::AddDefinition
+  // parses its bytes back into the batch's arena): the wire bytes against
+  // the arena's, over 1,000 definitions.
+  v1::StatDefinition def;
+  def.set_id(1234);
+  def.set_name("mem.s1234");
+  def.mutable_spec()->add_aggregations(v1::MEAN);
+  def.mutable_spec()->add_aggregations(v1::MAX);
+  def.mutable_spec()->set_window_size_ms(60000);
+  const std::string bytes = def.SerializeAsString();
+  google::protobuf::Arena arena;
+  auto* batch = google::protobuf::Arena::CreateMessage<v1::IngestBatch>(&arena);
+  const uint64_t used0 = arena.SpaceUsed();
+  for (int i = 0; i < 1000; ++i) {
+    if (!batch->add_definitions()->ParseFromString(bytes)) state.SkipWithError("parse failed");
+  }
+  state.counters["definition_wire_B"] = static_cast<double>(bytes.size());
+  state.counters["definition_arena_B"] = static_cast<double>(arena.SpaceUsed() - used0) / 1000;
 }
 BENCHMARK(BM_StatMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
 
