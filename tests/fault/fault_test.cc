@@ -357,6 +357,48 @@ TEST_F(FaultTest, SigtermRestartsWithAStateDirKeepEveryWindowWhole) {
   KillAndRestartRepeatedly(*this, SIGTERM, 10);
 }
 
+// The newest journal file in the state directory `dir` ("" if none).
+std::string NewestJournal(const std::string& dir) {
+  std::string newest;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return newest;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    // Fixed-width hex positions: the newest sorts last.
+    if (absl::StartsWith(name, "journal-") && name > newest) newest = name;
+  }
+  ::closedir(d);
+  return newest;
+}
+
+// What a restart may say it skipped. A SIGKILL can tear the journal's last
+// write: the kernel checks for a fatal signal between the pages of a
+// write(), so a record that straddles a page boundary may end half written
+// (CI saw one end at byte 4096). That record was not acknowledged, and the
+// next daemon skips that tail of the journal the killed one was writing,
+// saying so. Nothing else may be skipped: no other journal, no snapshot or
+// history file, and nothing at all after a SIGTERM.
+void ExpectNothingSkippedButATornTail(const std::string& log, int signal,
+                                      const std::string& newest_journal, int restart) {
+  std::vector<std::string> skipped;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "skipped")) skipped.emplace_back(line);
+  }
+  if (signal != SIGKILL || skipped.empty()) {
+    EXPECT_THAT(skipped, ::testing::IsEmpty()) << "restart " << restart << ":\n" << log;
+    return;
+  }
+  ASSERT_EQ(skipped.size(), 1u) << "restart " << restart << ":\n" << log;
+  EXPECT_THAT(skipped[0], HasSubstr(absl::StrCat("skipped ", newest_journal, " from byte ")))
+      << "restart " << restart;
+  EXPECT_THAT(skipped[0],
+              HasSubstr("of a record that was not written whole (the daemon stopped while "
+                        "writing it; it was not acknowledged)"))
+      << "restart " << restart;
+  std::cout << "restart " << restart << ": the killed daemon's last journal write was torn; "
+            << "the next skipped its unacknowledged tail" << std::endl;
+}
+
 void KillAndRestartRepeatedly(FaultTest& test, int signal, int restarts) {
   const std::string state = test.dir().path() + "/state";
   // Windows of 1 s, a grace of 3 s: a restart (well under it) makes no
@@ -381,10 +423,11 @@ void KillAndRestartRepeatedly(FaultTest& test, int signal, int restarts) {
       ASSERT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0) << daemon->Stderr();
     }
     const std::string log = daemon->Stderr();
+    const std::string newest_journal = NewestJournal(state);
     daemon.reset();
     daemon = test.StartDaemon(flags);
     ASSERT_NE(daemon, nullptr) << "restart " << i << "; the last daemon's log:\n" << log;
-    EXPECT_THAT(daemon->Stderr(), Not(HasSubstr("skipped"))) << "restart " << i;
+    ExpectNothingSkippedButATornTail(daemon->Stderr(), signal, newest_journal, i);
   }
   // Every window closes within its end + grace.
   StopAndExpectEverySampleOnce(clients, *daemon, static_cast<uint64_t>(restarts) / 2,
@@ -476,10 +519,11 @@ TEST_F(FaultTest, PushReceiverAwayAcrossRestartsGetsEveryWindowOnceInOrder) {
     auto stopped = daemon->Stop(signal, std::chrono::seconds(10));
     ASSERT_TRUE(stopped.ok()) << stopped.status();
     const std::string log = daemon->Stderr();
+    const std::string newest_journal = NewestJournal(state);
     daemon.reset();
     daemon = StartDaemon(flags);
     ASSERT_NE(daemon, nullptr) << "restart " << i << "; the last daemon's log:\n" << log;
-    EXPECT_THAT(daemon->Stderr(), Not(HasSubstr("skipped"))) << "restart " << i;
+    ExpectNothingSkippedButATornTail(daemon->Stderr(), signal, newest_journal, i);
   }
   if (receiver == nullptr) {
     receiver = std::make_unique<testing::ScriptedHttpServer>(
