@@ -43,7 +43,7 @@ namespace torchmon::detail {
 //   steps; one the sender keeps up with stays at its size.
 // - At most kSlots chunks per log: a producer that finds the next slot
 //   still holding an undrained chunk drops. With the largest chunks that is
-//   kMaxSamples (64 MiB): a thread is bounded by the budget, not by its log.
+//   64 MiB: a thread is bounded by the budget, not by its log.
 //   A stopped daemon fills a log to the budget's growth limit (about 27 of
 //   the default 32 MiB; with 16 slots it stopped at 22, and at 32 MiB
 //   whatever the budget: tests/bench/stall_capacity_bench.py).
@@ -73,13 +73,13 @@ class SampleLog {
   static constexpr uint32_t kSlots = 32;
   // Each new chunk of a log is 2^kGrowth times as large as the last.
   static constexpr uint32_t kGrowth = 2;
-  static constexpr uint64_t kMaxSamples =
-      uint64_t{kSlots} * ChunkPool::ChunkCells(ChunkPool::kMaxClass);
-  // What the sender paces a log's fill against (SendPacer): 16 of the
-  // largest chunks, 32 MiB. The slots past those are room to ride out a
+  // What the sender paces a log's fill against (SendPacer): kPaceSlots of
+  // the largest chunks, 32 MiB. The slots past those are room to ride out a
   // daemon that stops reading, not a reason to send less often.
+  static constexpr uint32_t kPaceSlots = 16;
+  static_assert(kPaceSlots <= kSlots);
   static constexpr uint64_t kPaceSamples =
-      uint64_t{16} * ChunkPool::ChunkCells(ChunkPool::kMaxClass);
+      uint64_t{kPaceSlots} * ChunkPool::ChunkCells(ChunkPool::kMaxClass);
 
   enum class PushResult {
     kPushed,
