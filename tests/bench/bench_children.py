@@ -48,16 +48,24 @@ def machine_line():
 
 
 @contextlib.contextmanager
-def torchmond(prefix):
-    """Runs a torchmond on a temporary Unix socket; yields its target."""
+def torchmond_process(prefix):
+    """Runs a torchmond on a temporary Unix socket; yields its target and
+    its LaunchedDaemon (for a benchmark that signals it)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         sock = os.path.join(tmp, "torchmond.sock")
         daemon = LaunchedDaemon([os.path.join(BUILD, "server", "torchmond"), "--listen",
                                  "unix://" + sock, "--metrics-listen", "127.0.0.1:0"])
         try:
-            yield "unix://" + sock
+            yield "unix://" + sock, daemon
         finally:
             daemon.stop(timeout=30)
+
+
+@contextlib.contextmanager
+def torchmond(prefix):
+    """Runs a torchmond on a temporary Unix socket; yields its target."""
+    with torchmond_process(prefix) as (target, _):
+        yield target
 
 
 def run_child(code, what, timeout):

@@ -97,34 +97,34 @@ def main():
                 runs[which].append(measure(which, args.stats, target))
 
     mib = 1 << 20
+    # (label, later point, earlier point, per stat or in all)
+    parts = (("the client, connected, one stat delivered", "client", "before", False),
+             ("per idle stat", "idle", "client", True),
+             ("per stat, one add each, delivered", "after", "idle", True))
+
+    def grew(r, later, earlier, kind="rss"):
+        return r[later][kind] - r[earlier][kind]
 
     def med(which, later, earlier, kind="rss"):
-        return statistics.median(r[later][kind] - r[earlier][kind] for r in runs[which])
+        return statistics.median(grew(r, later, earlier, kind) for r in runs[which])
 
     growth = {m: med(m, "after", "before") for m in modules}
     print(f"machine: {machine_line()}")
     print(f"{args.stats} stats, one add each, {args.repeats} alternating rounds, "
           f"RSS growth from the imports on (medians):")
     for which in modules:
-        rounds = ", ".join(f"{(r['after']['rss'] - r['before']['rss']) / mib:.1f}"
-                           for r in runs[which])
+        rounds = ", ".join(f"{grew(r, 'after', 'before') / mib:.1f}" for r in runs[which])
         print(f"  {which:14s} {growth[which] / mib:9.1f} MiB  (rounds: {rounds} MiB)")
         if which == "torchmon":
             # Each round's parts (client, idle stats, first samples), to
             # tell which of them the rounds differ in.
             print("  " + " " * 14 + " rounds' parts (client | idle | first samples, MiB): " + "; ".join(
-                " | ".join(f"{(r[later]['rss'] - r[earlier]['rss']) / mib:.1f}"
-                           for later, earlier in (("client", "before"), ("idle", "client"),
-                                                  ("after", "idle")))
+                " | ".join(f"{grew(r, later, earlier) / mib:.1f}" for _, later, earlier, _ in parts)
                 for r in runs[which]))
     diff = growth["torchmon"] - growth["torch.monitor"]
     print(f"torchmon - torch.monitor: {diff / mib:.1f} MiB (target: <= 10 MiB; "
           f"margin {10 - diff / mib:.1f} MiB)")
     print("where it goes (medians; RSS, of it anonymous, and the C heap in use):")
-    # (label, later point, earlier point, per stat or in all)
-    parts = (("the client, connected, one stat delivered", "client", "before", False),
-             ("per idle stat", "idle", "client", True),
-             ("per stat, one add each, delivered", "after", "idle", True))
     for which in modules:
         for label, later, earlier, per_stat in parts:
             if which == "torch.monitor" and later == "client":

@@ -23,11 +23,8 @@ import argparse
 import os
 import signal
 import statistics
-import sys
-import tempfile
 
-from bench_children import BUILD, PYTHON_DIR, machine_line, run_child
-from torchmond import LaunchedDaemon
+from bench_children import PYTHON_DIR, machine_line, run_child, torchmond_process
 
 CHILD = r"""
 import datetime, json, os, signal, sys, time
@@ -60,21 +57,18 @@ print(json.dumps(first))
 
 
 def measure(buffer_bytes, step, limit):
-    with tempfile.TemporaryDirectory(prefix="torchmon-stall.") as tmp:
-        sock = os.path.join(tmp, "torchmond.sock")
-        daemon = LaunchedDaemon([os.path.join(BUILD, "server", "torchmond"), "--listen",
-                                 "unix://" + sock, "--metrics-listen", "127.0.0.1:0"])
+    with torchmond_process("torchmon-stall.") as (target, daemon):
+        code = CHILD.format(python_dir=PYTHON_DIR, target=target, buffer_bytes=buffer_bytes,
+                            daemon_pid=daemon.pid, step=step, limit=limit)
         try:
-            code = CHILD.format(python_dir=PYTHON_DIR, target="unix://" + sock,
-                                buffer_bytes=buffer_bytes, daemon_pid=daemon.pid, step=step,
-                                limit=limit)
             return run_child(code, f"buffer_bytes={buffer_bytes}", timeout=600)
         finally:
+            # A child that failed while the daemon was stopped left it so;
+            # a stopped daemon would not stop.
             try:
                 os.kill(daemon.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-            daemon.stop(timeout=30)
 
 
 def main():
