@@ -62,7 +62,7 @@ ClientCore::ClientCore(ClientOptions options, const SenderClock& clock)
                                   channel.status().message()));
     channel_ = RefusedChannel(args);
   }
-  stub_ = v1::Ingest::NewStub(channel_);
+  stream_method_.emplace(kIngestStreamMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
   sender_ = std::thread([this] { SenderMain(); });
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -27,9 +28,12 @@
 #include "detail/stat_registry.h"
 #include "detail/stat_retirement.h"
 #include "detail/stat_state.h"
+#include "detail/wire_batch.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"  // IngestAck read by gRPC
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/sync_stream.h"
 #include "torchmon/client.h"
-#include "torchmon/v1/torchmon.grpc.pb.h"
 #include "torchmon/v1/torchmon.pb.h"
 
 namespace torchmon::detail {
@@ -119,7 +123,8 @@ class ClientCore {
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  using Stream = grpc::ClientReaderWriter<v1::IngestBatch, v1::IngestAck>;
+  // Writes WireBatch: definitions go as the bytes the stats keep.
+  using Stream = grpc::ClientReaderWriter<WireBatch, v1::IngestAck>;
   struct StreamState;
 
   // --- sender thread (client_core_sender.cc) ---
@@ -187,7 +192,8 @@ class ClientCore {
   const std::string client_name_;
   const pid_t owner_pid_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Ingest::Stub> stub_;
+  // torchmon.v1.Ingest/Stream on channel_ (kIngestStreamMethod).
+  std::optional<grpc::internal::RpcMethod> stream_method_;
   // Identifies this client to the daemon across its streams (never 0).
   const uint64_t client_instance_;
 

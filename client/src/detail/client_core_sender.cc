@@ -146,7 +146,9 @@ bool ClientCore::RunStream() {
     read_done_ = false;
     acked_on_stream_ = false;
   }
-  std::unique_ptr<Stream> stream = stub_->Stream(&context);
+  std::unique_ptr<Stream> stream(
+      grpc::internal::ClientReaderWriterFactory<WireBatch, v1::IngestAck>::Create(
+          channel_.get(), *stream_method_, &context));
   StreamState state{stream.get(), ++stream_generation_};
   std::thread reader([this, s = stream.get()] { ReaderMain(s); });
 
@@ -255,6 +257,7 @@ bool ClientCore::OpenStream(StreamState& state) {
     kept = ledger_.Kept();
   }
   v1::IngestBatch opening;
+  std::string definitions;  // the opening's (WireBatch)
   v1::IngestHello* hello = opening.mutable_hello();
   for (const auto& [key, value] : labels_) (*hello->mutable_labels())[key] = value;
   hello->set_client_name(client_name_);
@@ -262,8 +265,9 @@ bool ClientCore::OpenStream(StreamState& state) {
   size_t bytes = hello->ByteSizeLong() + kFieldOverheadBytes;
   std::vector<StatState*> defined;
   auto write_opening = [&]() {
-    if (!state.stream->Write(opening)) return false;
+    if (!state.stream->Write(WireBatch{opening, definitions})) return false;
     opening.Clear();
+    definitions.clear();
     bytes = 0;
     return true;
   };
@@ -271,7 +275,7 @@ bool ClientCore::OpenStream(StreamState& state) {
     if (!stat->valid) continue;
     const size_t size = DefinitionBytes(*stat);
     if (bytes + size > kBatchBudgetBytes && !write_opening()) return false;
-    stat->CopyDefinition(opening.add_definitions());
+    AppendDefinitionEntry(stat->definition_bytes, &definitions);
     buffers_->sent.At(stat->id).defined_on = state.generation;
     defined.push_back(stat.get());
     bytes += size;
@@ -290,7 +294,7 @@ bool ClientCore::OpenStream(StreamState& state) {
       if (!ledger_.StillKept(batch->batch->sequence())) continue;
       ++counters_.batches_resent;
     }
-    if (!state.stream->Write(*batch->batch)) return false;
+    if (!state.stream->Write(batch->wire())) return false;
   }
   return true;
 }
@@ -366,7 +370,7 @@ bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
   }
   // Over the bound the batch waits its turn, kept: a stream that ends
   // meanwhile re-sends it.
-  const bool ok = WaitForAckRoom(kept->bytes) && state.stream->Write(*kept->batch);
+  const bool ok = WaitForAckRoom(kept->bytes) && state.stream->Write(kept->wire());
   absl::MutexLock lock(&mu_);
   ++counters_.batches_sent;
   counters_.samples_sent += kept->samples;

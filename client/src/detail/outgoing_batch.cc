@@ -77,7 +77,7 @@ uint64_t OutgoingBatch::SampleRoom() const {
 }
 
 void OutgoingBatch::AddDefinition(StatState& stat) {
-  stat.CopyDefinition(batch->add_definitions());
+  AppendDefinitionEntry(stat.definition_bytes, &definitions);
   parts.push_back({stat.id, 0, 0, &stat});
   bytes += DefinitionBytes(stat);
 }

@@ -226,12 +226,6 @@ struct StatState {
     }
   }
 
-  void CopyDefinition(v1::StatDefinition* out) const {
-    // Serialized from a valid message here: parsing it back cannot fail.
-    const bool parsed = out->ParseFromString(definition_bytes);
-    static_cast<void>(parsed);
-  }
-
   uint64_t added() const {
     return buffers->BufferedOf(id) + sent.taken.load(std::memory_order_relaxed) +
            counts.rejected.load(std::memory_order_relaxed);
@@ -302,8 +296,8 @@ struct StatState {
 
   // The name, and the whole definition (id, name, labels, spec)
   // serialized: a third of the parsed message's footprint with its strings
-  // and submessages, read only when the stat is defined on a stream
-  // (CopyDefinition).
+  // and submessages, read only when the stat is defined on a stream, and
+  // sent as these bytes (AppendDefinitionEntry).
   const std::string name;
   const std::string definition_bytes;
 };

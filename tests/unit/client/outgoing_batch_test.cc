@@ -170,8 +170,14 @@ TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccountedAsParts) {
   OutgoingBatch out;
   out.AddDefinition(*f.stat);
   out.AddDropReport(*f.stat, 42);
-  ASSERT_EQ(out.batch->definitions_size(), 1);
-  EXPECT_EQ(out.batch->definitions(0).name(), "batch.stat");
+  // The definition is kept as the stat's bytes, not parsed into the batch;
+  // the daemon reads it from the wire.
+  EXPECT_EQ(out.batch->definitions_size(), 0);
+  v1::IngestBatch wire;
+  ASSERT_TRUE(wire.ParseFromString(out.wire().Encode()));
+  ASSERT_EQ(wire.definitions_size(), 1);
+  EXPECT_EQ(wire.definitions(0).name(), "batch.stat");
+  EXPECT_EQ(wire.definitions(0).SerializeAsString(), f.stat->definition_bytes);
   ASSERT_EQ(out.batch->drops_size(), 1);
   EXPECT_EQ(out.batch->drops(0).stat_id(), 7u);
   EXPECT_EQ(out.batch->drops(0).dropped(), 42u);
