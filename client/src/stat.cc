@@ -35,7 +35,15 @@ Stat::~Stat() {
 
 int64_t WallMicros() noexcept { return detail::WallClock::NowMicros(); }
 
-void Stat::add(double value) noexcept { add(value, detail::WallClock::NowMicros()); }
+void Stat::add(double value) noexcept {
+  // The clock is read once the log has a cell for the sample
+  // (ClientBuffers::TryAddNow).
+  if (buffers_ == nullptr ||
+      !buffers_->TryAddNow(id_, value, [] { return detail::WallClock::NowMicros(); }))
+      [[unlikely]] {
+    state_->Reject();
+  }
+}
 
 void Stat::add(double value, int64_t timestamp_us) noexcept {
   if (buffers_ == nullptr || !buffers_->TryAdd(id_, value, timestamp_us)) [[unlikely]] {

@@ -99,7 +99,7 @@ class LocalStat {
   // were logged with samples, 0 to 2, in logged(0..n).
   int Add(double v) {
     const int logged = windows_.Add(v);
-    stat_.add(v, WallMicros());
+    stat_.add(v);
     return logged;
   }
 

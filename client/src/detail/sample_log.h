@@ -101,6 +101,16 @@ class SampleLog {
   // Never blocks (lock-free), allocates, throws or makes a system call.
   PushResult TryPush(ChunkPool& pool, double value, int64_t timestamp_us,
                      uint32_t stat_id = 0) noexcept {
+    return TryPushNow(pool, value, Given{timestamp_us}, stat_id);
+  }
+
+  // TryPush with the sample's timestamp taken by now() (an int64_t of
+  // microseconds) once a cell is claimed, not before: the log's loads are
+  // then on their way while the clock is read, which on some CPUs holds up
+  // every instruction after it (rdtsc is microcoded on Zen 3: 12 ns).
+  template <typename Now>
+  [[gnu::always_inline]] PushResult TryPushNow(ChunkPool& pool, double value, Now&& now,
+                                               uint32_t stat_id = 0) noexcept {
     // The common case inline: a chunk with room and no other producer in
     // the way. Everything else (binding, a full chunk, a lost race) is
     // PushSlow's.
@@ -110,10 +120,10 @@ class SampleLog {
     if (CellOf(claim, chunk, index) &&
         claim_.compare_exchange_strong(claim, claim + 1, std::memory_order_acquire,
                                        std::memory_order_relaxed)) [[likely]] {
-      Publish(pool, chunk, index, value, timestamp_us, stat_id);
+      Publish(pool, chunk, index, value, now(), stat_id);
       return PushResult::kPushed;
     }
-    return PushSlow(pool, value, timestamp_us, stat_id);
+    return PushSlow(pool, value, now(), stat_id);
   }
 
   // Lets one thread at a time own this log (TryPushOwned); Release then
@@ -131,6 +141,14 @@ class SampleLog {
   // one thread that owns the log now.
   PushResult TryPushOwned(ChunkPool& pool, double value, int64_t timestamp_us,
                           uint32_t stat_id = 0) noexcept {
+    return TryPushOwnedNow(pool, value, Given{timestamp_us}, stat_id);
+  }
+
+  // TryPushOwned with the timestamp taken by now() once the cell is found
+  // (see TryPushNow).
+  template <typename Now>
+  [[gnu::always_inline]] PushResult TryPushOwnedNow(ChunkPool& pool, double value, Now&& now,
+                                                    uint32_t stat_id = 0) noexcept {
     in_push_.store(1, std::memory_order_relaxed);
     AsymmetricFence::LightFence();
     if (revoked_.load(std::memory_order_acquire) == 0) [[likely]] {
@@ -140,15 +158,21 @@ class SampleLog {
       uint32_t chunk;
       uint64_t index;
       if (CellOf(claim, chunk, index)) [[likely]] {
-        Publish(pool, chunk, index, value, timestamp_us, stat_id);
+        Publish(pool, chunk, index, value, now(), stat_id);
         claim_.store(claim + 1, std::memory_order_release);
         in_push_.store(0, std::memory_order_release);
         return PushResult::kPushed;
       }
     }
     in_push_.store(0, std::memory_order_release);
-    return PushSlow(pool, value, timestamp_us, stat_id);
+    return PushSlow(pool, value, now(), stat_id);
   }
+
+  // A timestamp given by the caller, as a Now.
+  struct Given {
+    int64_t timestamp_us;
+    int64_t operator()() const noexcept { return timestamp_us; }
+  };
 
   // The fast paths' one look: the chunk and cell index that position `claim`
   // would write, if its generation's chunk is installed and has room. The

@@ -101,18 +101,29 @@ struct ClientBuffers {
     return offset != 0 ? offset : AssignThreadLog();
   }
 
-  // The whole of a valid stat's add() after the timestamp, but for what a
-  // refusal costs: false if the sample was not taken (client stopped, no
-  // room), for the caller to count (StatState::Reject).
+  // The whole of a valid stat's add(), but for what a refusal costs: false
+  // if the sample was not taken (client stopped, no room), for the caller
+  // to count (StatState::Reject). The timestamp is now() (an int64_t of
+  // microseconds), called once the log has a cell for the sample, so that
+  // the log's loads overlap the clock read (SampleLog::TryPushNow).
   // Inline, with everything but the common case out of line, so that the
   // common case keeps the value in a register and its chain of dependent
   // loads short.
-  [[gnu::always_inline]] bool TryAdd(uint32_t id, double value, int64_t timestamp_us) noexcept {
+  template <typename Now>
+  [[gnu::always_inline]] bool TryAddNow(uint32_t id, double value, Now&& now) noexcept {
     const uint32_t offset = tls_log_offset;
     if (offset == 0 || !accepting.load(std::memory_order_relaxed)) [[unlikely]] {
-      return TryAddFirstOrStopped(id, value, timestamp_us);
+      return TryAddFirstOrStopped(id, value, now());
     }
-    return Push(offset, id, value, timestamp_us);
+    SampleLog& log = LogAt(logs, offset).log;
+    const SampleLog::PushResult pushed = (offset & kThreadLogOwned) != 0
+                                             ? log.TryPushOwnedNow(pool, value, now, id)
+                                             : log.TryPushNow(pool, value, now, id);
+    return pushed != SampleLog::PushResult::kDropped;
+  }
+  // The same with the timestamp given.
+  [[gnu::always_inline]] bool TryAdd(uint32_t id, double value, int64_t timestamp_us) noexcept {
+    return TryAddNow(id, value, SampleLog::Given{timestamp_us});
   }
   [[gnu::noinline]] bool TryAddFirstOrStopped(uint32_t id, double value,
                                               int64_t timestamp_us) noexcept {
