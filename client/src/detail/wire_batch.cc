@@ -22,7 +22,9 @@ void AppendDefinitionEntry(absl::string_view definition, std::string* wire) {
 size_t WireBatch::Size() const { return definitions.size() + message.ByteSizeLong(); }
 
 void WireBatch::WriteTo(uint8_t* out) const {
-  std::memcpy(out, definitions.data(), definitions.size());
+  // Most batches define nothing: then definitions.data() may be null,
+  // which memcpy must not be given even for no bytes.
+  if (!definitions.empty()) std::memcpy(out, definitions.data(), definitions.size());
   // Size() computed (and cached) the message's size.
   message.SerializeWithCachedSizesToArray(out + definitions.size());
 }
