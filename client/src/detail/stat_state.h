@@ -115,11 +115,7 @@ struct ClientBuffers {
     if (offset == 0 || !accepting.load(std::memory_order_relaxed)) [[unlikely]] {
       return TryAddFirstOrStopped(id, value, now());
     }
-    SampleLog& log = LogAt(logs, offset).log;
-    const SampleLog::PushResult pushed = (offset & kThreadLogOwned) != 0
-                                             ? log.TryPushOwnedNow(pool, value, now, id)
-                                             : log.TryPushNow(pool, value, now, id);
-    return pushed != SampleLog::PushResult::kDropped;
+    return Push(offset, id, value, now);
   }
   // The same with the timestamp given.
   [[gnu::always_inline]] bool TryAdd(uint32_t id, double value, int64_t timestamp_us) noexcept {
@@ -128,14 +124,16 @@ struct ClientBuffers {
   [[gnu::noinline]] bool TryAddFirstOrStopped(uint32_t id, double value,
                                               int64_t timestamp_us) noexcept {
     return accepting.load(std::memory_order_relaxed) &&
-           Push(ThisThreadsLog(), id, value, timestamp_us);
+           Push(ThisThreadsLog(), id, value, SampleLog::Given{timestamp_us});
   }
+  // Into the log at `offset`: its owner's push if this thread owns it.
+  template <typename Now>
   [[gnu::always_inline]] bool Push(uint32_t offset, uint32_t id, double value,
-                                   int64_t timestamp_us) noexcept {
+                                   Now&& now) noexcept {
     SampleLog& log = LogAt(logs, offset).log;
-    const SampleLog::PushResult pushed =
-        (offset & kThreadLogOwned) != 0 ? log.TryPushOwned(pool, value, timestamp_us, id)
-                                        : log.TryPush(pool, value, timestamp_us, id);
+    const SampleLog::PushResult pushed = (offset & kThreadLogOwned) != 0
+                                             ? log.TryPushOwnedNow(pool, value, now, id)
+                                             : log.TryPushNow(pool, value, now, id);
     return pushed != SampleLog::PushResult::kDropped;
   }
 

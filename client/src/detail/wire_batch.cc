@@ -1,5 +1,7 @@
 #include "detail/wire_batch.h"
 
+#include <cstring>
+
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 
