@@ -133,13 +133,12 @@ class Stat {
   // sent still reach the daemon (torchmon::Stat::~Stat). No other member
   // may be running or start on another thread.
   virtual ~Stat() {
-    Values logged;
+    typename StatWindows<T>::Logged logged;
     {
       std::lock_guard<std::mutex> guard(mu_);
-      if (windows_.Close() == 0) return;
-      logged = windows_.logged(0);
+      if (windows_.Close(logged) == 0) return;
     }
-    log(logged);  // what remains, as torch::monitor does
+    log(logged.windows[0]);  // what remains, as torch::monitor does
   }
 
   // Adds `v` to the window being filled, after logging the windows that
@@ -148,16 +147,14 @@ class Stat {
   // (torchmon::Stat::add: never blocks on I/O). A handler's exception comes
   // out of add() after the sample was counted and sent.
   void add(T v) {
-    Values logged[2];
-    int n = 0;
+    typename StatWindows<T>::Logged logged;
     {
       std::lock_guard<std::mutex> guard(mu_);
-      n = windows_.Add(v);
-      for (int i = 0; i < n; ++i) logged[i] = windows_.logged(i);
+      windows_.Add(v, logged);
     }
     daemon_.add(static_cast<double>(v));
     // Handlers run outside the lock: one may add to this stat.
-    for (int i = 0; i < n; ++i) log(logged[i]);
+    for (int i = 0; i < logged.count; ++i) log(logged.windows[i]);
   }
 
   const std::string& name() const noexcept { return name_; }

@@ -69,48 +69,47 @@ class StatWindows {
     }
   };
 
+  // The windows with samples one Add or Close logged, oldest first: the
+  // caller's, so that a stat keeps no copy of them (40 bytes a stat).
+  struct Logged {
+    Values windows[2];
+    int count = 0;
+  };
+
   // Windows of `window` (one below 1 ms is taken as 1 ms), each closed
   // early once it holds `max_samples` (kNoCap: never). Every member is O(1).
   StatWindows(std::chrono::milliseconds window, int64_t max_samples)
       : window_ms_(window.count() > 0 ? window.count() : 1), max_samples_(max_samples) {}
 
-  // Adds `v` at the steady clock's now. Returns how many windows with
-  // samples were logged (0 to 2), oldest first in logged(0..n).
-  int Add(T v) { return AddAt(v, SteadyNowMs()); }
+  // Adds `v` at the steady clock's now. Puts the windows with samples it
+  // logged (0 to 2) in `logged`, and returns how many.
+  int Add(T v, Logged& logged) { return AddAt(v, SteadyNowMs(), logged); }
 
   // Add at `now_ms` on the steady clock (tests drive time through it).
   // Calls must not go back in time.
-  int AddAt(T v, int64_t now_ms) {
-    logged_count_ = 0;
-    prev_logged_now_ = false;
+  int AddAt(T v, int64_t now_ms, Logged& logged) {
+    logged.count = 0;
     const uint64_t window = static_cast<uint64_t>(now_ms / window_ms_) + 1;
-    MaybeLog(window);
+    MaybeLog(window, logged);
     if (last_logged_ != window) {
       current_.Add(v);
-      MaybeLog(window);
+      MaybeLog(window, logged);
     }
-    return logged_count_;
+    return logged.count;
   }
 
   // Logs the window being filled, as a Stat's destructor does. Returns 1 if
-  // it held samples (logged(0)), else 0.
-  int Close() {
-    logged_count_ = 0;
-    prev_logged_now_ = false;
-    Log();
-    return logged_count_;
+  // it held samples (then in logged.windows[0]), else 0.
+  int Close(Logged& logged) {
+    logged.count = 0;
+    Log(logged);
+    return logged.count;
   }
 
   // Samples in the window being filled (count()).
   int64_t count() const { return current_.count; }
   // The last logged window (get()).
   const Values& last_logged() const { return prev_; }
-  // The windows the last Add or Close logged with samples (i < what it
-  // returned). The last of them is the last logged window (prev_); an
-  // earlier one in the same call is kept aside.
-  const Values& logged(int i) const {
-    return i == logged_count_ - 1 && prev_logged_now_ ? prev_ : first_of_two_;
-  }
 
  private:
   static int64_t SteadyNowMs() {
@@ -119,22 +118,18 @@ class StatWindows {
         .count();
   }
 
-  void MaybeLog(uint64_t window) {
+  void MaybeLog(uint64_t window, Logged& logged) {
     const bool should = window_id_ != window || current_.count >= max_samples_;
     if (!should || last_logged_ == window) return;
-    Log();
+    Log(logged);
     last_logged_ = window_id_;
     window_id_ = window;
   }
 
-  void Log() {
-    // A second window logged in one call: keep the first before prev_
-    // takes the second.
-    if (prev_logged_now_) first_of_two_ = prev_;
+  void Log(Logged& logged) {
     prev_ = current_;
     current_ = Values();
-    prev_logged_now_ = prev_.count > 0;
-    if (prev_logged_now_) ++logged_count_;
+    if (prev_.count > 0) logged.windows[logged.count++] = prev_;
   }
 
   int64_t window_ms_;
@@ -143,12 +138,6 @@ class StatWindows {
   Values prev_;
   uint64_t window_id_ = 0;
   uint64_t last_logged_ = 0;
-  // The first of two windows one call logged (see logged()): one Values
-  // kept aside, where two copies cost each stat 80 bytes.
-  Values first_of_two_;
-  int logged_count_ = 0;
-  // Whether prev_ holds a window logged with samples by the current call.
-  bool prev_logged_now_ = false;
 };
 
 }  // namespace torchmon::monitor

@@ -22,7 +22,8 @@ namespace {
 // One window's aggregates as this process keeps them, torch.monitor's
 // (torchmon/monitor_windows.h). The daemon's aggregation is the one that
 // counts across processes (docs/semantics.md has both views).
-using LocalWindow = monitor::StatWindows<double>::Values;
+using LocalWindows = monitor::StatWindows<double>;
+using LocalWindow = LocalWindows::Values;
 
 double Get(const LocalWindow& w, Aggregation a) {
   // QUANTILE is the daemon's alone: never mirrored here.
@@ -95,12 +96,11 @@ class LocalStat {
         windows_(std::chrono::milliseconds(window_us / 1000), max_samples) {}
 
   // torch.monitor's Stat::add (monitor_windows.h); every sample also goes
-  // to the daemon, which caps by its own windows. Returns how many windows
-  // were logged with samples, 0 to 2, in logged(0..n).
-  int Add(double v) {
-    const int logged = windows_.Add(v);
+  // to the daemon, which caps by its own windows. Puts the windows logged
+  // with samples, 0 to 2, in `logged`.
+  void Add(double v, LocalWindows::Logged& logged) {
+    windows_.Add(v, logged);
     stat_.add(v);
-    return logged;
   }
 
   // Samples in the window being filled (torch.monitor.Stat.count).
@@ -110,11 +110,8 @@ class LocalStat {
   const LocalWindow& LastLogged() const { return windows_.last_logged(); }
 
   // Logs the window being filled, as torch.monitor does when a Stat is
-  // destroyed. Returns true if it held samples (logged(0) holds them).
-  bool CloseOpenWindow() { return windows_.Close() > 0; }
-
-  // The windows the last Add or CloseOpenWindow logged, oldest first.
-  const LocalWindow& logged(int i) const { return windows_.logged(i); }
+  // destroyed. Returns true if it held samples (logged.windows[0]).
+  bool CloseOpenWindow(LocalWindows::Logged& logged) { return windows_.Close(logged) > 0; }
   // The aggregations get() and the window events carry.
   const ReportedAggregations& reported() const { return reported_; }
   const Stat& stat() const { return stat_; }
@@ -141,7 +138,7 @@ class LocalStat {
   ClientPtr client_;  // keeps the connection alive while the Stat is
   ReportedAggregations reported_;
   Stat stat_;
-  monitor::StatWindows<double> windows_;
+  LocalWindows windows_;
 };
 
 struct StatObject {
@@ -331,12 +328,10 @@ PyObject* StatAdd(PyObject* self, PyObject* arg) {
   const double v = PyFloat_AsDouble(arg);
   if (v == -1.0 && PyErr_Occurred()) return nullptr;
   if (!Initialized(self)) return nullptr;
-  LocalStat& stat = StatOf(self);
-  const int logged = stat.Add(v);
-  if (logged == 0) Py_RETURN_NONE;
-  // Copies: a handler may add to this stat again.
-  const LocalWindow windows[2] = {stat.logged(0), stat.logged(1)};
-  for (int i = 0; i < logged; ++i) ReportWindow(self, windows[i]);
+  // Copies on this stack: a handler may add to this stat again.
+  LocalWindows::Logged logged;
+  StatOf(self).Add(v, logged);
+  for (int i = 0; i < logged.count; ++i) ReportWindow(self, logged.windows[i]);
   Py_RETURN_NONE;
 }
 
@@ -344,7 +339,8 @@ PyObject* StatReportOpenWindow(PyObject* self, PyObject*) {
   // The package's __del__ calls this, also on an object whose __init__
   // failed or never ran (no LocalStat then): nothing to report.
   if (reinterpret_cast<StatObject*>(self)->stat == nullptr) Py_RETURN_NONE;
-  if (StatOf(self).CloseOpenWindow()) ReportWindow(self, StatOf(self).logged(0));
+  LocalWindows::Logged logged;
+  if (StatOf(self).CloseOpenWindow(logged)) ReportWindow(self, logged.windows[0]);
   Py_RETURN_NONE;
 }
 
@@ -418,7 +414,8 @@ PyObject* ReportOpenWindows(PyObject*, PyObject*) {
     Py_INCREF(stats.back());
   }
   for (PyObject* stat : stats) {
-    if (StatOf(stat).CloseOpenWindow()) ReportWindow(stat, StatOf(stat).logged(0));
+    LocalWindows::Logged logged;
+    if (StatOf(stat).CloseOpenWindow(logged)) ReportWindow(stat, logged.windows[0]);
   }
   for (PyObject* stat : stats) Py_DECREF(stat);
   Py_RETURN_NONE;

@@ -38,6 +38,10 @@ class BatchFiller {
 
   explicit BatchFiller(ClientBuffers& buffers) : buffers_(buffers) {}
 
+  // The highest stat id registered, as the cycle starts: TakeSamples sizes
+  // its scratch by it at once.
+  void SetMaxStatId(uint32_t max_id) { max_stat_id_ = max_id; }
+
   // The memory batches are made in (recycled across batches).
   const std::shared_ptr<BatchMemory>& memory() const { return memory_; }
 
@@ -105,6 +109,7 @@ class BatchFiller {
   std::vector<StatState*> listed_;
   // Scratch for TakeSamples.
   SampleGroups groups_;
+  uint32_t max_stat_id_ = 0;
   // This cycle's fresh stats set aside (AddDefinitions), by series, in
   // order, with their spec's hash if they share one. Raw pointers: emptied
   // by the end of each cycle (EndSetAside, or the next AddDefinitions

@@ -151,9 +151,10 @@ void ChunkPool::PopulateAhead() noexcept {
   const size_t carved = carved_.load(std::memory_order_relaxed);
   // Nothing before the first chunk: a client that adds nothing stays small.
   if (carved == 0) return;
-  // Top up once less than half the lead is left.
+  // Top up once less than the lead is left: a log's next chunk of the
+  // largest size carved is then resident before add() writes it.
   const size_t lead = PopulateLead();
-  if (done >= budget_ || (done > carved && done - carved >= lead / 2)) return;
+  if (done >= budget_ || (done > carved && done - carved >= lead)) return;
   // From where it stopped: chunks carved meanwhile may not be written yet.
   const size_t from = done;
   const size_t to = std::min(budget_, (carved + lead + page - 1) / page * page);

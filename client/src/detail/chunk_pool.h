@@ -110,22 +110,21 @@ class ChunkPool {
   // carved resident (madvise MADV_POPULATE_WRITE: contents untouched, so it
   // is safe while chunks are carved and written), so that add() does not
   // take the page faults of fresh memory. For a thread other than add()'s
-  // (the sender, once per cycle): a system call when the carved memory
-  // nears the populated mark, a few loads otherwise. A kernel without
+  // (the sender, once per cycle): a system call when chunks were carved
+  // since, a few loads otherwise. A kernel without
   // MADV_POPULATE_WRITE (before Linux 5.14) makes it a no-op.
   void PopulateAhead() noexcept;
-  // The most made resident ahead: two of the largest chunks.
-  static constexpr size_t kPopulateAheadBytes = 2 * (kUnitBytes << kMaxClass);
-  // How far ahead PopulateAhead makes memory resident: kPopulateAheadBytes,
-  // or less while no chunk larger than a quarter of it has been carved:
-  // kPopulateGrowth times the largest chunk carved so far, room for the
-  // next chunk of a log that grows (four times its last, SampleLog). A
-  // client whose logs stay small (many stats, a sample each now and then)
-  // then holds 1 MiB ahead, not 4.
-  static constexpr size_t kPopulateGrowth = 4;
+  // How far ahead PopulateAhead makes memory resident: one chunk as large
+  // as the largest carved so far (at most one of the largest class), room
+  // for the next chunk of a log that cycles through chunks of that size.
+  // A log that grows (to a chunk four times its last, SampleLog) takes the
+  // page faults of the new chunk's rest in add(), once per size class it
+  // grows to: about 2 MiB of them (4 KiB to 2 MiB chunks) in all. A client whose logs stay
+  // small (many stats, a sample each now and then) then holds 256 KiB
+  // ahead, not 1 MiB; a busy one 2 MiB, not 4.
+  static constexpr size_t kMaxPopulateLeadBytes = kUnitBytes << kMaxClass;
   size_t PopulateLead() const noexcept {
-    return std::min(kPopulateAheadBytes,
-                    kPopulateGrowth * largest_carved_.load(std::memory_order_relaxed));
+    return std::min(kMaxPopulateLeadBytes, largest_carved_.load(std::memory_order_relaxed));
   }
   // Bytes made resident by PopulateAhead so far.
   size_t bytes_populated() const noexcept { return populated_.load(std::memory_order_relaxed); }

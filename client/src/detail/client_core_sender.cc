@@ -275,7 +275,7 @@ bool ClientCore::OpenStream(StreamState& state) {
     if (!stat->valid) continue;
     const size_t size = DefinitionBytes(*stat);
     if (bytes + size > kBatchBudgetBytes && !write_opening()) return false;
-    AppendDefinitionEntry(stat->definition_bytes, &definitions);
+    AppendDefinitionEntry(stat->definition_bytes.view(), &definitions);
     buffers_->sent.At(stat->id).defined_on = state.generation;
     defined.push_back(stat.get());
     bytes += size;
@@ -315,6 +315,7 @@ bool ClientCore::RunCycle(StreamState& state, BatchFiller::LogsTaken* taken) {
     absl::MutexLock lock(&mu_);
     fresh = registry_.TakeNew();
     events = events_.TakeAll();
+    filler_.SetMaxStatId(registry_.max_id());
   }
   // AddEvents empties `events` as it writes them: whether drop counts were
   // taken is known here only.
@@ -364,9 +365,7 @@ bool ClientCore::WriteBatch(StreamState& state, OutgoingBatch& out) {
     absl::MutexLock lock(&mu_);
     ledger_.Keep(kept);
     events_.Resolve(kept->events);
-    for (const OutgoingBatch::StatPart& part : kept->parts) {
-      if (part.defines != nullptr) part.defines->ever_defined.store(true, std::memory_order_relaxed);
-    }
+    for (StatState* stat : kept->defines) stat->ever_defined.store(true, std::memory_order_relaxed);
   }
   // Over the bound the batch waits its turn, kept: a stream that ends
   // meanwhile re-sends it.

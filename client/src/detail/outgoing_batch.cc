@@ -76,9 +76,20 @@ uint64_t OutgoingBatch::SampleRoom() const {
   return used >= kBatchBudgetBytes ? 0 : (kBatchBudgetBytes - used) / kSampleBytes;
 }
 
+void OutgoingBatch::ReserveDefinitions(const std::vector<StatState*>& stats) {
+  size_t entries = 0;
+  size_t wire_bytes = 0;
+  for (size_t budget = bytes; entries < stats.size() && budget < kBatchBudgetBytes; ++entries) {
+    budget += DefinitionBytes(*stats[entries]);
+    wire_bytes += DefinitionEntryBytes(stats[entries]->definition_bytes.size());
+  }
+  definitions.reserve(definitions.size() + wire_bytes);
+  defines.reserve(defines.size() + entries);
+}
+
 void OutgoingBatch::AddDefinition(StatState& stat) {
-  AppendDefinitionEntry(stat.definition_bytes, &definitions);
-  parts.push_back({stat.id, 0, 0, &stat});
+  AppendDefinitionEntry(stat.definition_bytes.view(), &definitions);
+  defines.push_back(&stat);
   bytes += DefinitionBytes(stat);
 }
 
@@ -86,7 +97,7 @@ void OutgoingBatch::AddDropReport(StatState& stat, uint64_t drops) {
   v1::DropReport* report = batch->add_drops();
   report->set_stat_id(stat.id);
   report->set_dropped(drops);
-  parts.push_back({stat.id, 0, drops, nullptr});
+  parts.push_back({stat.id, 0, drops});
   bytes += kDropReportBytes;
 }
 
@@ -108,6 +119,11 @@ void OutgoingBatch::AddRelease(uint32_t id) {
   bytes += kReleaseBytes;
 }
 
+void SampleGroups::Reserve(uint32_t max_id, uint64_t max_samples) {
+  if (slot_of_id.size() <= max_id) slot_of_id.resize(size_t{max_id} + 1, 0);
+  groups.reserve(static_cast<size_t>(std::min<uint64_t>(size_t{max_id} + 1, max_samples)));
+}
+
 void SampleGroups::GrowSlots(uint32_t stat_id) {
   slot_of_id.resize(std::max<size_t>(size_t{stat_id} + 1, slot_of_id.size() * 2), 0);
 }
@@ -123,20 +139,24 @@ void OutgoingBatch::AddSamples(const std::vector<LogSample>& taken, SampleGroups
 void OutgoingBatch::PlaceSamples(SampleGroups& g) {
   if (g.total == 0) return;
   uint64_t in_columns = 0;
-  for (SampleGroups::Group& group : g.groups) {
+  for (const SampleGroups::Group& group : g.groups) {
+    uint32_t& slot = g.slot_of_id[group.stat_id];
     if (group.count < kMinBlockSamples) {
       in_columns += group.count;
+      slot = SampleGroups::kInColumns;
       continue;
     }
     const int count = static_cast<int>(group.count);
-    group.block = batch->add_samples();
-    group.block->set_stat_id(group.stat_id);
-    group.block->set_base_time_us(group.last_us);
-    group.block->mutable_values()->Reserve(count);
-    group.block->mutable_time_deltas_us()->Reserve(count);
-    group.values = group.block->mutable_values()->AddNAlreadyReserved(count);
-    group.deltas = group.block->mutable_time_deltas_us()->AddNAlreadyReserved(count);
-    parts.push_back({group.stat_id, group.count, 0, nullptr});
+    v1::SampleBlock* block = batch->add_samples();
+    block->set_stat_id(group.stat_id);
+    block->set_base_time_us(group.first_us);
+    block->mutable_values()->Reserve(count);
+    block->mutable_time_deltas_us()->Reserve(count);
+    g.blocks.push_back({block->mutable_values()->AddNAlreadyReserved(count),
+                        block->mutable_time_deltas_us()->AddNAlreadyReserved(count), group.first_us,
+                        block, true});
+    slot = static_cast<uint32_t>(g.blocks.size());
+    parts.push_back({group.stat_id, group.count, 0});
     bytes += kBlockOverheadBytes;
   }
   if (in_columns == 0) return;
@@ -157,12 +177,11 @@ void OutgoingBatch::PlaceSamples(SampleGroups& g) {
 }
 
 void OutgoingBatch::FinishSamples(SampleGroups& g) {
-  for (SampleGroups::Group& group : g.groups) {
-    if (group.block != nullptr && group.all_at_base) group.block->mutable_time_deltas_us()->Clear();
-    group.values = nullptr;
-    group.deltas = nullptr;
-    g.slot_of_id[group.stat_id] = 0;
+  for (const SampleGroups::BlockCursor& b : g.blocks) {
+    if (b.all_at_base) b.block->mutable_time_deltas_us()->Clear();
   }
+  g.blocks.clear();
+  for (const SampleGroups::Group& group : g.groups) g.slot_of_id[group.stat_id] = 0;
   if (g.column_ids != nullptr) {
     columns_last_us = g.column_last_us;
     g.column_ids = nullptr;

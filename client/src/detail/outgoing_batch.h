@@ -48,7 +48,9 @@ struct LogSample {
 inline constexpr uint32_t kMinBlockSamples = 4;
 
 // The sender's scratch for grouping samples by stat, kept from call to
-// call: a slot per stat id seen so far (4 bytes each) and the groups.
+// call: a slot per stat id seen so far (4 bytes each), a group per stat in
+// the samples at hand (16 bytes) and a cursor per stat that gets a block
+// (40 bytes; a stat with a sample or two, as with many stats, has none).
 //
 // Samples go into a batch in two passes over the same sequence, so that
 // each is written once, straight to its place, with no copy in between:
@@ -62,15 +64,22 @@ struct SampleGroups {
   struct Group {
     uint32_t stat_id;
     uint32_t count;
-    v1::SampleBlock* block;  // null: its samples go to the columns
-    // While putting: where the block's next value and delta go.
+    int64_t first_us;  // the time of the stat's first sample
+  };
+  // Where a block's next value and delta go while putting.
+  struct BlockCursor {
     double* values;
     int64_t* deltas;
-    int64_t last_us;  // the first sample's time until then
+    int64_t last_us;
+    v1::SampleBlock* block;
     bool all_at_base;
   };
-  std::vector<uint32_t> slot_of_id;  // 1 + index in groups; 0: none
+  // slot_of_id[id] while counting: 1 + the stat's index in groups (0:
+  // none yet); while putting: 1 + its index in blocks, or kInColumns.
+  static constexpr uint32_t kInColumns = ~uint32_t{0};
+  std::vector<uint32_t> slot_of_id;
   std::vector<Group> groups;
+  std::vector<BlockCursor> blocks;
   // Samples counted, and the time of the first.
   uint64_t total = 0;
   int64_t first_us = 0;
@@ -89,13 +98,17 @@ struct SampleGroups {
 
   void Begin() {
     groups.clear();
+    blocks.clear();
     total = 0;
   }
+  // Room for the samples of stats with ids up to `max_id`, `max_samples`
+  // of them at most.
+  void Reserve(uint32_t max_id, uint64_t max_samples);
   void Count(uint32_t stat_id, int64_t timestamp_us) {
     if (stat_id >= slot_of_id.size()) GrowSlots(stat_id);
     uint32_t& slot = slot_of_id[stat_id];
     if (slot == 0) {
-      groups.push_back({stat_id, 0, nullptr, nullptr, nullptr, timestamp_us, true});
+      groups.push_back({stat_id, 0, timestamp_us});
       slot = static_cast<uint32_t>(groups.size());
     }
     ++groups[slot - 1].count;
@@ -107,15 +120,16 @@ struct SampleGroups {
   // the block's end is harmless: it never faults.)
   static constexpr int kPutAhead = 16;
   void Put(uint32_t stat_id, double value, int64_t timestamp_us) {
-    Group& g = groups[slot_of_id[stat_id] - 1];
-    if (g.values != nullptr) {
-      __builtin_prefetch(g.values + kPutAhead, 1);
-      __builtin_prefetch(g.deltas + kPutAhead, 1);
-      const int64_t d = Delta(timestamp_us, g.last_us);
-      *g.values++ = value;
-      *g.deltas++ = d;
-      g.all_at_base = g.all_at_base && d == 0;
-      g.last_us = timestamp_us;
+    const uint32_t slot = slot_of_id[stat_id];
+    if (slot != kInColumns) {
+      BlockCursor& b = blocks[slot - 1];
+      __builtin_prefetch(b.values + kPutAhead, 1);
+      __builtin_prefetch(b.deltas + kPutAhead, 1);
+      const int64_t d = Delta(timestamp_us, b.last_us);
+      *b.values++ = value;
+      *b.deltas++ = d;
+      b.all_at_base = b.all_at_base && d == 0;
+      b.last_us = timestamp_us;
       return;
     }
     *column_ids++ = stat_id;
@@ -188,13 +202,11 @@ struct OutgoingBatch {
   // With `memory`, the batch's arena starts on one of its blocks.
   explicit OutgoingBatch(std::shared_ptr<BatchMemory> memory = nullptr);
 
+  // A stat's samples or drops in the batch.
   struct StatPart {
     uint32_t stat_id;
     uint64_t samples = 0;
     uint64_t drops = 0;
-    // Set for a definition: the stat then is alive (being defined), and
-    // marked defined once the batch is written.
-    StatState* defines = nullptr;
   };
 
   bool empty() const { return bytes == 0; }
@@ -206,6 +218,11 @@ struct OutgoingBatch {
   // How many samples may still be added (0: write the batch first).
   uint64_t SampleRoom() const;
 
+  // Makes room for the definitions of `stats`, as many as fit the budget:
+  // grown by doubling instead, the batch's definitions and their list left
+  // the sender's heap holding the earlier copies (about 1.5 times the
+  // batch's 260 KB for 10,000 new stats).
+  void ReserveDefinitions(const std::vector<StatState*>& stats);
   // Appends without a budget check (callers ask Fits first).
   void AddDefinition(StatState& stat);
   void AddDropReport(StatState& stat, uint64_t drops);
@@ -254,6 +271,10 @@ struct OutgoingBatch {
   // each took 320.
   std::string definitions;
   std::vector<StatPart> parts;
+  // The stats the batch defines: alive (being defined), and marked defined
+  // once the batch is written. 8 bytes each, where a StatPart apiece took
+  // 32 (10,000 new stats are defined in one or two batches).
+  std::vector<StatState*> defines;
   size_t bytes = 0;  // estimated payload; > 0 whenever anything was added
   uint64_t samples = 0;
   uint64_t events = 0;

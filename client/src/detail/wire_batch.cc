@@ -7,6 +7,11 @@
 
 namespace torchmon::detail {
 
+size_t DefinitionEntryBytes(size_t size) {
+  return 1 + google::protobuf::io::CodedOutputStream::VarintSize32(static_cast<uint32_t>(size)) +
+         size;
+}
+
 void AppendDefinitionEntry(absl::string_view definition, std::string* wire) {
   using google::protobuf::internal::WireFormatLite;
   using google::protobuf::io::CodedOutputStream;

@@ -35,6 +35,8 @@ inline constexpr char kIngestStreamMethod[] = "/torchmon.v1.Ingest/Stream";
 // Appends `definition` (a serialized StatDefinition) to `wire` as an entry
 // of IngestBatch.definitions: its tag, its length (varint) and its bytes.
 void AppendDefinitionEntry(absl::string_view definition, std::string* wire);
+// The bytes AppendDefinitionEntry appends for a definition of `size` bytes.
+size_t DefinitionEntryBytes(size_t size);
 
 // One IngestBatch to write: `message` without definitions, and
 // `definitions`, entries that AppendDefinitionEntry wrote.

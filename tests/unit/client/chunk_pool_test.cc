@@ -51,7 +51,7 @@ TEST(ChunkPoolTest, PopulateAheadStaysALeadAheadOfWhatIsCarvedAndKeepsContents) 
   cells[0].value = 42.5;
   pool.PopulateAhead();
   if (pool.bytes_populated() == 0) GTEST_SKIP() << "kernel without MADV_POPULATE_WRITE";
-  EXPECT_EQ(pool.bytes_populated(), pool.bytes_carved() + ChunkPool::kPopulateAheadBytes);
+  EXPECT_EQ(pool.bytes_populated(), pool.bytes_carved() + ChunkPool::kMaxPopulateLeadBytes);
   EXPECT_EQ(cells[0].value, 42.5);
   // The kernel says so too: every page up to the mark is resident, and
   // the pages well past it are not (with transparent huge pages set to
@@ -74,17 +74,17 @@ TEST(ChunkPoolTest, PopulateAheadStaysALeadAheadOfWhatIsCarvedAndKeepsContents) 
     }
   }
   EXPECT_GT(checked_untouched, 0u);
-  // Within half a lead of the mark nothing is done; past it, topped up.
+  // With a whole lead ahead of what is carved nothing is done; once a
+  // chunk is carved into it, topped up.
   const size_t mark = pool.bytes_populated();
   pool.PopulateAhead();
   EXPECT_EQ(pool.bytes_populated(), mark);
   std::vector<uint32_t> more;
-  while (pool.bytes_carved() + ChunkPool::kPopulateAheadBytes / 2 < mark + ChunkPool::ChunkBytes(0)) {
-    more.push_back(pool.Take(ChunkPool::kMaxClass, false));
-    ASSERT_NE(more.back(), 0u);
-  }
+  more.push_back(pool.Take(0, false));
+  ASSERT_NE(more.back(), 0u);
   pool.PopulateAhead();
-  EXPECT_EQ(pool.bytes_populated(), pool.bytes_carved() + ChunkPool::kPopulateAheadBytes);
+  EXPECT_EQ(pool.bytes_populated(),
+            (pool.bytes_carved() + ChunkPool::kMaxPopulateLeadBytes + page - 1) / page * page);
   // Never past the budget.
   while (pool.Take(ChunkPool::kMaxClass, false) != 0) {
   }
@@ -92,24 +92,33 @@ TEST(ChunkPoolTest, PopulateAheadStaysALeadAheadOfWhatIsCarvedAndKeepsContents) 
   EXPECT_EQ(pool.bytes_populated(), pool.budget_bytes());
 }
 
-TEST(ChunkPoolTest, PopulateAheadLeadsByFourTimesTheLargestChunkCarvedUpToTwoOfTheLargest) {
+TEST(ChunkPoolTest, PopulateAheadLeadsByOneChunkAsLargeAsTheLargestCarved) {
   // Many stats with a sample each now and then keep the logs' chunks
-  // small: then the lead is small too (issue 31: the full 4 MiB lead was
-  // a third of what 10,000 Python stats cost beyond torch.monitor's).
+  // small: then the lead is small too (issue 31: a 4 MiB lead was a third
+  // of what 10,000 Python stats cost beyond torch.monitor's; issue 54: four
+  // times the largest chunk, 1 MiB, was still most of their first samples').
   ChunkPool pool(size_t{16} << 20);
   EXPECT_EQ(pool.PopulateLead(), 0u);
-  ASSERT_NE(pool.Take(4, false), 0u);
-  EXPECT_EQ(pool.PopulateLead(), 4 * ChunkPool::ChunkBytes(4));
+  ASSERT_NE(pool.Take(8, false), 0u);
+  EXPECT_EQ(pool.PopulateLead(), ChunkPool::ChunkBytes(8));
   ASSERT_NE(pool.Take(2, false), 0u);  // smaller: no change
-  EXPECT_EQ(pool.PopulateLead(), 4 * ChunkPool::ChunkBytes(4));
+  EXPECT_EQ(pool.PopulateLead(), ChunkPool::ChunkBytes(8));
   pool.PopulateAhead();
   if (pool.bytes_populated() == 0) GTEST_SKIP() << "kernel without MADV_POPULATE_WRITE";
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   EXPECT_EQ(pool.bytes_populated(),
-            (pool.bytes_carved() + 4 * ChunkPool::ChunkBytes(4) + page - 1) / page * page);
-  // A log growing to the largest chunks gets the whole lead.
+            (pool.bytes_carved() + ChunkPool::ChunkBytes(8) + page - 1) / page * page);
+  // The next chunk of that size is then resident as it is carved: no
+  // top-up is due until one is.
+  const size_t mark = pool.bytes_populated();
+  pool.PopulateAhead();
+  EXPECT_EQ(pool.bytes_populated(), mark);
+  ASSERT_NE(pool.Take(8, true), 0u);
+  EXPECT_LE(pool.bytes_carved(), mark);
+  // A log growing to the largest chunks gets the whole lead, one of them.
   ASSERT_NE(pool.Take(ChunkPool::kMaxClass, false), 0u);
-  EXPECT_EQ(pool.PopulateLead(), ChunkPool::kPopulateAheadBytes);
+  EXPECT_EQ(pool.PopulateLead(), ChunkPool::kMaxPopulateLeadBytes);
+  EXPECT_EQ(ChunkPool::kMaxPopulateLeadBytes, ChunkPool::ChunkBytes(ChunkPool::kMaxClass));
 }
 
 TEST(ChunkPoolTest, AGivenChunkIsReusedWithAFreshEpoch) {

@@ -16,11 +16,32 @@ namespace {
 using Windows = StatWindows<double>;
 using std::chrono::milliseconds;
 
+// StatWindows<T> with the windows each call logged kept beside it, as a
+// stat's add() keeps them on its stack.
+template <typename T>
+class Driven {
+ public:
+  Driven(milliseconds window, int64_t max_samples) : w_(window, max_samples) {}
+  int AddAt(T v, int64_t now_ms) { return w_.AddAt(v, now_ms, logged_); }
+  int Close() { return w_.Close(logged_); }
+  // The windows the last call logged, oldest first.
+  const typename StatWindows<T>::Values& logged(int i) const {
+    EXPECT_LT(i, logged_.count);
+    return logged_.windows[i];
+  }
+  int64_t count() const { return w_.count(); }
+  const typename StatWindows<T>::Values& last_logged() const { return w_.last_logged(); }
+
+ private:
+  StatWindows<T> w_;
+  typename StatWindows<T>::Logged logged_;
+};
+
 // A steady-clock time at the start of a window of `window_ms`.
 constexpr int64_t kT0 = 1'000'000'000;
 
 TEST(StatWindowsTest, AWindowIsLoggedByTheFirstAddAfterItsEnd) {
-  Windows w(milliseconds(10), kNoCap);
+  Driven<double> w(milliseconds(10), kNoCap);
   EXPECT_EQ(w.AddAt(2, kT0), 0);
   EXPECT_EQ(w.AddAt(3, kT0 + 9), 0) << "still the same window";
   EXPECT_EQ(w.count(), 2);
@@ -35,7 +56,7 @@ TEST(StatWindowsTest, AWindowIsLoggedByTheFirstAddAfterItsEnd) {
 }
 
 TEST(StatWindowsTest, OneMillisecondWindowsLogEachAddAfterAGap) {
-  Windows w(milliseconds(1), kNoCap);
+  Driven<double> w(milliseconds(1), kNoCap);
   for (int v = 1; v <= 5; ++v) {
     const int logged = w.AddAt(v, kT0 + 3 * v);
     if (v == 1) {
@@ -51,7 +72,7 @@ TEST(StatWindowsTest, OneMillisecondWindowsLogEachAddAfterAGap) {
 }
 
 TEST(StatWindowsTest, MaxSamplesLogsTheWindowAtOnceAndLaterSamplesOfItAreNotCounted) {
-  Windows w(milliseconds(1000), 3);
+  Driven<double> w(milliseconds(1000), 3);
   EXPECT_EQ(w.AddAt(1, kT0), 0);
   EXPECT_EQ(w.AddAt(2, kT0 + 1), 0);
   ASSERT_EQ(w.AddAt(3, kT0 + 2), 1) << "the third sample reaches the cap";
@@ -72,13 +93,13 @@ TEST(StatWindowsTest, MaxSamplesLogsTheWindowAtOnceAndLaterSamplesOfItAreNotCoun
 }
 
 TEST(StatWindowsTest, TheAddThatEndsAWindowAndTheOneThatFillsTheNextEachLogOne) {
-  Windows w(milliseconds(10), 1);
+  Driven<double> w(milliseconds(10), 1);
   ASSERT_EQ(w.AddAt(1, kT0), 1) << "a cap of one logs every counted sample";
   EXPECT_EQ(w.AddAt(2, kT0 + 5), 0) << "capped: not counted";
   ASSERT_EQ(w.AddAt(3, kT0 + 10), 1);
   EXPECT_EQ(w.logged(0).sum, 3);
 
-  Windows two(milliseconds(10), 2);
+  Driven<double> two(milliseconds(10), 2);
   EXPECT_EQ(two.AddAt(1, kT0), 0);
   ASSERT_EQ(two.AddAt(2, kT0 + 10), 1);  // logs [1], holds 2
   EXPECT_EQ(two.logged(0).sum, 1);
@@ -88,7 +109,7 @@ TEST(StatWindowsTest, TheAddThatEndsAWindowAndTheOneThatFillsTheNextEachLogOne) 
 }
 
 TEST(StatWindowsTest, AnEmptyWindowBetweenTwoIsLoggedWithoutAnEvent) {
-  Windows w(milliseconds(10), kNoCap);
+  Driven<double> w(milliseconds(10), kNoCap);
   w.AddAt(1, kT0);
   ASSERT_EQ(w.AddAt(2, kT0 + 35), 1) << "only the window with a sample is reported";
   EXPECT_EQ(w.logged(0).sum, 1);
@@ -99,7 +120,7 @@ TEST(StatWindowsTest, AnEmptyWindowBetweenTwoIsLoggedWithoutAnEvent) {
 }
 
 TEST(StatWindowsTest, MaxAndMinKeepTorchsComparisonsWithNan) {
-  Windows w(milliseconds(10), kNoCap);
+  Driven<double> w(milliseconds(10), kNoCap);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   w.AddAt(nan, kT0);
   w.AddAt(1, kT0 + 1);
@@ -116,7 +137,7 @@ TEST(StatWindowsTest, MaxAndMinKeepTorchsComparisonsWithNan) {
 }
 
 TEST(StatWindowsTest, IntegerStatsDivideAsIntegers) {
-  StatWindows<int64_t> w(milliseconds(10), kNoCap);
+  Driven<int64_t> w(milliseconds(10), kNoCap);
   for (int64_t v : {7, 2, 4}) w.AddAt(v, kT0);
   ASSERT_EQ(w.Close(), 1);
   EXPECT_EQ(w.logged(0).Get(Aggregation::MEAN), 4);  // 13 / 3

@@ -3,6 +3,7 @@
 #include "detail/outgoing_batch.h"
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -165,7 +166,7 @@ TEST(BatchMemoryTest, AFullBatchOfSamplesFitsInOneBlockWhichComesBackWithTheBatc
   EXPECT_EQ(memory->kept(), 1u);
 }
 
-TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccountedAsParts) {
+TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccounted) {
   Fixture f;
   OutgoingBatch out;
   out.AddDefinition(*f.stat);
@@ -177,14 +178,68 @@ TEST(OutgoingBatchTest, DefinitionsAndDropReportsAreAccountedAsParts) {
   ASSERT_TRUE(wire.ParseFromString(out.wire().Encode()));
   ASSERT_EQ(wire.definitions_size(), 1);
   EXPECT_EQ(wire.definitions(0).name(), "batch.stat");
-  EXPECT_EQ(wire.definitions(0).SerializeAsString(), f.stat->definition_bytes);
+  EXPECT_EQ(wire.definitions(0).SerializeAsString(), f.stat->definition_bytes.view());
   ASSERT_EQ(out.batch->drops_size(), 1);
   EXPECT_EQ(out.batch->drops(0).stat_id(), 7u);
   EXPECT_EQ(out.batch->drops(0).dropped(), 42u);
-  ASSERT_EQ(out.parts.size(), 2u);
-  EXPECT_EQ(out.parts[0].defines, f.stat.get());
-  EXPECT_EQ(out.parts[1].drops, 42u);
+  ASSERT_EQ(out.defines.size(), 1u);
+  EXPECT_EQ(out.defines[0], f.stat.get());
+  ASSERT_EQ(out.parts.size(), 1u);
+  EXPECT_EQ(out.parts[0].stat_id, 7u);
+  EXPECT_EQ(out.parts[0].drops, 42u);
   EXPECT_EQ(out.bytes, DefinitionBytes(*f.stat) + kDropReportBytes);
+}
+
+TEST(OutgoingBatchTest, RoomForNewDefinitionsIsMadeOnceAndExactly) {
+  // 300 stats with names of 8 to 300 bytes (definitions whose lengths take
+  // one varint byte and two): the batch's definitions are reserved once,
+  // exactly, and adding them all moves nothing.
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  std::vector<std::unique_ptr<StatState>> owned;
+  std::vector<StatState*> fresh;
+  for (uint32_t id = 1; id <= 300; ++id) {
+    v1::StatDefinition def;
+    def.set_id(id);
+    def.set_name(std::string(8 + id % 2 * (id - 1), 'n'));
+    def.mutable_spec()->add_aggregations(v1::MEAN);
+    owned.push_back(std::make_unique<StatState>(def, true, buffers));
+    fresh.push_back(owned.back().get());
+  }
+  OutgoingBatch out;
+  out.ReserveDefinitions(fresh);
+  const char* const data = out.definitions.data();
+  const size_t capacity = out.definitions.capacity();
+  for (StatState* stat : fresh) out.AddDefinition(*stat);
+  EXPECT_EQ(out.definitions.data(), data);
+  EXPECT_EQ(out.definitions.capacity(), capacity);
+  EXPECT_EQ(out.definitions.size(), capacity) << "reserved exactly";
+  EXPECT_EQ(out.defines.size(), fresh.size());
+  v1::IngestBatch wire;
+  ASSERT_TRUE(wire.ParseFromString(out.wire().Encode()));
+  EXPECT_EQ(wire.definitions_size(), 300);
+}
+
+TEST(OutgoingBatchTest, ReservedGroupsHoldEveryStatUpToTheMaxIdWithoutMoving) {
+  // Stats 1..300 with a sample each, in a drain of at most 1000 samples:
+  // the scratch is sized once, and counting them moves nothing.
+  SampleGroups groups;
+  groups.Begin();
+  groups.Reserve(300, 1000);
+  ASSERT_EQ(groups.slot_of_id.size(), 301u);
+  ASSERT_GE(groups.groups.capacity(), 301u);
+  const SampleGroups::Group* const data = groups.groups.data();
+  const uint32_t* const slots = groups.slot_of_id.data();
+  for (uint32_t id = 300; id >= 1; --id) groups.Count(id, 1000 + id);
+  EXPECT_EQ(groups.groups.data(), data);
+  EXPECT_EQ(groups.slot_of_id.data(), slots);
+  ASSERT_EQ(groups.groups.size(), 300u);
+  EXPECT_EQ(groups.groups[0].stat_id, 300u);
+  EXPECT_EQ(groups.groups[0].first_us, 1300);
+  // Fewer samples than stats bound the groups instead.
+  SampleGroups few;
+  few.Reserve(300, 8);
+  EXPECT_GE(few.groups.capacity(), 8u);
+  EXPECT_LT(few.groups.capacity(), 301u);
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ TEST(SampleLogTest, ALogNeverPushedToHoldsNoMemory) {
   // it costs (DESIGN: idle stat <= 1 KiB with its definition around it; a
   // Python Stat adds its local window and objects to that).
   EXPECT_LE(sizeof(SampleLog), 576u);  // one per thread, not per stat: 32 slots
-  EXPECT_LE(sizeof(StatState), 160u);
+  EXPECT_LE(sizeof(StatState), 144u);
   EXPECT_EQ(sizeof(StatCounts), 64u);
 }
 
