@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,13 +144,16 @@ class LocalStat {
 
 struct StatObject {
   PyObject_HEAD
-  LocalStat* stat;      // never null once tp_new returned
+  LocalStat* stat;      // in `storage` once __init__ made it; null before
   PyObject* on_window;  // None or a callable, owned
   // Every live Stat, for report_open_windows() at exit: two pointers here
   // instead of a weak reference and a set entry per stat (about 120 bytes).
   // Changed only with the GIL held.
   StatObject* live_prev;
   StatObject* live_next;
+  // The LocalStat, in the object: allocated apart, it cost each stat a
+  // heap block's header and rounding on top (16 bytes).
+  alignas(LocalStat) unsigned char storage[sizeof(LocalStat)];
 };
 
 StatObject* live_stats = nullptr;
@@ -268,9 +272,9 @@ int StatInit(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   const ClientPtr& client_ptr = ClientPtrOf(client);
   if (!Guarded([&] {
-        obj->stat = new LocalStat(client_ptr, std::move(name_string), six, quantiles,
-                                  window_us, max_samples, std::move(label_list), histogram != 0,
-                                  report_value != 0);
+        obj->stat = new (obj->storage)
+            LocalStat(client_ptr, std::move(name_string), six, quantiles, window_us, max_samples,
+                      std::move(label_list), histogram != 0, report_value != 0);
       })) {
     return -1;
   }
@@ -296,7 +300,7 @@ void StatDealloc(PyObject* self) {
   auto* obj = reinterpret_cast<StatObject*>(self);
   UnlinkLive(obj);
   // May drop the last reference to the client, whose deleter releases the GIL.
-  delete obj->stat;
+  if (obj->stat != nullptr) obj->stat->~LocalStat();
   Py_XDECREF(obj->on_window);
   FreeObject(self);
 }

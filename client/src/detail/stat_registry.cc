@@ -15,21 +15,50 @@ uint32_t StatRegistry::NextId() {
 }
 
 bool StatRegistry::HasClosed(uint64_t key_hash) const {
+  const auto closed = [](const StatState* other) {
+    return other->closed.load(std::memory_order_acquire);
+  };
   const auto it = by_key_.find(key_hash);
   if (it == by_key_.end()) return false;
-  return std::any_of(it->second.begin(), it->second.end(), [](const StatState* other) {
-    return other->closed.load(std::memory_order_acquire);
-  });
+  if (closed(it->second)) return true;
+  const auto more = more_by_key_.find(key_hash);
+  return more != more_by_key_.end() &&
+         std::any_of(more->second.begin(), more->second.end(), closed);
 }
 
 void StatRegistry::Add(std::shared_ptr<StatState> stat) {
   if (stat->valid) {
     new_stats_.push_back(stat.get());
-    auto& same = by_key_[stat->key_hash];
-    stat->key_slot = static_cast<uint32_t>(same.size());
-    same.push_back(stat.get());
+    if (by_key_.try_emplace(stat->key_hash, stat.get()).second) {
+      stat->key_slot = 0;
+    } else {
+      auto& more = more_by_key_[stat->key_hash];
+      more.push_back(stat.get());
+      stat->key_slot = static_cast<uint32_t>(more.size());
+    }
   }
   stats_.push_back(std::move(stat));
+}
+
+void StatRegistry::RemoveFromSeries(StatState& stat) {
+  const auto first = by_key_.find(stat.key_hash);
+  if (first == by_key_.end()) return;
+  const auto more = more_by_key_.find(stat.key_hash);
+  if (more == more_by_key_.end()) {
+    if (first->second == &stat) by_key_.erase(first);
+    return;
+  }
+  std::vector<StatState*>& others = more->second;
+  // The place it leaves: the series' first, or its slot among the others;
+  // the last of the others fills it.
+  StatState*& place = stat.key_slot == 0 ? first->second : others[stat.key_slot - 1];
+  StatState* const last = others.back();
+  others.pop_back();
+  if (last != &stat) {
+    place = last;
+    last->key_slot = stat.key_slot;
+  }
+  if (others.empty()) more_by_key_.erase(more);
 }
 
 std::vector<StatState*> StatRegistry::TakeNew() {
@@ -49,13 +78,7 @@ void StatRegistry::RetireClosed(absl::FunctionRef<bool(StatState&)> retire,
   for (size_t i = 0; i < stats_.size(); ++i) {
     StatState& stat = *stats_[i];
     if (stat.closed.load(std::memory_order_acquire) && retire(stat)) {
-      if (auto it = stat.valid ? by_key_.find(stat.key_hash) : by_key_.end(); it != by_key_.end()) {
-        auto& same = it->second;
-        same[stat.key_slot] = same.back();
-        same[stat.key_slot]->key_slot = stat.key_slot;
-        same.pop_back();
-        if (same.empty()) by_key_.erase(it);
-      }
+      if (stat.valid) RemoveFromSeries(stat);
       ++retired_;
       // Id 0 is shared by the stats refused an id: never anyone's own. A
       // stat never defined was never in a batch: its id is free at once.

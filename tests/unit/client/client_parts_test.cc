@@ -314,6 +314,45 @@ TEST(StatRegistryTest, AClosedStatMakesTheNextOfItsSeriesAfterReleaseUntilRetire
   EXPECT_EQ(registry.All()[0].get(), b.get());
 }
 
+TEST(StatRegistryTest, StatsOfOneSeriesRetireInAnyOrder) {
+  // A series' first stat and the others (its Stats made again before the
+  // old ones retired) are kept apart; retiring any of them, the first
+  // included, leaves the rest found.
+  auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
+  StatRegistry registry;
+  std::vector<std::shared_ptr<StatState>> series;
+  for (int i = 0; i < 5; ++i) series.push_back(MakeStat(buffers, registry, 100));
+  auto other = MakeStat(buffers, registry, 300);
+  const auto retire_closed = [&] { registry.RetireClosed([](StatState&) { return true; }, 0); };
+  // Closed one at a time: the first, one in the middle, the last.
+  for (int i : {0, 2, 4}) {
+    EXPECT_FALSE(registry.HasClosed(100)) << i;
+    series[i]->closed = true;
+    EXPECT_TRUE(registry.HasClosed(100)) << i;
+    EXPECT_FALSE(registry.HasClosed(300)) << i;
+    retire_closed();
+    EXPECT_FALSE(registry.HasClosed(100)) << i;
+  }
+  // Stats 1 and 3 are left; each is still found when closed.
+  series[3]->closed = true;
+  EXPECT_TRUE(registry.HasClosed(100));
+  series[3]->closed = false;
+  series[1]->closed = true;
+  EXPECT_TRUE(registry.HasClosed(100));
+  series[3]->closed = true;
+  retire_closed();
+  EXPECT_FALSE(registry.HasClosed(100));
+  ASSERT_EQ(registry.All().size(), 1u);
+  EXPECT_EQ(registry.All()[0].get(), other.get());
+  // The series starts again from nothing.
+  auto again = MakeStat(buffers, registry, 100);
+  EXPECT_EQ(again->key_slot, 0u);
+  again->closed = true;
+  EXPECT_TRUE(registry.HasClosed(100));
+  retire_closed();
+  EXPECT_FALSE(registry.HasClosed(100));
+}
+
 TEST(StatRetirementTest, AClosedStatIsReleasedAfterACompleteCycleThenRetired) {
   auto buffers = std::make_shared<ClientBuffers>(size_t{8} << 20);
   StatRegistry registry;
