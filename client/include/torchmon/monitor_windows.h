@@ -36,13 +36,15 @@ inline constexpr int64_t DaemonMaxSamples(int64_t max_samples) {
 template <typename T>
 class StatWindows {
  public:
-  // One window's running aggregates, zeros to start with.
+  // One window's running aggregates: zeros when value-initialized
+  // (Values(), Values{}), as a window starts; left as they are otherwise,
+  // so that a Logged on add()'s stack costs no stores.
   struct Values {
-    T value{0};
-    T sum{0};
-    T min{0};
-    T max{0};
-    int64_t count{0};
+    T value;
+    T sum;
+    T min;
+    T max;
+    int64_t count;
 
     void Add(T v) {
       value = v;
@@ -134,8 +136,8 @@ class StatWindows {
 
   int64_t window_ms_;
   int64_t max_samples_;
-  Values current_;
-  Values prev_;
+  Values current_{};
+  Values prev_{};
   uint64_t window_id_ = 0;
   uint64_t last_logged_ = 0;
 };
