@@ -111,17 +111,17 @@ class ChunkPool {
   // is safe while chunks are carved and written), so that add() does not
   // take the page faults of fresh memory. For a thread other than add()'s
   // (the sender, once per cycle): a system call when chunks were carved
-  // since, a few loads otherwise. A kernel without
-  // MADV_POPULATE_WRITE (before Linux 5.14) makes it a no-op.
+  // since, a few loads otherwise. A kernel without MADV_POPULATE_WRITE
+  // (before Linux 5.14) makes it a no-op.
   void PopulateAhead() noexcept;
   // How far ahead PopulateAhead makes memory resident: one chunk as large
   // as the largest carved so far (at most one of the largest class), room
   // for the next chunk of a log that cycles through chunks of that size.
   // A log that grows (to a chunk four times its last, SampleLog) takes the
   // page faults of the new chunk's rest in add(), once per size class it
-  // grows to: about 2 MiB of them (4 KiB to 2 MiB chunks) in all. A client whose logs stay
-  // small (many stats, a sample each now and then) then holds 256 KiB
-  // ahead, not 1 MiB; a busy one 2 MiB, not 4.
+  // grows to: about 2 MiB of them (4 KiB to 2 MiB chunks) in all. A client
+  // whose logs stay small (many stats, a sample each now and then) then
+  // holds 256 KiB ahead, not 1 MiB; a busy one 2 MiB, not 4.
   static constexpr size_t kMaxPopulateLeadBytes = kUnitBytes << kMaxClass;
   size_t PopulateLead() const noexcept {
     return std::min(kMaxPopulateLeadBytes, largest_carved_.load(std::memory_order_relaxed));
