@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 import prom_cluster as pc
+from torchmon import cluster as tcluster
 from prom_cluster import CAPPED, EVAL_STEP, NAN_EVAL_LOSS, NODES, RANKS_PER_NODE
 from torchmon_testing import OWN_USER, PYTHON_DIR, wait_for
 
@@ -284,11 +285,67 @@ def test_the_job_wide_ranks_table_from_prometheus(cluster):
     row = next(line.split() for line in table.stdout.splitlines()
                if line.startswith(f"{slowest} "))
     assert row[1] == pc.host(NODES - 1) and row[-1] == cluster.instances[NODES - 1], row
+    # A rank's value in an earlier window, as the view asks Prometheus for
+    # it when a scrape splits the job: in its newest, its value now (the
+    # feeds are constant); a window it never had, None.
+    selector = 'stat="train.step_time_ms", agg="mean", job="promtest"'
+    ends = {(m["instance"], m["rank"], m["stat"]): v for m, v in cluster.prometheus.query(
+        f'torchmon_window_end_timestamp_seconds{{{STEP},job="promtest"}}')}
+    earlier = tcluster.earlier_values(address, selector, 'stat="train.step_time_ms", job="promtest"',
+                                      1.0)  # feed_rank.py's windows
+    for n in range(NODES):
+        for r in range(RANKS_PER_NODE):
+            key = (cluster.instances[n], str(pc.global_rank(n, r)), "train.step_time_ms")
+            assert earlier(key, ends[key]) == pc.step_time_ms(n, r), key
+            assert earlier(key, ends[key] - 3600) is None, key
     # A stat nobody sends: an empty answer that says so; Prometheus away: 1.
     none = cluster_ranks(cluster, "no.such_stat", "--prometheus", address)
     assert none.returncode == 0 and none.stdout.startswith("no ranks to compare"), none
     away = cluster_ranks(cluster, "--prometheus", f"http://127.0.0.1:{pc.free_loopback_port()}")
     assert away.returncode == 1 and "cannot ask Prometheus: http://127.0.0.1:" in away.stderr, away
+
+
+def _split_job(node_a_before):
+    """The straggler split of a job as Prometheus has it just after the
+    window ending at 30 s closed: node a (ranks 0 and 1) is scraped since,
+    node b (rank 2) not yet; node c's rank 3 stopped after the window
+    ending at 10 s. `node_a_before`: node a's means in the window ending at
+    20 s, or None where Prometheus no longer has them."""
+    def labels(node, rank):
+        return {"stat": "torch.dist.compute_s", "agg": "mean", "job": "j", "instance": node,
+                "host": node, "rank": str(rank)}
+    values = [(labels("a", 0), 0.055), (labels("a", 1), 0.060), (labels("b", 2), 0.064),
+              (labels("c", 3), 0.050)]
+    ends = {("a", "0", "torch.dist.compute_s"): 30.0, ("a", "1", "torch.dist.compute_s"): 30.0,
+            ("b", "2", "torch.dist.compute_s"): 20.0, ("c", "3", "torch.dist.compute_s"): 10.0}
+    sizes = {key: 10.0 for key in ends}
+
+    def earlier(key, window_end):
+        assert window_end == 20.0, (key, window_end)
+        return None if node_a_before is None else node_a_before[key[1]]
+    [c] = tcluster.compare(values, ends, "rank", sizes, earlier)
+    return c
+
+
+def test_the_job_wide_view_compares_ranks_in_one_window_across_a_scrape():
+    """A straggler (rank 2, 0.064 against 0.046 and 0.044) named in the
+    window every rank has, though its node's scrape of the next is to come
+    and node a's next window (0.055, 0.060) would hide it; a rank two
+    windows behind is not waited for."""
+    c = _split_job({"0": 0.046, "1": 0.044})
+    assert c["window_end"] == 20.0 and c["split"] == ["2"] and c["behind"] == ["3"], c
+    assert {r["rank"]: r["value"] for r in c["ranks"]} == {"0": 0.046, "1": 0.044, "2": 0.064,
+                                                          "3": 0.050}
+    assert c["stragglers"] == ["2"], c
+    table = tcluster.render_table([c], "mean", "http://p")
+    assert table.startswith("torch.dist.compute_s job=j  mean of the window before the newest, "
+                            "from http://p\n"), table
+    assert "not yet scraped since the newest window closed: ranks 2\n" in table, table
+    # Node a's earlier window no longer in Prometheus: compared as scraped,
+    # rank 2 behind, and no straggler (1.07x the median).
+    c = _split_job(None)
+    assert c["window_end"] == 30.0 and c["split"] == [] and c["behind"] == ["2", "3"], c
+    assert c["stragglers"] == [], c
 
 
 def test_drop_and_rate_recording_rules(cluster):

@@ -13,7 +13,9 @@ share, and prints the table `torchmonctl ranks` prints: every rank, largest
 first, with its host, node (instance), ratio to the median and straggler
 score; the stragglers (score >= 3 and ratio >= 1.2, the thresholds of
 rank_comparison.h and the shipped TorchmonStraggler alert); and the ranks
-whose newest window trails the job's newest (behind, stalled).
+whose newest window trails the job's newest (behind, stalled). Where some
+ranks' node is not yet scraped since the newest window closed, every rank
+is compared in the window before, which all have.
 
 Standard library only: it runs wherever the wheel is installed. The URL may
 be http or https, with a path prefix; HTTP(S)_PROXY and NO_PROXY apply as
@@ -30,7 +32,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 DEFAULT_STAT = "torch.dist.compute_s"
 # rank_comparison.h: kMadToSigma, kSpreadFloorOfMedian, kStragglerScore,
@@ -49,8 +51,7 @@ class PrometheusError(Exception):
     pass
 
 
-def query(url: str, expr: str, timeout: float = 30.0) -> List[Tuple[Dict[str, str], float]]:
-    """The instant vector `expr` as [(labels, value)]."""
+def _ask(url: str, expr: str, result_type: str, timeout: float) -> List[Dict[str, Any]]:
     endpoint = url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     try:
         with urllib.request.urlopen(endpoint, timeout=timeout) as response:
@@ -63,9 +64,22 @@ def query(url: str, expr: str, timeout: float = 30.0) -> List[Tuple[Dict[str, st
     if body.get("status") != "success":
         raise PrometheusError(f"{endpoint}: {body.get('errorType')}: {body.get('error')}")
     data = body["data"]
-    if data.get("resultType") != "vector":
-        raise PrometheusError(f"{endpoint}: expected a vector, got {data.get('resultType')}")
-    return [(s["metric"], float(s["value"][1])) for s in data["result"]]
+    if data.get("resultType") != result_type:
+        raise PrometheusError(f"{endpoint}: expected a {result_type}, got {data.get('resultType')}")
+    return data["result"]
+
+
+def query(url: str, expr: str, timeout: float = 30.0) -> List[Tuple[Dict[str, str], float]]:
+    """The instant vector `expr` as [(labels, value)]."""
+    return [(s["metric"], float(s["value"][1])) for s in _ask(url, expr, "vector", timeout)]
+
+
+def query_range_vector(url: str, expr: str, timeout: float = 30.0
+                       ) -> List[Tuple[Dict[str, str], List[Tuple[float, float]]]]:
+    """`expr`, a range vector selector, as [(labels, [(time, value)])]: the
+    samples Prometheus stored, with their scrape times."""
+    return [(s["metric"], [(float(t), float(v)) for t, v in s["values"]])
+            for s in _ask(url, expr, "matrix", timeout)]
 
 
 def _quote(value: str) -> str:
@@ -77,10 +91,24 @@ def _median(sorted_values: Sequence[float]) -> float:
     return sorted_values[n // 2] if n % 2 else (sorted_values[n // 2 - 1] + sorted_values[n // 2]) / 2
 
 
-def compare(values: List[Tuple[Dict[str, str], float]], window_ends: Dict[Tuple, float],
-            rank_label: str = "rank") -> List[Dict[str, Any]]:
+Key = Tuple[Optional[str], Optional[str], Optional[str]]  # (instance, rank, stat)
+
+
+def compare(values: List[Tuple[Dict[str, str], float]], window_ends: Dict[Key, float],
+            rank_label: str = "rank", window_sizes: Optional[Dict[Key, float]] = None,
+            earlier: Optional[Callable[[Key, float], Optional[float]]] = None
+            ) -> List[Dict[str, Any]]:
     """Groups (labels, value) by stat and shared labels and compares the
-    ranks of each group as rank_comparison.cc does."""
+    ranks of each group as rank_comparison.cc does, in one window.
+
+    Windows end at the same moments on every node, but Prometheus scrapes
+    each node at its own offset: for up to a scrape interval after a window
+    closes, some ranks show it and the others the window before. Where a
+    group is so split (ranks one window behind its newest, by
+    `window_sizes`), each rank's value is its value in the older window,
+    `earlier(key, window end)`, where that is known; the group's "split"
+    says which ranks the others wait for. Ranks further behind stopped
+    reporting: they keep their value and are listed as "behind"."""
     groups: Dict[Tuple, List[Tuple[Dict[str, str], float]]] = {}
     for labels, value in values:
         if rank_label not in labels:
@@ -90,9 +118,29 @@ def compare(values: List[Tuple[Dict[str, str], float]], window_ends: Dict[Tuple,
         groups.setdefault((labels.get("stat", ""), shared), []).append((labels, value))
     out = []
     for (stat, shared), members in sorted(groups.items()):
+        def key(labels: Dict[str, str], stat: str = stat) -> Key:
+            return labels.get("instance"), labels.get(rank_label), stat
+        ends = {key(labels): window_ends.get(key(labels)) for labels, _ in members}
+        known = [e for e in ends.values() if e is not None]
+        newest = max(known) if known else None
+        sizes = window_sizes or {}
+        # Ranks one window behind the newest: their node's scrape is to come.
+        split = sorted({k for k, e in ends.items() if e is not None and e < newest
+                        and sizes.get(k) and newest - e < 1.5 * sizes[k]},
+                       key=lambda k: _rank_order(k[1]))
+        window_end = newest
+        if split:
+            window_end = min(ends[k] for k in split)
+            older = {k: earlier(k, window_end) if earlier else None
+                     for k, e in ends.items() if e == newest}
+            if all(v is not None for v in older.values()):
+                members = [(labels, older.get(key(labels), value)) for labels, value in members]
+            else:  # not known: compared as scraped, the split ranks listed behind
+                split, window_end = [], newest
         numbers = sorted(v for _, v in members if not math.isnan(v))
         c: Dict[str, Any] = {"stat": stat, "labels": dict(shared), "ranks": [], "stragglers": [],
-                             "behind": []}
+                             "behind": [], "window_end": window_end,
+                             "split": [k[1] for k in split]}
         nan = float("nan")
         if numbers:
             c["min"], c["max"], c["median"] = numbers[0], numbers[-1], _median(numbers)
@@ -114,16 +162,43 @@ def compare(values: List[Tuple[Dict[str, str], float]], window_ends: Dict[Tuple,
         c["stragglers"] = [r["rank"] for r in c["ranks"] if r["straggler"]]
         c["slowest_rank"] = c["ranks"][0]["rank"] if numbers else ""
         c["max_over_median"] = c["max"] / c["median"] if numbers and c["median"] else nan
-        # Ranks whose newest window ended a window or more before the
-        # group's newest: their value is an older window's.
-        ends = {r["rank"]: window_ends.get((r["instance"], r["rank"], stat)) for r in c["ranks"]}
-        known = [e for e in ends.values() if e is not None]
-        if known:
-            newest = max(known)
-            c["behind"] = sorted(rank for rank, e in ends.items()
-                                 if e is not None and e < newest)
+        # Ranks whose newest window ended before the window compared (or
+        # before the newest, where the group is not split): stopped, or
+        # their value is an older window's.
+        c["behind"] = sorted((k[1] for k, e in ends.items()
+                              if e is not None and e < window_end and k not in split),
+                             key=_rank_order)
         out.append(c)
     return out
+
+
+def earlier_values(url: str, selector: str, ends_selector: str, window_s: float,
+                   rank_label: str = "rank") -> Callable[[Key, float], Optional[float]]:
+    """earlier((instance, rank, stat), window end): that rank's value of
+    `torchmon_stat{selector}` in the window ending then, from the last
+    scrape of its node that had it, or None. Asks Prometheus once, on the
+    first call, for the samples of the last window and a half (`window_s`,
+    the longest window; at least 15 s): a node's scrape of the window before
+    its newest is a scrape interval back, at most half a window as shipped."""
+    history: Dict[str, Dict[Key, List[Tuple[float, float]]]] = {}
+
+    def earlier(key: Key, window_end: float) -> Optional[float]:
+        if not history:
+            span = f"[{max(15, math.ceil(1.5 * window_s))}s]"
+            for part, name, sel in (("values", "torchmon_stat", selector),
+                                    ("ends", "torchmon_window_end_timestamp_seconds",
+                                     ends_selector)):
+                history[part] = {
+                    (labels.get("instance"), labels.get(rank_label), labels.get("stat")): samples
+                    for labels, samples in query_range_vector(url, f"{name}{{{sel}}}{span}")}
+        # A scrape's samples share its time: the value scraped with that end.
+        at = [t for t, end in history["ends"].get(key, []) if end == window_end]
+        return dict(history["values"].get(key, [])).get(max(at)) if at else None
+    return earlier
+
+
+def _rank_order(rank: Optional[str]) -> Tuple[int, str]:
+    return (int(rank), "") if rank and rank.isdigit() else (1 << 62, rank or "")
 
 
 def _number(x: float) -> str:
@@ -139,7 +214,8 @@ def render_table(comparisons: List[Dict[str, Any]], aggregation: str, url: str) 
     parts = []
     for c in comparisons:
         labels = ",".join(f"{k}={v}" for k, v in sorted(c["labels"].items()))
-        lines = [f"{c['stat']} {labels}  {aggregation} of each rank's newest window, from {url}"]
+        which = "the window before the newest" if c["split"] else "each rank's newest window"
+        lines = [f"{c['stat']} {labels}  {aggregation} of {which}, from {url}"]
         if c["slowest_rank"]:
             lines.append(f"slowest rank {c['slowest_rank']}: {_number(c['max'])}  median "
                          f"{_number(c['median'])}  max/median {_number(c['max_over_median'])}  "
@@ -147,6 +223,9 @@ def render_table(comparisons: List[Dict[str, Any]], aggregation: str, url: str) 
         if c["stragglers"]:
             lines.append(f"stragglers: rank{'s' if len(c['stragglers']) > 1 else ''} "
                          + ", ".join(c["stragglers"]))
+        if c["split"]:
+            lines.append("not yet scraped since the newest window closed: ranks "
+                         + ", ".join(c["split"]))
         if c["behind"]:
             lines.append("behind the newest window: ranks " + ", ".join(c["behind"]))
         header = ["RANK", "HOST", aggregation.upper(), "/MEDIAN", "SCORE", "INSTANCE", ""]
@@ -200,13 +279,17 @@ def ranks(argv: Optional[Sequence[str]] = None) -> int:
     try:
         values = query(args.prometheus, f"torchmon_stat{{{selector}}}")
         ends_selector = ", ".join(m for m in matchers if not m.startswith("agg="))
-        ends = {(labels.get("instance"), labels.get(args.rank_label), labels.get("stat")): value
-                for labels, value in query(
-                    args.prometheus, f"torchmon_window_end_timestamp_seconds{{{ends_selector}}}")}
+        ends, sizes = ({(labels.get("instance"), labels.get(args.rank_label), labels.get("stat")):
+                        value for labels, value in query(args.prometheus,
+                                                         f"{name}{{{ends_selector}}}")}
+                       for name in ("torchmon_window_end_timestamp_seconds",
+                                    "torchmon_window_size_seconds"))
+        earlier = earlier_values(args.prometheus, selector, ends_selector,
+                                 max(sizes.values(), default=0.0), args.rank_label)
+        comparisons = compare(values, ends, args.rank_label, sizes, earlier)
     except PrometheusError as e:
         print(f"torchmon.cluster: cannot ask Prometheus: {e}", file=sys.stderr)
         return 1
-    comparisons = compare(values, ends, args.rank_label)
     sys.stdout.write(render_json(comparisons, args.agg) if args.json
                      else render_table(comparisons, args.agg, args.prometheus))
     return 0
