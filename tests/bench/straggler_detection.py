@@ -68,6 +68,9 @@ def slow_job(cluster, kind, args, rng):
                   f"named {result['named']}, slowdown "
                   f"{'-' if result['slowdown'] is None else round(result['slowdown'], 2)}, "
                   f"other alerts {len(result['wrong'])}", flush=True)
+            if result["latency_s"] is None or result["latency_s"] > h.DETECTION_BOUND_S:
+                print(f"  {kind} episode {n}: timeline {json.dumps(result['timeline'])}",
+                      flush=True)
     finally:
         cluster.stop_job(job)
     return episodes, healthy_alarms, time.monotonic() - started, job.name

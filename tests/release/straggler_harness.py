@@ -266,7 +266,7 @@ def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolv
     compute time while slow over before, from Prometheus, `settle_s` after
     the alert fired: with 0, the window seen then may be slow for part of
     it only), "on_detect": what on_detect() returned, called then, while
-    the rank is still slow}."""
+    the rank is still slow, "timeline": timeline()'s account of it}."""
     before = compute_means(cluster, job).get(slow_rank)
     applied = len(job.events)
     cluster.set_slow(slow_rank, factor)
@@ -291,12 +291,53 @@ def episode(cluster, job, slow_rank, factor, give_up_s=60.0, poll_s=0.25, resolv
         time.sleep(settle_s)
     during = compute_means(cluster, job).get(slow_rank)
     detected = on_detect() if on_detect is not None and latency is not None else None
+    history = timeline(cluster, job, slow_rank, started)
     cluster.set_slow(None)
     if resolve:
         # Healthy again: the alert resolves once a healthy window is scraped.
         wait_until(lambda: not cluster.firing(job.name), 4 * WINDOW_S, "the alert to resolve",
                    0.5)
     return {"latency_s": latency, "named": named, "wrong": wrong,
-            "slowdown": during / before if before and during else None, "on_detect": detected}
+            "slowdown": during / before if before and during else None, "on_detect": detected,
+            "timeline": history}
+
+
+def timeline(cluster, job, slow_rank, started):
+    """What Prometheus stored from `started` (a Unix time) to now, as seconds
+    after it: each rank's scrapes of the split's mean, with the end of the
+    window scraped ("rank R": [(at, window end, mean)], a row where either
+    changed), and each evaluation of the slow rank's ratio, score and alert
+    state ("evaluations": [(at, ratio, score, state)]). The steps between a
+    slow rank's first step and the alert, for a detection slower than
+    expected."""
+    span = f"[{max(1, int(time.time() - started) + 15)}s]"
+
+    def raw(expr):  # {labels: [(at - started, value)]}, the stored samples themselves
+        data = cluster.prometheus.api("query", query=expr + span)
+        return [(s["metric"], [(round(float(t) - started, 2), float(v)) for t, v in s["values"]])
+                for s in data["result"]]
+
+    selector = f'stat="torch.dist.compute_s",job="{job.name}"'
+    out = {}
+    ends = {m["rank"]: dict(v) for m, v in
+            raw(f'torchmon_window_end_timestamp_seconds{{{selector}}}')}
+    for m, values in raw(f'torchmon_stat{{{selector},agg="mean"}}'):
+        rows, last = [], None
+        for at, mean in values:
+            end = ends.get(m["rank"], {}).get(at)
+            row = (at, None if end is None else round(end - started, 2), round(mean, 5))
+            if last is None or row[1:] != last[1:]:
+                rows.append(row)
+            last = row
+        out[f"rank {m['rank']}"] = rows
+    rank = f'job="{job.name}",rank="{slow_rank}"'
+    ratio = dict(next((v for _, v in raw(f'job_rank:torchmon_straggler:ratio{{{rank}}}')), []))
+    score = dict(next((v for _, v in raw(f'job_rank:torchmon_straggler:score{{{rank}}}')), []))
+    states = {}
+    for m, values in raw(f'ALERTS{{alertname="TorchmonStraggler",{rank}}}'):
+        states.update((at, m["alertstate"]) for at, _ in values)
+    out["evaluations"] = [(at, round(ratio[at], 3), round(score.get(at, float("nan")), 2),
+                           states.get(at, "")) for at in sorted(ratio)]
+    return out
 
 

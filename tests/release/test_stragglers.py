@@ -59,11 +59,15 @@ def test_a_slow_rank_is_named_and_a_healthy_job_raises_nothing(cluster, kind):
     print(kind, result)
     assert result["wrong"] == [], result
     assert result["latency_s"] is not None, result
-    # The bound (three windows plus one evaluation, 35 s) holds in 19 of 20
-    # episodes (the issue's measure; tests/bench/straggler_detection.py
-    # measured 40 of 40): one episode is allowed one window more, or the
-    # suite would fail by design once in 20 runs. 36.7 s was seen once here.
-    assert result["latency_s"] <= h.DETECTION_BOUND_S + h.WINDOW_S, result
+    # Three windows plus one evaluation, 35 s. The first window slow enough
+    # to flag closes within two windows of the change (within 1.4 when a
+    # third of the window is enough, as here), then come the grace (2 s),
+    # both nodes' scrapes (5 s) and an evaluation (5 s): 26-32 s at worst.
+    # Measured: 13-23 s (tests/bench/straggler_detection.py, docs/
+    # performance.md). The rules once set one node's newest window against
+    # another's older one between their scrapes, and it took up to 45.5 s;
+    # the result's "timeline" shows each scrape and evaluation.
+    assert result["latency_s"] <= h.DETECTION_BOUND_S, result
     assert result["named"] == {"rank": str(world - 1), "host": h.NODES[-1], "job": job.name}, result
     # The rank was made at least 30 % slower by what it computes.
     assert result["slowdown"] >= 1.3, result
