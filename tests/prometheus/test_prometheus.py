@@ -296,7 +296,8 @@ def test_the_job_wide_ranks_table_from_prometheus(cluster):
     selector = 'stat="train.step_time_ms", agg="mean", job="promtest"'
     ends = {(m["instance"], m["rank"], m["stat"]): v for m, v in cluster.prometheus.query(
         f'torchmon_window_end_timestamp_seconds{{{STEP},job="promtest"}}')}
-    earlier = tcluster.earlier_values(address, selector, 'stat="train.step_time_ms", job="promtest"',
+    earlier = tcluster.earlier_values(address, selector,
+                                      'stat="train.step_time_ms", job="promtest"',
                                       1.0)  # feed_rank.py's windows
     for n in range(NODES):
         for r in range(RANKS_PER_NODE):

@@ -94,6 +94,11 @@ def _median(sorted_values: Sequence[float]) -> float:
 Key = Tuple[Optional[str], Optional[str], Optional[str]]  # (instance, rank, stat)
 
 
+def _key(labels: Dict[str, str], rank_label: str) -> Key:
+    """What names one rank's series of one stat across the queries."""
+    return labels.get("instance"), labels.get(rank_label), labels.get("stat")
+
+
 def compare(values: List[Tuple[Dict[str, str], float]], window_ends: Dict[Key, float],
             rank_label: str = "rank", window_sizes: Optional[Dict[Key, float]] = None,
             earlier: Optional[Callable[[Key, float], Optional[float]]] = None
@@ -116,14 +121,13 @@ def compare(values: List[Tuple[Dict[str, str], float]], window_ends: Dict[Key, f
         shared = tuple(sorted((k, v) for k, v in labels.items()
                               if k not in _NOT_SHARED and k != rank_label))
         groups.setdefault((labels.get("stat", ""), shared), []).append((labels, value))
+    sizes = window_sizes or {}
     out = []
     for (stat, shared), members in sorted(groups.items()):
-        def key(labels: Dict[str, str], stat: str = stat) -> Key:
-            return labels.get("instance"), labels.get(rank_label), stat
-        ends = {key(labels): window_ends.get(key(labels)) for labels, _ in members}
+        ends = {_key(labels, rank_label): window_ends.get(_key(labels, rank_label))
+                for labels, _ in members}
         known = [e for e in ends.values() if e is not None]
         newest = max(known) if known else None
-        sizes = window_sizes or {}
         # Ranks one window behind the newest: their node's scrape is to come.
         split = sorted({k for k, e in ends.items() if e is not None and e < newest
                         and sizes.get(k) and newest - e < 1.5 * sizes[k]},
@@ -134,7 +138,8 @@ def compare(values: List[Tuple[Dict[str, str], float]], window_ends: Dict[Key, f
             older = {k: earlier(k, window_end) if earlier else None
                      for k, e in ends.items() if e == newest}
             if all(v is not None for v in older.values()):
-                members = [(labels, older.get(key(labels), value)) for labels, value in members]
+                members = [(labels, older.get(_key(labels, rank_label), value))
+                           for labels, value in members]
             else:  # not known: compared as scraped, the split ranks listed behind
                 split, window_end = [], newest
         numbers = sorted(v for _, v in members if not math.isnan(v))
@@ -180,7 +185,7 @@ def earlier_values(url: str, selector: str, ends_selector: str, window_s: float,
     first call, for the samples of the last window and a half (`window_s`,
     the longest window; at least 15 s): a node's scrape of the window before
     its newest is a scrape interval back, at most half a window as shipped."""
-    history: Dict[str, Dict[Key, List[Tuple[float, float]]]] = {}
+    history: Dict[str, Dict[Key, Dict[float, float]]] = {}  # part -> key -> {time: value}
 
     def earlier(key: Key, window_end: float) -> Optional[float]:
         if not history:
@@ -189,11 +194,11 @@ def earlier_values(url: str, selector: str, ends_selector: str, window_s: float,
                                     ("ends", "torchmon_window_end_timestamp_seconds",
                                      ends_selector)):
                 history[part] = {
-                    (labels.get("instance"), labels.get(rank_label), labels.get("stat")): samples
+                    _key(labels, rank_label): dict(samples)
                     for labels, samples in query_range_vector(url, f"{name}{{{sel}}}{span}")}
         # A scrape's samples share its time: the value scraped with that end.
-        at = [t for t, end in history["ends"].get(key, []) if end == window_end]
-        return dict(history["values"].get(key, [])).get(max(at)) if at else None
+        at = [t for t, end in history["ends"].get(key, {}).items() if end == window_end]
+        return history["values"].get(key, {}).get(max(at)) if at else None
     return earlier
 
 
@@ -279,9 +284,8 @@ def ranks(argv: Optional[Sequence[str]] = None) -> int:
     try:
         values = query(args.prometheus, f"torchmon_stat{{{selector}}}")
         ends_selector = ", ".join(m for m in matchers if not m.startswith("agg="))
-        ends, sizes = ({(labels.get("instance"), labels.get(args.rank_label), labels.get("stat")):
-                        value for labels, value in query(args.prometheus,
-                                                         f"{name}{{{ends_selector}}}")}
+        ends, sizes = ({_key(labels, args.rank_label): value
+                        for labels, value in query(args.prometheus, f"{name}{{{ends_selector}}}")}
                        for name in ("torchmon_window_end_timestamp_seconds",
                                     "torchmon_window_size_seconds"))
         earlier = earlier_values(args.prometheus, selector, ends_selector,
